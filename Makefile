@@ -1,0 +1,77 @@
+# shoal: make builds the libraries, tools and tests; make test runs the tests.
+CC       ?= cc
+PREFIX   ?= /usr/local
+BUILD    ?= build
+SANITIZE ?=
+
+PKGS     := libcrypto pmix
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+
+VERSION  := 0.1.0
+SONAME   := libshoal.so.0
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+CFLAGS   ?= -O2 -g
+ifeq ($(SANITIZE),address)
+CFLAGS   += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+endif
+ifeq ($(SANITIZE),thread)
+CFLAGS   += -fsanitize=thread
+LDFLAGS  += -fsanitize=thread
+endif
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
+LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
+
+LIB_SRC  := $(sort $(wildcard src/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOLS    := tools/allreduce_bench tools/shoal_info
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TEST_LIB := $(BUILD)/tests/harness.o
+
+.PHONY: all test install clean
+all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(TOOLS) $(TESTS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libshoal.a: $(LIB_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libshoal.so.$(VERSION): $(LIB_OBJ) src/shoal.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/shoal.map \
+	    -Wl,--no-undefined $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
+
+$(BUILD)/libshoal.so: $(BUILD)/libshoal.so.$(VERSION)
+	ln -sf libshoal.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf libshoal.so.$(VERSION) $@
+
+tools/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libshoal.a $(LIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
+
+# Every test binary prints TAP; prove runs them and prints the summary.
+test: all
+	CMOCKA_MESSAGE_OUTPUT=TAP prove -f $(TESTS) $(TEST_SCRIPTS)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/shoal.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(BUILD)/libshoal.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libshoal.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf libshoal.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf libshoal.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libshoal.so
+	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+	    -e 's|@PKGS@|$(PKGS)|' shoal.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shoal.pc
+
+clean:
+	rm -rf $(BUILD) $(TOOLS)
+
+.SECONDARY:
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

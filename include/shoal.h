@@ -1,0 +1,180 @@
+/*
+ * shoal: collective communication for host and device memory.
+ *
+ * Native API. Every call returns a shoal_status_t; errno never crosses this
+ * interface. A failing call logs its reason once (see SHOAL_DEBUG) and keeps
+ * a per-communicator copy of it (shoal_comm_last_error).
+ *
+ * Thread safety: shoal_get_unique_id, shoal_status_string, shoal_dtype_size
+ * and shoal_version are thread-safe. Calls on one communicator must not run
+ * concurrently with each other, except shoal_comm_abort, which may be called
+ * from any thread at any time. Different communicators may be used from
+ * different threads concurrently.
+ *
+ * Ownership: user buffers are always borrowed for the duration of a call and
+ * never kept. A communicator is owned by the caller from a successful init or
+ * split until shoal_comm_destroy or shoal_comm_abort.
+ */
+#ifndef SHOAL_H
+#define SHOAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SHOAL_VERSION_MAJOR 0
+#define SHOAL_VERSION_MINOR 1
+#define SHOAL_VERSION_PATCH 0
+
+/* X(name, string): the one list of status codes; order gives the values. */
+#define SHOAL_STATUS_LIST(X)                                                  \
+    X(SHOAL_OK, "success")                                                    \
+    X(SHOAL_INPROGRESS, "operation in progress")                              \
+    X(SHOAL_ERR_INVALID_ARG, "invalid argument")                              \
+    X(SHOAL_ERR_NO_MEMORY, "out of memory")                                   \
+    X(SHOAL_ERR_SYSTEM, "system call failed")                                 \
+    X(SHOAL_ERR_TIMEOUT, "timed out")                                         \
+    X(SHOAL_ERR_PEER, "a remote rank failed or disconnected")                 \
+    X(SHOAL_ERR_AUTH, "authentication failed")                                \
+    X(SHOAL_ERR_UNSUPPORTED, "operation not supported")                       \
+    X(SHOAL_ERR_ABORTED, "communicator aborted")                              \
+    X(SHOAL_ERR_INTERNAL, "internal error")
+
+typedef enum {
+#define SHOAL_STATUS_ENUM_(name, str) name,
+    SHOAL_STATUS_LIST(SHOAL_STATUS_ENUM_)
+#undef SHOAL_STATUS_ENUM_
+    SHOAL_STATUS_COUNT
+} shoal_status_t;
+
+/* Data types; the values equal NCCL's ncclDataType_t. */
+typedef enum {
+    SHOAL_INT8 = 0,
+    SHOAL_UINT8 = 1,
+    SHOAL_INT32 = 2,
+    SHOAL_UINT32 = 3,
+    SHOAL_INT64 = 4,
+    SHOAL_UINT64 = 5,
+    SHOAL_FLOAT16 = 6,
+    SHOAL_FLOAT32 = 7,
+    SHOAL_FLOAT64 = 8,
+    SHOAL_BFLOAT16 = 9,
+    SHOAL_FP8_E4M3 = 10,
+    SHOAL_FP8_E5M2 = 11,
+    SHOAL_DTYPE_COUNT
+} shoal_dtype_t;
+
+/* Reduction operations; the values equal NCCL's ncclRedOp_t. */
+typedef enum {
+    SHOAL_SUM = 0,
+    SHOAL_PROD = 1,
+    SHOAL_MAX = 2,
+    SHOAL_MIN = 3,
+    SHOAL_AVG = 4, /* integers: sum then divide (truncating); floats: sum times 1/n */
+    SHOAL_OP_COUNT
+} shoal_op_t;
+
+#define SHOAL_UNIQUE_ID_BYTES 128
+
+/* Opaque rendezvous token: the root's address and a random secret. Treat it
+ * as a password: anyone holding it may join the communicator. */
+typedef struct {
+    unsigned char bytes[SHOAL_UNIQUE_ID_BYTES];
+} shoal_unique_id_t;
+
+typedef struct shoal_comm *shoal_comm_t;
+
+/* Color for shoal_comm_split: this rank joins no new communicator. */
+#define SHOAL_SPLIT_NOCOLOR (-1)
+
+/* Static string for a status; never NULL ("unknown status" if out of range). */
+const char *shoal_status_string(shoal_status_t status);
+
+/* Size in bytes of one element of dtype.
+ * Returns SHOAL_ERR_INVALID_ARG for an unknown dtype or a NULL size_p. */
+shoal_status_t shoal_dtype_size(shoal_dtype_t dtype, size_t *size_p);
+
+/* Library version as major*10000 + minor*100 + patch. */
+int shoal_version(void);
+
+/*
+ * Create a rendezvous id. The calling process becomes the root: it starts
+ * listening on an address of the interface chosen by SHOAL_SOCKET_IFNAME (or
+ * the default choice) and must be the process that later calls
+ * shoal_comm_init with rank 0 (a child forked after this call qualifies).
+ * The id must reach the other ranks by the caller's means.
+ * Returns SHOAL_OK, SHOAL_ERR_INVALID_ARG (NULL id_p) or SHOAL_ERR_SYSTEM.
+ */
+shoal_status_t shoal_get_unique_id(shoal_unique_id_t *id_p);
+
+/*
+ * Form a communicator of nranks ranks; collective over all of them. Fails
+ * with SHOAL_ERR_TIMEOUT if the ranks have not all arrived within
+ * SHOAL_TIMEOUT. *comm_p is written only on success.
+ * Returns SHOAL_OK, SHOAL_ERR_INVALID_ARG (nranks < 1, rank out of range,
+ * NULL pointers), SHOAL_ERR_TIMEOUT, SHOAL_ERR_PEER, SHOAL_ERR_AUTH,
+ * SHOAL_ERR_SYSTEM or SHOAL_ERR_NO_MEMORY.
+ */
+shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id,
+                               int rank, shoal_comm_t *comm_p);
+
+/*
+ * Form a communicator from the launcher's environment, without passing an id:
+ * SHOAL_RANK/SHOAL_SIZE/SHOAL_ADDR; a PMIx launcher (mpirun, srun --mpi=pmix),
+ * which carries the id itself; torchrun (RANK, WORLD_SIZE, MASTER_ADDR,
+ * MASTER_PORT: shoal listens on SHOAL_PORT, default MASTER_PORT+1); Open MPI
+ * (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS) with the address
+ * from SHOAL_ADDR or MASTER_ADDR. Without PMIx, the connection secret is
+ * SHOAL_SECRET, or else derived from the job's identity (weaker; logged).
+ * Returns the codes of shoal_comm_init, or SHOAL_ERR_INVALID_ARG when no
+ * launcher is recognised (the log says which variables were looked for).
+ */
+shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p);
+
+/*
+ * Split comm by color; ranks of one color form a new communicator ordered by
+ * (key, old rank). Collective over comm. A rank passing SHOAL_SPLIT_NOCOLOR
+ * gets *newcomm_p = NULL. comm remains valid.
+ */
+shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
+                                shoal_comm_t *newcomm_p);
+
+/* Release a communicator after all its operations completed. Collective only
+ * in the sense that peers may see this rank leave; it does not wait for them.
+ * comm is invalid afterwards; passing it again returns SHOAL_ERR_INVALID_ARG. */
+shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
+
+/* Tear a communicator down at once, from any thread, whatever its peers do.
+ * Operations in flight on it return SHOAL_ERR_ABORTED. Always returns. */
+shoal_status_t shoal_comm_abort(shoal_comm_t comm);
+
+/* This rank's index and the communicator's size. */
+shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);
+shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
+
+/* The reason of the last failure on comm ("" if none). The string belongs to
+ * comm and stays valid until the next call on comm. For a NULL or invalid
+ * comm, the last failure of this thread outside any communicator. */
+const char *shoal_comm_last_error(shoal_comm_t comm);
+
+/*
+ * recvbuf[i] = op over all ranks of sendbuf[i], for i < count; every rank
+ * gets bitwise identical results. sendbuf == recvbuf is in-place. Buffers
+ * are host memory. count 0 is allowed (no data moves; the call still
+ * synchronises nothing and returns SHOAL_OK).
+ * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG (NULL buffer with count > 0,
+ * unknown dtype or op, count*size overflowing, invalid comm) with comm left
+ * usable; SHOAL_ERR_TIMEOUT or SHOAL_ERR_PEER when a rank fails.
+ */
+shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_op_t op,
+                               shoal_comm_t comm);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHOAL_H */

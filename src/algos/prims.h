@@ -1,0 +1,35 @@
+/* Pipeline primitives: the few moves every algorithm is a schedule of. Each
+ * moves one piece of at most comm->chunk_size bytes through the endpoints'
+ * slot FIFOs, waiting (while driving transport progress) until a slot is
+ * free or a piece has arrived, up to the operation's deadline. */
+#ifndef SHOAL_PRIMS_H
+#define SHOAL_PRIMS_H
+
+#include "core/comm.h"
+#include "reduce.h"
+
+typedef struct {
+    struct shoal_comm *comm;
+    shoal_ep_t *send_ep;      /* next rank, or NULL */
+    shoal_ep_t *recv_ep;      /* previous rank, or NULL */
+    shoal_reduce_fn_t reduce; /* dst = received op local */
+    shoal_dtype_t dtype;
+    size_t esize;             /* bytes per element */
+    int avg_n;                /* > 0: recv_reduce_copy_send finishes AVG over avg_n ranks */
+    uint64_t deadline_ns;
+} shoal_prims_t;
+
+/* Piece out to send_ep. */
+shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes);
+/* Piece in from recv_ep into dst. */
+shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes);
+/* Received op src, sent on. */
+shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, size_t bytes);
+/* dst = received op src (AVG finished when avg_n > 0); dst sent on
+ * (send_ep may be NULL). */
+shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *src, void *dst,
+                                                size_t bytes);
+/* dst = received; sent on (send_ep may be NULL). */
+shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes);
+
+#endif

@@ -1,0 +1,46 @@
+/* Bootstrap: rendezvous through the root named in the unique id, then a small
+ * control network for all-gather, broadcast and barrier of control data.
+ * Every connection proves the id's secret (auth.h). */
+#ifndef SHOAL_BOOTSTRAP_H
+#define SHOAL_BOOTSTRAP_H
+
+#include "auth.h"
+#include "shoal.h"
+#include "sock.h"
+
+typedef struct shoal_bootstrap shoal_bootstrap_t;
+
+/* Create an id whose root listens in this process now (shoal_get_unique_id). */
+shoal_status_t shoal_bootstrap_id_create(shoal_unique_id_t *id_p);
+
+/* Build an id for a known root address and secret (launcher init). Rank 0
+ * will bind that address itself. */
+shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
+                                       const uint8_t secret[SHOAL_SECRET_BYTES],
+                                       shoal_unique_id_t *id_p);
+
+/* Join: all nranks ranks call this with the same id. Fails with
+ * SHOAL_ERR_TIMEOUT if not all arrive within timeout_ns; every later call on
+ * bs has the same limit, and a rank that disconnects gives SHOAL_ERR_PEER
+ * naming it in the log. */
+shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int nranks,
+                                    uint64_t timeout_ns, shoal_bootstrap_t **bs_p);
+
+/* buf holds nranks blocks of len bytes; this rank's block is at rank*len.
+ * On return every block is filled. */
+shoal_status_t shoal_bootstrap_allgather(shoal_bootstrap_t *bs, void *buf, size_t len);
+shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t len, int root);
+shoal_status_t shoal_bootstrap_barrier(shoal_bootstrap_t *bs);
+
+/* The secret every data connection of this communicator must prove. */
+const uint8_t *shoal_bootstrap_secret(const shoal_bootstrap_t *bs);
+
+/* The local address used for bootstrap; transports listen on the same one. */
+const shoal_sockaddr_t *shoal_bootstrap_local_addr(const shoal_bootstrap_t *bs);
+
+/* Wake and fail every blocking call on bs (from any thread); idempotent. */
+void shoal_bootstrap_abort(shoal_bootstrap_t *bs);
+
+void shoal_bootstrap_destroy(shoal_bootstrap_t *bs);
+
+#endif

@@ -1,0 +1,36 @@
+/* Monotonic time and deadlines. Every blocking wait in shoal takes a
+ * deadline from shoal_deadline_after(). */
+#ifndef SHOAL_CLOCK_H
+#define SHOAL_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t shoal_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t shoal_deadline_after(uint64_t ns)
+{
+    return shoal_now_ns() + ns;
+}
+
+static inline int shoal_deadline_passed(uint64_t deadline_ns)
+{
+    return shoal_now_ns() >= deadline_ns;
+}
+
+/* Milliseconds left before deadline, for poll(): 0 when passed, capped. */
+static inline int shoal_deadline_ms_left(uint64_t deadline_ns)
+{
+    uint64_t now = shoal_now_ns();
+    if (now >= deadline_ns)
+        return 0;
+    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+    return ms > 1000000 ? 1000000 : (int)ms;
+}
+
+#endif

@@ -1,0 +1,55 @@
+/* The communicator object, shared by core, algorithms and transports. */
+#ifndef SHOAL_COMM_H
+#define SHOAL_COMM_H
+
+#include "bootstrap.h"
+#include "config.h"
+#include "shoal.h"
+#include "transport/transport.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SHOAL_MAX_TRANSPORTS 4
+#define SHOAL_HOST_ID_MAX 128
+#define SHOAL_ERROR_MAX 512
+
+struct shoal_comm {
+    int rank;
+    int nranks;
+    uint64_t timeout_ns;      /* deadline length of every blocking wait */
+    size_t chunk_size;        /* bytes per pipeline piece and transport slot */
+    shoal_bootstrap_t *bootstrap;
+
+    /* Host identity of every rank, from the bootstrap exchange. */
+    char (*host_ids)[SHOAL_HOST_ID_MAX];
+    int *host_of;             /* dense host index of each rank */
+    int nhosts;
+
+    shoal_tl_ctx_t *tl_ctx[SHOAL_MAX_TRANSPORTS]; /* open transports, NULL-terminated */
+    int ntl;
+    shoal_ep_t **eps;         /* eps[peer]; NULL for self */
+
+    atomic_int aborted;
+    char last_error[SHOAL_ERROR_MAX];
+};
+
+/* Record the reason of a failure on comm (shoal_comm_last_error) and log it
+ * at error level once. Returns status, so callers can `return
+ * shoal_comm_fail(...)` from API entry points. */
+shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
+                               const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Whether comm is a live communicator of this process. */
+int shoal_comm_valid(const struct shoal_comm *comm);
+
+/* Peer's endpoint; NULL for self. */
+static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)
+{
+    return comm->eps[peer];
+}
+
+/* This process's host identity (SHOAL_HOST_ID, else hostname + boot id). */
+void shoal_host_id(char out[SHOAL_HOST_ID_MAX]);
+
+#endif

@@ -1,0 +1,74 @@
+/* Settings: one table per component, parsed once from the environment into
+ * the typed struct below. This is the only place that reads the environment
+ * (config.c). shoal_info -c prints every table. */
+#ifndef SHOAL_CONFIG_H
+#define SHOAL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define SHOAL_CONFIG_STR_MAX 256
+
+typedef struct {
+    int log_level;                        /* SHOAL_DEBUG */
+    unsigned log_subsys;                  /* SHOAL_DEBUG_SUBSYS */
+    char log_file[SHOAL_CONFIG_STR_MAX];  /* SHOAL_DEBUG_FILE, "" = stderr */
+    uint64_t timeout_ns;                  /* SHOAL_TIMEOUT */
+    char host_id[SHOAL_CONFIG_STR_MAX];   /* SHOAL_HOST_ID, "" = hostname+boot id */
+} shoal_core_config_t;
+
+typedef struct {
+    char socket_ifname[SHOAL_CONFIG_STR_MAX]; /* SHOAL_SOCKET_IFNAME, "" = auto */
+    char addr[SHOAL_CONFIG_STR_MAX];          /* SHOAL_ADDR: rendezvous host[:port] */
+    int port;                                 /* SHOAL_PORT, 0 = MASTER_PORT+1 or 29501 */
+    char secret[SHOAL_CONFIG_STR_MAX];        /* SHOAL_SECRET for env init */
+    int rank;                                 /* SHOAL_RANK, -1 = unset */
+    int size;                                 /* SHOAL_SIZE, -1 = unset */
+    int local_rank;                           /* SHOAL_LOCAL_RANK, -1 = unset */
+} shoal_boot_config_t;
+
+typedef struct {
+    int enable;      /* SHOAL_SHM_ENABLE */
+    size_t nslots;   /* SHOAL_SHM_NSLOTS */
+} shoal_shm_config_t;
+
+typedef struct {
+    int enable;      /* SHOAL_TCP_ENABLE */
+    int nsocks;      /* SHOAL_TCP_NSOCKS */
+    size_t nslots;   /* SHOAL_TCP_NSLOTS */
+} shoal_tcp_config_t;
+
+typedef struct {
+    size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece */
+    char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto" or a name */
+} shoal_algo_config_t;
+
+typedef struct {
+    shoal_core_config_t core;
+    shoal_boot_config_t boot;
+    shoal_shm_config_t shm;
+    shoal_tcp_config_t tcp;
+    shoal_algo_config_t algo;
+} shoal_config_t;
+
+/* The settings, parsed on first use. Thread-safe. Never NULL. */
+const shoal_config_t *shoal_config_get(void);
+
+/* Parse the environment again (tests change settings between cases).
+ * Not thread-safe: no other shoal call may run concurrently. */
+void shoal_config_reload(void);
+
+/* A launcher variable that is not a shoal setting (RANK, OMPI_COMM_WORLD_RANK,
+ * PMIX_NAMESPACE...): its value or NULL. */
+const char *shoal_config_env(const char *name);
+
+/* Print every setting: name, default, current value, documentation. */
+void shoal_config_print(FILE *out);
+
+/* Typed parsers, exposed for tests. Return 0 on success, -1 on bad text. */
+int shoal_config_parse_size(const char *text, size_t *out_p);
+int shoal_config_parse_time_ns(const char *text, uint64_t *out_p);
+int shoal_config_parse_bool(const char *text, int *out_p);
+
+#endif

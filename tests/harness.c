@@ -1,0 +1,108 @@
+#include "harness.h"
+
+#include "core/config.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+void harness_setenv(const char *name, const char *value)
+{
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+    shoal_config_reload();
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Reap any of pids, polling with a short sleep: waitpid has no timeout. */
+static int reap_any(const int *pids, int n, double deadline, int *status_p)
+{
+    for (;;) {
+        for (int i = 0; i < n; i++) {
+            if (pids[i] <= 0)
+                continue;
+            int st;
+            pid_t r = waitpid(pids[i], &st, WNOHANG);
+            if (r == pids[i]) {
+                *status_p = st;
+                return i;
+            }
+        }
+        if (now_s() > deadline)
+            return -1;
+        usleep(2000);
+    }
+}
+
+int harness_wait(int pid, int timeout_s)
+{
+    int st;
+    int i = reap_any(&pid, 1, now_s() + timeout_s, &st);
+    if (i < 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s)
+{
+    shoal_unique_id_t id;
+    shoal_status_t s = shoal_get_unique_id(&id);
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "# shoal_get_unique_id: %s\n", shoal_status_string(s));
+        return -1;
+    }
+    int pids[64];
+    if (nranks > 64)
+        return -1;
+    fflush(NULL);
+    for (int r = 0; r < nranks; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int rc = fn(r, nranks, &id, arg);
+            fflush(NULL);
+            _exit(rc ? 1 : 0);
+        }
+    }
+    int failed = 0;
+    double deadline = now_s() + timeout_s;
+    for (int left = nranks; left > 0; left--) {
+        int st;
+        int i = reap_any(pids, nranks, deadline, &st);
+        if (i < 0) {
+            for (int r = 0; r < nranks; r++) {
+                if (pids[r] > 0) {
+                    fprintf(stderr, "# rank %d/%d still running after %d s: killed\n",
+                            r, nranks, timeout_s);
+                    kill(pids[r], SIGKILL);
+                    waitpid(pids[r], NULL, 0);
+                }
+            }
+            return -1;
+        }
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            if (WIFSIGNALED(st))
+                fprintf(stderr, "# rank %d/%d died of signal %d\n", i, nranks, WTERMSIG(st));
+            else
+                fprintf(stderr, "# rank %d/%d exited %d\n", i, nranks, WEXITSTATUS(st));
+            failed = 1;
+        }
+        pids[i] = 0;
+    }
+    return failed ? -1 : 0;
+}

@@ -1,0 +1,45 @@
+/* Test harness: ranks as forked processes. Every test binary is a cmocka
+ * group whose TAP output prove reads. */
+#ifndef SHOAL_TEST_HARNESS_H
+#define SHOAL_TEST_HARNESS_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "shoal.h"
+
+/* Body of one rank; runs in its own process. Returns 0 on success. */
+typedef int (*harness_rank_fn_t)(int rank, int nranks, const shoal_unique_id_t *id,
+                                 void *arg);
+
+/* Fork nranks processes that run fn with one fresh unique id (created in
+ * this process, which is why settings must be in the environment before).
+ * Returns 0 when every rank exited 0 within timeout_s seconds; otherwise
+ * kills the rest, prints which rank failed and how, and returns -1. */
+int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s);
+
+/* Wait for child pid up to timeout_s; returns its exit status, or -1 if it
+ * was killed by a signal or timed out (then it is killed). */
+int harness_wait(int pid, int timeout_s);
+
+/* Set (value != NULL) or unset an environment variable and re-read shoal's
+ * settings. */
+void harness_setenv(const char *name, const char *value);
+
+/* Fail the current rank with a message (for use inside rank bodies, where
+ * cmocka's asserts cannot be used: they belong to the parent). */
+#define RANK_CHECK(cond, ...)                                                 \
+    do {                                                                      \
+        if (!(cond)) {                                                        \
+            fprintf(stderr, "# rank check failed at %s:%d: %s: ", __FILE__,   \
+                    __LINE__, #cond);                                         \
+            fprintf(stderr, __VA_ARGS__);                                     \
+            fprintf(stderr, "\n");                                            \
+            return 1;                                                         \
+        }                                                                     \
+    } while (0)
+
+#endif
