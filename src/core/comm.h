@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define SHOAL_MAX_TRANSPORTS 4
-#define SHOAL_HOST_ID_MAX 128
+#define SHOAL_HOST_ID_MAX SHOAL_CONFIG_STR_MAX
 #define SHOAL_ERROR_MAX 512
 
 struct shoal_comm {
@@ -31,6 +31,7 @@ struct shoal_comm {
     shoal_ep_t **eps;         /* eps[peer]; NULL for self */
 
     atomic_int aborted;
+    atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     char last_error[SHOAL_ERROR_MAX];
 };
 
@@ -42,6 +43,14 @@ shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
 
 /* Whether comm is a live communicator of this process. */
 int shoal_comm_valid(const struct shoal_comm *comm);
+
+/* API entry check: comm live, not aborted, no sticky error. Records and
+ * returns the reason otherwise (for a NULL or dead comm: thread-local). */
+shoal_status_t shoal_comm_check(struct shoal_comm *comm, const char *caller);
+
+/* Make status sticky on comm when it means the communicator is broken
+ * (SHOAL_ERR_PEER, SHOAL_ERR_TIMEOUT, SHOAL_ERR_ABORTED); returns status. */
+shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t status);
 
 /* Peer's endpoint; NULL for self. */
 static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)

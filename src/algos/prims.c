@@ -1,0 +1,148 @@
+/* The pipeline primitives. Each waits for a free send slot and/or an
+ * arrived piece, then moves the piece with at most one pass over memory
+ * per output: reductions write straight into the send slot, which for shm
+ * is the next rank's memory. */
+#include "prims.h"
+
+#include "core/clock.h"
+#include "core/log.h"
+
+#include <sched.h>
+#include <string.h>
+
+/* Busy-poll this many times before yielding the core: ranks may outnumber
+ * cores, and a spinning rank would starve the one it waits for. */
+#define PRIMS_SPINS 64
+
+static shoal_status_t prims_idle(shoal_prims_t *p, unsigned *spins)
+{
+    shoal_status_t s = shoal_transport_progress(p->comm);
+    if (s != SHOAL_OK)
+        return s;
+    if (atomic_load_explicit(&p->comm->aborted, memory_order_relaxed))
+        return SHOAL_ERR_ABORTED;
+    if (++*spins >= PRIMS_SPINS) {
+        *spins = 0;
+        if (shoal_deadline_passed(p->deadline_ns))
+            return SHOAL_ERR_TIMEOUT;
+        sched_yield();
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)
+{
+    shoal_ep_t *ep = p->send_ep;
+    unsigned spins = 0;
+    for (;;) {
+        size_t cap;
+        shoal_status_t s = ep->ops->send_slot(ep, buf_p, &cap);
+        if (s == SHOAL_OK) {
+            if (cap < bytes) {
+                shoal_error(ALGO, "piece of %zu B exceeds the %zu B slot to rank %d", bytes,
+                            cap, ep->peer);
+                return SHOAL_ERR_INTERNAL;
+            }
+            return SHOAL_OK;
+        }
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+            if (s == SHOAL_ERR_TIMEOUT)
+                shoal_error(ALGO, "rank %d: no room to send to rank %d before the deadline",
+                            p->comm->rank, ep->peer);
+            return s;
+        }
+    }
+}
+
+static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p)
+{
+    shoal_ep_t *ep = p->recv_ep;
+    unsigned spins = 0;
+    for (;;) {
+        size_t len;
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len);
+        if (s == SHOAL_OK) {
+            if (len != bytes) {
+                shoal_error(ALGO, "rank %d: got %zu B from rank %d where %zu B were due",
+                            p->comm->rank, len, ep->peer, bytes);
+                return SHOAL_ERR_INTERNAL;
+            }
+            return SHOAL_OK;
+        }
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+            if (s == SHOAL_ERR_TIMEOUT)
+                shoal_error(ALGO, "rank %d: nothing from rank %d before the deadline",
+                            p->comm->rank, ep->peer);
+            return s;
+        }
+    }
+}
+
+shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
+{
+    void *out;
+    shoal_status_t s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    memcpy(out, src, bytes);
+    return p->send_ep->ops->send_post(p->send_ep, bytes);
+}
+
+shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
+{
+    const void *in;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s != SHOAL_OK)
+        return s;
+    memcpy(dst, in, bytes);
+    return p->recv_ep->ops->recv_release(p->recv_ep);
+}
+
+shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, size_t bytes)
+{
+    const void *in;
+    void *out;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s == SHOAL_OK)
+        s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    p->reduce(out, in, src, bytes / p->esize);
+    s = p->recv_ep->ops->recv_release(p->recv_ep);
+    return s != SHOAL_OK ? s : p->send_ep->ops->send_post(p->send_ep, bytes);
+}
+
+shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *src, void *dst,
+                                                size_t bytes)
+{
+    const void *in;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s != SHOAL_OK)
+        return s;
+    size_t count = bytes / p->esize;
+    p->reduce(dst, in, src, count);
+    if (p->avg_n > 0)
+        shoal_avg_finish(dst, dst, count, p->dtype, p->avg_n);
+    s = p->recv_ep->ops->recv_release(p->recv_ep);
+    if (s != SHOAL_OK || !p->send_ep)
+        return s;
+    return shoal_prim_send(p, dst, bytes);
+}
+
+shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes)
+{
+    const void *in;
+    void *out = NULL;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s == SHOAL_OK && p->send_ep)
+        s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    memcpy(dst, in, bytes);
+    if (out)
+        memcpy(out, in, bytes);
+    s = p->recv_ep->ops->recv_release(p->recv_ep);
+    if (s != SHOAL_OK || !out)
+        return s;
+    return p->send_ep->ops->send_post(p->send_ep, bytes);
+}

@@ -1,0 +1,56 @@
+/* Collective entry points: argument checks that leave the communicator
+ * usable, algorithm choice, and the sticky error when a run fails. */
+#include "comm.h"
+
+#include "algos/algo.h"
+#include "dtype.h"
+#include "log.h"
+
+#include <stdint.h>
+
+/* Checks shared by every collective; the reason goes to comm's last error. */
+static shoal_status_t coll_check(struct shoal_comm *comm, const char *name, const void *sendbuf,
+                                 const void *recvbuf, size_t count, shoal_dtype_t dtype,
+                                 shoal_op_t op)
+{
+    shoal_status_t s = shoal_comm_check(comm, name);
+    if (s != SHOAL_OK)
+        return s;
+    size_t es = shoal_dtype_bytes(dtype);
+    if (es == 0)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown dtype %d", name,
+                               (int)dtype);
+    if ((unsigned)op >= SHOAL_OP_COUNT)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown op %d", name, (int)op);
+    if (count > SIZE_MAX / es / (size_t)comm->nranks)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: count %zu of %s overflows the address space", name, count,
+                               shoal_dtype_name(dtype));
+    if (count > 0 && (!sendbuf || !recvbuf))
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %s is NULL with count %zu",
+                               name, sendbuf ? "recvbuf" : "sendbuf", count);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
+{
+    shoal_status_t s = coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
+    if (s != SHOAL_OK || count == 0)
+        return s;
+    shoal_coll_args_t args = {sendbuf, recvbuf, count, dtype, op};
+    const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, &args);
+    if (!algo)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "shoal_allreduce: no algorithm selected (see SHOAL_ALGO)");
+    shoal_plan_t plan;
+    s = algo->plan(comm, &args, &plan);
+    if (s == SHOAL_OK)
+        s = algo->run(&plan);
+    if (s != SHOAL_OK) {
+        shoal_comm_set_error(comm, s);
+        return shoal_comm_fail(comm, s, "shoal_allreduce: %s all-reduce of %zu x %s failed on rank %d",
+                               algo->name, count, shoal_dtype_name(dtype), comm->rank);
+    }
+    return SHOAL_OK;
+}

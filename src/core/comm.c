@@ -1,0 +1,358 @@
+/* Communicator lifecycle: init from an id, split, destroy, abort, queries,
+ * and the per-communicator error record. */
+#include "comm.h"
+
+#include "bootstrap.h"
+#include "clock.h"
+#include "log.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Live communicators of this process: API calls check membership before
+ * touching a handle, so a destroyed one is refused instead of used. */
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shoal_comm **registry;
+static size_t registry_len, registry_cap;
+
+static _Thread_local char thread_error[SHOAL_ERROR_MAX];
+
+static shoal_status_t registry_add(struct shoal_comm *comm)
+{
+    shoal_status_t status = SHOAL_OK;
+    pthread_mutex_lock(&registry_lock);
+    if (registry_len == registry_cap) {
+        size_t cap = registry_cap ? 2 * registry_cap : 16;
+        struct shoal_comm **r = realloc(registry, cap * sizeof(*r));
+        if (!r) {
+            status = SHOAL_ERR_NO_MEMORY;
+            goto out_unlock;
+        }
+        registry = r;
+        registry_cap = cap;
+    }
+    registry[registry_len++] = comm;
+out_unlock:
+    pthread_mutex_unlock(&registry_lock);
+    return status;
+}
+
+/* Returns 1 if comm was registered (and now is not). */
+static int registry_remove(struct shoal_comm *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len; i++) {
+        if (registry[i] == comm) {
+            registry[i] = registry[--registry_len];
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+int shoal_comm_valid(const struct shoal_comm *comm)
+{
+    int found = 0;
+    if (!comm)
+        return 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len && !found; i++)
+        found = registry[i] == comm;
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+static shoal_status_t record_error(char *buf, shoal_status_t status, const char *fmt,
+                                   va_list ap)
+{
+    vsnprintf(buf, SHOAL_ERROR_MAX, fmt, ap);
+    shoal_error(INIT, "%s (%s)", buf, shoal_status_string(status));
+    return status;
+}
+
+shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
+                               const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record_error(comm ? comm->last_error : thread_error, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+static shoal_status_t thread_fail(shoal_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static shoal_status_t thread_fail(shoal_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    record_error(thread_error, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t status)
+{
+    if (status == SHOAL_ERR_PEER || status == SHOAL_ERR_TIMEOUT ||
+        status == SHOAL_ERR_ABORTED) {
+        int expected = SHOAL_OK;
+        atomic_compare_exchange_strong_explicit(&comm->error, &expected, (int)status,
+                                                memory_order_acq_rel, memory_order_acquire);
+    }
+    return status;
+}
+
+shoal_status_t shoal_comm_check(struct shoal_comm *comm, const char *caller)
+{
+    if (!comm)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: communicator is NULL", caller);
+    if (!shoal_comm_valid(comm))
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "%s: communicator %p is not valid (destroyed or never created)",
+                           caller, (void *)comm);
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        return shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted",
+                               caller);
+    int err = atomic_load_explicit(&comm->error, memory_order_acquire);
+    if (err != SHOAL_OK)
+        return shoal_comm_fail(comm, (shoal_status_t)err,
+                               "%s: communicator is broken by an earlier failure: %s",
+                               caller, shoal_status_string((shoal_status_t)err));
+    return SHOAL_OK;
+}
+
+const char *shoal_comm_last_error(shoal_comm_t comm)
+{
+    return shoal_comm_valid(comm) ? comm->last_error : thread_error;
+}
+
+shoal_status_t shoal_get_unique_id(shoal_unique_id_t *id_p)
+{
+    if (!id_p)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_get_unique_id: id_p is NULL");
+    shoal_config_get();
+    return shoal_bootstrap_id_create(id_p);
+}
+
+/* Exchange host identities and number the distinct hosts in rank order. */
+static shoal_status_t comm_map_hosts(struct shoal_comm *comm)
+{
+    int n = comm->nranks;
+    comm->host_ids = calloc((size_t)n, sizeof(*comm->host_ids));
+    comm->host_of = calloc((size_t)n, sizeof(*comm->host_of));
+    if (!comm->host_ids || !comm->host_of)
+        return SHOAL_ERR_NO_MEMORY;
+    shoal_host_id(comm->host_ids[comm->rank]);
+    shoal_status_t s = shoal_bootstrap_allgather(comm->bootstrap, comm->host_ids,
+                                                 SHOAL_HOST_ID_MAX);
+    if (s != SHOAL_OK)
+        return s;
+    comm->nhosts = 0;
+    for (int r = 0; r < n; r++) {
+        comm->host_ids[r][SHOAL_HOST_ID_MAX - 1] = '\0';
+        int h = 0;
+        while (h < r && strcmp(comm->host_ids[h], comm->host_ids[r]))
+            h++;
+        comm->host_of[r] = h < r ? comm->host_of[h] : comm->nhosts++;
+    }
+    return SHOAL_OK;
+}
+
+static void comm_free(struct shoal_comm *comm)
+{
+    shoal_transport_teardown(comm);
+    if (comm->bootstrap)
+        shoal_bootstrap_destroy(comm->bootstrap);
+    free(comm->eps);
+    free(comm->host_ids);
+    free(comm->host_of);
+    free(comm);
+}
+
+shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank,
+                               shoal_comm_t *comm_p)
+{
+    const shoal_config_t *cfg = shoal_config_get();
+    if (!id || !comm_p)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_init: %s is NULL",
+                           id ? "comm_p" : "id");
+    if (nranks < 1)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_init: nranks %d < 1", nranks);
+    if (rank < 0 || rank >= nranks)
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "shoal_comm_init: rank %d out of range 0..%d", rank, nranks - 1);
+
+    struct shoal_comm *comm = calloc(1, sizeof(*comm));
+    if (!comm)
+        return thread_fail(SHOAL_ERR_NO_MEMORY, "shoal_comm_init: out of memory");
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->timeout_ns = cfg->core.timeout_ns;
+    comm->chunk_size = cfg->algo.chunk_size;
+    comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
+    shoal_status_t s = comm->eps ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+    if (s != SHOAL_OK)
+        goto err_free;
+
+    s = shoal_bootstrap_init(id, rank, nranks, comm->timeout_ns, &comm->bootstrap);
+    if (s != SHOAL_OK)
+        goto err_free;
+    s = comm_map_hosts(comm);
+    if (s != SHOAL_OK)
+        goto err_free;
+    s = shoal_transport_wireup(comm);
+    if (s != SHOAL_OK)
+        goto err_free;
+    s = registry_add(comm);
+    if (s != SHOAL_OK)
+        goto err_free;
+    shoal_info(INIT, "rank %d/%d ready: %d host(s), chunk %zu B", rank, nranks,
+               comm->nhosts, comm->chunk_size);
+    *comm_p = comm;
+    return SHOAL_OK;
+
+err_free:
+    thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator", rank,
+                nranks);
+    comm_free(comm);
+    return s;
+}
+
+/* Member of a split: (color, key, old rank) of every rank of the parent. */
+typedef struct {
+    int color;
+    int key;
+    int rank;
+} split_entry_t;
+
+static int split_entry_cmp(const void *a, const void *b)
+{
+    const split_entry_t *x = a, *y = b;
+    if (x->color != y->color)
+        return x->color < y->color ? -1 : 1;
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return x->rank < y->rank ? -1 : x->rank > y->rank;
+}
+
+shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
+{
+    shoal_status_t s = shoal_comm_check(comm, "shoal_comm_split");
+    if (s != SHOAL_OK)
+        return s;
+    if (!newcomm_p)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "shoal_comm_split: newcomm_p is NULL");
+    if (color < 0 && color != SHOAL_SPLIT_NOCOLOR)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "shoal_comm_split: color %d is negative (only SHOAL_SPLIT_NOCOLOR is)",
+                               color);
+    int n = comm->nranks;
+    split_entry_t *all = calloc((size_t)n, sizeof(*all));
+    shoal_unique_id_t *ids = calloc((size_t)n, sizeof(*ids));
+    if (!all || !ids) {
+        s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_split: out of memory");
+        goto out_free;
+    }
+    all[comm->rank] = (split_entry_t){color, key, comm->rank};
+    s = shoal_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
+    if (s != SHOAL_OK)
+        goto err_broken;
+    qsort(all, (size_t)n, sizeof(*all), split_entry_cmp);
+
+    /* The first member of each color creates the new communicator's id. */
+    int first = -1, newrank = -1, newsize = 0;
+    for (int i = 0; i < n; i++) {
+        if (all[i].color != color)
+            continue;
+        if (first < 0)
+            first = all[i].rank;
+        if (all[i].rank == comm->rank)
+            newrank = newsize;
+        newsize++;
+    }
+    if (color != SHOAL_SPLIT_NOCOLOR && first == comm->rank) {
+        s = shoal_bootstrap_id_create(&ids[comm->rank]);
+        if (s != SHOAL_OK) {
+            /* Peers would wait for an id that never comes: break the
+             * exchange for everyone by failing it here, after logging. */
+            shoal_comm_fail(comm, s, "shoal_comm_split: cannot create the new id");
+        }
+    }
+    shoal_status_t sg = shoal_bootstrap_allgather(comm->bootstrap, ids, sizeof(*ids));
+    if (sg != SHOAL_OK) {
+        s = sg;
+        goto err_broken;
+    }
+    if (s != SHOAL_OK)
+        goto out_free;
+    if (color == SHOAL_SPLIT_NOCOLOR) {
+        *newcomm_p = NULL;
+        goto out_free;
+    }
+    s = shoal_comm_init(newsize, &ids[first], newrank, newcomm_p);
+    if (s != SHOAL_OK)
+        shoal_comm_fail(comm, s, "shoal_comm_split: color %d: %s", color, thread_error);
+    goto out_free;
+
+err_broken:
+    shoal_comm_set_error(comm, s);
+    shoal_comm_fail(comm, s, "shoal_comm_split: exchange with the other ranks failed");
+out_free:
+    free(all);
+    free(ids);
+    return s;
+}
+
+shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
+{
+    if (!comm || !shoal_comm_valid(comm))
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "shoal_comm_destroy: communicator %p is not valid", (void *)comm);
+    /* A barrier lets every rank finish reading what this rank sent before
+     * its sockets close; a broken communicator skips it (use abort then). */
+    shoal_status_t s = SHOAL_OK;
+    if (!atomic_load(&comm->aborted) && atomic_load(&comm->error) == SHOAL_OK)
+        s = shoal_bootstrap_barrier(comm->bootstrap);
+    if (!registry_remove(comm))
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "shoal_comm_destroy: communicator %p destroyed twice", (void *)comm);
+    comm_free(comm);
+    if (s != SHOAL_OK)
+        thread_fail(s, "shoal_comm_destroy: peers did not reach the final barrier");
+    return s;
+}
+
+shoal_status_t shoal_comm_abort(shoal_comm_t comm)
+{
+    if (!comm || !registry_remove(comm))
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "shoal_comm_abort: communicator %p is not valid", (void *)comm);
+    atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    shoal_bootstrap_abort(comm->bootstrap);
+    comm_free(comm);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
+{
+    if (!shoal_comm_valid(comm) || !rank_p)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_rank: %s",
+                           rank_p ? "invalid communicator" : "rank_p is NULL");
+    *rank_p = comm->rank;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p)
+{
+    if (!shoal_comm_valid(comm) || !size_p)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_size: %s",
+                           size_p ? "invalid communicator" : "size_p is NULL");
+    *size_p = comm->nranks;
+    return SHOAL_OK;
+}

@@ -1,0 +1,129 @@
+/* Transport registry and wireup: open each transport, exchange address
+ * blobs over the bootstrap network, and connect every peer through the first
+ * transport in list order that both ends have open and that reaches it. */
+#include "transport.h"
+
+#include "core/comm.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Order is preference: shared memory wherever it reaches, tcp elsewhere. */
+static const shoal_transport_ops_t *const transports[] = {
+    &shoal_shm_ops,
+    &shoal_tcp_ops,
+};
+#define NTRANSPORTS (sizeof(transports) / sizeof(transports[0]))
+
+_Static_assert(NTRANSPORTS <= SHOAL_MAX_TRANSPORTS, "raise SHOAL_MAX_TRANSPORTS");
+
+typedef struct {
+    uint32_t len; /* 0: the transport is not open on that rank */
+    unsigned char blob[SHOAL_TL_ADDR_MAX];
+} tl_addr_t;
+
+/* Open transport t (or leave it closed) and gather every rank's blob. */
+static shoal_status_t wireup_exchange(struct shoal_comm *comm, size_t t, tl_addr_t *addrs)
+{
+    const shoal_transport_ops_t *ops = transports[t];
+    tl_addr_t *mine = &addrs[comm->rank];
+    memset(mine, 0, sizeof(*mine));
+    shoal_tl_ctx_t *ctx = NULL;
+    shoal_status_t s = ops->open(comm, &ctx);
+    if (s == SHOAL_OK) {
+        size_t len = SHOAL_TL_ADDR_MAX;
+        s = ops->addr_pack(ctx, mine->blob, &len);
+        if (s != SHOAL_OK || len == 0 || len > SHOAL_TL_ADDR_MAX) {
+            shoal_error(INIT, "transport %s: cannot pack its address", ops->name);
+            ops->close(ctx);
+            return s != SHOAL_OK ? s : SHOAL_ERR_INTERNAL;
+        }
+        mine->len = (uint32_t)len;
+        comm->tl_ctx[t] = ctx;
+    } else if (s == SHOAL_ERR_UNSUPPORTED) {
+        shoal_debug(INIT, "transport %s not in use on rank %d", ops->name, comm->rank);
+    } else {
+        return s;
+    }
+    return shoal_bootstrap_allgather(comm->bootstrap, addrs, sizeof(*addrs));
+}
+
+static shoal_status_t wireup_peer(struct shoal_comm *comm, int peer, tl_addr_t *const *addrs,
+                                  uint64_t deadline)
+{
+    for (size_t t = 0; t < NTRANSPORTS; t++) {
+        const tl_addr_t *theirs = &addrs[t][peer];
+        if (!comm->tl_ctx[t] || theirs->len == 0)
+            continue;
+        shoal_tl_caps_t caps = {0};
+        shoal_status_t s = transports[t]->query(comm, peer, &caps);
+        if (s != SHOAL_OK)
+            return s;
+        if (!caps.reachable)
+            continue;
+        s = transports[t]->connect(comm->tl_ctx[t], peer, theirs->blob, theirs->len, deadline,
+                                   &comm->eps[peer]);
+        if (s == SHOAL_OK)
+            shoal_debug(INIT, "rank %d -> %d over %s", comm->rank, peer, transports[t]->name);
+        return s;
+    }
+    shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s)", comm->rank, peer,
+                comm->host_ids[peer]);
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
+{
+    tl_addr_t *addrs[NTRANSPORTS] = {0};
+    shoal_status_t s = SHOAL_OK;
+    for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
+        addrs[t] = calloc((size_t)comm->nranks, sizeof(tl_addr_t));
+        s = addrs[t] ? wireup_exchange(comm, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
+    }
+    comm->ntl = (int)NTRANSPORTS;
+    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
+        if (peer != comm->rank)
+            s = wireup_peer(comm, peer, addrs, deadline);
+    }
+    if (s == SHOAL_OK)
+        s = shoal_bootstrap_barrier(comm->bootstrap);
+    for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
+        if (comm->tl_ctx[t])
+            s = transports[t]->ready(comm->tl_ctx[t]);
+    }
+    for (size_t t = 0; t < NTRANSPORTS; t++)
+        free(addrs[t]);
+    return s;
+}
+
+shoal_status_t shoal_transport_progress(struct shoal_comm *comm)
+{
+    for (int t = 0; t < comm->ntl; t++) {
+        shoal_tl_ctx_t *ctx = comm->tl_ctx[t];
+        if (ctx) {
+            shoal_status_t s = ctx->ops->progress(ctx);
+            if (s != SHOAL_OK)
+                return s;
+        }
+    }
+    return SHOAL_OK;
+}
+
+void shoal_transport_teardown(struct shoal_comm *comm)
+{
+    for (int peer = 0; comm->eps && peer < comm->nranks; peer++) {
+        if (comm->eps[peer]) {
+            comm->eps[peer]->ops->disconnect(comm->eps[peer]);
+            comm->eps[peer] = NULL;
+        }
+    }
+    for (size_t t = 0; t < NTRANSPORTS; t++) {
+        if (comm->tl_ctx[t]) {
+            comm->tl_ctx[t]->ops->close(comm->tl_ctx[t]);
+            comm->tl_ctx[t] = NULL;
+        }
+    }
+}

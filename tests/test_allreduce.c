@@ -1,0 +1,238 @@
+/* All-reduce against a scalar reference: every dtype x op, rank counts 1..8,
+ * counts 0, 1, odd and several pipeline loops, in-place and out-of-place,
+ * over shared memory and over tcp. Inputs are chosen so that every partial
+ * result is exact in the dtype, which makes the expected output independent
+ * of the reduction order; a separate case with random floats checks that all
+ * ranks get bitwise identical results. */
+#include "harness.h"
+
+#include "algos/reduce.h"
+#include "core/dtype.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEST_CHUNK 4096
+
+static uint32_t mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* A value whose sums, products, minima and maxima over up to 8 ranks are
+ * exact in dtype. */
+static double exact_value(int rank, size_t i, shoal_dtype_t dt, shoal_op_t op)
+{
+    uint32_t h = mix((uint32_t)rank * 2654435761u + (uint32_t)i * 40503u + (uint32_t)op);
+    if (op == SHOAL_PROD && dt >= SHOAL_FLOAT16) { /* every float type */
+        /* Powers of two within 2^-8..2^8: exact even in fp8. */
+        static const double f[] = {1, -1, 2, 0.5, 1, -2, -0.5, 1};
+        return f[h % 8];
+    }
+    if (dt == SHOAL_FP8_E5M2)
+        return (double)(int)(h % 3) - 1;
+    if (dt == SHOAL_UINT8 || dt == SHOAL_UINT32 || dt == SHOAL_UINT64)
+        return (double)(h % 5);
+    return (double)(int)(h % 5) - 2;
+}
+
+static void store(void *buf, size_t i, shoal_dtype_t dt, double v)
+{
+    switch (dt) {
+    case SHOAL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case SHOAL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case SHOAL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case SHOAL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case SHOAL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case SHOAL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case SHOAL_FLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_f16((float)v); break;
+    case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case SHOAL_FLOAT64: ((double *)buf)[i] = v; break;
+    case SHOAL_BFLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_bf16((float)v); break;
+    case SHOAL_FP8_E4M3: ((uint8_t *)buf)[i] = shoal_f32_to_e4m3((float)v); break;
+    case SHOAL_FP8_E5M2: ((uint8_t *)buf)[i] = shoal_f32_to_e5m2((float)v); break;
+    default: break;
+    }
+}
+
+static void fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, shoal_op_t op)
+{
+    for (size_t i = 0; i < count; i++)
+        store(buf, i, dt, exact_value(rank, i, dt, op));
+}
+
+/* Expected result: fold every rank's input with the scalar reference. */
+static void expected(void *out, void *tmp, size_t count, int nranks, shoal_dtype_t dt,
+                     shoal_op_t op)
+{
+    fill_exact(out, count, 0, dt, op);
+    for (int r = 1; r < nranks; r++) {
+        fill_exact(tmp, count, r, dt, op);
+        shoal_reduce_ref(out, out, tmp, count, dt, op);
+    }
+    if (op == SHOAL_AVG)
+        shoal_avg_finish_ref(out, out, count, dt, nranks);
+}
+
+static uint64_t hash_bytes(const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Every rank holds the same hash iff the max and min over ranks agree. */
+static int same_on_all_ranks(shoal_comm_t comm, uint64_t h)
+{
+    uint64_t mx, mn;
+    if (shoal_allreduce(&h, &mx, 1, SHOAL_UINT64, SHOAL_MAX, comm) != SHOAL_OK ||
+        shoal_allreduce(&h, &mn, 1, SHOAL_UINT64, SHOAL_MIN, comm) != SHOAL_OK)
+        return 0;
+    return mx == mn && mx == h;
+}
+
+static int check_one(shoal_comm_t comm, int rank, int nranks, size_t count, shoal_dtype_t dt,
+                     shoal_op_t op, int in_place, unsigned char *a, unsigned char *b,
+                     unsigned char *want, unsigned char *tmp)
+{
+    size_t es;
+    shoal_dtype_size(dt, &es);
+    size_t bytes = count * es;
+    const unsigned char guard = 0xa5;
+    fill_exact(a, count, rank, dt, op);
+    memset(b, guard, bytes + 64);
+    void *send = a, *recv = in_place ? a : b;
+    shoal_status_t s = shoal_allreduce(count ? send : NULL, count ? recv : NULL, count, dt, op, comm);
+    RANK_CHECK(s == SHOAL_OK, "rank %d: allreduce %s/%s count %zu: %s (%s)", rank,
+               shoal_dtype_name(dt), shoal_op_name(op), count, shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    expected(want, tmp, count, nranks, dt, op);
+    const unsigned char *got = recv;
+    for (size_t i = 0; i < bytes; i++)
+        RANK_CHECK(got[i] == want[i],
+                   "rank %d/%d %s %s count %zu %s: byte %zu (element %zu) is %#x, want %#x",
+                   rank, nranks, shoal_dtype_name(dt), shoal_op_name(op), count,
+                   in_place ? "in-place" : "out-of-place", i, i / es, got[i], want[i]);
+    if (!in_place) {
+        for (size_t i = bytes; i < bytes + 64; i++)
+            RANK_CHECK(b[i] == guard, "rank %d: write past the end at byte %zu", rank, i);
+    }
+    return 0;
+}
+
+typedef struct {
+    const char *transport; /* "shm" or "tcp" */
+} case_t;
+
+static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    size_t loop_elems = (size_t)nranks * TEST_CHUNK; /* one ring loop of int8 */
+    const size_t counts[] = {0, 1, 17, 2 * loop_elems + 333};
+    size_t max_bytes = counts[3] * 8;
+    unsigned char *a = malloc(max_bytes), *b = malloc(max_bytes + 64);
+    unsigned char *want = malloc(max_bytes), *tmp = malloc(max_bytes);
+    RANK_CHECK(a && b && want && tmp, "out of memory");
+    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++)
+        for (int op = 0; op < SHOAL_OP_COUNT; op++)
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (int in_place = 0; in_place < 2; in_place++)
+                    if (check_one(comm, rank, nranks, counts[c], (shoal_dtype_t)dt,
+                                  (shoal_op_t)op, in_place, a, b, want, tmp))
+                        return 1;
+    /* Random floats: inexact sums, so only agreement between ranks is due. */
+    size_t n = counts[3];
+    float *f = (float *)a;
+    for (size_t i = 0; i < n; i++)
+        f[i] = (float)mix((uint32_t)(rank * 7919 + (int)i)) / 4294967296.0f - 0.5f;
+    s = shoal_allreduce(f, b, n, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_OK, "random allreduce: %s", shoal_status_string(s));
+    RANK_CHECK(same_on_all_ranks(comm, hash_bytes(b, n * sizeof(float))),
+               "rank %d: results differ between ranks", rank);
+    free(a);
+    free(b);
+    free(want);
+    free(tmp);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    (void)arg;
+    return 0;
+}
+
+static void run_matrix(const char *transport, int nranks)
+{
+    char chunk[32];
+    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
+    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
+    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
+    assert_int_equal(harness_run_ranks(nranks, rank_matrix, NULL, 600), 0);
+}
+
+#define MATRIX_TEST(tl, n)                                                    \
+    static void test_##tl##_##n(void **state)                                 \
+    {                                                                         \
+        (void)state;                                                          \
+        run_matrix(#tl, n);                                                   \
+    }
+MATRIX_TEST(shm, 1) MATRIX_TEST(shm, 2) MATRIX_TEST(shm, 3) MATRIX_TEST(shm, 4)
+MATRIX_TEST(shm, 5) MATRIX_TEST(shm, 6) MATRIX_TEST(shm, 7) MATRIX_TEST(shm, 8)
+MATRIX_TEST(tcp, 2) MATRIX_TEST(tcp, 3) MATRIX_TEST(tcp, 4) MATRIX_TEST(tcp, 5)
+MATRIX_TEST(tcp, 6) MATRIX_TEST(tcp, 7) MATRIX_TEST(tcp, 8)
+
+/* Default pipeline size with several loops of real-sized pieces. */
+static int rank_large(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    size_t n = (size_t)5 << 20; /* 20 MiB of float */
+    float *x = malloc(n * sizeof(float));
+    RANK_CHECK(x, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((i + (size_t)rank) % 7);
+    RANK_CHECK(shoal_allreduce(x, x, n, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, "allreduce");
+    for (size_t i = 0; i < n; i++) {
+        float want = 0;
+        for (int r = 0; r < nranks; r++)
+            want += (float)((i + (size_t)r) % 7);
+        RANK_CHECK(x[i] == want, "element %zu is %g, want %g", i, x[i], want);
+    }
+    free(x);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    (void)arg;
+    return 0;
+}
+
+static void test_large_default_chunk(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_CHUNK_SIZE", NULL);
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+    assert_int_equal(harness_run_ranks(3, rank_large, NULL, 600), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    assert_int_equal(harness_run_ranks(2, rank_large, NULL, 600), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shm_1), cmocka_unit_test(test_shm_2),
+        cmocka_unit_test(test_shm_3), cmocka_unit_test(test_shm_4),
+        cmocka_unit_test(test_shm_5), cmocka_unit_test(test_shm_6),
+        cmocka_unit_test(test_shm_7), cmocka_unit_test(test_shm_8),
+        cmocka_unit_test(test_tcp_2), cmocka_unit_test(test_tcp_3),
+        cmocka_unit_test(test_tcp_4), cmocka_unit_test(test_tcp_5),
+        cmocka_unit_test(test_tcp_6), cmocka_unit_test(test_tcp_7),
+        cmocka_unit_test(test_tcp_8), cmocka_unit_test(test_large_default_chunk),
+    };
+    return cmocka_run_group_tests_name("allreduce", tests, NULL, NULL);
+}

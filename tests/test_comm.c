@@ -1,0 +1,176 @@
+/* Communicator lifecycle and bad input: every invalid argument gets a clear
+ * status and a reason, and the communicator stays usable; split; a
+ * destroyed handle is refused; a rank that dies turns into an error on the
+ * others within the deadline. */
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int allreduce_works(shoal_comm_t comm, int nranks)
+{
+    int one = 1, sum = 0;
+    return shoal_allreduce(&one, &sum, 1, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK &&
+           sum == nranks;
+}
+
+static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    float x[4] = {1, 2, 3, 4};
+    struct {
+        const char *what;
+        const void *send;
+        void *recv;
+        size_t count;
+        int dtype, op;
+    } bad[] = {
+        {"NULL sendbuf", NULL, x, 4, SHOAL_FLOAT32, SHOAL_SUM},
+        {"NULL recvbuf", x, NULL, 4, SHOAL_FLOAT32, SHOAL_SUM},
+        {"unknown dtype", x, x, 4, SHOAL_DTYPE_COUNT, SHOAL_SUM},
+        {"negative dtype", x, x, 4, -1, SHOAL_SUM},
+        {"unknown op", x, x, 4, SHOAL_FLOAT32, SHOAL_OP_COUNT},
+        {"overflowing count", x, x, SIZE_MAX / 2, SHOAL_FLOAT32, SHOAL_SUM},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        shoal_status_t s = shoal_allreduce(bad[i].send, bad[i].recv, bad[i].count,
+                                           (shoal_dtype_t)bad[i].dtype, (shoal_op_t)bad[i].op,
+                                           comm);
+        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "%s gave %s", bad[i].what, shoal_status_string(s));
+        RANK_CHECK(strlen(shoal_comm_last_error(comm)) > 0, "%s left no reason", bad[i].what);
+        RANK_CHECK(x[0] == 1 && x[3] == 4, "%s changed the buffer", bad[i].what);
+    }
+    RANK_CHECK(shoal_allreduce(NULL, NULL, 0, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+               "count 0 with NULL buffers must succeed");
+    RANK_CHECK(allreduce_works(comm, nranks), "comm unusable after bad input");
+
+    int r = -1, n = -1;
+    RANK_CHECK(shoal_comm_rank(comm, &r) == SHOAL_OK && r == rank, "rank query");
+    RANK_CHECK(shoal_comm_size(comm, &n) == SHOAL_OK && n == nranks, "size query");
+    RANK_CHECK(shoal_comm_rank(comm, NULL) == SHOAL_ERR_INVALID_ARG, "NULL rank_p");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+
+    /* The handle is dead now: refused, never dereferenced. */
+    RANK_CHECK(shoal_allreduce(x, x, 4, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_ERR_INVALID_ARG,
+               "destroyed comm accepted");
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "not valid") != NULL, "reason: %s",
+               shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, "double destroy accepted");
+    RANK_CHECK(shoal_allreduce(x, x, 4, SHOAL_FLOAT32, SHOAL_SUM, NULL) == SHOAL_ERR_INVALID_ARG,
+               "NULL comm accepted");
+    (void)arg;
+    return 0;
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    assert_int_equal(harness_run_ranks(3, rank_bad_input, NULL, 120), 0);
+}
+
+static void test_bad_init_args(void **state)
+{
+    (void)state;
+    shoal_unique_id_t id;
+    shoal_comm_t comm = (shoal_comm_t)0x1;
+    assert_int_equal(shoal_get_unique_id(&id), SHOAL_OK);
+    assert_int_equal(shoal_comm_init(0, &id, 0, &comm), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_comm_init(2, &id, 2, &comm), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_comm_init(2, &id, -1, &comm), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_comm_init(2, NULL, 0, &comm), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_comm_init(2, &id, 0, NULL), SHOAL_ERR_INVALID_ARG);
+    assert_ptr_equal(comm, (shoal_comm_t)0x1); /* outputs written only on success */
+    assert_true(strstr(shoal_comm_last_error(NULL), "NULL") != NULL);
+    assert_int_equal(shoal_get_unique_id(NULL), SHOAL_ERR_INVALID_ARG);
+    size_t sz;
+    assert_int_equal(shoal_dtype_size(SHOAL_BFLOAT16, &sz), SHOAL_OK);
+    assert_int_equal(sz, 2);
+    assert_int_equal(shoal_dtype_size(SHOAL_DTYPE_COUNT, &sz), SHOAL_ERR_INVALID_ARG);
+    assert_string_equal(shoal_status_string(SHOAL_ERR_TIMEOUT), "timed out");
+    assert_string_equal(shoal_status_string((shoal_status_t)999), "unknown status");
+}
+
+/* Split by parity, ordered by descending key; rank 0 opts out. */
+static int rank_split(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm, sub = NULL;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    int color = rank == 0 ? SHOAL_SPLIT_NOCOLOR : rank % 2;
+    shoal_status_t s = shoal_comm_split(comm, color, -rank, &sub);
+    RANK_CHECK(s == SHOAL_OK, "split: %s", shoal_status_string(s));
+    if (rank == 0) {
+        RANK_CHECK(sub == NULL, "NOCOLOR rank got a communicator");
+    } else {
+        int members = 0, above = 0;
+        for (int r = 1; r < nranks; r++) {
+            if (r % 2 == color) {
+                members++;
+                above += r > rank;
+            }
+        }
+        int sr, sn;
+        RANK_CHECK(shoal_comm_rank(sub, &sr) == SHOAL_OK && sr == above, "sub rank %d, want %d",
+                   sr, above);
+        RANK_CHECK(shoal_comm_size(sub, &sn) == SHOAL_OK && sn == members, "sub size %d", sn);
+        int v = rank, sum = 0, want = 0;
+        for (int r = 1; r < nranks; r++)
+            want += r % 2 == color ? r : 0;
+        RANK_CHECK(shoal_allreduce(&v, &sum, 1, SHOAL_INT32, SHOAL_SUM, sub) == SHOAL_OK &&
+                       sum == want, "sub allreduce %d, want %d", sum, want);
+        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy sub");
+    }
+    RANK_CHECK(allreduce_works(comm, nranks), "parent unusable after split");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    (void)arg;
+    return 0;
+}
+
+static void test_split(void **state)
+{
+    (void)state;
+    assert_int_equal(harness_run_ranks(6, rank_split, NULL, 120), 0);
+    assert_int_equal(harness_run_ranks(7, rank_split, NULL, 120), 0);
+}
+
+/* The last rank exits after init; the others must get an error, not hang. */
+static int rank_dies(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    if (rank == nranks - 1)
+        _exit(0);
+    static float x[1 << 16];
+    shoal_status_t s = shoal_allreduce(x, x, 1 << 16, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "got %s", shoal_status_string(s));
+    s = shoal_allreduce(x, x, 1, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "broken comm gave %s",
+               shoal_status_string(s));
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    (void)arg;
+    return 0;
+}
+
+static void test_dead_rank(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_TIMEOUT", "3s");
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    assert_int_equal(harness_run_ranks(3, rank_dies, NULL, 60), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+    assert_int_equal(harness_run_ranks(3, rank_dies, NULL, 60), 0);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_init_args),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_split),
+        cmocka_unit_test(test_dead_rank),
+    };
+    return cmocka_run_group_tests_name("comm", tests, NULL, NULL);
+}
