@@ -30,6 +30,7 @@ TOOLS    := tools/allreduce_bench tools/shoal_info
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o
+TEST_SCRIPTS := $(sort $(wildcard tests/*.sh))
 
 .PHONY: all test install clean
 all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(TOOLS) $(TESTS)

@@ -146,3 +146,18 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
         return s;
     return p->send_ep->ops->send_post(p->send_ep, bytes);
 }
+
+shoal_status_t shoal_prim_flush(shoal_prims_t *p)
+{
+    shoal_ep_t *ep = p->send_ep;
+    unsigned spins = 0;
+    for (;;) {
+        shoal_status_t s = ep ? ep->ops->flush(ep) : SHOAL_OK;
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+            if (s == SHOAL_ERR_TIMEOUT)
+                shoal_error(ALGO, "rank %d: data for rank %d still unsent at the deadline",
+                            p->comm->rank, ep->peer);
+            return s;
+        }
+    }
+}

@@ -32,4 +32,8 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
 /* dst = received; sent on (send_ep may be NULL). */
 shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes);
 
+/* Wait until everything posted to send_ep has left this process, so the
+ * operation may return without leaving a peer waiting on unpushed bytes. */
+shoal_status_t shoal_prim_flush(shoal_prims_t *p);
+
 #endif

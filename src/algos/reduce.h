@@ -20,6 +20,12 @@ shoal_reduce_fn_t shoal_reduce_fn(shoal_dtype_t dtype, shoal_op_t op);
  * for half, bf16 and fp8; the type itself for fp32 and fp64). dst may equal src. */
 void shoal_avg_finish(void *dst, const void *src, size_t count, shoal_dtype_t dtype, int n);
 
+/* Allow (1, the default) or forbid (0) the kernels that use optional CPU
+ * instructions chosen at run time (x86's F16C for half); forbidden, every
+ * machine runs the portable kernels, which lets tests compare those too.
+ * Affects kernels looked up afterwards. Thread-safe. */
+void shoal_reduce_simd_enable(int enable);
+
 /* Plain one-element-at-a-time references. */
 void shoal_reduce_ref(void *dst, const void *a, const void *b, size_t count,
                       shoal_dtype_t dtype, shoal_op_t op);

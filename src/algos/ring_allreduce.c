@@ -101,7 +101,7 @@ static shoal_status_t ring_run(shoal_plan_t *plan)
         s = shoal_prim_recv(p, AT(dst, off), len * es);
 #undef AT
     }
-    return s;
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
 }
 
 const shoal_algo_ops_t shoal_ring_allreduce_ops = {

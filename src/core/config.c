@@ -32,7 +32,7 @@ int shoal_config_parse_size(const char *text, size_t *out_p)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(text, &end, 10);
-    if (end == text || errno || text[0] == '-')
+    if (end == text || errno || !isdigit((unsigned char)text[0]))
         return -1;
     unsigned shift = 0;
     switch (tolower((unsigned char)*end)) {
@@ -55,7 +55,7 @@ int shoal_config_parse_time_ns(const char *text, uint64_t *out_p)
     char *end;
     errno = 0;
     double v = strtod(text, &end);
-    if (end == text || errno || v < 0)
+    if (end == text || errno || !(v >= 0))
         return -1;
     double scale;
     if (*end == '\0' || !strcmp(end, "s"))

@@ -1,6 +1,13 @@
 /* Element types: sizes, names, and scalar conversions of the 16- and 8-bit
  * floating types through fp32 with round-to-nearest-even. The conversions are
- * static inline so later CUDA code can share them (SHOAL_HD). */
+ * static inline so later CUDA code can share them (SHOAL_HD).
+ *
+ * The conversions are written without branches: every case is computed and
+ * the right one chosen by a select. Inlined with constant format parameters,
+ * a loop of them auto-vectorizes (the reduction kernels rely on this). They
+ * assume the default floating-point environment: round to nearest, and fp32
+ * subnormal inputs may be flushed to zero (they round to zero in every narrow
+ * format anyway). */
 #ifndef SHOAL_DTYPE_H
 #define SHOAL_DTYPE_H
 
@@ -35,91 +42,88 @@ static inline SHOAL_HD float shoal_bits_f32(uint32_t u)
     return f;
 }
 
-/* bf16 is the top half of fp32: round the dropped 16 bits to nearest even. */
+/* bf16 is the top half of fp32. */
 static inline SHOAL_HD float shoal_bf16_to_f32(uint16_t h)
 {
     return shoal_bits_f32((uint32_t)h << 16);
 }
 
+/* Round the dropped 16 bits to nearest even; a carry out of the mantissa
+ * correctly bumps the exponent, up to infinity. NaN stays a quiet NaN with
+ * its sign and the top of its payload, as fp16 conversions in hardware do
+ * (the plain rounding could turn a NaN with a small payload into
+ * infinity). */
 static inline SHOAL_HD uint16_t shoal_f32_to_bf16(float f)
 {
     uint32_t u = shoal_f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40); /* quiet NaN, sign kept */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 /* Generic narrow float with e exponent bits and m mantissa bits (bias
- * 2^(e-1)-1) decoded to fp32. ieee_inf: top exponent means inf/NaN (fp16,
- * e5m2); otherwise only all-ones is NaN (e4m3fn) . */
+ * 2^(e-1)-1) decoded to fp32, exactly. ieee_inf: the top exponent means
+ * inf/NaN (fp16, e5m2), and a NaN comes out quiet with its payload, as x86's
+ * vcvtph2ps does; otherwise only all-ones exponent and mantissa is NaN
+ * (e4m3fn), decoded as the default quiet NaN with its sign. */
 static inline SHOAL_HD float shoal_narrow_to_f32(uint32_t v, int e, int m, int ieee_inf)
 {
-    uint32_t sign = (v >> (e + m)) & 1u;
-    uint32_t exp = (v >> m) & ((1u << e) - 1u);
-    uint32_t man = v & ((1u << m) - 1u);
-    int bias = (1 << (e - 1)) - 1;
-    uint32_t out;
-    if (ieee_inf && exp == (1u << e) - 1u) {
-        out = 0x7f800000u | (man ? 0x400000u : 0u);
-    } else if (!ieee_inf && exp == (1u << e) - 1u && man == (1u << m) - 1u) {
-        out = 0x7fc00000u;
-    } else if (exp == 0) {
-        if (man == 0) {
-            out = 0;
-        } else { /* subnormal: value = man * 2^(1-bias-m) */
-            float f = (float)man;
-            int shift = 1 - bias - m;
-            while (shift < 0) { f *= 0.5f; shift++; }
-            out = shoal_f32_bits(f);
-        }
+    const uint32_t bias = (1u << (e - 1)) - 1u;
+    const uint32_t emax = (1u << e) - 1u;
+    const uint32_t exp_mask = emax << 23;             /* exponent, moved to fp32's place */
+    const uint32_t magic = (127u - bias + 1u) << 23;  /* 2^(1-bias), the smallest normal */
+    uint32_t sign = ((v >> (e + m)) & 1u) << 31;
+    uint32_t body = v & ((1u << (e + m)) - 1u);
+    uint32_t o = body << (23 - m);
+    uint32_t exp = o & exp_mask;
+    uint32_t normal = o + ((127u - bias) << 23);
+    /* A subnormal is read as the normal 2^(1-bias) * 1.man and the implicit
+     * one subtracted again: exact, and it leaves a normal fp32. */
+    uint32_t sub = shoal_f32_bits(shoal_bits_f32(normal + (1u << 23)) - shoal_bits_f32(magic));
+    uint32_t r = exp == 0 ? sub : normal;
+    if (ieee_inf) {
+        uint32_t special = (normal + ((255u - emax - (127u - bias)) << 23)) |
+                           ((o & 0x7fffffu) ? 0x400000u : 0u);
+        r = exp == exp_mask ? special : r;
     } else {
-        out = ((exp - (uint32_t)bias + 127u) << 23) | (man << (23 - m));
+        r = body == (1u << (e + m)) - 1u ? 0x7fc00000u : r;
     }
-    return shoal_bits_f32(out | (sign << 31));
+    return shoal_bits_f32(r | sign);
 }
 
 /* fp32 to a narrow float, rounding to nearest even. Overflow gives inf where
  * the format has one (fp16, e5m2 when sat == 0); with sat, or for e4m3, the
- * largest finite value of that sign. NaN stays NaN. */
+ * largest finite value of that sign, infinity included (as CUDA's
+ * __NV_SATFINITE). NaN stays NaN with its sign: where the format has NaN
+ * payloads (fp16, e5m2) it comes out quiet with the top of its payload, as
+ * x86's vcvtps2ph does; e4m3fn has the one NaN pattern. */
 static inline SHOAL_HD uint32_t shoal_f32_to_narrow(float f, int e, int m, int ieee_inf, int sat)
 {
+    const uint32_t bias = (1u << (e - 1)) - 1u;
+    const uint32_t emax = (1u << e) - 1u;
+    const uint32_t max_finite = ieee_inf ? ((emax - 1u) << m) | ((1u << m) - 1u)
+                                         : (emax << m) | ((1u << m) - 2u);
+    const uint32_t overflow = (ieee_inf && !sat) ? emax << m : max_finite;
+    const uint32_t nan_bits = ieee_inf ? (emax << m) | (1u << (m - 1))
+                                       : (emax << m) | ((1u << m) - 1u);
+    const uint32_t min_normal = (127u - bias + 1u) << 23;   /* 2^(1-bias) */
+    /* An fp32 whose ulp is the narrow subnormal step 2^(1-bias-m): adding
+     * it lets the FPU do the round-to-nearest-even of a subnormal result. */
+    const uint32_t magic = (151u - bias - (uint32_t)m) << 23;
     uint32_t u = shoal_f32_bits(f);
     uint32_t sign = (u >> 31) << (e + m);
-    uint32_t absu = u & 0x7fffffffu;
-    int bias = (1 << (e - 1)) - 1;
-    uint32_t max_exp = ieee_inf ? (1u << e) - 2u : (1u << e) - 1u;
-    uint32_t max_man = ieee_inf ? (1u << m) - 1u : (1u << m) - 2u;
-    uint32_t max_finite = (max_exp << m) | max_man;
-    uint32_t nan = ieee_inf ? (((1u << e) - 1u) << m) | (1u << (m - 1)) : (1u << (e + m)) - 1u;
-    if (absu > 0x7f800000u)
-        return sign | nan;
-    if (absu == 0x7f800000u)
-        return sign | ((ieee_inf && !sat) ? ((1u << e) - 1u) << m : max_finite);
-    int exp = (int)(absu >> 23) - 127 + bias; /* biased target exponent */
-    uint32_t man = (absu & 0x7fffffu) | 0x800000u; /* 24 bits with hidden one */
-    if (absu < 0x800000u)
-        return sign; /* fp32 subnormals are far below every narrow subnormal */
-    int shift = 23 - m; /* bits to drop for a normal result */
-    if (exp <= 0) {     /* narrow subnormal */
-        shift += 1 - exp;
-        exp = 0;
-        if (shift > 24 + 1)
-            return sign;
-    }
-    uint32_t kept = man >> shift;
-    uint32_t rem = man & ((1u << shift) - 1u);
-    uint32_t half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (kept & 1u)))
-        kept++;
-    /* kept includes the hidden bit for normals; rebuild exponent+mantissa. */
-    uint32_t r;
-    if (exp == 0)
-        r = kept; /* subnormal; a carry into 1<<m becomes the smallest normal */
-    else
-        r = ((uint32_t)exp << m) + (kept - (1u << m));
-    if (r > max_finite)
-        return sign | ((ieee_inf && !sat) ? ((1u << e) - 1u) << m : max_finite);
+    uint32_t a = u & 0x7fffffffu;
+    uint32_t sub = shoal_f32_bits(shoal_bits_f32(a) + shoal_bits_f32(magic)) - magic;
+    /* Normal: rebias, then add just under half an ulp plus the kept lsb, so
+     * that ties go to even; a mantissa carry moves into the exponent. */
+    uint32_t odd = (a >> (23 - m)) & 1u;
+    uint32_t normal = (a + ((bias - 127u) << 23) + ((1u << (22 - m)) - 1u) + odd) >> (23 - m);
+    /* Every value compared is below 2^31: signed compares, which SIMD units
+     * have, give the same answers. */
+    uint32_t r = (int32_t)a < (int32_t)min_normal ? sub : normal;
+    r = (int32_t)r > (int32_t)max_finite ? overflow : r;
+    uint32_t nan = nan_bits | (ieee_inf ? (a >> (23 - m)) & ((1u << m) - 1u) : 0u);
+    r = (int32_t)a > 0x7f800000 ? nan : r;
     return sign | r;
 }
 

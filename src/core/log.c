@@ -3,6 +3,7 @@
 #include "log.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,7 +13,14 @@ int shoal_log_level = SHOAL_LOG_WARN;
 unsigned shoal_log_subsys = SHOAL_SUBSYS_ALL;
 
 static int log_fd = STDERR_FILENO;
-static char log_host[64] = "?";
+static char log_host[64];
+static pthread_once_t log_host_once = PTHREAD_ONCE_INIT;
+
+static void log_host_init(void)
+{
+    if (gethostname(log_host, sizeof(log_host) - 1) != 0)
+        strcpy(log_host, "?");
+}
 
 /* Expand %h (host) and %p (pid) in a file name pattern. */
 static void expand_pattern(const char *pattern, char *out, size_t cap)
@@ -33,7 +41,7 @@ static void expand_pattern(const char *pattern, char *out, size_t cap)
 
 void shoal_log_setup(int level, unsigned subsys, const char *file_pattern)
 {
-    gethostname(log_host, sizeof(log_host) - 1);
+    pthread_once(&log_host_once, log_host_init);
     shoal_log_level = level;
     shoal_log_subsys = subsys;
     if (file_pattern && file_pattern[0]) {
@@ -57,6 +65,7 @@ void shoal_log_write(shoal_log_level_t level, unsigned subsys, const char *file,
     static const char *const level_names[] = {"NONE", "ERROR", "WARN", "INFO",
                                               "DEBUG", "TRACE"};
     (void)subsys;
+    pthread_once(&log_host_once, log_host_init);
     char buf[1024];
     int n = snprintf(buf, sizeof(buf), "%s:%d shoal %s ", log_host, (int)getpid(),
                      level_names[level]);

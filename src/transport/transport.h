@@ -1,6 +1,6 @@
 /* The transport interface. A transport is one static const ops table with a
- * leading size field and no NULL slots (transport_stubs.c has shared stubs
- * that return SHOAL_ERR_UNSUPPORTED), registered in the ordered list of
+ * leading size field and no NULL slots (stubs.c has shared stubs that
+ * return SHOAL_ERR_UNSUPPORTED), registered in the ordered list of
  * transport.c.
  *
  * Lifecycle, driven by shoal_transport_wireup():
@@ -82,6 +82,13 @@ struct shoal_transport_ops {
     shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len);
     shoal_status_t (*recv_slot)(shoal_ep_t *ep, const void **buf_p, size_t *len_p);
     shoal_status_t (*recv_release)(shoal_ep_t *ep);
+    /* SHOAL_OK once every posted message has left this process (it is in
+     * the peer's memory or in the kernel, which delivers it even after this
+     * rank stops calling progress or closes); SHOAL_INPROGRESS, after
+     * pushing what it can, while some still wait in this process. An
+     * operation drives progress until its send endpoints flush before it
+     * returns, or a peer could wait for bytes that nobody pushes. */
+    shoal_status_t (*flush)(shoal_ep_t *ep);
     /* Advance I/O of every endpoint; SHOAL_ERR_PEER names the lost peer in
      * the log. SHOAL_OK when nothing failed (whether or not anything moved). */
     shoal_status_t (*progress)(shoal_tl_ctx_t *ctx);
@@ -108,6 +115,14 @@ shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const shoal_mem_t *local
                                         size_t local_off, uint64_t remote_key,
                                         size_t remote_off, size_t len);
 shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx);
+/* flush for transports whose send_post already delivers (shm): SHOAL_OK. */
+shoal_status_t shoal_tl_stub_flush(shoal_ep_t *ep);
+
+/* Generic registration for transports that need no keys (shm, tcp): records
+ * addr, len and kind in a malloc'd shoal_mem_t that mem_dereg frees. */
+shoal_status_t shoal_tl_host_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len,
+                                     shoal_mem_kind_t kind, shoal_mem_t **mem_p);
+shoal_status_t shoal_tl_host_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
 
 extern const shoal_transport_ops_t shoal_shm_ops;
 extern const shoal_transport_ops_t shoal_tcp_ops;

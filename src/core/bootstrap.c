@@ -1,0 +1,858 @@
+/* Bootstrap: every rank joins rank 0 (the root named in the unique id) over
+ * an authenticated connection, and the resulting star carries the control
+ * collectives. Control data is small (addresses, host names), so routing it
+ * through rank 0 costs little and keeps failure handling in one place: rank
+ * 0 sees every connection, names the rank that broke, and tells the others.
+ *
+ * Every message on the star starts with a header of op, sequence number and
+ * length, checked on receipt, so ranks that disagree about which collective
+ * comes next get an error instead of each other's bytes.
+ */
+#include "bootstrap.h"
+
+#include "clock.h"
+#include "log.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Unique id layout (big-endian integers):
+ *   0 magic, 4 version, 8 address family (4 or 6), 10 port, 12 IPv6 scope,
+ *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64.. zero. */
+#define SHOAL_BOOT_ID_MAGIC 0x53484944u /* "SHID" */
+#define SHOAL_BOOT_ID_VERSION 1u
+#define SHOAL_BOOT_ID_FAMILY 8
+#define SHOAL_BOOT_ID_PORT 10
+#define SHOAL_BOOT_ID_SCOPE 12
+#define SHOAL_BOOT_ID_ADDR 16
+#define SHOAL_BOOT_ID_SECRET 32
+
+/* Handshakes a rank tries before giving up on a root that keeps closing
+ * its connection early (a busy acceptor drops the slowest, auth.c). */
+#define SHOAL_BOOT_CONNECT_ATTEMPTS 5
+
+/* Hello after authentication: magic, version, rank, nranks. */
+#define SHOAL_BOOT_HELLO_MAGIC 0x53484248u /* "SHBH" */
+#define SHOAL_BOOT_HELLO_VERSION 1u
+#define SHOAL_BOOT_HELLO_BYTES 16
+
+/* Message header: op, sequence number, payload length (64 bits). */
+#define SHOAL_BOOT_HDR_BYTES 16
+
+/* How long rank 0 spends telling the others about a failure: they are
+ * healthy, so a few bytes go through at once unless they stopped reading. */
+#define SHOAL_BOOT_NOTIFY_NS 1000000000ull
+
+typedef enum {
+    SHOAL_BOOT_OP_JOIN = 1,      /* payload: u32 verdict */
+    SHOAL_BOOT_OP_ALLGATHER = 2,
+    SHOAL_BOOT_OP_BCAST = 3,
+    SHOAL_BOOT_OP_BARRIER = 4,
+    SHOAL_BOOT_OP_FAIL = 5,      /* payload: u32 failed rank, u32 status */
+} shoal_boot_op_t;
+
+typedef enum {
+    SHOAL_BOOT_JOIN_OK = 0,
+    SHOAL_BOOT_JOIN_TIMEOUT,     /* not every rank arrived in time */
+    SHOAL_BOOT_JOIN_BAD_HELLO,
+    SHOAL_BOOT_JOIN_BAD_RANK,
+    SHOAL_BOOT_JOIN_BAD_NRANKS,
+    SHOAL_BOOT_JOIN_DUPLICATE,
+    SHOAL_BOOT_JOIN_COUNT
+} shoal_boot_verdict_t;
+
+static const char *const shoal_boot_verdict_text[SHOAL_BOOT_JOIN_COUNT] = {
+    "accepted",
+    "timed out waiting for the other ranks",
+    "malformed hello",
+    "rank out of range",
+    "number of ranks differs from rank 0's",
+    "rank already joined",
+};
+
+struct shoal_bootstrap {
+    int rank;
+    int nranks;
+    uint64_t timeout_ns;
+    uint32_t seq;                /* collectives so far, the same on every rank */
+    int *fds;                    /* rank 0: fds[r] to rank r; others: fds[0] */
+    shoal_status_t status;       /* sticky failure of an earlier call */
+    atomic_int aborted;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    shoal_sockaddr_t local_addr;
+};
+
+/* ---- byte order --------------------------------------------------------- */
+
+static void shoal_boot_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)(v >> 8);
+    p[1] = (uint8_t)v;
+}
+
+static uint16_t shoal_boot_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] << 8 | p[1]);
+}
+
+static void shoal_boot_put_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
+
+static uint32_t shoal_boot_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void shoal_boot_put_u64(uint8_t *p, uint64_t v)
+{
+    shoal_boot_put_u32(p, (uint32_t)(v >> 32));
+    shoal_boot_put_u32(p + 4, (uint32_t)v);
+}
+
+static uint64_t shoal_boot_get_u64(const uint8_t *p)
+{
+    return (uint64_t)shoal_boot_get_u32(p) << 32 | shoal_boot_get_u32(p + 4);
+}
+
+/* ---- unique id ---------------------------------------------------------- */
+
+shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
+                                       const uint8_t secret[SHOAL_SECRET_BYTES],
+                                       shoal_unique_id_t *id_p)
+{
+    if (!root || !secret || !id_p ||
+        (root->u.sa.sa_family != AF_INET && root->u.sa.sa_family != AF_INET6)) {
+        shoal_error(BOOT, "bootstrap id: invalid argument");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_unique_id_t id;
+    memset(&id, 0, sizeof(id));
+    uint8_t *b = id.bytes;
+    shoal_boot_put_u32(b, SHOAL_BOOT_ID_MAGIC);
+    shoal_boot_put_u32(b + 4, SHOAL_BOOT_ID_VERSION);
+    shoal_boot_put_u16(b + SHOAL_BOOT_ID_PORT, shoal_sock_port(root));
+    if (root->u.sa.sa_family == AF_INET) {
+        shoal_boot_put_u16(b + SHOAL_BOOT_ID_FAMILY, 4);
+        memcpy(b + SHOAL_BOOT_ID_ADDR, &root->u.sin.sin_addr, 4);
+    } else {
+        shoal_boot_put_u16(b + SHOAL_BOOT_ID_FAMILY, 6);
+        shoal_boot_put_u32(b + SHOAL_BOOT_ID_SCOPE, root->u.sin6.sin6_scope_id);
+        memcpy(b + SHOAL_BOOT_ID_ADDR, &root->u.sin6.sin6_addr, 16);
+    }
+    memcpy(b + SHOAL_BOOT_ID_SECRET, secret, SHOAL_SECRET_BYTES);
+    *id_p = id;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_boot_id_parse(const shoal_unique_id_t *id, shoal_sockaddr_t *root_p,
+                                          uint8_t secret[SHOAL_SECRET_BYTES])
+{
+    const uint8_t *b = id->bytes;
+    if (shoal_boot_get_u32(b) != SHOAL_BOOT_ID_MAGIC ||
+        shoal_boot_get_u32(b + 4) != SHOAL_BOOT_ID_VERSION) {
+        shoal_error(BOOT, "not a shoal unique id (magic %08x version %u)",
+                    shoal_boot_get_u32(b), shoal_boot_get_u32(b + 4));
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_sockaddr_t root;
+    memset(&root, 0, sizeof(root));
+    uint16_t family = shoal_boot_get_u16(b + SHOAL_BOOT_ID_FAMILY);
+    if (family == 4) {
+        root.u.sin.sin_family = AF_INET;
+        memcpy(&root.u.sin.sin_addr, b + SHOAL_BOOT_ID_ADDR, 4);
+    } else if (family == 6) {
+        root.u.sin6.sin6_family = AF_INET6;
+        root.u.sin6.sin6_scope_id = shoal_boot_get_u32(b + SHOAL_BOOT_ID_SCOPE);
+        memcpy(&root.u.sin6.sin6_addr, b + SHOAL_BOOT_ID_ADDR, 16);
+    } else {
+        shoal_error(BOOT, "unique id names address family %u", family);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_sock_set_port(&root, shoal_boot_get_u16(b + SHOAL_BOOT_ID_PORT));
+    memcpy(secret, b + SHOAL_BOOT_ID_SECRET, SHOAL_SECRET_BYTES);
+    *root_p = root;
+    return SHOAL_OK;
+}
+
+/* Listeners opened by shoal_bootstrap_id_create, newest first, waiting for
+ * this process's (or a forked child's) rank 0 to take them. */
+typedef struct shoal_boot_listener {
+    struct shoal_boot_listener *next;
+    shoal_unique_id_t id;
+    int fd;
+} shoal_boot_listener_t;
+
+/* A process that creates ids for forked children (test drivers, benches)
+ * never takes them itself: past this many, its oldest listener is closed.
+ * Children forked earlier keep their own copy of it, so they are unharmed. */
+#define SHOAL_BOOT_MAX_LISTENERS 128
+
+static pthread_mutex_t shoal_boot_listeners_lock = PTHREAD_MUTEX_INITIALIZER;
+static shoal_boot_listener_t *shoal_boot_listeners;
+static pthread_once_t shoal_boot_atfork_once = PTHREAD_ONCE_INIT;
+
+/* A child forked while another thread held the table lock would find it
+ * locked forever; holding it across fork() keeps it consistent. */
+static void shoal_boot_atfork_lock(void)
+{
+    pthread_mutex_lock(&shoal_boot_listeners_lock);
+}
+
+static void shoal_boot_atfork_unlock(void)
+{
+    pthread_mutex_unlock(&shoal_boot_listeners_lock);
+}
+
+static void shoal_boot_atfork_register(void)
+{
+    pthread_atfork(shoal_boot_atfork_lock, shoal_boot_atfork_unlock,
+                   shoal_boot_atfork_unlock);
+}
+
+static void shoal_boot_listener_put(shoal_boot_listener_t *l)
+{
+    pthread_once(&shoal_boot_atfork_once, shoal_boot_atfork_register);
+    shoal_boot_listener_t *evicted = NULL;
+    pthread_mutex_lock(&shoal_boot_listeners_lock);
+    l->next = shoal_boot_listeners;
+    shoal_boot_listeners = l;
+    int n = 1;
+    for (shoal_boot_listener_t *p = l; p->next; p = p->next, n++) {
+        if (n == SHOAL_BOOT_MAX_LISTENERS) {
+            evicted = p->next;
+            p->next = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shoal_boot_listeners_lock);
+    while (evicted) {
+        shoal_boot_listener_t *next = evicted->next;
+        shoal_info(BOOT, "%d unique ids created here are unused; closing the oldest "
+                   "listener", SHOAL_BOOT_MAX_LISTENERS);
+        close(evicted->fd);
+        free(evicted);
+        evicted = next;
+    }
+}
+
+/* The listening fd created for id, removed from the table; -1 if none. */
+static int shoal_boot_listener_take(const shoal_unique_id_t *id)
+{
+    int fd = -1;
+    pthread_mutex_lock(&shoal_boot_listeners_lock);
+    for (shoal_boot_listener_t **pp = &shoal_boot_listeners; *pp; pp = &(*pp)->next) {
+        if (!memcmp((*pp)->id.bytes, id->bytes, sizeof(id->bytes))) {
+            shoal_boot_listener_t *l = *pp;
+            *pp = l->next;
+            fd = l->fd;
+            free(l);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&shoal_boot_listeners_lock);
+    return fd;
+}
+
+shoal_status_t shoal_bootstrap_id_create(shoal_unique_id_t *id_p)
+{
+    if (!id_p) {
+        shoal_error(BOOT, "bootstrap id: NULL id");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_sockaddr_t addr;
+    shoal_status_t s = shoal_sock_pick_addr(&addr);
+    if (s != SHOAL_OK)
+        return s;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    s = shoal_auth_random(secret, sizeof(secret));
+    if (s != SHOAL_OK)
+        return s;
+    shoal_boot_listener_t *l = calloc(1, sizeof(*l));
+    if (!l) {
+        shoal_error(BOOT, "bootstrap id: out of memory");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    s = shoal_sock_listen(&addr, &l->fd);
+    if (s != SHOAL_OK)
+        goto err_free;
+    s = shoal_bootstrap_id_make(&addr, secret, &l->id);
+    if (s != SHOAL_OK)
+        goto err_close_fd;
+    shoal_unique_id_t id = l->id;
+    shoal_boot_listener_put(l);
+    char text[SHOAL_SOCKADDR_STRLEN];
+    shoal_info(BOOT, "unique id created: root listens on %s", shoal_sock_str(&addr, text));
+    *id_p = id;
+    return SHOAL_OK;
+
+err_close_fd:
+    close(l->fd);
+err_free:
+    free(l);
+    return s;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+static const char *shoal_boot_op_name(uint32_t op)
+{
+    switch (op) {
+    case SHOAL_BOOT_OP_JOIN: return "join";
+    case SHOAL_BOOT_OP_ALLGATHER: return "allgather";
+    case SHOAL_BOOT_OP_BCAST: return "bcast";
+    case SHOAL_BOOT_OP_BARRIER: return "barrier";
+    case SHOAL_BOOT_OP_FAIL: return "failure notice";
+    default: return "unknown op";
+    }
+}
+
+static int shoal_boot_is_aborted(shoal_bootstrap_t *bs)
+{
+    return atomic_load_explicit(&bs->aborted, memory_order_acquire);
+}
+
+/* Turn a socket failure with peer into this call's status, logged once and
+ * naming the rank. */
+static shoal_status_t shoal_boot_io_fail(shoal_bootstrap_t *bs, shoal_status_t s, int peer,
+                                         uint32_t op)
+{
+    if (shoal_boot_is_aborted(bs)) {
+        shoal_debug(BOOT, "bootstrap %s on rank %d: aborted", shoal_boot_op_name(op), bs->rank);
+        return SHOAL_ERR_ABORTED;
+    }
+    if (op == SHOAL_BOOT_OP_JOIN && s == SHOAL_ERR_TIMEOUT)
+        shoal_error(BOOT, "bootstrap init on rank %d: timed out waiting for all ranks to "
+                    "join at rank 0", bs->rank);
+    else if (s == SHOAL_ERR_PEER)
+        shoal_error(BOOT, "bootstrap %s on rank %d: the connection to rank %d broke "
+                    "(rank %d exited or failed)", shoal_boot_op_name(op), bs->rank, peer, peer);
+    else if (s == SHOAL_ERR_TIMEOUT)
+        shoal_error(BOOT, "bootstrap %s on rank %d: timed out waiting for rank %d",
+                    shoal_boot_op_name(op), bs->rank, peer);
+    else
+        shoal_error(BOOT, "bootstrap %s on rank %d: exchange with rank %d failed: %s",
+                    shoal_boot_op_name(op), bs->rank, peer, shoal_status_string(s));
+    return s;
+}
+
+/* A failure notice from rank 0 in place of the expected message. */
+static shoal_status_t shoal_boot_recv_fail(shoal_bootstrap_t *bs, uint64_t len, uint32_t op,
+                                           uint64_t deadline_ns)
+{
+    uint8_t body[8];
+    if (len != sizeof(body)) {
+        shoal_error(BOOT, "bootstrap %s on rank %d: malformed failure notice from rank 0",
+                    shoal_boot_op_name(op), bs->rank);
+        return SHOAL_ERR_INTERNAL;
+    }
+    shoal_status_t s = shoal_sock_recv_all(bs->fds[0], body, sizeof(body), deadline_ns);
+    if (s != SHOAL_OK)
+        return shoal_boot_io_fail(bs, s, 0, op);
+    int failed = (int)shoal_boot_get_u32(body);
+    shoal_status_t status = (shoal_status_t)shoal_boot_get_u32(body + 4);
+    if (status <= SHOAL_INPROGRESS || status >= SHOAL_STATUS_COUNT)
+        status = SHOAL_ERR_PEER;
+    shoal_error(BOOT, "bootstrap %s on rank %d: failed because of rank %d (%s), as rank 0 "
+                "reports", shoal_boot_op_name(op), bs->rank, failed, shoal_status_string(status));
+    return status;
+}
+
+static shoal_status_t shoal_boot_send(shoal_bootstrap_t *bs, int peer, uint32_t op,
+                                      uint32_t seq, const void *payload, size_t len,
+                                      uint64_t deadline_ns)
+{
+    uint8_t hdr[SHOAL_BOOT_HDR_BYTES];
+    shoal_boot_put_u32(hdr, op);
+    shoal_boot_put_u32(hdr + 4, seq);
+    shoal_boot_put_u64(hdr + 8, len);
+    shoal_status_t s = shoal_sock_send_all(bs->fds[peer], hdr, sizeof(hdr), deadline_ns);
+    if (s == SHOAL_OK && len > 0)
+        s = shoal_sock_send_all(bs->fds[peer], payload, len, deadline_ns);
+    if (s == SHOAL_ERR_PEER && bs->rank != 0 && !shoal_boot_is_aborted(bs)) {
+        /* Rank 0 may have hung up after telling us why: a failure notice
+         * waiting to be read names the real culprit. */
+        uint8_t peek[SHOAL_BOOT_HDR_BYTES];
+        ssize_t n = recv(bs->fds[0], peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
+        if (n == (ssize_t)sizeof(peek) && shoal_boot_get_u32(peek) == SHOAL_BOOT_OP_FAIL &&
+            shoal_sock_recv_all(bs->fds[0], peek, sizeof(peek), 0) == SHOAL_OK)
+            return shoal_boot_recv_fail(bs, shoal_boot_get_u64(peek + 8), op, 0);
+    }
+    return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
+}
+
+/* Receive the header of the message expected from peer: op, seq and length
+ * must match, else the ranks disagree about the collective being run. */
+static shoal_status_t shoal_boot_recv_hdr(shoal_bootstrap_t *bs, int peer, uint32_t op,
+                                          uint32_t seq, uint64_t len, uint64_t deadline_ns)
+{
+    uint8_t hdr[SHOAL_BOOT_HDR_BYTES];
+    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], hdr, sizeof(hdr), deadline_ns);
+    if (s != SHOAL_OK)
+        return shoal_boot_io_fail(bs, s, peer, op);
+    uint32_t got_op = shoal_boot_get_u32(hdr);
+    uint32_t got_seq = shoal_boot_get_u32(hdr + 4);
+    uint64_t got_len = shoal_boot_get_u64(hdr + 8);
+    if (got_op == SHOAL_BOOT_OP_FAIL && peer == 0 && bs->rank != 0)
+        return shoal_boot_recv_fail(bs, got_len, op, deadline_ns);
+    if (got_op != op || got_seq != seq || got_len != len) {
+        shoal_error(BOOT, "bootstrap on rank %d: rank %d sent %s #%u of %llu bytes where "
+                    "%s #%u of %llu bytes was expected (ranks called different "
+                    "collectives or sizes)", bs->rank, peer, shoal_boot_op_name(got_op),
+                    got_seq, (unsigned long long)got_len, shoal_boot_op_name(op), seq,
+                    (unsigned long long)len);
+        return SHOAL_ERR_INTERNAL;
+    }
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_boot_recv(shoal_bootstrap_t *bs, int peer, uint32_t op,
+                                      uint32_t seq, void *payload, size_t len,
+                                      uint64_t deadline_ns)
+{
+    shoal_status_t s = shoal_boot_recv_hdr(bs, peer, op, seq, len, deadline_ns);
+    if (s != SHOAL_OK || len == 0)
+        return s;
+    s = shoal_sock_recv_all(bs->fds[peer], payload, len, deadline_ns);
+    return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
+}
+
+/* Rank 0 after a failure involving rank `failed`: tell the other ranks, so
+ * that they return at once with the culprit named instead of waiting for
+ * their deadline. A culprit whose connection broke or stalled is skipped:
+ * its stream may hold half a message. One that sent a mismatched header is
+ * healthy and is told too. */
+static void shoal_boot_notify_fail(shoal_bootstrap_t *bs, int failed, shoal_status_t status)
+{
+    if (bs->rank != 0 || shoal_boot_is_aborted(bs))
+        return;
+    int skip = status == SHOAL_ERR_PEER || status == SHOAL_ERR_TIMEOUT ? failed : -1;
+    uint8_t body[8];
+    shoal_boot_put_u32(body, (uint32_t)failed);
+    shoal_boot_put_u32(body + 4, (uint32_t)status);
+    uint64_t deadline = shoal_deadline_after(SHOAL_BOOT_NOTIFY_NS);
+    for (int r = 1; r < bs->nranks; r++) {
+        if (r == skip || bs->fds[r] < 0)
+            continue;
+        uint8_t msg[SHOAL_BOOT_HDR_BYTES + sizeof(body)];
+        shoal_boot_put_u32(msg, SHOAL_BOOT_OP_FAIL);
+        shoal_boot_put_u32(msg + 4, bs->seq);
+        shoal_boot_put_u64(msg + 8, sizeof(body));
+        memcpy(msg + SHOAL_BOOT_HDR_BYTES, body, sizeof(body));
+        if (shoal_sock_send_all(bs->fds[r], msg, sizeof(msg), deadline) != SHOAL_OK)
+            shoal_debug(BOOT, "bootstrap: cannot tell rank %d about rank %d's failure", r,
+                        failed);
+    }
+}
+
+/* Common start of a collective: a failed or aborted bootstrap stays so. */
+static shoal_status_t shoal_boot_begin(shoal_bootstrap_t *bs, uint64_t *deadline_p)
+{
+    if (shoal_boot_is_aborted(bs))
+        return SHOAL_ERR_ABORTED;
+    if (bs->status != SHOAL_OK) {
+        shoal_debug(BOOT, "bootstrap on rank %d: unusable after an earlier failure (%s)",
+                    bs->rank, shoal_status_string(bs->status));
+        return bs->status;
+    }
+    bs->seq++;
+    *deadline_p = shoal_deadline_after(bs->timeout_ns);
+    return SHOAL_OK;
+}
+
+/* Common end of a collective: a failure is remembered, and rank 0 passes it
+ * on to the others. */
+static shoal_status_t shoal_boot_end(shoal_bootstrap_t *bs, shoal_status_t s, int failed)
+{
+    if (s == SHOAL_OK)
+        return s;
+    if (shoal_boot_is_aborted(bs))
+        s = SHOAL_ERR_ABORTED;
+    if (failed > 0)
+        shoal_boot_notify_fail(bs, failed, s);
+    bs->status = s;
+    return s;
+}
+
+/* Each rank sends len bytes at buf + rank*len to rank 0, which returns the
+ * whole nranks*len buffer to everyone: allgather, and barrier with len 0. */
+static shoal_status_t shoal_boot_gather_release(shoal_bootstrap_t *bs, uint32_t op, void *buf,
+                                                size_t len)
+{
+    uint64_t deadline;
+    shoal_status_t s = shoal_boot_begin(bs, &deadline);
+    if (s != SHOAL_OK || bs->nranks == 1)
+        return s;
+    char *base = buf;
+    size_t total = len * (size_t)bs->nranks;
+    if (bs->rank != 0) {
+        const char *mine = len ? base + (size_t)bs->rank * len : NULL;
+        s = shoal_boot_send(bs, 0, op, bs->seq, mine, len, deadline);
+        if (s == SHOAL_OK)
+            s = shoal_boot_recv(bs, 0, op, bs->seq, base, total, deadline);
+        return shoal_boot_end(bs, s, 0);
+    }
+    int failed = 0;
+    for (int r = 1; r < bs->nranks && s == SHOAL_OK; r++) {
+        s = shoal_boot_recv(bs, r, op, bs->seq, len ? base + (size_t)r * len : NULL, len,
+                            deadline);
+        failed = r;
+    }
+    for (int r = 1; r < bs->nranks && s == SHOAL_OK; r++) {
+        s = shoal_boot_send(bs, r, op, bs->seq, base, total, deadline);
+        failed = r;
+    }
+    return shoal_boot_end(bs, s, failed);
+}
+
+shoal_status_t shoal_bootstrap_allgather(shoal_bootstrap_t *bs, void *buf, size_t len)
+{
+    if (!bs || (!buf && len > 0) || (len > 0 && len > SIZE_MAX / (size_t)bs->nranks)) {
+        shoal_error(BOOT, "bootstrap allgather: invalid argument");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return shoal_boot_gather_release(bs, SHOAL_BOOT_OP_ALLGATHER, buf, len);
+}
+
+shoal_status_t shoal_bootstrap_barrier(shoal_bootstrap_t *bs)
+{
+    if (!bs) {
+        shoal_error(BOOT, "bootstrap barrier: NULL bootstrap");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return shoal_boot_gather_release(bs, SHOAL_BOOT_OP_BARRIER, NULL, 0);
+}
+
+shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t len, int root)
+{
+    if (!bs || (!buf && len > 0) || root < 0 || root >= bs->nranks) {
+        shoal_error(BOOT, "bootstrap bcast: invalid argument (root %d of %d ranks)", root,
+                    bs ? bs->nranks : 0);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    const uint32_t op = SHOAL_BOOT_OP_BCAST;
+    uint64_t deadline;
+    shoal_status_t s = shoal_boot_begin(bs, &deadline);
+    if (s != SHOAL_OK || bs->nranks == 1)
+        return s;
+    if (bs->rank != 0) {
+        /* A root other than 0 hands its data to rank 0, which fans it out. */
+        if (bs->rank == root)
+            s = shoal_boot_send(bs, 0, op, bs->seq, buf, len, deadline);
+        else
+            s = shoal_boot_recv(bs, 0, op, bs->seq, buf, len, deadline);
+        return shoal_boot_end(bs, s, 0);
+    }
+    int failed = 0;
+    if (root != 0) {
+        s = shoal_boot_recv(bs, root, op, bs->seq, buf, len, deadline);
+        failed = root;
+    }
+    for (int r = 1; r < bs->nranks && s == SHOAL_OK; r++) {
+        if (r == root)
+            continue;
+        s = shoal_boot_send(bs, r, op, bs->seq, buf, len, deadline);
+        failed = r;
+    }
+    return shoal_boot_end(bs, s, failed);
+}
+
+/* ---- joining ------------------------------------------------------------ */
+
+/* "1, 2, 5" for the ranks that have no connection yet, truncated to fit. */
+static void shoal_boot_missing(const shoal_bootstrap_t *bs, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    for (int r = 1; r < bs->nranks; r++) {
+        if (bs->fds[r] >= 0)
+            continue;
+        int w = snprintf(out + n, cap - n, "%s%d", n ? ", " : "", r);
+        if (w < 0 || (size_t)w >= cap - n) {
+            if (cap > 4)
+                strcpy(out + cap - 4, "...");
+            return;
+        }
+        n += (size_t)w;
+    }
+}
+
+static void shoal_boot_send_verdict(int fd, shoal_boot_verdict_t verdict, uint64_t deadline_ns)
+{
+    uint8_t msg[SHOAL_BOOT_HDR_BYTES + 4];
+    shoal_boot_put_u32(msg, SHOAL_BOOT_OP_JOIN);
+    shoal_boot_put_u32(msg + 4, 0);
+    shoal_boot_put_u64(msg + 8, 4);
+    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES, verdict);
+    /* Best effort: the verdict only explains a refusal that closing the
+     * connection enforces anyway. */
+    if (shoal_sock_send_all(fd, msg, sizeof(msg), deadline_ns) != SHOAL_OK)
+        shoal_debug(BOOT, "bootstrap: could not deliver join verdict %d", (int)verdict);
+}
+
+/* Check one hello: the rank it gives or a refusal. */
+static shoal_boot_verdict_t shoal_boot_check_hello(const shoal_bootstrap_t *bs,
+                                                   const uint8_t *hello, int *rank_p)
+{
+    if (shoal_boot_get_u32(hello) != SHOAL_BOOT_HELLO_MAGIC ||
+        shoal_boot_get_u32(hello + 4) != SHOAL_BOOT_HELLO_VERSION)
+        return SHOAL_BOOT_JOIN_BAD_HELLO;
+    int rank = (int)shoal_boot_get_u32(hello + 8);
+    int nranks = (int)shoal_boot_get_u32(hello + 12);
+    *rank_p = rank;
+    if (nranks != bs->nranks)
+        return SHOAL_BOOT_JOIN_BAD_NRANKS;
+    if (rank < 1 || rank >= bs->nranks)
+        return SHOAL_BOOT_JOIN_BAD_RANK;
+    if (bs->fds[rank] >= 0)
+        return SHOAL_BOOT_JOIN_DUPLICATE;
+    return SHOAL_BOOT_JOIN_OK;
+}
+
+/* Rank 0: accept the other ranks until all are in, then tell them so. */
+static shoal_status_t shoal_boot_root_join(shoal_bootstrap_t *bs, const shoal_unique_id_t *id,
+                                           const shoal_sockaddr_t *root, uint64_t deadline_ns)
+{
+    char text[SHOAL_SOCKADDR_STRLEN];
+    bs->local_addr = *root;
+    shoal_sock_set_port(&bs->local_addr, 0);
+    int lfd = shoal_boot_listener_take(id);
+    if (lfd < 0) {
+        /* No shoal_bootstrap_id_create in this process for this id: the id
+         * was made from a known address (launcher), which rank 0 binds. */
+        shoal_sockaddr_t addr = *root;
+        shoal_status_t s = shoal_sock_listen(&addr, &lfd);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    if (bs->nranks == 1) {
+        close(lfd);
+        return SHOAL_OK;
+    }
+    shoal_acceptor_t *acc;
+    shoal_status_t s = shoal_acceptor_create(lfd, bs->secret, SHOAL_BOOT_HELLO_BYTES, &acc);
+    if (s != SHOAL_OK)
+        goto err_close_listener;
+
+    int arrived = 0;
+    while (arrived < bs->nranks - 1) {
+        uint8_t hello[SHOAL_BOOT_HELLO_BYTES];
+        int fd;
+        s = shoal_acceptor_next(acc, deadline_ns, hello, &fd);
+        if (s == SHOAL_ERR_TIMEOUT) {
+            char missing[256];
+            shoal_boot_missing(bs, missing, sizeof(missing));
+            shoal_error(BOOT, "bootstrap init: %d of %d ranks joined before the timeout; "
+                        "missing ranks: %s", arrived + 1, bs->nranks, missing);
+            uint64_t notify = shoal_deadline_after(SHOAL_BOOT_NOTIFY_NS);
+            for (int r = 1; r < bs->nranks; r++)
+                if (bs->fds[r] >= 0)
+                    shoal_boot_send_verdict(bs->fds[r], SHOAL_BOOT_JOIN_TIMEOUT, notify);
+        }
+        if (s != SHOAL_OK)
+            goto err_destroy_acceptor;
+        int rank = -1;
+        shoal_boot_verdict_t v = shoal_boot_check_hello(bs, hello, &rank);
+        if (v != SHOAL_BOOT_JOIN_OK) {
+            shoal_sockaddr_t peer;
+            socklen_t plen = sizeof(peer);
+            memset(&peer, 0, sizeof(peer));
+            getpeername(fd, &peer.u.sa, &plen);
+            shoal_warn(BOOT, "bootstrap init: refused a join from %s claiming rank %d "
+                       "of %d: %s", shoal_sock_str(&peer, text), rank,
+                       (int)shoal_boot_get_u32(hello + 12), shoal_boot_verdict_text[v]);
+            shoal_boot_send_verdict(fd, v, deadline_ns);
+            close(fd);
+            continue;
+        }
+        bs->fds[rank] = fd;
+        arrived++;
+        shoal_debug(BOOT, "bootstrap init: rank %d joined (%d of %d)", rank, arrived + 1,
+                    bs->nranks);
+    }
+    shoal_acceptor_destroy(acc);
+    close(lfd);
+
+    for (int r = 1; r < bs->nranks; r++) {
+        uint8_t verdict[4];
+        shoal_boot_put_u32(verdict, SHOAL_BOOT_JOIN_OK);
+        s = shoal_boot_send(bs, r, SHOAL_BOOT_OP_JOIN, 0, verdict, sizeof(verdict),
+                            deadline_ns);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    return SHOAL_OK;
+
+err_destroy_acceptor:
+    shoal_acceptor_destroy(acc);
+err_close_listener:
+    close(lfd);
+    return s;
+}
+
+/* Any rank but 0: connect to the root, prove the secret, say who we are and
+ * wait until every rank is in. */
+static shoal_status_t shoal_boot_peer_join(shoal_bootstrap_t *bs, const shoal_sockaddr_t *root,
+                                           uint64_t deadline_ns)
+{
+    int fd;
+    shoal_status_t s;
+    for (int attempt = 1;; attempt++) {
+        s = shoal_sock_connect(root, deadline_ns, &fd);
+        if (s != SHOAL_OK)
+            return s;
+        /* A failed handshake is logged inside, with rank 0's address. */
+        s = shoal_auth_client(fd, bs->secret, deadline_ns);
+        if (s == SHOAL_OK)
+            break;
+        /* Rank 0 drops handshakes it cannot serve in time (auth.h); a
+         * closed connection before any verdict is worth another try. */
+        if (s != SHOAL_ERR_PEER || attempt == SHOAL_BOOT_CONNECT_ATTEMPTS ||
+            shoal_deadline_passed(deadline_ns)) {
+            if (s == SHOAL_ERR_PEER)
+                shoal_error(BOOT, "bootstrap init on rank %d: rank 0 closed the connection "
+                            "during the handshake, %d times", bs->rank, attempt);
+            goto err_close_fd;
+        }
+        close(fd);
+        shoal_info(BOOT, "bootstrap init on rank %d: reconnecting to rank 0", bs->rank);
+    }
+    bs->fds[0] = fd;
+    uint8_t hello[SHOAL_BOOT_HELLO_BYTES];
+    shoal_boot_put_u32(hello, SHOAL_BOOT_HELLO_MAGIC);
+    shoal_boot_put_u32(hello + 4, SHOAL_BOOT_HELLO_VERSION);
+    shoal_boot_put_u32(hello + 8, (uint32_t)bs->rank);
+    shoal_boot_put_u32(hello + 12, (uint32_t)bs->nranks);
+    s = shoal_sock_send_all(fd, hello, sizeof(hello), deadline_ns);
+    if (s != SHOAL_OK) {
+        s = shoal_boot_io_fail(bs, s, 0, SHOAL_BOOT_OP_JOIN);
+        goto err_clear_fd;
+    }
+    uint8_t verdict[4];
+    s = shoal_boot_recv(bs, 0, SHOAL_BOOT_OP_JOIN, 0, verdict, sizeof(verdict), deadline_ns);
+    if (s != SHOAL_OK)
+        goto err_clear_fd;
+    uint32_t v = shoal_boot_get_u32(verdict);
+    if (v == SHOAL_BOOT_JOIN_TIMEOUT) {
+        shoal_error(BOOT, "bootstrap init on rank %d: rank 0 gave up: not all %d ranks "
+                    "joined in time (its log names the missing ones)", bs->rank, bs->nranks);
+        s = SHOAL_ERR_TIMEOUT;
+        goto err_clear_fd;
+    }
+    if (v != SHOAL_BOOT_JOIN_OK) {
+        shoal_error(BOOT, "bootstrap init: rank 0 refused rank %d of %d: %s", bs->rank,
+                    bs->nranks,
+                    v < SHOAL_BOOT_JOIN_COUNT ? shoal_boot_verdict_text[v] : "unknown reason");
+        s = SHOAL_ERR_INVALID_ARG;
+        goto err_clear_fd;
+    }
+    /* The address this rank reaches rank 0 from: transports listen on the
+     * same interface. */
+    socklen_t len = sizeof(bs->local_addr);
+    if (getsockname(fd, &bs->local_addr.u.sa, &len) != 0) {
+        shoal_error(BOOT, "getsockname: %s", strerror(errno));
+        s = SHOAL_ERR_SYSTEM;
+        goto err_clear_fd;
+    }
+    shoal_sock_set_port(&bs->local_addr, 0);
+    return SHOAL_OK;
+
+err_clear_fd:
+    bs->fds[0] = -1;
+err_close_fd:
+    close(fd);
+    return s;
+}
+
+shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int nranks,
+                                    uint64_t timeout_ns, shoal_bootstrap_t **bs_p)
+{
+    if (!id || !bs_p || nranks < 1 || rank < 0 || rank >= nranks) {
+        shoal_error(BOOT, "bootstrap init: invalid argument (rank %d of %d)", rank, nranks);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    uint64_t deadline = shoal_deadline_after(timeout_ns);
+    shoal_sockaddr_t root;
+    shoal_bootstrap_t *bs = calloc(1, sizeof(*bs));
+    if (!bs) {
+        shoal_error(BOOT, "bootstrap init: out of memory");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    bs->rank = rank;
+    bs->nranks = nranks;
+    bs->timeout_ns = timeout_ns;
+    atomic_init(&bs->aborted, 0);
+    shoal_status_t s = shoal_boot_id_parse(id, &root, bs->secret);
+    if (s != SHOAL_OK)
+        goto err_free_bs;
+    bs->fds = malloc((size_t)nranks * sizeof(*bs->fds));
+    if (!bs->fds) {
+        shoal_error(BOOT, "bootstrap init: out of memory");
+        s = SHOAL_ERR_NO_MEMORY;
+        goto err_free_bs;
+    }
+    for (int r = 0; r < nranks; r++)
+        bs->fds[r] = -1;
+
+    s = rank == 0 ? shoal_boot_root_join(bs, id, &root, deadline)
+                  : shoal_boot_peer_join(bs, &root, deadline);
+    if (s != SHOAL_OK)
+        goto err_close_fds;
+    char text[SHOAL_SOCKADDR_STRLEN];
+    shoal_debug(BOOT, "bootstrap init: rank %d of %d joined; local address %s", rank, nranks,
+                shoal_sock_str(&bs->local_addr, text));
+    *bs_p = bs;
+    return SHOAL_OK;
+
+err_close_fds:
+    for (int r = 0; r < nranks; r++)
+        if (bs->fds[r] >= 0)
+            close(bs->fds[r]);
+    free(bs->fds);
+err_free_bs:
+    free(bs);
+    return s;
+}
+
+const uint8_t *shoal_bootstrap_secret(const shoal_bootstrap_t *bs)
+{
+    return bs->secret;
+}
+
+const shoal_sockaddr_t *shoal_bootstrap_local_addr(const shoal_bootstrap_t *bs)
+{
+    return &bs->local_addr;
+}
+
+void shoal_bootstrap_abort(shoal_bootstrap_t *bs)
+{
+    if (!bs || atomic_exchange_explicit(&bs->aborted, 1, memory_order_acq_rel))
+        return;
+    /* shutdown, unlike close, wakes a poll() blocked on these sockets in
+     * another thread, and leaves the descriptors valid until destroy. */
+    for (int r = 0; r < bs->nranks; r++)
+        if (bs->fds[r] >= 0)
+            shutdown(bs->fds[r], SHUT_RDWR);
+}
+
+void shoal_bootstrap_destroy(shoal_bootstrap_t *bs)
+{
+    if (!bs)
+        return;
+    for (int r = 0; r < bs->nranks; r++)
+        if (bs->fds[r] >= 0)
+            close(bs->fds[r]);
+    free(bs->fds);
+    free(bs);
+}

@@ -1,0 +1,577 @@
+/* Shared-memory transport for ranks of one host.
+ *
+ * Each rank creates one POSIX shared-memory segment that holds one receive
+ * FIFO per other rank of its host. A sender maps its FIFO in the receiver's
+ * segment and writes each message straight into the receiver's slot, so a
+ * message is copied exactly once (and a reduction can write its output
+ * directly into the peer's memory). Every FIFO is a single-producer,
+ * single-consumer ring: the sender alone writes head and the slot lengths,
+ * the receiver alone writes tail, and release/acquire ordering on those two
+ * counters publishes the slot contents.
+ *
+ * The segment's name lives in /dev/shm only until every local peer has
+ * mapped it: the last one to map unlinks it, ready makes sure of it, and
+ * close and every error path unlink it too, so only a process killed in
+ * the middle of wireup can leave one behind. */
+#include "transport.h"
+
+#include "core/auth.h"
+#include "core/comm.h"
+#include "core/config.h"
+#include "core/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHOAL_SHM_MAGIC 0x73686f616c73686dull /* "shoalshm" */
+/* Counters written by different processes sit this far apart: two cache
+ * lines, because the adjacent-line prefetcher pulls lines in pairs. */
+#define SHOAL_SHM_LINE 128
+#define SHOAL_SHM_NAME_MAX 64
+#define SHOAL_SHM_NAME_PREFIX "/shoal-shm-"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
+               "shared-memory counters need lock-free 64-bit atomics");
+
+/* Control block at the start of each FIFO; the slots follow it, page
+ * aligned. What each process writes sits apart from what the other writes;
+ * the slot lengths share the sender's block with head, so a receiver that
+ * sees a new head usually finds the length in the same cache line. */
+typedef struct {
+    /* Written once by the owner (the receiver) at open. */
+    _Alignas(SHOAL_SHM_LINE) uint64_t magic;
+    uint32_t owner;
+    uint32_t sender;
+    uint64_t nslots;
+    uint64_t chunk_size;
+    /* Slots released, written by the receiver only. */
+    _Alignas(SHOAL_SHM_LINE) atomic_ullong tail;
+    /* Slots posted, written by the sender only, followed by the nslots
+     * message lengths (written before the head that publishes them). */
+    _Alignas(SHOAL_SHM_LINE) atomic_ullong head;
+} shoal_shm_fifo_t;
+
+#define SHOAL_SHM_LENS_OFF (offsetof(shoal_shm_fifo_t, head) + sizeof(atomic_ullong))
+
+/* First page of a segment. */
+typedef struct {
+    uint64_t magic;
+    uint64_t nfifo;
+    uint64_t nslots;
+    uint64_t chunk_size;
+    /* Local peers that mapped their FIFO; the last one unlinks the name. */
+    atomic_ullong mapped;
+} shoal_shm_seg_t;
+
+/* Address blob: everything a peer needs to find and check our segment. */
+typedef struct {
+    uint64_t magic;
+    uint64_t size;
+    uint64_t nslots;
+    uint64_t chunk_size;
+    char name[SHOAL_SHM_NAME_MAX];
+} shoal_shm_addr_t;
+
+_Static_assert(sizeof(shoal_shm_addr_t) <= SHOAL_TL_ADDR_MAX, "shm address too big");
+
+typedef struct {
+    shoal_tl_ctx_t base;
+    char name[SHOAL_SHM_NAME_MAX];
+    int linked;            /* name still present in /dev/shm */
+    unsigned char *seg;    /* our segment: header page, then our receive FIFOs */
+    size_t seg_len;
+    size_t page;
+    size_t nfifo;
+    size_t ctrl_len;       /* control block of one FIFO, page-rounded */
+    size_t stride;         /* bytes of one FIFO: control block + slots */
+    size_t nslots;
+    size_t chunk;
+} shoal_shm_ctx_t;
+
+/* One endpoint carries both directions; the two halves never share state. */
+typedef struct {
+    shoal_ep_t base;
+    size_t nslots;
+    size_t chunk;
+
+    /* Sending: our FIFO inside the peer's segment. */
+    shoal_shm_fifo_t *tx;
+    uint64_t *tx_len;
+    unsigned char *tx_data;
+    uint64_t tx_head;      /* slots we posted (tx->head mirrors it) */
+    uint64_t tx_tail;      /* last tx->tail we read */
+    size_t tx_idx;         /* tx_head % nslots, kept to avoid a division */
+    void *tx_map;
+    size_t tx_map_len;
+
+    /* Receiving: the peer's FIFO inside our segment. */
+    shoal_shm_fifo_t *rx;
+    const uint64_t *rx_len;
+    const unsigned char *rx_data;
+    uint64_t rx_tail;      /* slots we released (rx->tail mirrors it) */
+    uint64_t rx_head;      /* last rx->head we read */
+    size_t rx_idx;         /* rx_tail % nslots */
+} shoal_shm_ep_t;
+
+static int shoal_shm_local_index(const struct shoal_comm *comm, int rank)
+{
+    int idx = 0;
+    for (int q = 0; q < rank; q++)
+        idx += comm->host_of[q] == comm->host_of[rank];
+    return idx;
+}
+
+/* Index of sender's FIFO in owner's segment: the owner's local peers in rank
+ * order, skipping the owner itself. */
+static size_t shoal_shm_fifo_index(const struct shoal_comm *comm, int owner, int sender)
+{
+    int o = shoal_shm_local_index(comm, owner);
+    int s = shoal_shm_local_index(comm, sender);
+    return (size_t)(s > o ? s - 1 : s);
+}
+
+static size_t shoal_shm_round_up(size_t v, size_t align)
+{
+    return (v + align - 1) / align * align;
+}
+
+static uint64_t *shoal_shm_fifo_lens(shoal_shm_fifo_t *fifo)
+{
+    return (uint64_t *)((unsigned char *)fifo + SHOAL_SHM_LENS_OFF);
+}
+
+static shoal_status_t shoal_shm_query(struct shoal_comm *comm, int peer,
+                                      shoal_tl_caps_t *caps_p)
+{
+    caps_p->reachable = shoal_config_get()->shm.enable && peer != comm->rank &&
+                        comm->host_of[peer] == comm->host_of[comm->rank];
+    caps_p->latency_us = 0.5;
+    caps_p->bandwidth_gbs = 10.0;
+    return SHOAL_OK;
+}
+
+/* Sizes of one FIFO and of the whole segment; refuses settings whose
+ * product overflows. */
+static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t lens, slots, stride, fifos, seg;
+    if (__builtin_mul_overflow(ctx->nslots, sizeof(uint64_t), &lens) ||
+        __builtin_mul_overflow(ctx->nslots, ctx->chunk, &slots))
+        goto err_too_big;
+    ctx->ctrl_len = shoal_shm_round_up(SHOAL_SHM_LENS_OFF + lens, page);
+    if (__builtin_add_overflow(ctx->ctrl_len, slots, &stride) ||
+        stride > SIZE_MAX - page)
+        goto err_too_big;
+    stride = shoal_shm_round_up(stride, page);
+    if (__builtin_mul_overflow(stride, nfifo, &fifos) ||
+        __builtin_add_overflow(fifos, page, &seg) || seg > (size_t)INT64_MAX)
+        goto err_too_big;
+    ctx->page = page;
+    ctx->nfifo = nfifo;
+    ctx->stride = stride;
+    ctx->seg_len = seg;
+    return SHOAL_OK;
+
+err_too_big:
+    shoal_error(SHM, "SHOAL_SHM_NSLOTS=%zu x SHOAL_CHUNK_SIZE=%zu x %zu peers is too large",
+                ctx->nslots, ctx->chunk, nfifo);
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+static shoal_status_t shoal_shm_make_name(char name[SHOAL_SHM_NAME_MAX])
+{
+    unsigned char rnd[16];
+    shoal_status_t s = shoal_auth_random(rnd, sizeof(rnd));
+    if (s != SHOAL_OK)
+        return s;
+    /* The pid tells operators whose segment it is; the random part makes
+     * the name unguessable so nobody can pre-create or open it. */
+    int n = snprintf(name, SHOAL_SHM_NAME_MAX, SHOAL_SHM_NAME_PREFIX "%ld-", (long)getpid());
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        n += snprintf(name + n, SHOAL_SHM_NAME_MAX - (size_t)n, "%02x", rnd[i]);
+    return SHOAL_OK;
+}
+
+/* Our receive FIFO for the local peer of index idx. */
+static shoal_shm_fifo_t *shoal_shm_own_fifo(const shoal_shm_ctx_t *ctx, size_t idx)
+{
+    return (shoal_shm_fifo_t *)(ctx->seg + ctx->page + idx * ctx->stride);
+}
+
+/* Fill in the header and the control blocks of our receive FIFOs, one per
+ * local peer. */
+static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const struct shoal_comm *comm)
+{
+    shoal_shm_seg_t *hdr = (shoal_shm_seg_t *)ctx->seg;
+    hdr->magic = SHOAL_SHM_MAGIC;
+    hdr->nfifo = ctx->nfifo;
+    hdr->nslots = ctx->nslots;
+    hdr->chunk_size = ctx->chunk;
+    atomic_init(&hdr->mapped, 0);
+    size_t idx = 0;
+    for (int q = 0; q < comm->nranks; q++) {
+        if (q == comm->rank || comm->host_of[q] != comm->host_of[comm->rank])
+            continue;
+        shoal_shm_fifo_t *fifo = shoal_shm_own_fifo(ctx, idx);
+        fifo->magic = SHOAL_SHM_MAGIC;
+        fifo->owner = (uint32_t)comm->rank;
+        fifo->sender = (uint32_t)q;
+        fifo->nslots = ctx->nslots;
+        fifo->chunk_size = ctx->chunk;
+        atomic_init(&fifo->head, 0);
+        atomic_init(&fifo->tail, 0);
+        idx++;
+    }
+}
+
+static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p)
+{
+    const shoal_config_t *cfg = shoal_config_get();
+    if (!cfg->shm.enable)
+        return SHOAL_ERR_UNSUPPORTED;
+    size_t nfifo = 0;
+    for (int q = 0; q < comm->nranks; q++)
+        nfifo += q != comm->rank && comm->host_of[q] == comm->host_of[comm->rank];
+    if (nfifo == 0)
+        return SHOAL_ERR_UNSUPPORTED; /* alone on this host */
+
+    int fd = -1;
+    shoal_status_t s = SHOAL_ERR_NO_MEMORY;
+    shoal_shm_ctx_t *ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        shoal_error(SHM, "shm open: out of memory");
+        goto err;
+    }
+    ctx->base.comm = comm;
+    ctx->base.ops = &shoal_shm_ops;
+    ctx->nslots = cfg->shm.nslots;
+    ctx->chunk = comm->chunk_size;
+    s = shoal_shm_layout(ctx, nfifo);
+    if (s != SHOAL_OK)
+        goto err_free_ctx;
+    s = shoal_shm_make_name(ctx->name);
+    if (s != SHOAL_OK)
+        goto err_free_ctx;
+
+    fd = shm_open(ctx->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        shoal_error(SHM, "shm_open(%s): %s", ctx->name, strerror(errno));
+        s = SHOAL_ERR_SYSTEM;
+        goto err_free_ctx;
+    }
+    ctx->linked = 1;
+    if (ftruncate(fd, (off_t)ctx->seg_len) != 0) {
+        shoal_error(SHM, "ftruncate(%s, %zu): %s", ctx->name, ctx->seg_len, strerror(errno));
+        s = SHOAL_ERR_SYSTEM;
+        goto err_close_fd;
+    }
+    /* Reserve the pages now: on a full /dev/shm a sparse segment would
+     * fail later with SIGBUS in the middle of a copy. */
+    int rc = posix_fallocate(fd, 0, (off_t)ctx->seg_len);
+    if (rc != 0) {
+        shoal_error(SHM, "cannot reserve %zu bytes in /dev/shm for %s (%zu peers x %zu slots "
+                    "x %zu B; lower SHOAL_SHM_NSLOTS or SHOAL_CHUNK_SIZE): %s",
+                    ctx->seg_len, ctx->name, nfifo, ctx->nslots, ctx->chunk, strerror(rc));
+        s = SHOAL_ERR_NO_MEMORY;
+        goto err_close_fd;
+    }
+    void *seg = mmap(NULL, ctx->seg_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, 0);
+    if (seg == MAP_FAILED) {
+        shoal_error(SHM, "mmap(%s, %zu): %s", ctx->name, ctx->seg_len, strerror(errno));
+        s = SHOAL_ERR_SYSTEM;
+        goto err_close_fd;
+    }
+    close(fd);
+    ctx->seg = seg;
+    shoal_shm_init_seg(ctx, comm);
+    shoal_debug(SHM, "rank %d: segment %s, %zu FIFOs of %zu x %zu B", comm->rank, ctx->name,
+                nfifo, ctx->nslots, ctx->chunk);
+    *ctx_p = &ctx->base;
+    return SHOAL_OK;
+
+err_close_fd:
+    close(fd);
+    shm_unlink(ctx->name);
+err_free_ctx:
+    free(ctx);
+err:
+    return s;
+}
+
+static shoal_status_t shoal_shm_addr_pack(shoal_tl_ctx_t *base, void *blob, size_t *len_p)
+{
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
+    shoal_shm_addr_t addr;
+    if (*len_p < sizeof(addr))
+        return SHOAL_ERR_INVALID_ARG;
+    memset(&addr, 0, sizeof(addr));
+    addr.magic = SHOAL_SHM_MAGIC;
+    addr.size = ctx->seg_len;
+    addr.nslots = ctx->nslots;
+    addr.chunk_size = ctx->chunk;
+    memcpy(addr.name, ctx->name, sizeof(addr.name));
+    memcpy(blob, &addr, sizeof(addr));
+    *len_p = sizeof(addr);
+    return SHOAL_OK;
+}
+
+/* The peer's blob must describe a segment laid out exactly as ours: same
+ * host, so same number of local peers, and same settings. */
+static shoal_status_t shoal_shm_check_addr(const shoal_shm_ctx_t *ctx, int peer,
+                                           const shoal_shm_addr_t *addr)
+{
+    if (addr->magic != SHOAL_SHM_MAGIC ||
+        memchr(addr->name, '\0', sizeof(addr->name)) == NULL ||
+        strncmp(addr->name, SHOAL_SHM_NAME_PREFIX, strlen(SHOAL_SHM_NAME_PREFIX)) != 0) {
+        shoal_error(SHM, "rank %d sent a malformed shared-memory address", peer);
+        return SHOAL_ERR_INTERNAL;
+    }
+    if (addr->nslots != ctx->nslots || addr->chunk_size != ctx->chunk ||
+        addr->size != ctx->seg_len) {
+        shoal_error(SHM, "rank %d uses %llu slots of %llu B (%llu-B segment), rank %d %zu of "
+                    "%zu B (%zu B): SHOAL_SHM_NSLOTS and SHOAL_CHUNK_SIZE must agree", peer,
+                    (unsigned long long)addr->nslots, (unsigned long long)addr->chunk_size,
+                    (unsigned long long)addr->size, ctx->base.comm->rank, ctx->nslots,
+                    ctx->chunk, ctx->seg_len);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    return SHOAL_OK;
+}
+
+/* Map our FIFO inside peer's segment, after checking the segment is the
+ * size the blob announced and laid out as ours. */
+static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
+                                         const shoal_shm_addr_t *addr, void **map_p)
+{
+    struct shoal_comm *comm = ctx->base.comm;
+    int fd = shm_open(addr->name, O_RDWR | O_CLOEXEC, 0);
+    if (fd < 0) {
+        shoal_error(SHM, "rank %d: shm_open(%s) of rank %d: %s (is /dev/shm shared "
+                    "between the two?)", comm->rank, addr->name, peer, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    shoal_status_t s = SHOAL_ERR_SYSTEM;
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        shoal_error(SHM, "fstat(%s): %s", addr->name, strerror(errno));
+        goto out_close_fd;
+    }
+    if ((uint64_t)st.st_size != addr->size) {
+        shoal_error(SHM, "segment %s of rank %d holds %lld B, its address says %llu B",
+                    addr->name, peer, (long long)st.st_size,
+                    (unsigned long long)addr->size);
+        s = SHOAL_ERR_INTERNAL;
+        goto out_close_fd;
+    }
+    shoal_shm_seg_t *hdr = mmap(NULL, ctx->page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (hdr == MAP_FAILED) {
+        shoal_error(SHM, "mmap(%s) of rank %d: %s", addr->name, peer, strerror(errno));
+        goto out_close_fd;
+    }
+    s = SHOAL_ERR_INTERNAL;
+    if (hdr->magic != SHOAL_SHM_MAGIC || hdr->nfifo != ctx->nfifo ||
+        hdr->nslots != ctx->nslots || hdr->chunk_size != ctx->chunk) {
+        shoal_error(SHM, "segment %s of rank %d is not laid out as its address says",
+                    addr->name, peer);
+        goto out_unmap_hdr;
+    }
+    size_t off = ctx->page + shoal_shm_fifo_index(comm, peer, comm->rank) * ctx->stride;
+    void *map = mmap(NULL, ctx->stride, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                     fd, (off_t)off);
+    if (map == MAP_FAILED) {
+        shoal_error(SHM, "mmap(%s) of rank %d: %s", addr->name, peer, strerror(errno));
+        s = SHOAL_ERR_SYSTEM;
+        goto out_unmap_hdr;
+    }
+    const shoal_shm_fifo_t *fifo = map;
+    if (fifo->magic != SHOAL_SHM_MAGIC || fifo->owner != (uint32_t)peer ||
+        fifo->sender != (uint32_t)comm->rank || fifo->nslots != ctx->nslots ||
+        fifo->chunk_size != ctx->chunk) {
+        shoal_error(SHM, "segment %s of rank %d: FIFO at offset %zu is not the one for rank %d",
+                    addr->name, peer, off, comm->rank);
+        munmap(map, ctx->stride);
+        goto out_unmap_hdr;
+    }
+    /* Nobody else needs the name now: leave nothing for a crash to strand. */
+    if (atomic_fetch_add_explicit(&hdr->mapped, 1, memory_order_acq_rel) + 1 == hdr->nfifo &&
+        shm_unlink(addr->name) != 0 && errno != ENOENT)
+        shoal_warn(SHM, "shm_unlink(%s): %s", addr->name, strerror(errno));
+    *map_p = map;
+    s = SHOAL_OK;
+out_unmap_hdr:
+    munmap(hdr, ctx->page);
+out_close_fd:
+    close(fd);
+    return s;
+}
+
+static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const void *blob,
+                                        size_t len, uint64_t deadline_ns, shoal_ep_t **ep_p)
+{
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
+    struct shoal_comm *comm = base->comm;
+    shoal_shm_addr_t addr;
+    if (len != sizeof(addr)) {
+        shoal_error(SHM, "rank %d sent a %zu-byte shared-memory address, expected %zu", peer,
+                    len, sizeof(addr));
+        return SHOAL_ERR_INTERNAL;
+    }
+    memcpy(&addr, blob, sizeof(addr));
+    shoal_status_t s = shoal_shm_check_addr(ctx, peer, &addr);
+    if (s != SHOAL_OK)
+        return s;
+
+    shoal_shm_ep_t *ep = calloc(1, sizeof(*ep));
+    if (!ep) {
+        shoal_error(SHM, "shm connect: out of memory");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    s = shoal_shm_map_peer(ctx, peer, &addr, &ep->tx_map);
+    if (s != SHOAL_OK)
+        goto err_free_ep;
+    ep->base.ops = &shoal_shm_ops;
+    ep->base.ctx = base;
+    ep->base.peer = peer;
+    ep->nslots = ctx->nslots;
+    ep->chunk = ctx->chunk;
+    ep->tx_map_len = ctx->stride;
+    ep->tx = ep->tx_map;
+    ep->tx_len = shoal_shm_fifo_lens(ep->tx);
+    ep->tx_data = (unsigned char *)ep->tx_map + ctx->ctrl_len;
+    ep->rx = shoal_shm_own_fifo(ctx, shoal_shm_fifo_index(comm, comm->rank, peer));
+    ep->rx_len = shoal_shm_fifo_lens(ep->rx);
+    ep->rx_data = (const unsigned char *)ep->rx + ctx->ctrl_len;
+    *ep_p = &ep->base;
+    return SHOAL_OK;
+
+err_free_ep:
+    free(ep);
+    return s;
+}
+
+static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *base)
+{
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
+    /* Normally the last peer to map it has unlinked it already. */
+    if (ctx->linked && shm_unlink(ctx->name) != 0 && errno != ENOENT) {
+        shoal_error(SHM, "shm_unlink(%s): %s", ctx->name, strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    ctx->linked = 0;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_send_slot(shoal_ep_t *base, void **buf_p, size_t *cap_p)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    if (ep->tx_head - ep->tx_tail == ep->nslots) {
+        /* Acquire: the receiver is done reading the slot we will reuse. */
+        ep->tx_tail = atomic_load_explicit(&ep->tx->tail, memory_order_acquire);
+        if (ep->tx_head - ep->tx_tail == ep->nslots)
+            return SHOAL_INPROGRESS;
+    }
+    *buf_p = ep->tx_data + ep->tx_idx * ep->chunk;
+    *cap_p = ep->chunk;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    if (len > ep->chunk) {
+        shoal_error(SHM, "send_post of %zu B to rank %d exceeds the %zu-B slot", len,
+                    base->peer, ep->chunk);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (ep->tx_head - ep->tx_tail >= ep->nslots) {
+        shoal_error(SHM, "send_post to rank %d without a free slot", base->peer);
+        return SHOAL_ERR_INTERNAL;
+    }
+    ep->tx_len[ep->tx_idx] = len;
+    /* Release: the slot's bytes and length are visible before the count. */
+    atomic_store_explicit(&ep->tx->head, ++ep->tx_head, memory_order_release);
+    if (++ep->tx_idx == ep->nslots)
+        ep->tx_idx = 0;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    if (ep->rx_tail == ep->rx_head) {
+        ep->rx_head = atomic_load_explicit(&ep->rx->head, memory_order_acquire);
+        if (ep->rx_tail == ep->rx_head)
+            return SHOAL_INPROGRESS;
+    }
+    uint64_t len = ep->rx_len[ep->rx_idx];
+    if (len > ep->chunk) {
+        shoal_error(SHM, "rank %d posted a %llu-B message into a %zu-B slot", base->peer,
+                    (unsigned long long)len, ep->chunk);
+        return SHOAL_ERR_PEER;
+    }
+    *buf_p = ep->rx_data + ep->rx_idx * ep->chunk;
+    *len_p = (size_t)len;
+    return SHOAL_OK;
+}
+
+static shoal_status_t shoal_shm_recv_release(shoal_ep_t *base)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    if (ep->rx_tail == ep->rx_head) {
+        shoal_error(SHM, "recv_release from rank %d without a received slot", base->peer);
+        return SHOAL_ERR_INTERNAL;
+    }
+    /* Release: our reads of the slot finish before the sender may reuse it. */
+    atomic_store_explicit(&ep->rx->tail, ++ep->rx_tail, memory_order_release);
+    if (++ep->rx_idx == ep->nslots)
+        ep->rx_idx = 0;
+    return SHOAL_OK;
+}
+
+static void shoal_shm_disconnect(shoal_ep_t *base)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    munmap(ep->tx_map, ep->tx_map_len);
+    free(ep);
+}
+
+static void shoal_shm_close(shoal_tl_ctx_t *base)
+{
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
+    /* Wireup failed before ready: the name must not outlive us. */
+    if (ctx->linked)
+        shm_unlink(ctx->name);
+    munmap(ctx->seg, ctx->seg_len);
+    free(ctx);
+}
+
+const shoal_transport_ops_t shoal_shm_ops = {
+    .size = sizeof(shoal_transport_ops_t),
+    .name = "shm",
+    .query = shoal_shm_query,
+    .open = shoal_shm_open,
+    .addr_pack = shoal_shm_addr_pack,
+    .connect = shoal_shm_connect,
+    .ready = shoal_shm_ready,
+    .send_slot = shoal_shm_send_slot,
+    .send_post = shoal_shm_send_post,
+    .recv_slot = shoal_shm_recv_slot,
+    .recv_release = shoal_shm_recv_release,
+    .flush = shoal_tl_stub_flush, /* posted bytes already sit in the peer's memory */
+    .progress = shoal_tl_stub_progress,
+    .mem_reg = shoal_tl_host_mem_reg,
+    .mem_dereg = shoal_tl_host_mem_dereg,
+    .put_signal = shoal_tl_stub_put_signal,
+    .disconnect = shoal_shm_disconnect,
+    .close = shoal_shm_close,
+};

@@ -1,0 +1,584 @@
+/* Transports under a real communicator: forked ranks form one with the
+ * public API, then move messages through the internal endpoints
+ * (comm->eps[peer]) of shm and tcp: every size class, many more messages
+ * than slots, all pairs at once and pair by pair, and peers that leave. */
+#include "harness.h"
+
+#include "core/clock.h"
+#include "core/comm.h"
+#include "transport/transport.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TEST_TIMEOUT_S 120
+#define WAIT_NS (30ull * 1000000000ull)
+#define STREAM_MSGS 150   /* per ordered pair: many times the slots */
+#define PINGPONG_MSGS 24  /* per pair and direction */
+
+typedef struct {
+    const char *local_tl;  /* transport expected between ranks of one host */
+    int hosts;             /* > 1: SHOAL_HOST_ID splits the ranks into this many hosts */
+} xfer_arg_t;
+
+static unsigned char pattern(int src, int dst, uint64_t seq, size_t i)
+{
+    uint64_t x = (uint64_t)src * 0x9e3779b97f4a7c15ull + (uint64_t)dst * 0xbf58476d1ce4e5b9ull +
+                 seq * 0x94d049bb133111ebull + i * 0x2545f4914f6cdd1dull;
+    return (unsigned char)(x >> 56);
+}
+
+/* Every size class: empty, tiny, odd, around the stripe and chunk bounds. */
+static size_t msg_size(const struct shoal_comm *comm, int src, int dst, uint64_t seq)
+{
+    size_t c = comm->chunk_size;
+    const size_t sizes[] = {0, 1, 7, 63, 64, 65, 1000, 1023, 1024, 1025, 2047, 2049,
+                            c / 3 + 1, c / 2 - 1, c / 2, c - 1, c};
+    size_t n = sizeof(sizes) / sizeof(sizes[0]);
+    return sizes[(seq + (uint64_t)src * 5 + (uint64_t)dst * 3) % n];
+}
+
+static void fill(void *buf, size_t len, int src, int dst, uint64_t seq)
+{
+    unsigned char *p = buf;
+    for (size_t i = 0; i < len; i++)
+        p[i] = pattern(src, dst, seq, i);
+}
+
+static int check(const void *buf, size_t len, int src, int dst, uint64_t seq, size_t want)
+{
+    const unsigned char *p = buf;
+    if (len != want) {
+        fprintf(stderr, "# message %llu %d->%d: %zu B, expected %zu\n",
+                (unsigned long long)seq, src, dst, len, want);
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != pattern(src, dst, seq, i)) {
+            fprintf(stderr, "# message %llu %d->%d: byte %zu is %u, expected %u\n",
+                    (unsigned long long)seq, src, dst, i, p[i], pattern(src, dst, seq, i));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Waits drive progress between tries: a short spin, then yield the core,
+ * since ranks may outnumber cores. */
+static void backoff(unsigned *spins)
+{
+    if (++*spins > 64)
+        sched_yield();
+}
+
+static shoal_status_t wait_send(struct shoal_comm *comm, shoal_ep_t *ep, void **buf_p,
+                                size_t *cap_p, uint64_t deadline)
+{
+    for (unsigned spins = 0;; backoff(&spins)) {
+        shoal_status_t s = ep->ops->send_slot(ep, buf_p, cap_p);
+        if (s != SHOAL_INPROGRESS)
+            return s;
+        s = shoal_transport_progress(comm);
+        if (s != SHOAL_OK)
+            return s;
+        if (shoal_deadline_passed(deadline))
+            return SHOAL_ERR_TIMEOUT;
+    }
+}
+
+static shoal_status_t wait_recv(struct shoal_comm *comm, shoal_ep_t *ep, const void **buf_p,
+                                size_t *len_p, uint64_t deadline)
+{
+    for (unsigned spins = 0;; backoff(&spins)) {
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p);
+        if (s != SHOAL_INPROGRESS)
+            return s;
+        s = shoal_transport_progress(comm);
+        if (s != SHOAL_OK)
+            return s;
+        if (shoal_deadline_passed(deadline))
+            return SHOAL_ERR_TIMEOUT;
+    }
+}
+
+static int send_msg(struct shoal_comm *comm, int peer, uint64_t seq)
+{
+    shoal_ep_t *ep = comm->eps[peer];
+    void *buf;
+    size_t cap, len = msg_size(comm, comm->rank, peer, seq);
+    shoal_status_t s = wait_send(comm, ep, &buf, &cap, shoal_deadline_after(WAIT_NS));
+    RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(cap == comm->chunk_size, "slot of %zu B", cap);
+    fill(buf, len, comm->rank, peer, seq);
+    s = ep->ops->send_post(ep, len);
+    RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", peer, shoal_status_string(s));
+    return 0;
+}
+
+static int recv_msg(struct shoal_comm *comm, int peer, uint64_t seq)
+{
+    shoal_ep_t *ep = comm->eps[peer];
+    const void *buf;
+    size_t len;
+    shoal_status_t s = wait_recv(comm, ep, &buf, &len, shoal_deadline_after(WAIT_NS));
+    RANK_CHECK(s == SHOAL_OK, "recv_slot from %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(check(buf, len, peer, comm->rank, seq, msg_size(comm, peer, comm->rank, seq)) == 0,
+               "content from %d", peer);
+    s = ep->ops->recv_release(ep);
+    RANK_CHECK(s == SHOAL_OK, "recv_release from %d: %s", peer, shoal_status_string(s));
+    return 0;
+}
+
+/* Every rank streams to every other at once, never waiting on one peer:
+ * FIFOs fill up and wrap around in both directions of every pair. */
+static int run_stream(struct shoal_comm *comm)
+{
+    int n = comm->nranks, me = comm->rank;
+    uint64_t sent[64] = {0}, got[64] = {0};
+    uint64_t deadline = shoal_deadline_after(WAIT_NS);
+    int busy = 1;
+    for (unsigned spins = 0; busy; backoff(&spins)) {
+        busy = 0;
+        for (int p = 0; p < n; p++) {
+            if (p == me)
+                continue;
+            shoal_ep_t *ep = comm->eps[p];
+            void *sbuf;
+            size_t cap;
+            while (sent[p] < STREAM_MSGS) {
+                shoal_status_t s = ep->ops->send_slot(ep, &sbuf, &cap);
+                if (s == SHOAL_INPROGRESS)
+                    break;
+                RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", p, shoal_status_string(s));
+                size_t len = msg_size(comm, me, p, sent[p]);
+                fill(sbuf, len, me, p, sent[p]);
+                s = ep->ops->send_post(ep, len);
+                RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", p, shoal_status_string(s));
+                sent[p]++;
+            }
+            const void *rbuf;
+            size_t len;
+            while (got[p] < STREAM_MSGS) {
+                shoal_status_t s = ep->ops->recv_slot(ep, &rbuf, &len);
+                if (s == SHOAL_INPROGRESS)
+                    break;
+                RANK_CHECK(s == SHOAL_OK, "recv_slot from %d: %s", p, shoal_status_string(s));
+                RANK_CHECK(check(rbuf, len, p, me, got[p], msg_size(comm, p, me, got[p])) == 0,
+                           "stream content from %d", p);
+                s = ep->ops->recv_release(ep);
+                RANK_CHECK(s == SHOAL_OK, "recv_release: %s", shoal_status_string(s));
+                got[p]++;
+            }
+            busy |= sent[p] < STREAM_MSGS || got[p] < STREAM_MSGS;
+        }
+        shoal_status_t s = shoal_transport_progress(comm);
+        RANK_CHECK(s == SHOAL_OK, "progress: %s", shoal_status_string(s));
+        RANK_CHECK(!shoal_deadline_passed(deadline), "stream did not finish");
+    }
+    return 0;
+}
+
+/* Partner of rank in round r of a round-robin tournament over an even
+ * number of seats m (the circle method); seats >= nranks sit out. */
+static int partner(int rank, int r, int m)
+{
+    int k = m - 1;
+    if (rank == m - 1) {
+        for (int j = 0; j < k; j++) {
+            if ((2 * j) % k == r)
+                return j;
+        }
+    }
+    int p = ((r - rank) % k + k) % k;
+    return p == rank ? m - 1 : p;
+}
+
+/* Each pair in turn: the lower rank sends, the higher answers, message by
+ * message, so every message waits for the previous round trip. */
+static int run_pingpong(struct shoal_comm *comm)
+{
+    int n = comm->nranks, me = comm->rank;
+    int m = n + (n & 1);
+    for (int r = 0; r < m - 1; r++) {
+        int p = partner(me, r, m);
+        if (p >= n)
+            continue;
+        for (uint64_t seq = 0; seq < PINGPONG_MSGS; seq++) {
+            uint64_t tag = (uint64_t)r * 1000 + seq;
+            if (me < p) {
+                if (send_msg(comm, p, tag) || recv_msg(comm, p, tag))
+                    return 1;
+            } else {
+                if (recv_msg(comm, p, tag) || send_msg(comm, p, tag))
+                    return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Entries of /dev/shm that this process created. */
+static int count_own_segments(void)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "shoal-shm-%ld-", (long)getpid());
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        count += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return count;
+}
+
+static int rank_xfer(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    const xfer_arg_t *arg = varg;
+    if (arg->hosts > 1) {
+        char host[32];
+        snprintf(host, sizeof(host), "host-%d", rank * arg->hosts / nranks);
+        harness_setenv("SHOAL_HOST_ID", host);
+    }
+    RANK_CHECK(count_own_segments() == 0, "a segment exists before init");
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(count_own_segments() == 0, "init left a segment in /dev/shm");
+    for (int p = 0; p < nranks; p++) {
+        if (p == rank) {
+            RANK_CHECK(comm->eps[p] == NULL, "endpoint to self");
+            continue;
+        }
+        RANK_CHECK(comm->eps[p] != NULL, "no endpoint to %d", p);
+        const char *want = comm->host_of[p] == comm->host_of[rank] ? arg->local_tl : "tcp";
+        RANK_CHECK(strcmp(comm->eps[p]->ops->name, want) == 0, "rank %d reached over %s, not %s",
+                   p, comm->eps[p]->ops->name, want);
+    }
+    if (run_stream(comm) || run_pingpong(comm) || run_stream(comm))
+        return 1;
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    return 0;
+}
+
+static void run_all_sizes(const xfer_arg_t *arg)
+{
+    for (int n = 2; n <= 8; n++) {
+        int rc = harness_run_ranks(n, rank_xfer, (void *)arg, TEST_TIMEOUT_S);
+        if (rc != 0)
+            fprintf(stderr, "# failed with %d ranks\n", n);
+        assert_int_equal(rc, 0);
+    }
+}
+
+static int setup_small_chunks(void **state)
+{
+    harness_setenv("SHOAL_CHUNK_SIZE", "4096");
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+    harness_setenv("SHOAL_TCP_NSOCKS", NULL);
+    harness_setenv("SHOAL_HOST_ID", NULL);
+    harness_setenv("SHOAL_SHM_NSLOTS", NULL);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+    return 0;
+}
+
+static void test_shm(void **state)
+{
+    xfer_arg_t arg = {.local_tl = "shm", .hosts = 1};
+    run_all_sizes(&arg);
+}
+
+static void test_tcp_one_socket(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_NSOCKS", "1");
+    xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
+    run_all_sizes(&arg);
+}
+
+static void test_tcp_three_sockets(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_NSOCKS", "3");
+    xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
+    run_all_sizes(&arg);
+}
+
+/* Two pretend hosts: shm inside each, tcp between them, in one communicator. */
+static void test_mixed_hosts(void **state)
+{
+    xfer_arg_t arg = {.local_tl = "shm", .hosts = 2};
+    assert_int_equal(harness_run_ranks(5, rank_xfer, &arg, TEST_TIMEOUT_S), 0);
+    assert_int_equal(harness_run_ranks(8, rank_xfer, &arg, TEST_TIMEOUT_S), 0);
+}
+
+/* Default-sized chunks, where tcp stripes are tens of kilobytes. */
+static void test_large_chunks(void **state)
+{
+    harness_setenv("SHOAL_CHUNK_SIZE", "128k");
+    xfer_arg_t shm = {.local_tl = "shm", .hosts = 1};
+    assert_int_equal(harness_run_ranks(3, rank_xfer, &shm, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    xfer_arg_t tcp = {.local_tl = "tcp", .hosts = 1};
+    assert_int_equal(harness_run_ranks(3, rank_xfer, &tcp, TEST_TIMEOUT_S), 0);
+}
+
+/* Rank 0 sends until its own slots are full because every buffer on the
+ * way is, while rank 1 does not read yet; then it flushes and destroys its
+ * communicator at once. Rank 1 must still get every message. */
+static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    shoal_ep_t *ep = comm->eps[1 - rank];
+    uint64_t count = 0;
+    if (rank == 0) {
+        void *buf;
+        size_t cap;
+        while ((s = ep->ops->send_slot(ep, &buf, &cap)) == SHOAL_OK) {
+            size_t len = msg_size(comm, 0, 1, count);
+            fill(buf, len, 0, 1, count);
+            s = ep->ops->send_post(ep, len);
+            RANK_CHECK(s == SHOAL_OK, "send_post: %s", shoal_status_string(s));
+            count++;
+        }
+        RANK_CHECK(s == SHOAL_INPROGRESS, "send_slot: %s", shoal_status_string(s));
+    }
+    /* Rank 1 starts reading only now, when rank 0 holds unsent messages. */
+    s = shoal_bootstrap_bcast(comm->bootstrap, &count, sizeof(count), 0);
+    RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+    if (rank == 0) {
+        uint64_t deadline = shoal_deadline_after(WAIT_NS);
+        unsigned spins = 0;
+        while ((s = ep->ops->flush(ep)) == SHOAL_INPROGRESS && !shoal_deadline_passed(deadline)) {
+            s = shoal_transport_progress(comm);
+            RANK_CHECK(s == SHOAL_OK, "progress: %s", shoal_status_string(s));
+            backoff(&spins);
+        }
+        RANK_CHECK(s == SHOAL_OK, "flush: %s", shoal_status_string(s));
+    } else {
+        for (uint64_t seq = 0; seq < count; seq++) {
+            if (recv_msg(comm, 0, seq))
+                return 1;
+        }
+    }
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    return 0;
+}
+
+static void test_flush_then_destroy(void **state)
+{
+    harness_setenv("SHOAL_CHUNK_SIZE", "128k");
+    assert_int_equal(harness_run_ranks(2, rank_flush, NULL, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    assert_int_equal(harness_run_ranks(2, rank_flush, NULL, TEST_TIMEOUT_S), 0);
+}
+
+/* Rank 1 runs with different transport settings (the variable and value
+ * passed), so wireup fails; whatever it had created must be gone. */
+static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    const char *const *setting = varg;
+    if (rank == 1)
+        harness_setenv(setting[0], setting[1]);
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s != SHOAL_OK, "init succeeded with %s=%s on rank 1", setting[0], setting[1]);
+    RANK_CHECK(count_own_segments() == 0, "a failed init left a segment in /dev/shm");
+    return 0;
+}
+
+static void test_mismatched_settings(void **state)
+{
+    /* A rank that gives up during wireup is noticed by the others when they
+     * next need it; one that dials a rank already gone retries until the
+     * deadline, which this keeps short. */
+    harness_setenv("SHOAL_TIMEOUT", "5s");
+    const char *shm_slots[] = {"SHOAL_SHM_NSLOTS", "5"};
+    assert_int_equal(harness_run_ranks(3, rank_mismatch, shm_slots, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    const char *tcp_socks[] = {"SHOAL_TCP_NSOCKS", "4"};
+    assert_int_equal(harness_run_ranks(3, rank_mismatch, tcp_socks, TEST_TIMEOUT_S), 0);
+}
+
+typedef enum { LEAVE_WHILE_AWAITED, LEAVE_WHILE_FED } leave_mode_t;
+
+/* Rank 1 takes one message, then its process ends without destroying the
+ * communicator. Rank 0 either waits for a message from it or keeps sending
+ * to it; both must end in SHOAL_ERR_PEER, not in a hang or a timeout. */
+static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    leave_mode_t mode = *(const leave_mode_t *)varg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    if (rank == 1) {
+        if (recv_msg(comm, 0, 0))
+            return 1;
+        fflush(NULL);
+        _exit(0);
+    }
+    if (send_msg(comm, 1, 0))
+        return 1;
+    uint64_t deadline = shoal_deadline_after(WAIT_NS);
+    shoal_ep_t *ep = comm->eps[1];
+    if (mode == LEAVE_WHILE_AWAITED) {
+        const void *buf;
+        size_t len;
+        s = wait_recv(comm, ep, &buf, &len, deadline);
+    } else {
+        while (s == SHOAL_OK) {
+            void *buf;
+            size_t cap;
+            s = wait_send(comm, ep, &buf, &cap, deadline);
+            if (s == SHOAL_OK)
+                s = ep->ops->send_post(ep, cap);
+        }
+    }
+    RANK_CHECK(s == SHOAL_ERR_PEER, "got %s, expected %s", shoal_status_string(s),
+               shoal_status_string(SHOAL_ERR_PEER));
+    /* The loss is sticky: progress keeps reporting it. */
+    s = shoal_transport_progress(comm);
+    RANK_CHECK(s == SHOAL_ERR_PEER, "progress after the loss: %s", shoal_status_string(s));
+    shoal_comm_abort(comm);
+    return 0;
+}
+
+static void test_tcp_peer_leaves(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    leave_mode_t mode = LEAVE_WHILE_AWAITED;
+    assert_int_equal(harness_run_ranks(2, rank_leave, &mode, TEST_TIMEOUT_S), 0);
+    mode = LEAVE_WHILE_FED;
+    assert_int_equal(harness_run_ranks(2, rank_leave, &mode, TEST_TIMEOUT_S), 0);
+}
+
+/* Two shm contexts of one process, as ranks 0 and 1 of one host, driven
+ * through the ops table directly: the name leaves /dev/shm as soon as the
+ * peer mapped it, and a context closed before that leaves nothing either. */
+typedef struct {
+    struct shoal_comm comm;
+    int host_of[2];
+    shoal_tl_ctx_t *ctx;
+    unsigned char blob[SHOAL_TL_ADDR_MAX];
+    size_t blob_len;
+} fake_rank_t;
+
+static void fake_open(fake_rank_t *r, int rank)
+{
+    memset(r, 0, sizeof(*r));
+    r->comm.rank = rank;
+    r->comm.nranks = 2;
+    r->comm.chunk_size = 4096;
+    r->comm.host_of = r->host_of;
+    assert_int_equal(shoal_shm_ops.open(&r->comm, &r->ctx), SHOAL_OK);
+    r->blob_len = sizeof(r->blob);
+    assert_int_equal(shoal_shm_ops.addr_pack(r->ctx, r->blob, &r->blob_len), SHOAL_OK);
+}
+
+static void test_shm_segment_lifetime(void **state)
+{
+    uint64_t deadline = shoal_deadline_after(WAIT_NS);
+    fake_rank_t r[2];
+    shoal_ep_t *ep[2];
+    fake_open(&r[0], 0);
+    fake_open(&r[1], 1);
+    assert_int_equal(count_own_segments(), 2);
+
+    /* A blob whose size disagrees with the segment is refused. */
+    unsigned char bad[SHOAL_TL_ADDR_MAX];
+    memcpy(bad, r[1].blob, r[1].blob_len);
+    bad[8] ^= 0x40; /* the size field */
+    assert_int_not_equal(shoal_shm_ops.connect(r[0].ctx, 1, bad, r[1].blob_len, deadline, &ep[0]),
+                         SHOAL_OK);
+
+    assert_int_equal(shoal_shm_ops.connect(r[0].ctx, 1, r[1].blob, r[1].blob_len, deadline,
+                                           &ep[0]), SHOAL_OK);
+    assert_int_equal(count_own_segments(), 1); /* rank 1's, mapped by its only peer */
+    assert_int_equal(shoal_shm_ops.connect(r[1].ctx, 0, r[0].blob, r[0].blob_len, deadline,
+                                           &ep[1]), SHOAL_OK);
+    assert_int_equal(count_own_segments(), 0);
+    assert_int_equal(shoal_shm_ops.ready(r[0].ctx), SHOAL_OK);
+    assert_int_equal(shoal_shm_ops.ready(r[1].ctx), SHOAL_OK);
+
+    /* Misuse is refused without touching the FIFO. */
+    void *buf;
+    size_t cap, len;
+    const void *in;
+    assert_int_equal(ep[1]->ops->recv_release(ep[1]), SHOAL_ERR_INTERNAL);
+    assert_int_equal(ep[0]->ops->send_slot(ep[0], &buf, &cap), SHOAL_OK);
+    assert_int_equal(ep[0]->ops->send_post(ep[0], cap + 1), SHOAL_ERR_INVALID_ARG);
+
+    /* Fill the FIFO to the brim, then drain it, twice around. */
+    uint64_t sent = 0, got = 0;
+    for (int round = 0; round < 3; round++) {
+        while (ep[0]->ops->send_slot(ep[0], &buf, &cap) == SHOAL_OK) {
+            len = msg_size(&r[0].comm, 0, 1, sent);
+            fill(buf, len, 0, 1, sent);
+            assert_int_equal(ep[0]->ops->send_post(ep[0], len), SHOAL_OK);
+            sent++;
+        }
+        assert_true(sent - got >= 2);
+        while (ep[1]->ops->recv_slot(ep[1], &in, &len) == SHOAL_OK) {
+            assert_int_equal(check(in, len, 0, 1, got, msg_size(&r[0].comm, 0, 1, got)), 0);
+            assert_int_equal(ep[1]->ops->recv_release(ep[1]), SHOAL_OK);
+            got++;
+        }
+        assert_int_equal(got, sent);
+    }
+    shoal_shm_ops.disconnect(ep[0]);
+    shoal_shm_ops.disconnect(ep[1]);
+    shoal_shm_ops.close(r[0].ctx);
+    shoal_shm_ops.close(r[1].ctx);
+
+    /* Closed before any peer mapped it: nothing stays behind. */
+    fake_open(&r[0], 0);
+    assert_int_equal(count_own_segments(), 1);
+    shoal_shm_ops.close(r[0].ctx);
+    assert_int_equal(count_own_segments(), 0);
+}
+
+/* Registration on copy transports only records the region. */
+static void test_host_mem_reg(void **state)
+{
+    char buf[64];
+    shoal_mem_t *mem = NULL;
+    assert_int_equal(shoal_tl_host_mem_reg(NULL, buf, sizeof(buf), SHOAL_MEM_HOST, &mem),
+                     SHOAL_OK);
+    assert_ptr_equal(mem->addr, buf);
+    assert_int_equal(mem->len, sizeof(buf));
+    assert_int_equal(mem->kind, SHOAL_MEM_HOST);
+    assert_int_equal(shoal_tl_host_mem_dereg(NULL, mem), SHOAL_OK);
+    assert_int_equal(shoal_tl_host_mem_reg(NULL, NULL, 8, SHOAL_MEM_HOST, &mem),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_shm_ops.put_signal(NULL, NULL, 0, 0, 0, 0), SHOAL_ERR_UNSUPPORTED);
+    assert_int_equal(shoal_tcp_ops.put_signal(NULL, NULL, 0, 0, 0, 0), SHOAL_ERR_UNSUPPORTED);
+    assert_int_equal(shoal_shm_ops.size, sizeof(shoal_transport_ops_t));
+    assert_int_equal(shoal_tcp_ops.size, sizeof(shoal_transport_ops_t));
+    assert_int_equal(shoal_shm_ops.flush(NULL), SHOAL_OK);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_host_mem_reg, setup_small_chunks),
+        cmocka_unit_test_setup(test_shm_segment_lifetime, setup_small_chunks),
+        cmocka_unit_test_setup(test_shm, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_one_socket, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_three_sockets, setup_small_chunks),
+        cmocka_unit_test_setup(test_mixed_hosts, setup_small_chunks),
+        cmocka_unit_test_setup(test_large_chunks, setup_small_chunks),
+        cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),
+        cmocka_unit_test_setup(test_mismatched_settings, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_peer_leaves, setup_small_chunks),
+    };
+    return cmocka_run_group_tests_name("transport", tests, NULL, NULL);
+}
