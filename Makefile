@@ -21,6 +21,8 @@ ifeq ($(SANITIZE),thread)
 CFLAGS   += -fsanitize=thread
 LDFLAGS  += -fsanitize=thread
 endif
+# Sanitizer runtimes resolve in the executable, not in the shared library.
+NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
@@ -44,7 +46,7 @@ $(BUILD)/libshoal.a: $(LIB_OBJ)
 
 $(BUILD)/libshoal.so.$(VERSION): $(LIB_OBJ) src/shoal.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=src/shoal.map \
-	    -Wl,--no-undefined $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
+	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
 
 $(BUILD)/libshoal.so: $(BUILD)/libshoal.so.$(VERSION)
 	ln -sf libshoal.so.$(VERSION) $(BUILD)/$(SONAME)

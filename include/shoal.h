@@ -147,8 +147,10 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
  * comm is invalid afterwards; passing it again returns SHOAL_ERR_INVALID_ARG. */
 shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
 
-/* Tear a communicator down at once, from any thread, whatever its peers do.
- * Operations in flight on it return SHOAL_ERR_ABORTED. Always returns. */
+/* Tear a communicator down at once, whatever its peers do. May be called
+ * from another thread while a call on comm is blocked: that call returns
+ * SHOAL_ERR_ABORTED, and abort returns after it (it never waits on a peer).
+ * comm is invalid afterwards. */
 shoal_status_t shoal_comm_abort(shoal_comm_t comm);
 
 /* This rank's index and the communicator's size. */
@@ -163,8 +165,8 @@ const char *shoal_comm_last_error(shoal_comm_t comm);
 /*
  * recvbuf[i] = op over all ranks of sendbuf[i], for i < count; every rank
  * gets bitwise identical results. sendbuf == recvbuf is in-place. Buffers
- * are host memory. count 0 is allowed (no data moves; the call still
- * synchronises nothing and returns SHOAL_OK).
+ * are host memory. count 0 is allowed: nothing moves, no rank waits for
+ * another, and NULL buffers are accepted.
  * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG (NULL buffer with count > 0,
  * unknown dtype or op, count*size overflowing, invalid comm) with comm left
  * usable; SHOAL_ERR_TIMEOUT or SHOAL_ERR_PEER when a rank fails.

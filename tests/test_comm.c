@@ -4,6 +4,11 @@
  * others within the deadline. */
 #include "harness.h"
 
+#include "core/comm.h"
+
+#include <pthread.h>
+#include <sched.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +169,57 @@ static void test_dead_rank(void **state)
     harness_setenv("SHOAL_TIMEOUT", NULL);
 }
 
+typedef struct {
+    shoal_comm_t comm;
+    shoal_status_t status;
+} inflight_t;
+
+static void *blocked_allreduce(void *arg)
+{
+    inflight_t *t = arg;
+    static float x[1024];
+    t->status = shoal_allreduce(x, x, 1024, SHOAL_FLOAT32, SHOAL_SUM, t->comm);
+    return NULL;
+}
+
+/* Rank 0 aborts while another of its threads waits inside an all-reduce that
+ * rank 1 never joins: the waiting call must return SHOAL_ERR_ABORTED long
+ * before SHOAL_TIMEOUT, and the abort must not free what it still uses. */
+static int rank_abort_inflight(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    if (rank == 1) {
+        /* Wait for rank 0 to go away; its abort breaks the bootstrap link. */
+        shoal_status_t s = shoal_comm_split(comm, 0, 0, &(shoal_comm_t){NULL});
+        RANK_CHECK(s != SHOAL_OK, "split succeeded without rank 0");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 1");
+        return 0;
+    }
+    inflight_t t = {comm, SHOAL_OK};
+    pthread_t th;
+    RANK_CHECK(pthread_create(&th, NULL, blocked_allreduce, &t) == 0, "thread");
+    while (atomic_load(&comm->active) == 0)
+        sched_yield();
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    pthread_join(th, NULL);
+    RANK_CHECK(t.status == SHOAL_ERR_ABORTED, "in-flight call got %s",
+               shoal_status_string(t.status));
+    (void)arg;
+    return 0;
+}
+
+static void test_abort_inflight(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_TIMEOUT", "120s");
+    assert_int_equal(harness_run_ranks(2, rank_abort_inflight, NULL, 60), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    assert_int_equal(harness_run_ranks(2, rank_abort_inflight, NULL, 60), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -171,6 +227,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_dead_rank),
+        cmocka_unit_test(test_abort_inflight),
     };
     return cmocka_run_group_tests_name("comm", tests, NULL, NULL);
 }

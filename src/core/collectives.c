@@ -8,14 +8,12 @@
 
 #include <stdint.h>
 
-/* Checks shared by every collective; the reason goes to comm's last error. */
+/* Checks shared by every collective, on an entered comm; the reason goes to
+ * comm's last error. */
 static shoal_status_t coll_check(struct shoal_comm *comm, const char *name, const void *sendbuf,
                                  const void *recvbuf, size_t count, shoal_dtype_t dtype,
                                  shoal_op_t op)
 {
-    shoal_status_t s = shoal_comm_check(comm, name);
-    if (s != SHOAL_OK)
-        return s;
     size_t es = shoal_dtype_bytes(dtype);
     if (es == 0)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown dtype %d", name,
@@ -32,19 +30,16 @@ static shoal_status_t coll_check(struct shoal_comm *comm, const char *name, cons
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
-                               shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
+static shoal_status_t allreduce_run(struct shoal_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, shoal_dtype_t dtype, shoal_op_t op)
 {
-    shoal_status_t s = coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
-    if (s != SHOAL_OK || count == 0)
-        return s;
     shoal_coll_args_t args = {sendbuf, recvbuf, count, dtype, op};
     const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, &args);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "shoal_allreduce: no algorithm selected (see SHOAL_ALGO)");
     shoal_plan_t plan;
-    s = algo->plan(comm, &args, &plan);
+    shoal_status_t s = algo->plan(comm, &args, &plan);
     if (s == SHOAL_OK)
         s = algo->run(&plan);
     if (s != SHOAL_OK) {
@@ -53,4 +48,17 @@ shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                algo->name, count, shoal_dtype_name(dtype), comm->rank);
     }
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
+{
+    shoal_status_t s = shoal_comm_enter(comm, "shoal_allreduce");
+    if (s != SHOAL_OK)
+        return s;
+    s = coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
+    if (s == SHOAL_OK && count > 0)
+        s = allreduce_run(comm, sendbuf, recvbuf, count, dtype, op);
+    shoal_comm_leave(comm);
+    return s;
 }

@@ -7,6 +7,7 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,23 +109,44 @@ shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t stat
     return status;
 }
 
-shoal_status_t shoal_comm_check(struct shoal_comm *comm, const char *caller)
+/* Count a call in flight if comm is registered; under the registry lock so
+ * that abort, which unregisters first, sees every call that got in. */
+static int comm_try_enter(struct shoal_comm *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len && !found; i++)
+        found = registry[i] == comm;
+    if (found)
+        atomic_fetch_add_explicit(&comm->active, 1, memory_order_acq_rel);
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+void shoal_comm_leave(struct shoal_comm *comm)
+{
+    atomic_fetch_sub_explicit(&comm->active, 1, memory_order_acq_rel);
+}
+
+shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
 {
     if (!comm)
         return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: communicator is NULL", caller);
-    if (!shoal_comm_valid(comm))
+    if (!comm_try_enter(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "%s: communicator %p is not valid (destroyed or never created)",
                            caller, (void *)comm);
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
-        return shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted",
-                               caller);
+    shoal_status_t s = SHOAL_OK;
     int err = atomic_load_explicit(&comm->error, memory_order_acquire);
-    if (err != SHOAL_OK)
-        return shoal_comm_fail(comm, (shoal_status_t)err,
-                               "%s: communicator is broken by an earlier failure: %s",
-                               caller, shoal_status_string((shoal_status_t)err));
-    return SHOAL_OK;
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        s = shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted", caller);
+    else if (err != SHOAL_OK)
+        s = shoal_comm_fail(comm, (shoal_status_t)err,
+                            "%s: communicator is broken by an earlier failure: %s", caller,
+                            shoal_status_string((shoal_status_t)err));
+    if (s != SHOAL_OK)
+        shoal_comm_leave(comm);
+    return s;
 }
 
 const char *shoal_comm_last_error(shoal_comm_t comm)
@@ -243,18 +265,21 @@ static int split_entry_cmp(const void *a, const void *b)
 
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
 {
-    shoal_status_t s = shoal_comm_check(comm, "shoal_comm_split");
+    shoal_status_t s = shoal_comm_enter(comm, "shoal_comm_split");
     if (s != SHOAL_OK)
         return s;
-    if (!newcomm_p)
-        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "shoal_comm_split: newcomm_p is NULL");
-    if (color < 0 && color != SHOAL_SPLIT_NOCOLOR)
-        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "shoal_comm_split: color %d is negative (only SHOAL_SPLIT_NOCOLOR is)",
-                               color);
     int n = comm->nranks;
-    split_entry_t *all = calloc((size_t)n, sizeof(*all));
-    shoal_unique_id_t *ids = calloc((size_t)n, sizeof(*ids));
+    split_entry_t *all = NULL;
+    shoal_unique_id_t *ids = NULL;
+    if (!newcomm_p || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                            newcomm_p ? "shoal_comm_split: color %d is negative (only SHOAL_SPLIT_NOCOLOR is)"
+                                      : "shoal_comm_split: newcomm_p is NULL (color %d)",
+                            color);
+        goto out_free;
+    }
+    all = calloc((size_t)n, sizeof(*all));
+    ids = calloc((size_t)n, sizeof(*ids));
     if (!all || !ids) {
         s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_split: out of memory");
         goto out_free;
@@ -306,6 +331,7 @@ err_broken:
 out_free:
     free(all);
     free(ids);
+    shoal_comm_leave(comm);
     return s;
 }
 
@@ -335,6 +361,10 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
+    /* Calls in flight on other threads see the flag at their next poll (or
+     * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED. */
+    while (atomic_load_explicit(&comm->active, memory_order_acquire) > 0)
+        sched_yield();
     comm_free(comm);
     return SHOAL_OK;
 }

@@ -32,6 +32,7 @@ struct shoal_comm {
 
     atomic_int aborted;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
+    atomic_int active;        /* API calls in flight; abort waits for them */
     char last_error[SHOAL_ERROR_MAX];
 };
 
@@ -44,9 +45,12 @@ shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
 /* Whether comm is a live communicator of this process. */
 int shoal_comm_valid(const struct shoal_comm *comm);
 
-/* API entry check: comm live, not aborted, no sticky error. Records and
- * returns the reason otherwise (for a NULL or dead comm: thread-local). */
-shoal_status_t shoal_comm_check(struct shoal_comm *comm, const char *caller);
+/* API entry: comm live, not aborted, no sticky error; on SHOAL_OK the call
+ * is counted in flight until shoal_comm_leave, so that an abort from another
+ * thread frees comm only after it returned. Records and returns the reason
+ * otherwise (for a NULL or dead comm: thread-local). */
+shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller);
+void shoal_comm_leave(struct shoal_comm *comm);
 
 /* Make status sticky on comm when it means the communicator is broken
  * (SHOAL_ERR_PEER, SHOAL_ERR_TIMEOUT, SHOAL_ERR_ABORTED); returns status. */
