@@ -60,7 +60,8 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 
 # Every test binary prints TAP; prove runs them and prints the summary.
 test: all
-	CMOCKA_MESSAGE_OUTPUT=TAP prove -f $(TESTS) $(TEST_SCRIPTS)
+	CMOCKA_MESSAGE_OUTPUT=TAP LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" prove -f $(TESTS) $(TEST_SCRIPTS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -43,29 +43,10 @@ static double exact_value(int rank, size_t i, shoal_dtype_t dt, shoal_op_t op)
     return (double)(int)(h % 5) - 2;
 }
 
-static void store(void *buf, size_t i, shoal_dtype_t dt, double v)
-{
-    switch (dt) {
-    case SHOAL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case SHOAL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case SHOAL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case SHOAL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case SHOAL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case SHOAL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case SHOAL_FLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_f16((float)v); break;
-    case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case SHOAL_FLOAT64: ((double *)buf)[i] = v; break;
-    case SHOAL_BFLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_bf16((float)v); break;
-    case SHOAL_FP8_E4M3: ((uint8_t *)buf)[i] = shoal_f32_to_e4m3((float)v); break;
-    case SHOAL_FP8_E5M2: ((uint8_t *)buf)[i] = shoal_f32_to_e5m2((float)v); break;
-    default: break;
-    }
-}
-
 static void fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, shoal_op_t op)
 {
     for (size_t i = 0; i < count; i++)
-        store(buf, i, dt, exact_value(rank, i, dt, op));
+        shoal_dtype_set_f64(buf, i, dt, exact_value(rank, i, dt, op));
 }
 
 /* Expected result: fold every rank's input with the scalar reference. */

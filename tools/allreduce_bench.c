@@ -389,30 +389,11 @@ static double shoal_bench_value(shoal_dtype_t dtype, shoal_op_t op, int r, int n
     }
 }
 
-static void shoal_bench_store(shoal_dtype_t dtype, void *buf, size_t i, double v)
-{
-    switch (dtype) {
-    case SHOAL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
-    case SHOAL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    case SHOAL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case SHOAL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
-    case SHOAL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case SHOAL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
-    case SHOAL_FLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_f16((float)v); break;
-    case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
-    case SHOAL_FLOAT64: ((double *)buf)[i] = v; break;
-    case SHOAL_BFLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_bf16((float)v); break;
-    case SHOAL_FP8_E4M3: ((uint8_t *)buf)[i] = shoal_f32_to_e4m3((float)v); break;
-    case SHOAL_FP8_E5M2: ((uint8_t *)buf)[i] = shoal_f32_to_e5m2((float)v); break;
-    default: break;
-    }
-}
-
 static void shoal_bench_fill(void *buf, size_t count, shoal_dtype_t dtype, shoal_op_t op,
                              int rank, int nranks)
 {
     for (size_t i = 0; i < count; i++)
-        shoal_bench_store(dtype, buf, i, shoal_bench_value(dtype, op, rank, nranks, i));
+        shoal_dtype_set_f64(buf, i, dtype, shoal_bench_value(dtype, op, rank, nranks, i));
 }
 
 /* The result every rank must get, folded rank by rank with the scalar

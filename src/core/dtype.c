@@ -60,3 +60,22 @@ shoal_status_t shoal_dtype_size(shoal_dtype_t dtype, size_t *size_p)
     *size_p = bytes;
     return SHOAL_OK;
 }
+
+void shoal_dtype_set_f64(void *buf, size_t i, shoal_dtype_t dtype, double v)
+{
+    switch (dtype) {
+    case SHOAL_INT8: ((int8_t *)buf)[i] = (int8_t)v; break;
+    case SHOAL_UINT8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    case SHOAL_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case SHOAL_UINT32: ((uint32_t *)buf)[i] = (uint32_t)v; break;
+    case SHOAL_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case SHOAL_UINT64: ((uint64_t *)buf)[i] = (uint64_t)v; break;
+    case SHOAL_FLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_f16((float)v); break;
+    case SHOAL_FLOAT32: ((float *)buf)[i] = (float)v; break;
+    case SHOAL_FLOAT64: ((double *)buf)[i] = v; break;
+    case SHOAL_BFLOAT16: ((uint16_t *)buf)[i] = shoal_f32_to_bf16((float)v); break;
+    case SHOAL_FP8_E4M3: ((uint8_t *)buf)[i] = shoal_f32_to_e4m3((float)v); break;
+    case SHOAL_FP8_E5M2: ((uint8_t *)buf)[i] = shoal_f32_to_e5m2((float)v); break;
+    default: break;
+    }
+}

@@ -28,6 +28,10 @@ size_t shoal_dtype_bytes(shoal_dtype_t dtype);
 const char *shoal_dtype_name(shoal_dtype_t dtype);  /* "float", "half", ..., "?" */
 const char *shoal_op_name(shoal_op_t op);           /* "sum", ..., "?" */
 
+/* Element i of buf (of dtype) = v, converted as a C cast would (narrow
+ * floats round to nearest even). For tests and the benchmark's inputs. */
+void shoal_dtype_set_f64(void *buf, size_t i, shoal_dtype_t dtype, double v);
+
 static inline SHOAL_HD uint32_t shoal_f32_bits(float f)
 {
     uint32_t u;
