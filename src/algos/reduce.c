@@ -57,8 +57,17 @@
 #endif
 
 /* Each kernel is built twice, for AVX2 and for the baseline, and the loader
- * picks one for the CPU (an ifunc). */
-#if defined(__x86_64__) && defined(__GNUC__)
+ * picks one for the CPU (an ifunc). ThreadSanitizer builds go without: the
+ * ifunc resolvers it instruments run before its runtime is up. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHOAL_NO_IFUNC 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SHOAL_NO_IFUNC 1
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHOAL_NO_IFUNC)
 #define SHOAL_KERNEL __attribute__((target_clones("avx2", "default")))
 #else
 #define SHOAL_KERNEL
