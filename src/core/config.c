@@ -127,6 +127,12 @@ static int parse_string(const char *text, void *field)
     return 0;
 }
 
+/* A string that shoal_config_print never shows. */
+static int parse_secret(const char *text, void *field)
+{
+    return parse_string(text, field);
+}
+
 static int parse_level(const char *text, void *field)
 {
     static const char *const names[] = {"none", "error", "warn", "info",
@@ -196,7 +202,7 @@ static const shoal_config_entry_t boot_entries[] = {
     {"SHOAL_PORT", "0", "rendezvous port for shoal_comm_init_env; 0 = MASTER_PORT+1, else 29501",
      parse_int, FIELD(boot.port)},
     {"SHOAL_SECRET", "", "shared secret for shoal_comm_init_env without PMIx; default derived from the job id",
-     parse_string, FIELD(boot.secret)},
+     parse_secret, FIELD(boot.secret)},
     {"SHOAL_RANK", "-1", "this rank, for shoal_comm_init_env", parse_int, FIELD(boot.rank)},
     {"SHOAL_SIZE", "-1", "number of ranks, for shoal_comm_init_env", parse_int, FIELD(boot.size)},
     {"SHOAL_LOCAL_RANK", "-1", "rank on this host, for shoal_comm_init_env", parse_int,
@@ -307,6 +313,8 @@ void shoal_config_print(FILE *out)
         for (size_t i = 0; i < tables[t].count; i++) {
             const shoal_config_entry_t *e = &tables[t].entries[i];
             const char *cur = getenv(e->name);
+            if (cur && e->parse == parse_secret)
+                cur = "(set, not shown)";
             fprintf(out, "  %-22s default=\"%s\" current=\"%s\"\n      %s\n", e->name,
                     e->def, cur ? cur : e->def, e->doc);
         }
