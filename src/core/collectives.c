@@ -43,6 +43,10 @@ static shoal_status_t allreduce_run(struct shoal_comm *comm, const void *sendbuf
     if (s == SHOAL_OK)
         s = algo->run(&plan);
     if (s != SHOAL_OK) {
+        /* Once aborted, whatever broke next (a peer seeing us go) is the
+         * abort's doing: report that. */
+        if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+            s = SHOAL_ERR_ABORTED;
         shoal_comm_set_error(comm, s);
         return shoal_comm_fail(comm, s, "shoal_allreduce: %s all-reduce of %zu x %s failed on rank %d",
                                algo->name, count, shoal_dtype_name(dtype), comm->rank);
