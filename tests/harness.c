@@ -1,6 +1,8 @@
 #include "harness.h"
 
+#include "algos/reduce.h"
 #include "core/config.h"
+#include "core/dtype.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -106,3 +108,50 @@ int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s
     }
     return failed ? -1 : 0;
 }
+
+uint32_t harness_mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+/* A value whose sums, products, minima and maxima over up to 8 ranks are
+ * exact in dtype. */
+static double exact_value(int rank, size_t i, shoal_dtype_t dt, shoal_op_t op)
+{
+    uint32_t h = harness_mix((uint32_t)rank * 2654435761u + (uint32_t)i * 40503u + (uint32_t)op);
+    if (op == SHOAL_PROD && dt >= SHOAL_FLOAT16) { /* every float type */
+        /* Powers of two within 2^-8..2^8: exact even in fp8. */
+        static const double f[] = {1, -1, 2, 0.5, 1, -2, -0.5, 1};
+        return f[h % 8];
+    }
+    if (dt == SHOAL_FP8_E5M2)
+        return (double)(int)(h % 3) - 1;
+    if (dt == SHOAL_UINT8 || dt == SHOAL_UINT32 || dt == SHOAL_UINT64)
+        return (double)(h % 5);
+    return (double)(int)(h % 5) - 2;
+}
+
+void harness_fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, shoal_op_t op)
+{
+    for (size_t i = 0; i < count; i++)
+        shoal_dtype_set_f64(buf, i, dt, exact_value(rank, i, dt, op));
+}
+
+/* Expected result: fold every rank's input with the scalar reference. */
+void harness_expected(void *out, void *tmp, size_t count, int nranks, shoal_dtype_t dt,
+                     shoal_op_t op)
+{
+    harness_fill_exact(out, count, 0, dt, op);
+    for (int r = 1; r < nranks; r++) {
+        harness_fill_exact(tmp, count, r, dt, op);
+        shoal_reduce_ref(out, out, tmp, count, dt, op);
+    }
+    if (op == SHOAL_AVG)
+        shoal_avg_finish_ref(out, out, count, dt, nranks);
+}
+

@@ -29,6 +29,19 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* A well-mixed 32-bit hash. */
+uint32_t harness_mix(uint32_t x);
+
+/* Rank's input element i for dtype and op: values whose sums, products,
+ * minima and maxima over up to 8 ranks are exact in dtype, so the expected
+ * result does not depend on the order of reduction. */
+void harness_fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, shoal_op_t op);
+
+/* out = op over ranks 0..nranks-1 of harness_fill_exact, through the scalar
+ * reference (AVG finished); tmp is scratch of the same size. */
+void harness_expected(void *out, void *tmp, size_t count, int nranks, shoal_dtype_t dt,
+                      shoal_op_t op);
+
 /* Fail the current rank with a message (for use inside rank bodies, where
  * cmocka's asserts cannot be used: they belong to the parent). */
 #define RANK_CHECK(cond, ...)                                                 \

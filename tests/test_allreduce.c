@@ -16,52 +16,6 @@
 
 #define TEST_CHUNK 4096
 
-static uint32_t mix(uint32_t x)
-{
-    x ^= x >> 16;
-    x *= 0x7feb352du;
-    x ^= x >> 15;
-    x *= 0x846ca68bu;
-    x ^= x >> 16;
-    return x;
-}
-
-/* A value whose sums, products, minima and maxima over up to 8 ranks are
- * exact in dtype. */
-static double exact_value(int rank, size_t i, shoal_dtype_t dt, shoal_op_t op)
-{
-    uint32_t h = mix((uint32_t)rank * 2654435761u + (uint32_t)i * 40503u + (uint32_t)op);
-    if (op == SHOAL_PROD && dt >= SHOAL_FLOAT16) { /* every float type */
-        /* Powers of two within 2^-8..2^8: exact even in fp8. */
-        static const double f[] = {1, -1, 2, 0.5, 1, -2, -0.5, 1};
-        return f[h % 8];
-    }
-    if (dt == SHOAL_FP8_E5M2)
-        return (double)(int)(h % 3) - 1;
-    if (dt == SHOAL_UINT8 || dt == SHOAL_UINT32 || dt == SHOAL_UINT64)
-        return (double)(h % 5);
-    return (double)(int)(h % 5) - 2;
-}
-
-static void fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, shoal_op_t op)
-{
-    for (size_t i = 0; i < count; i++)
-        shoal_dtype_set_f64(buf, i, dt, exact_value(rank, i, dt, op));
-}
-
-/* Expected result: fold every rank's input with the scalar reference. */
-static void expected(void *out, void *tmp, size_t count, int nranks, shoal_dtype_t dt,
-                     shoal_op_t op)
-{
-    fill_exact(out, count, 0, dt, op);
-    for (int r = 1; r < nranks; r++) {
-        fill_exact(tmp, count, r, dt, op);
-        shoal_reduce_ref(out, out, tmp, count, dt, op);
-    }
-    if (op == SHOAL_AVG)
-        shoal_avg_finish_ref(out, out, count, dt, nranks);
-}
-
 static uint64_t hash_bytes(const void *buf, size_t len)
 {
     const unsigned char *p = buf;
@@ -89,14 +43,14 @@ static int check_one(shoal_comm_t comm, int rank, int nranks, size_t count, shoa
     shoal_dtype_size(dt, &es);
     size_t bytes = count * es;
     const unsigned char guard = 0xa5;
-    fill_exact(a, count, rank, dt, op);
+    harness_fill_exact(a, count, rank, dt, op);
     memset(b, guard, bytes + 64);
     void *send = a, *recv = in_place ? a : b;
     shoal_status_t s = shoal_allreduce(count ? send : NULL, count ? recv : NULL, count, dt, op, comm);
     RANK_CHECK(s == SHOAL_OK, "rank %d: allreduce %s/%s count %zu: %s (%s)", rank,
                shoal_dtype_name(dt), shoal_op_name(op), count, shoal_status_string(s),
                shoal_comm_last_error(comm));
-    expected(want, tmp, count, nranks, dt, op);
+    harness_expected(want, tmp, count, nranks, dt, op);
     const unsigned char *got = recv;
     for (size_t i = 0; i < bytes; i++)
         RANK_CHECK(got[i] == want[i],
@@ -136,7 +90,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     size_t n = counts[3];
     float *f = (float *)a;
     for (size_t i = 0; i < n; i++)
-        f[i] = (float)mix((uint32_t)(rank * 7919 + (int)i)) / 4294967296.0f - 0.5f;
+        f[i] = (float)harness_mix((uint32_t)(rank * 7919 + (int)i)) / 4294967296.0f - 0.5f;
     s = shoal_allreduce(f, b, n, SHOAL_FLOAT32, SHOAL_SUM, comm);
     RANK_CHECK(s == SHOAL_OK, "random allreduce: %s", shoal_status_string(s));
     RANK_CHECK(same_on_all_ranks(comm, hash_bytes(b, n * sizeof(float))),

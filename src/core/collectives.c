@@ -1,18 +1,18 @@
 /* Collective entry points: argument checks that leave the communicator
  * usable, algorithm choice, and the sticky error when a run fails. */
-#include "comm.h"
+#include "coll.h"
 
 #include "algos/algo.h"
 #include "dtype.h"
 #include "log.h"
 
+#include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 
-/* Checks shared by every collective, on an entered comm; the reason goes to
- * comm's last error. */
-static shoal_status_t coll_check(struct shoal_comm *comm, const char *name, const void *sendbuf,
-                                 const void *recvbuf, size_t count, shoal_dtype_t dtype,
-                                 shoal_op_t op)
+shoal_status_t shoal_coll_check(struct shoal_comm *comm, const char *name, const void *sendbuf,
+                                const void *recvbuf, size_t count, shoal_dtype_t dtype,
+                                shoal_op_t op)
 {
     size_t es = shoal_dtype_bytes(dtype);
     if (es == 0)
@@ -42,15 +42,9 @@ static shoal_status_t allreduce_run(struct shoal_comm *comm, const void *sendbuf
     shoal_status_t s = algo->plan(comm, &args, &plan);
     if (s == SHOAL_OK)
         s = algo->run(&plan);
-    if (s != SHOAL_OK) {
-        /* Once aborted, whatever broke next (a peer seeing us go) is the
-         * abort's doing: report that. */
-        if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
-            s = SHOAL_ERR_ABORTED;
-        shoal_comm_set_error(comm, s);
-        return shoal_comm_fail(comm, s, "shoal_allreduce: %s all-reduce of %zu x %s failed on rank %d",
-                               algo->name, count, shoal_dtype_name(dtype), comm->rank);
-    }
+    if (s != SHOAL_OK)
+        return shoal_coll_failed(comm, s, "shoal_allreduce: %s all-reduce of %zu x %s",
+                                 algo->name, count, shoal_dtype_name(dtype));
     return SHOAL_OK;
 }
 
@@ -60,9 +54,24 @@ shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
     shoal_status_t s = shoal_comm_enter(comm, "shoal_allreduce");
     if (s != SHOAL_OK)
         return s;
-    s = coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
+    s = shoal_coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
     if (s == SHOAL_OK && count > 0)
         s = allreduce_run(comm, sendbuf, recvbuf, count, dtype, op);
     shoal_comm_leave(comm);
     return s;
+}
+
+shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, const char *fmt, ...)
+{
+    /* Once aborted, whatever broke next (a peer seeing us go) is the abort's
+     * doing: report that. */
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        s = SHOAL_ERR_ABORTED;
+    shoal_comm_set_error(comm, s);
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return shoal_comm_fail(comm, s, "%s failed on rank %d", what, comm->rank);
 }
