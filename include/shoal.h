@@ -175,6 +175,39 @@ shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
                                shoal_dtype_t dtype, shoal_op_t op,
                                shoal_comm_t comm);
 
+/*
+ * The collectives below follow the same rules as shoal_allreduce: host
+ * buffers borrowed for the call; count 0 moves nothing; bad arguments give
+ * SHOAL_ERR_INVALID_ARG with a reason, write nothing and leave comm usable;
+ * a failed or vanished rank gives SHOAL_ERR_PEER or SHOAL_ERR_TIMEOUT and
+ * breaks comm. Every rank of comm must make the same calls in the same order.
+ * A root or peer outside 0..nranks-1 is SHOAL_ERR_INVALID_ARG.
+ */
+
+/* recvbuf (recvcount elements) = op over all ranks of block `rank` of
+ * sendbuf (nranks * recvcount elements). In place when
+ * recvbuf == sendbuf + rank * recvcount elements. */
+shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm);
+
+/* Block r of recvbuf (nranks * sendcount elements) = sendbuf of rank r. In
+ * place when sendbuf == recvbuf + rank * sendcount elements. */
+shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               shoal_dtype_t dtype, shoal_comm_t comm);
+
+/* recvbuf on every rank = sendbuf of root (sendbuf is read on root only).
+ * In place when sendbuf == recvbuf on root. */
+shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, int root, shoal_comm_t comm);
+
+/* recvbuf on root = op over all ranks of sendbuf; recvbuf is not touched
+ * (and may be NULL) elsewhere. */
+shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                            shoal_dtype_t dtype, shoal_op_t op, int root, shoal_comm_t comm);
+
+/* Barrier: returns on a rank once every rank has entered it. */
+shoal_status_t shoal_barrier(shoal_comm_t comm);
+
 #ifdef __cplusplus
 }
 #endif

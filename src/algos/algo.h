@@ -13,6 +13,7 @@ typedef struct {
     size_t count;
     shoal_dtype_t dtype;
     shoal_op_t op;
+    int root;             /* rooted collectives; 0 elsewhere */
 } shoal_coll_args_t;
 
 typedef struct {
@@ -33,6 +34,8 @@ typedef struct {
 } shoal_algo_ops_t;
 
 extern const shoal_algo_ops_t shoal_ring_allreduce_ops;
+extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_chain_reduce_ops;
+extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_ring_allgather_ops;
 
 /* The all-reduce algorithm for args: SHOAL_ALGO if set (NULL and a logged
  * reason when it names none that can run), else the cheapest by cost. */

@@ -33,7 +33,8 @@ shoal_status_t shoal_coll_check(struct shoal_comm *comm, const char *name, const
 static shoal_status_t allreduce_run(struct shoal_comm *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, shoal_dtype_t dtype, shoal_op_t op)
 {
-    shoal_coll_args_t args = {sendbuf, recvbuf, count, dtype, op};
+    shoal_coll_args_t args = {
+        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
     const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, &args);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,

@@ -1,0 +1,148 @@
+/* Chain broadcast and chain reduce along the ring order, pipelined in pieces
+ * of at most one slot: while rank k forwards piece i, rank k+1 forwards piece
+ * i-1, so every link of the chain is busy at once and a long message costs
+ * about one pass over the data plus n-1 piece latencies.
+ *
+ * Broadcast runs root -> root+1 -> ... -> root-1. Reduce runs root+1 ->
+ * root+2 -> ... -> root: each rank combines its input with what arrived and
+ * passes it on, and the root, last, finishes the result (AVG included) into
+ * its recvbuf. A rank's role follows from which of its two endpoints the
+ * plan set: no recv_ep starts the chain, no send_ep ends it. */
+#include "algo.h"
+
+#include "core/clock.h"
+#include "core/dtype.h"
+
+#include <string.h>
+
+static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    /* The whole message crosses one link once, after n-1 piece latencies to
+     * fill the pipe; rough host link figures until the topology has some. */
+    double n = comm->nranks;
+    double bytes = (double)args->count * (double)shoal_dtype_bytes(args->dtype);
+    return (n - 1) * (5e-6 + (double)comm->chunk_size / 5e9) + bytes / 5e9;
+}
+
+/* Plan a chain over the ring order whose first rank is `first`: this rank
+ * receives from its predecessor unless it is first, and sends to its
+ * successor unless it is last. */
+static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                 int first, shoal_plan_t *plan)
+{
+    int n = comm->nranks, r = comm->rank;
+    int root = args->root;
+    memset(plan, 0, sizeof(*plan));
+    plan->args = *args;
+    plan->esize = shoal_dtype_bytes(args->dtype);
+    if (plan->esize == 0 || root < 0 || root >= n)
+        return SHOAL_ERR_INTERNAL;
+    plan->piece_elems = comm->chunk_size / plan->esize;
+    int pos = (r - first + n) % n;
+    shoal_prims_t *p = &plan->prims;
+    p->comm = comm;
+    p->send_ep = pos < n - 1 ? shoal_comm_ep(comm, (r + 1) % n) : NULL;
+    p->recv_ep = pos > 0 ? shoal_comm_ep(comm, (r + n - 1) % n) : NULL;
+    p->dtype = args->dtype;
+    p->esize = plan->esize;
+    if (plan->piece_elems == 0 || (pos < n - 1 && !p->send_ep) || (pos > 0 && !p->recv_ep))
+        return SHOAL_ERR_INTERNAL;
+    return SHOAL_OK;
+}
+
+static shoal_status_t bcast_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                 shoal_plan_t *plan)
+{
+    return chain_plan(comm, args, args->root, plan);
+}
+
+static shoal_status_t reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                  shoal_plan_t *plan)
+{
+    int n = comm->nranks;
+    shoal_status_t s = chain_plan(comm, args, (args->root + 1) % n, plan);
+    if (s != SHOAL_OK)
+        return s;
+    shoal_prims_t *p = &plan->prims;
+    p->reduce = shoal_reduce_fn(args->dtype, args->op);
+    /* Only the root, at the end of the chain, finishes AVG. */
+    p->avg_n = args->op == SHOAL_AVG && comm->rank == args->root ? n : 0;
+    return p->reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+}
+
+static shoal_status_t bcast_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    size_t es = plan->esize;
+    const char *src = a->sendbuf;
+    char *dst = a->recvbuf;
+    int is_root = p->comm->rank == plan->args.root;
+
+    if (p->comm->nranks == 1) {
+        if (dst != src)
+            memcpy(dst, src, a->count * es);
+        return SHOAL_OK;
+    }
+    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {
+        size_t len = a->count - off < plan->piece_elems ? a->count - off : plan->piece_elems;
+        size_t bytes = len * es;
+        if (is_root) {
+            s = shoal_prim_send(p, src + off * es, bytes);
+            if (dst != src)
+                memcpy(dst + off * es, src + off * es, bytes);
+        } else if (p->send_ep) {
+            s = shoal_prim_recv_copy_send(p, dst + off * es, bytes);
+        } else {
+            s = shoal_prim_recv(p, dst + off * es, bytes);
+        }
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+static shoal_status_t reduce_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    size_t es = plan->esize;
+    const char *src = a->sendbuf;
+    char *dst = a->recvbuf;
+
+    if (p->comm->nranks == 1) {
+        /* AVG over one rank is the input itself. */
+        if (dst != src)
+            memcpy(dst, src, a->count * es);
+        return SHOAL_OK;
+    }
+    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {
+        size_t len = a->count - off < plan->piece_elems ? a->count - off : plan->piece_elems;
+        size_t bytes = len * es;
+        if (!p->recv_ep)
+            s = shoal_prim_send(p, src + off * es, bytes);
+        else if (p->send_ep)
+            s = shoal_prim_recv_reduce_send(p, src + off * es, bytes);
+        else
+            s = shoal_prim_recv_reduce_copy_send(p, src + off * es, dst + off * es, bytes);
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+const shoal_algo_ops_t shoal_chain_broadcast_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "chain",
+    .cost = chain_cost,
+    .plan = bcast_plan,
+    .run = bcast_run,
+};
+
+const shoal_algo_ops_t shoal_chain_reduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "chain",
+    .cost = chain_cost,
+    .plan = reduce_plan,
+    .run = reduce_run,
+};
