@@ -34,6 +34,11 @@ typedef struct {
 } shoal_algo_ops_t;
 
 extern const shoal_algo_ops_t shoal_ring_allreduce_ops;
+
+/* Plan of the ring algorithms that reduce (all-reduce, reduce-scatter):
+ * neighbours rank+-1, pieces of chunk_size, the op's kernel, AVG over n. */
+shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                      shoal_plan_t *plan);
 extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_chain_reduce_ops;
 extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_ring_allgather_ops;
 

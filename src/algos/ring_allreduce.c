@@ -22,27 +22,6 @@ static double ring_cost(const struct shoal_comm *comm, const shoal_coll_args_t *
     return 2 * (n - 1) * (5e-6 + bytes / n / 5e9);
 }
 
-static shoal_status_t ring_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
-                                shoal_plan_t *plan)
-{
-    int n = comm->nranks;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->send_ep = n > 1 ? shoal_comm_ep(comm, (comm->rank + 1) % n) : NULL;
-    p->recv_ep = n > 1 ? shoal_comm_ep(comm, (comm->rank + n - 1) % n) : NULL;
-    p->reduce = shoal_reduce_fn(args->dtype, args->op);
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    p->avg_n = args->op == SHOAL_AVG ? n : 0;
-    if (!p->reduce || (n > 1 && (!p->send_ep || !p->recv_ep)))
-        return SHOAL_ERR_INTERNAL;
-    return SHOAL_OK;
-}
-
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real
  * elements split into n blocks of bs (the last ones may be short or empty). */
 static void ring_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p)
@@ -108,6 +87,6 @@ const shoal_algo_ops_t shoal_ring_allreduce_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "ring",
     .cost = ring_cost,
-    .plan = ring_plan,
+    .plan = shoal_ring_reduce_plan,
     .run = ring_run,
 };

@@ -43,8 +43,8 @@ static shoal_status_t rsag_plan_ring(struct shoal_comm *comm, const shoal_coll_a
     return SHOAL_OK;
 }
 
-static shoal_status_t rs_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
-                              shoal_plan_t *plan)
+shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                      shoal_plan_t *plan)
 {
     shoal_status_t s = rsag_plan_ring(comm, args, plan);
     if (s != SHOAL_OK)
@@ -134,7 +134,7 @@ const shoal_algo_ops_t shoal_ring_reduce_scatter_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "ring",
     .cost = rsag_cost,
-    .plan = rs_plan,
+    .plan = shoal_ring_reduce_plan,
     .run = rs_run,
 };
 

@@ -2,6 +2,7 @@
 #ifndef SHOAL_COLL_H
 #define SHOAL_COLL_H
 
+#include "algos/algo.h"
 #include "comm.h"
 
 /* Checks of a collective's arguments on an entered comm (shoal_comm_enter):
@@ -17,5 +18,15 @@ shoal_status_t shoal_coll_check(struct shoal_comm *comm, const char *name, const
  * on rank R", and return the status to give the caller. */
 shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Plan and run algo for args, and on failure shoal_coll_failed with "<what>:
+ * <algo> of <count> x <dtype>". */
+shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+                              const char *what, const shoal_coll_args_t *args);
+
+/* All-reduce on an entered comm with checked args: the selected algorithm,
+ * run as shoal_coll_run does (shoal_allreduce, and the barrier). */
+shoal_status_t shoal_coll_allreduce(struct shoal_comm *comm, const char *what,
+                                    const shoal_coll_args_t *args);
 
 #endif

@@ -3,7 +3,6 @@
  * algorithm of each, and the sticky error when a run fails. */
 #include "coll.h"
 
-#include "algos/algo.h"
 #include "dtype.h"
 
 /* Stands in for a buffer that this rank never touches in the call, so that
@@ -18,19 +17,6 @@ static shoal_status_t rooted_check(struct shoal_comm *comm, const char *what, in
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: root %d is outside 0..%d", what, root, comm->nranks - 1);
     return shoal_coll_check(comm, what, sendbuf, recvbuf, count, dtype, op);
-}
-
-static shoal_status_t rooted_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
-                                 const char *what, const shoal_coll_args_t *args)
-{
-    shoal_plan_t plan;
-    shoal_status_t s = algo->plan(comm, args, &plan);
-    if (s == SHOAL_OK)
-        s = algo->run(&plan);
-    if (s != SHOAL_OK)
-        return shoal_coll_failed(comm, s, "%s: %s of %zu x %s from root %d", what, algo->name,
-                                 args->count, shoal_dtype_name(args->dtype), args->root);
-    return SHOAL_OK;
 }
 
 shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
@@ -54,7 +40,7 @@ shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
             .op = SHOAL_SUM,
             .root = root,
         };
-        s = rooted_run(comm, &shoal_chain_broadcast_ops, what, &args);
+        s = shoal_coll_run(comm, &shoal_chain_broadcast_ops, what, &args);
     }
     shoal_comm_leave(comm);
     return s;
@@ -80,7 +66,7 @@ shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
             .op = op,
             .root = root,
         };
-        s = rooted_run(comm, &shoal_chain_reduce_ops, what, &args);
+        s = shoal_coll_run(comm, &shoal_chain_reduce_ops, what, &args);
     }
     shoal_comm_leave(comm);
     return s;
@@ -106,19 +92,7 @@ shoal_status_t shoal_barrier(shoal_comm_t comm)
             .dtype = SHOAL_UINT8,
             .op = SHOAL_MAX,
         };
-        const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, &args);
-        if (!algo) {
-            s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                                "%s: no all-reduce algorithm selected (see SHOAL_ALGO)", what);
-        } else {
-            shoal_plan_t plan;
-            s = algo->plan(comm, &args, &plan);
-            if (s == SHOAL_OK)
-                s = algo->run(&plan);
-            if (s != SHOAL_OK)
-                s = shoal_coll_failed(comm, s, "%s: %s all-reduce of one byte", what,
-                                      algo->name);
-        }
+        s = shoal_coll_allreduce(comm, what, &args);
     }
     shoal_comm_leave(comm);
     return s;

@@ -3,21 +3,7 @@
  * error when a run fails. */
 #include "coll.h"
 
-#include "algos/algo.h"
 #include "dtype.h"
-
-static shoal_status_t rsag_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
-                               const char *what, const shoal_coll_args_t *args)
-{
-    shoal_plan_t plan;
-    shoal_status_t s = algo->plan(comm, args, &plan);
-    if (s == SHOAL_OK)
-        s = algo->run(&plan);
-    if (s != SHOAL_OK)
-        return shoal_coll_failed(comm, s, "%s: %s of %zu x %s", what, algo->name, args->count,
-                                 shoal_dtype_name(args->dtype));
-    return SHOAL_OK;
-}
 
 shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
                                     shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
@@ -31,7 +17,7 @@ shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t r
     if (s == SHOAL_OK && recvcount > 0) {
         shoal_coll_args_t args = {
             .sendbuf = sendbuf, .recvbuf = recvbuf, .count = recvcount, .dtype = dtype, .op = op};
-        s = rsag_run(comm, &shoal_ring_reduce_scatter_ops, what, &args);
+        s = shoal_coll_run(comm, &shoal_ring_reduce_scatter_ops, what, &args);
     }
     shoal_comm_leave(comm);
     return s;
@@ -49,7 +35,7 @@ shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendco
     if (s == SHOAL_OK && sendcount > 0) {
         shoal_coll_args_t args = {
             .sendbuf = sendbuf, .recvbuf = recvbuf, .count = sendcount, .dtype = dtype, .op = SHOAL_SUM};
-        s = rsag_run(comm, &shoal_ring_allgather_ops, what, &args);
+        s = shoal_coll_run(comm, &shoal_ring_allgather_ops, what, &args);
     }
     shoal_comm_leave(comm);
     return s;

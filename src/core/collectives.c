@@ -2,7 +2,6 @@
  * usable, algorithm choice, and the sticky error when a run fails. */
 #include "coll.h"
 
-#include "algos/algo.h"
 #include "dtype.h"
 #include "log.h"
 
@@ -30,22 +29,26 @@ shoal_status_t shoal_coll_check(struct shoal_comm *comm, const char *name, const
     return SHOAL_OK;
 }
 
-static shoal_status_t allreduce_run(struct shoal_comm *comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, shoal_dtype_t dtype, shoal_op_t op)
+shoal_status_t shoal_coll_allreduce(struct shoal_comm *comm, const char *what,
+                                    const shoal_coll_args_t *args)
 {
-    shoal_coll_args_t args = {
-        .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
-    const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, &args);
+    const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, args);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "shoal_allreduce: no algorithm selected (see SHOAL_ALGO)");
+                               "%s: no all-reduce algorithm selected (see SHOAL_ALGO)", what);
+    return shoal_coll_run(comm, algo, what, args);
+}
+
+shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+                              const char *what, const shoal_coll_args_t *args)
+{
     shoal_plan_t plan;
-    shoal_status_t s = algo->plan(comm, &args, &plan);
+    shoal_status_t s = algo->plan(comm, args, &plan);
     if (s == SHOAL_OK)
         s = algo->run(&plan);
     if (s != SHOAL_OK)
-        return shoal_coll_failed(comm, s, "shoal_allreduce: %s all-reduce of %zu x %s",
-                                 algo->name, count, shoal_dtype_name(dtype));
+        return shoal_coll_failed(comm, s, "%s: %s of %zu x %s", what, algo->name, args->count,
+                                 shoal_dtype_name(args->dtype));
     return SHOAL_OK;
 }
 
@@ -56,8 +59,11 @@ shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
     if (s != SHOAL_OK)
         return s;
     s = shoal_coll_check(comm, "shoal_allreduce", sendbuf, recvbuf, count, dtype, op);
-    if (s == SHOAL_OK && count > 0)
-        s = allreduce_run(comm, sendbuf, recvbuf, count, dtype, op);
+    if (s == SHOAL_OK && count > 0) {
+        shoal_coll_args_t args = {
+            .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count, .dtype = dtype, .op = op};
+        s = shoal_coll_allreduce(comm, "shoal_allreduce", &args);
+    }
     shoal_comm_leave(comm);
     return s;
 }
