@@ -6,10 +6,17 @@
  * a per-communicator copy of it (shoal_comm_last_error).
  *
  * Thread safety: shoal_get_unique_id, shoal_status_string, shoal_dtype_size
- * and shoal_version are thread-safe. Calls on one communicator must not run
- * concurrently with each other, except shoal_comm_abort, which may be called
- * from any thread at any time. Different communicators may be used from
- * different threads concurrently.
+ * and shoal_version are thread-safe. Different communicators may be used
+ * from different threads concurrently. On one communicator, operations
+ * (collectives, send/recv and their non-blocking forms) may be issued from
+ * several threads: they are queued under a lock and run one at a time in the
+ * order they were queued, so the threads must agree with the other ranks on
+ * that order (issue from one thread where the order matters). shoal_test,
+ * shoal_wait and shoal_wait_all may be called from any thread on requests
+ * that thread owns. Groups are per thread. shoal_comm_split,
+ * shoal_comm_destroy and the pre-multiplied sum calls must not run
+ * concurrently with other calls on the same communicator; shoal_comm_abort
+ * may be called from any thread at any time.
  *
  * Ownership: user buffers are always borrowed for the duration of a call and
  * never kept. A communicator is owned by the caller from a successful init or
@@ -74,7 +81,7 @@ typedef enum {
     SHOAL_MAX = 2,
     SHOAL_MIN = 3,
     SHOAL_AVG = 4, /* integers: sum then divide (truncating); floats: sum times 1/n */
-    SHOAL_OP_COUNT
+    SHOAL_OP_COUNT /* values from here on are pre-multiplied sums (shoal_op_create_premul_sum) */
 } shoal_op_t;
 
 #define SHOAL_UNIQUE_ID_BYTES 128
@@ -86,6 +93,9 @@ typedef struct {
 } shoal_unique_id_t;
 
 typedef struct shoal_comm *shoal_comm_t;
+
+/* A non-blocking operation in flight; see shoal_test. */
+typedef struct shoal_request *shoal_request_t;
 
 /* Color for shoal_comm_split: this rank joins no new communicator. */
 #define SHOAL_SPLIT_NOCOLOR (-1)
@@ -207,6 +217,130 @@ shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
 
 /* Barrier: returns on a rank once every rank has entered it. */
 shoal_status_t shoal_barrier(shoal_comm_t comm);
+
+/* Block j of sendbuf (count elements) goes to rank j; block j of recvbuf
+ * comes from rank j. Both hold nranks * count elements. In place when
+ * sendbuf == recvbuf; other overlaps are SHOAL_ERR_INVALID_ARG. */
+shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                              shoal_dtype_t dtype, shoal_comm_t comm);
+
+/* sendcounts[j] elements at sendbuf + sdispls[j] elements go to rank j;
+ * recvcounts[j] elements from rank j land at recvbuf + rdispls[j]. Each
+ * array has nranks entries and is read during the call only (for the
+ * non-blocking form: until the request completes). recvcounts[j] must equal
+ * rank j's sendcounts[this rank]. Receive blocks must not overlap each
+ * other; sendbuf == recvbuf is in place (the input is staged first). */
+shoal_status_t shoal_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, shoal_dtype_t dtype, shoal_comm_t comm);
+
+/* Block r of root's recvbuf (nranks * sendcount elements) = sendbuf of rank
+ * r; recvbuf is not touched (and may be NULL) elsewhere. In place on root
+ * when sendbuf == recvbuf + root * sendcount elements. */
+shoal_status_t shoal_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                            shoal_dtype_t dtype, int root, shoal_comm_t comm);
+
+/* recvbuf (recvcount elements) of rank r = block r of root's sendbuf
+ * (nranks * recvcount elements; read on root only). In place on root when
+ * recvbuf == sendbuf + root * recvcount elements. */
+shoal_status_t shoal_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                             shoal_dtype_t dtype, int root, shoal_comm_t comm);
+
+/* Point to point. The n-th send from rank a to rank b matches the n-th
+ * receive of b from a, with the same count and dtype (a different size is
+ * an error on the receiver). Outside a group a send may wait until the
+ * peer receives, so two ranks that send to each other first must put the
+ * pair in a group; inside a group any order completes. count 0 is allowed.
+ * peer == own rank works inside a group only. */
+shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm);
+shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm);
+
+/*
+ * Pre-multiplied sum: a new op whose result is the sum over ranks of
+ * (*scalar) * input. scalar points to one element of dtype, read during
+ * this call; the op only serves buffers of that dtype (others:
+ * SHOAL_ERR_INVALID_ARG). The op belongs to comm: create and destroy it on
+ * every rank, and use it only on comm. Returns SHOAL_ERR_INVALID_ARG for a
+ * NULL pointer, an unknown dtype, or (destroy) an op that is not a live
+ * pre-multiplied sum of comm.
+ */
+shoal_status_t shoal_op_create_premul_sum(shoal_comm_t comm, const void *scalar,
+                                          shoal_dtype_t dtype, shoal_op_t *op_p);
+shoal_status_t shoal_op_destroy(shoal_op_t op, shoal_comm_t comm);
+
+/*
+ * Groups. Between shoal_group_start and shoal_group_end the calling thread's
+ * operations are only recorded (they return SHOAL_OK once their arguments
+ * pass the checks); shoal_group_end runs them all and returns the first
+ * failure. All-reduces of the same dtype and op are fused into one, sends
+ * and receives progress together so that any order completes, and the
+ * group's collectives run in the order they were called. Buffers must stay
+ * valid until shoal_group_end returns. Groups nest: only the outermost end
+ * runs them. The non-blocking forms may be used inside a group; their
+ * requests complete with the group.
+ * shoal_group_end returns SHOAL_ERR_INVALID_ARG without a matching start.
+ */
+shoal_status_t shoal_group_start(void);
+shoal_status_t shoal_group_end(void);
+
+/*
+ * Non-blocking forms: the same arguments and checks as the blocking call,
+ * plus req_p, which receives a request on SHOAL_OK. Buffers (and the
+ * all-to-all-v arrays) belong to the operation until it completes.
+ * Operations on one communicator run one at a time, in issue order, whether
+ * blocking or not. They progress on the communicator's progress thread
+ * (SHOAL_PROGRESS=thread, the default) or, with SHOAL_PROGRESS=caller,
+ * inside shoal_test / shoal_wait / blocking calls on that communicator.
+ */
+shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                shoal_request_t *req_p);
+shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                     shoal_request_t *req_p);
+shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                shoal_request_t *req_p);
+shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                             shoal_dtype_t dtype, shoal_op_t op, int root, shoal_comm_t comm,
+                             shoal_request_t *req_p);
+shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, shoal_dtype_t dtype, shoal_comm_t comm,
+                                shoal_request_t *req_p);
+shoal_status_t shoal_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                             shoal_request_t *req_p);
+shoal_status_t shoal_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                              shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                              shoal_request_t *req_p);
+/* Non-blocking send and receive never wait on each other: consecutive
+ * ones (with no collective between them) progress together. */
+shoal_status_t shoal_isend(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
+                           shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                           shoal_comm_t comm, shoal_request_t *req_p);
+
+/*
+ * Requests. shoal_test sets *done_p to 1 and frees the request (setting
+ * *req to NULL) once the operation completed, returning its status; else
+ * *done_p = 0 and SHOAL_OK. shoal_wait blocks until completion (bounded by
+ * the operation's deadline), frees the request, sets *req to NULL and
+ * returns the operation's status. shoal_wait_all waits for each of n
+ * requests and returns the first failure (every request is freed). A NULL
+ * or already completed request is SHOAL_ERR_INVALID_ARG. A request whose
+ * communicator was aborted or destroyed completes with SHOAL_ERR_ABORTED.
+ */
+shoal_status_t shoal_test(shoal_request_t *req, int *done_p);
+shoal_status_t shoal_wait(shoal_request_t *req);
+shoal_status_t shoal_wait_all(size_t n, shoal_request_t *reqs);
 
 #ifdef __cplusplus
 }

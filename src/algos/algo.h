@@ -7,20 +7,65 @@
 #include "core/comm.h"
 #include "prims.h"
 
+/* What a call asks for. The values index the per-collective algorithm lists
+ * of select.c and the names of shoal_coll_kind_name. */
+typedef enum {
+    SHOAL_COLL_ALLREDUCE = 0,
+    SHOAL_COLL_REDUCE_SCATTER,
+    SHOAL_COLL_ALLGATHER,
+    SHOAL_COLL_BROADCAST,
+    SHOAL_COLL_REDUCE,
+    SHOAL_COLL_ALLTOALL,  /* count elements to and from every rank */
+    SHOAL_COLL_ALLTOALLV, /* counts and displacements per rank */
+    SHOAL_COLL_GATHER,
+    SHOAL_COLL_SCATTER,
+    SHOAL_COLL_SEND,
+    SHOAL_COLL_RECV,
+    SHOAL_COLL_KIND_COUNT
+} shoal_coll_kind_t;
+
+/* "allreduce", "reducescatter", "allgather", "broadcast", "reduce",
+ * "alltoall", "alltoallv", "gather", "scatter", "send", "recv". */
+const char *shoal_coll_kind_name(shoal_coll_kind_t kind);
+
+/*
+ * One call's arguments, as the algorithms see them (already checked):
+ * - allreduce, broadcast, reduce: count elements per buffer.
+ * - reduce-scatter: count = recvcount; sendbuf holds nranks * count.
+ * - all-gather: count = sendcount; recvbuf holds nranks * count.
+ * - all-to-all: count elements to and from every rank; block j of sendbuf
+ *   goes to rank j, block j of recvbuf comes from rank j. sendbuf never
+ *   overlaps recvbuf (the core stages an in-place call's input).
+ * - all-to-all-v: sendcounts[j] elements from sendbuf + sdispls[j]
+ *   elements go to rank j; recvcounts[j] from rank j land at recvbuf +
+ *   rdispls[j]. The arrays have nranks entries; count is unused.
+ * - gather: count = sendcount; root's recvbuf holds nranks * count.
+ * - scatter: count = recvcount; root's sendbuf holds nranks * count.
+ * - send: count elements of sendbuf to rank root; recv: count elements
+ *   from rank root into recvbuf.
+ * op is a built-in op (pre-multiplied sums are applied by the core before
+ * the algorithm runs, as a plain SUM).
+ */
 typedef struct {
+    shoal_coll_kind_t kind;
     const void *sendbuf;
     void *recvbuf;
     size_t count;
     shoal_dtype_t dtype;
     shoal_op_t op;
-    int root;             /* rooted collectives; 0 elsewhere */
+    int root;             /* rooted collectives; the peer of send/recv; 0 elsewhere */
+    const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
 } shoal_coll_args_t;
+
+#define SHOAL_PLAN_NBRS 16
 
 typedef struct {
     shoal_coll_args_t args;
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */
+    int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
+    int nnbr;
 } shoal_plan_t;
 
 typedef struct {
@@ -33,18 +78,53 @@ typedef struct {
     shoal_status_t (*run)(shoal_plan_t *plan);
 } shoal_algo_ops_t;
 
-extern const shoal_algo_ops_t shoal_ring_allreduce_ops;
+/* Cost model inputs: the slowest link of comm (largest latency, smallest
+ * bandwidth over every peer's transport, or the SHOAL_ALGO_LAT/_BW
+ * settings), and whether every rank shares this rank's host. */
+static inline double shoal_algo_lat(const struct shoal_comm *comm)
+{
+    return comm->link_lat_s;
+}
+static inline double shoal_algo_bw(const struct shoal_comm *comm)
+{
+    return comm->link_bw_Bps;
+}
+/* Bytes of one element of args' dtype times n. */
+double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
 
 /* Plan of the ring algorithms that reduce (all-reduce, reduce-scatter):
  * neighbours rank+-1, pieces of chunk_size, the op's kernel, AVG over n. */
 shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan);
-extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_chain_reduce_ops;
-extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_ring_allgather_ops;
 
-/* The all-reduce algorithm for args: SHOAL_ALGO if set (NULL and a logged
- * reason when it names none that can run), else the cheapest by cost. */
-const shoal_algo_ops_t *shoal_algo_select_allreduce(const struct shoal_comm *comm,
-                                                    const shoal_coll_args_t *args);
+/* The algorithms, by collective. */
+extern const shoal_algo_ops_t shoal_ring_allreduce_ops, shoal_tree_allreduce_ops,
+    shoal_rhd_allreduce_ops, shoal_oneshot_allreduce_ops;
+extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_rhd_reduce_scatter_ops;
+extern const shoal_algo_ops_t shoal_ring_allgather_ops, shoal_rhd_allgather_ops;
+extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_binomial_broadcast_ops;
+extern const shoal_algo_ops_t shoal_chain_reduce_ops, shoal_binomial_reduce_ops;
+/* Serve both SHOAL_COLL_ALLTOALL and SHOAL_COLL_ALLTOALLV. */
+extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall_ops;
+extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_direct_scatter_ops;
+/* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
+extern const shoal_algo_ops_t shoal_p2p_ops;
+
+/* Check SHOAL_ALGO against the known names: "auto", a name (every
+ * collective that has an algorithm of that name uses it), or a list
+ * "coll:name,coll:name" (coll as shoal_coll_kind_name, or "all").
+ * SHOAL_ERR_INVALID_ARG with a logged reason for an unknown collective or
+ * algorithm. */
+shoal_status_t shoal_algo_check_setting(void);
+
+/* The algorithm for args: the one SHOAL_ALGO forces for args->kind if it can
+ * serve the call (else a warning and the cost model's choice), otherwise the
+ * cheapest by cost. Logs the choice and its estimate at INFO (ALGO). NULL
+ * only when no algorithm can serve the call. */
+const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
+                                          const shoal_coll_args_t *args);
+
+/* The algorithm of kind named name (NULL if none), for tests and the bench. */
+const shoal_algo_ops_t *shoal_algo_find(shoal_coll_kind_t kind, const char *name);
 
 #endif

@@ -18,10 +18,10 @@
 static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     /* The whole message crosses one link once, after n-1 piece latencies to
-     * fill the pipe; rough host link figures until the topology has some. */
-    double n = comm->nranks;
-    double bytes = (double)args->count * (double)shoal_dtype_bytes(args->dtype);
-    return (n - 1) * (5e-6 + (double)comm->chunk_size / 5e9) + bytes / 5e9;
+     * fill the pipe. */
+    double n = comm->nranks, bw = shoal_algo_bw(comm);
+    return (n - 1) * (shoal_algo_lat(comm) + (double)comm->chunk_size / bw) +
+           shoal_algo_bytes(args, args->count) / bw;
 }
 
 /* Plan a chain over the ring order whose first rank is `first`: this rank

@@ -36,4 +36,33 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
  * operation may return without leaving a peer waiting on unpushed bytes. */
 shoal_status_t shoal_prim_flush(shoal_prims_t *p);
 
+/*
+ * Messages to and from any peers, moved concurrently: the engine of
+ * send/recv, groups, all-to-all, gather, scatter and of the exchanges of
+ * recursive halving-doubling. A message of `bytes` travels as
+ * ceil(bytes / chunk_size) pieces (one empty piece when bytes is 0), so the
+ * receiver sees each message's boundaries and a size that differs from the
+ * sender's is an error, not a silent mix-up. Messages to one peer leave in
+ * array order, and those from one peer are matched in array order.
+ */
+typedef struct {
+    shoal_ep_t *ep;            /* the peer's endpoint */
+    void *buf;                 /* send: source (read only); recv: destination */
+    size_t bytes;
+    /* recv only: NULL copies; else buf = received reduce buf, element-wise,
+     * with elements of esize bytes. */
+    shoal_reduce_fn_t reduce;
+    size_t esize;
+    size_t done;               /* bytes moved so far; 0 before the first call */
+    int started;               /* internal: a piece has moved */
+} shoal_xfer_t;
+
+/* Move every message of sends[] and recvs[] until all are complete and the
+ * sends flushed, driving progress, up to deadline_ns. Peers must be real
+ * (no self messages). SHOAL_ERR_TIMEOUT (naming the peers still owed),
+ * SHOAL_ERR_PEER, SHOAL_ERR_ABORTED or SHOAL_ERR_INTERNAL (a piece of the
+ * wrong size) otherwise. */
+shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
+                              shoal_xfer_t *recvs, size_t nrecvs, uint64_t deadline_ns);
+
 #endif

@@ -15,11 +15,10 @@
 
 static double ring_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
-    /* 2(n-1) steps, each moving 1/n of the data; rough host link figures
-     * until the topology supplies real ones. */
+    /* 2(n-1) steps, each moving 1/n of the data. */
     double n = comm->nranks;
-    double bytes = (double)args->count * (double)shoal_dtype_bytes(args->dtype);
-    return 2 * (n - 1) * (5e-6 + bytes / n / 5e9);
+    return 2 * (n - 1) * (shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) / n /
+                                                     shoal_algo_bw(comm));
 }
 
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real

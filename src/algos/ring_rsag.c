@@ -12,11 +12,10 @@
 
 static double rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
-    /* n-1 steps, each moving one block; rough host link figures until the
-     * topology supplies real ones. */
+    /* n-1 steps, each moving one block of count elements. */
     double n = comm->nranks;
-    double bytes = (double)args->count * (double)shoal_dtype_bytes(args->dtype);
-    return (n - 1) * (5e-6 + bytes / 5e9);
+    return (n - 1) * (shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) /
+                                                 shoal_algo_bw(comm));
 }
 
 /* The part of the plan shared by both: ring neighbours and piece size. The

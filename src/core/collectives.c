@@ -32,7 +32,7 @@ shoal_status_t shoal_coll_check(struct shoal_comm *comm, const char *name, const
 shoal_status_t shoal_coll_allreduce(struct shoal_comm *comm, const char *what,
                                     const shoal_coll_args_t *args)
 {
-    const shoal_algo_ops_t *algo = shoal_algo_select_allreduce(comm, args);
+    const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: no all-reduce algorithm selected (see SHOAL_ALGO)", what);

@@ -2,6 +2,8 @@
  * and the per-communicator error record. */
 #include "comm.h"
 
+#include "algos/algo.h"
+
 #include "bootstrap.h"
 #include "clock.h"
 #include "log.h"
@@ -186,9 +188,27 @@ static shoal_status_t comm_map_hosts(struct shoal_comm *comm)
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p)
+{
+    if (bytes > comm->scratch_bytes) {
+        void *p = malloc(bytes);
+        if (!p) {
+            shoal_error(MEM, "rank %d: no memory for %zu B of working space", comm->rank, bytes);
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        free(comm->scratch);
+        comm->scratch = p;
+        comm->scratch_bytes = bytes;
+    }
+    *buf_p = comm->scratch;
+    return SHOAL_OK;
+}
+
 static void comm_free(struct shoal_comm *comm)
 {
     shoal_transport_teardown(comm);
+    free(comm->scratch);
+    free(comm->premul);
     if (comm->bootstrap)
         shoal_bootstrap_destroy(comm->bootstrap);
     free(comm->eps);
@@ -209,6 +229,9 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (rank < 0 || rank >= nranks)
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_init: rank %d out of range 0..%d", rank, nranks - 1);
+    if (shoal_algo_check_setting() != SHOAL_OK)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_init: SHOAL_ALGO=%s is not valid",
+                           cfg->algo.algo);
 
     struct shoal_comm *comm = calloc(1, sizeof(*comm));
     if (!comm)
@@ -231,6 +254,10 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     s = shoal_transport_wireup(comm);
     if (s != SHOAL_OK)
         goto err_free;
+    if (cfg->algo.latency_ns)
+        comm->link_lat_s = (double)cfg->algo.latency_ns * 1e-9;
+    if (cfg->algo.bandwidth)
+        comm->link_bw_Bps = (double)cfg->algo.bandwidth;
     s = registry_add(comm);
     if (s != SHOAL_OK)
         goto err_free;

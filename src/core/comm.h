@@ -30,6 +30,20 @@ struct shoal_comm {
     int ntl;
     shoal_ep_t **eps;         /* eps[peer]; NULL for self */
 
+    /* Cost model inputs: the slowest link to any peer (see algos/algo.h). */
+    double link_lat_s;
+    double link_bw_Bps;
+
+    /* Pre-multiplied sums: op SHOAL_OP_COUNT + i is premul[i] while used. */
+    struct shoal_premul *premul;
+    int npremul;
+
+    /* Working memory of the running operation (one runs at a time). */
+    void *scratch;
+    size_t scratch_bytes;
+
+    struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
+
     atomic_int aborted;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     atomic_int active;        /* API calls in flight; abort waits for them */
@@ -55,6 +69,18 @@ void shoal_comm_leave(struct shoal_comm *comm);
 /* Make status sticky on comm when it means the communicator is broken
  * (SHOAL_ERR_PEER, SHOAL_ERR_TIMEOUT, SHOAL_ERR_ABORTED); returns status. */
 shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t status);
+
+/* A pre-multiplied sum: SUM of scalar * input, scalar of dtype. */
+typedef struct shoal_premul {
+    int used;
+    shoal_dtype_t dtype;
+    unsigned char scalar[8];
+} shoal_premul_t;
+
+/* At least bytes of working memory for the operation running on comm,
+ * kept until comm is freed (or the next larger request). Only the
+ * operation's executor may call it. */
+shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p);
 
 /* Peer's endpoint; NULL for self. */
 static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)

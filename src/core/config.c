@@ -127,6 +127,17 @@ static int parse_string(const char *text, void *field)
     return 0;
 }
 
+static int parse_progress(const char *text, void *field)
+{
+    if (!strcmp(text, "thread"))
+        *(int *)field = 1;
+    else if (!strcmp(text, "caller"))
+        *(int *)field = 0;
+    else
+        return -1;
+    return 0;
+}
+
 /* A string that shoal_config_print never shows. */
 static int parse_secret(const char *text, void *field)
 {
@@ -228,7 +239,16 @@ static const shoal_config_entry_t tcp_entries[] = {
 static const shoal_config_entry_t algo_entries[] = {
     {"SHOAL_CHUNK_SIZE", "128k", "bytes moved per pipeline step and per transport slot",
      parse_size, FIELD(algo.chunk_size)},
-    {"SHOAL_ALGO", "auto", "all-reduce algorithm: auto or ring", parse_string, FIELD(algo.algo)},
+    {"SHOAL_ALGO", "auto",
+     "algorithm: auto (cost model), a name for every collective that has it, or coll:name,... "
+     "(shoal_info -a lists them)", parse_string, FIELD(algo.algo)},
+    {"SHOAL_ALGO_LATENCY", "0", "cost model: latency of the slowest link (0 = the transports' figure)",
+     parse_time, FIELD(algo.latency_ns)},
+    {"SHOAL_ALGO_BANDWIDTH", "0", "cost model: bytes/s of the slowest link (0 = the transports' figure)",
+     parse_size, FIELD(algo.bandwidth)},
+    {"SHOAL_PROGRESS", "thread",
+     "who runs non-blocking operations: thread (a progress thread per communicator) or caller "
+     "(shoal_test/shoal_wait)", parse_progress, FIELD(algo.progress_thread)},
 };
 
 #define TABLE(name, entries) {name, entries, sizeof(entries) / sizeof(entries[0])}

@@ -41,7 +41,10 @@ typedef struct {
 
 typedef struct {
     size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece */
-    char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto" or a name */
+    char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto", a name or coll:name,... */
+    uint64_t latency_ns;                /* SHOAL_ALGO_LATENCY, 0 = from the transports */
+    size_t bandwidth;                   /* SHOAL_ALGO_BANDWIDTH B/s, 0 = from the transports */
+    int progress_thread;                /* SHOAL_PROGRESS: 1 thread, 0 caller */
 } shoal_algo_config_t;
 
 typedef struct {
