@@ -1,9 +1,11 @@
 /* shoal_info: what shoal sees on this machine, for debugging a setup.
  *   shoal_info      version, every setting, host identity, the network
  *                   address shoal would use, and the transports
- *   shoal_info -c   every setting with its default, value and documentation */
+ *   shoal_info -c   every setting with its default, value and documentation
+ *   shoal_info -a   the algorithms of every collective (names for SHOAL_ALGO) */
 #include "shoal.h"
 
+#include "algos/algo.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/sock.h"
@@ -17,9 +19,10 @@
 static void shoal_info_usage(FILE *out, const char *prog)
 {
     fprintf(out,
-            "usage: %s [-c] [-h]\n"
+            "usage: %s [-c] [-a] [-h]\n"
             "  (none)  version, settings, host identity, network address, transports\n"
             "  -c      every setting (SHOAL_*) with its default, current value and meaning\n"
+            "  -a      the algorithms of every collective, for SHOAL_ALGO=coll:name,...\n"
             "  -h      this text\n",
             prog);
 }
@@ -93,12 +96,25 @@ static void shoal_info_transports(void)
                list[i].setting);
 }
 
+static void shoal_info_algos(void)
+{
+    for (int k = 0; k < SHOAL_COLL_KIND_COUNT; k++) {
+        printf("  %-14s", shoal_coll_kind_name((shoal_coll_kind_t)k));
+        const shoal_algo_ops_t *a;
+        for (int i = 0; (a = shoal_algo_at((shoal_coll_kind_t)k, i)); i++)
+            printf(" %s", a->name);
+        printf("\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
-    int settings_only = 0;
+    int settings_only = 0, algos_only = 0;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "-c")) {
             settings_only = 1;
+        } else if (!strcmp(argv[a], "-a")) {
+            algos_only = 1;
         } else if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
             shoal_info_usage(stdout, argv[0]);
             return 0;
@@ -107,6 +123,10 @@ int main(int argc, char **argv)
             shoal_info_usage(stderr, argv[0]);
             return 2;
         }
+    }
+    if (algos_only) {
+        shoal_info_algos();
+        return 0;
     }
     if (settings_only) {
         shoal_config_print(stdout);
@@ -125,5 +145,7 @@ int main(int argc, char **argv)
     shoal_info_network();
     printf("\nTransports (in order of preference):\n");
     shoal_info_transports();
+    printf("\nAlgorithms (SHOAL_ALGO=coll:name,...; auto picks by cost):\n");
+    shoal_info_algos();
     return 0;
 }

@@ -124,6 +124,9 @@ shoal_status_t shoal_algo_check_setting(void);
 const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
                                           const shoal_coll_args_t *args);
 
+/* The i-th algorithm of kind (NULL past the last), for listings. */
+const shoal_algo_ops_t *shoal_algo_at(shoal_coll_kind_t kind, int i);
+
 /* The algorithm of kind named name (NULL if none), for tests and the bench. */
 const shoal_algo_ops_t *shoal_algo_find(shoal_coll_kind_t kind, const char *name);
 

@@ -65,4 +65,19 @@ typedef struct {
 shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
                               shoal_xfer_t *recvs, size_t nrecvs, uint64_t deadline_ns);
 
+/* One pass of shoal_xfer_run that never waits: move every piece that can
+ * move now, push what sends have posted, and drive transport progress once.
+ * *moved_p: whether any piece moved. A message is complete when done ==
+ * bytes and started is set (sends also need their endpoint's flush to say
+ * SHOAL_OK before the operation may be called complete). No deadline: the
+ * caller owns it. Errors as shoal_xfer_run. */
+shoal_status_t shoal_xfer_step(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
+                               shoal_xfer_t *recvs, size_t nrecvs, int *moved_p);
+
+/* Whether x is complete (for sends: handed to the transport). */
+static inline int shoal_xfer_complete(const shoal_xfer_t *x)
+{
+    return x->started && x->done == x->bytes;
+}
+
 #endif

@@ -38,6 +38,13 @@ double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n)
     return (double)n * (double)shoal_dtype_bytes(args->dtype);
 }
 
+const shoal_algo_ops_t *shoal_algo_at(shoal_coll_kind_t kind, int i)
+{
+    if ((unsigned)kind >= SHOAL_COLL_KIND_COUNT || i < 0 || i >= MAX_ALGOS)
+        return NULL;
+    return algos[kind][i];
+}
+
 const shoal_algo_ops_t *shoal_algo_find(shoal_coll_kind_t kind, const char *name)
 {
     if ((unsigned)kind >= SHOAL_COLL_KIND_COUNT)

@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include "algos/algo.h"
+#include "exec.h"
 
 #include "bootstrap.h"
 #include "clock.h"
@@ -79,12 +80,22 @@ static shoal_status_t record_error(char *buf, shoal_status_t status, const char 
     return status;
 }
 
+/* The progress thread and the caller may both record a failure on one
+ * communicator; failures are rare, so one lock serves all. */
+static pthread_mutex_t error_lock = PTHREAD_MUTEX_INITIALIZER;
+
 shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
                                const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    record_error(comm ? comm->last_error : thread_error, status, fmt, ap);
+    if (comm) {
+        pthread_mutex_lock(&error_lock);
+        record_error(comm->last_error, status, fmt, ap);
+        pthread_mutex_unlock(&error_lock);
+    } else {
+        record_error(thread_error, status, fmt, ap);
+    }
     va_end(ap);
     return status;
 }
@@ -206,6 +217,7 @@ shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **
 
 static void comm_free(struct shoal_comm *comm)
 {
+    shoal_exec_destroy(comm, 0);
     shoal_transport_teardown(comm);
     free(comm->scratch);
     free(comm->premul);
@@ -258,6 +270,9 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         comm->link_lat_s = (double)cfg->algo.latency_ns * 1e-9;
     if (cfg->algo.bandwidth)
         comm->link_bw_Bps = (double)cfg->algo.bandwidth;
+    s = shoal_exec_create(comm);
+    if (s != SHOAL_OK)
+        goto err_free;
     s = registry_add(comm);
     if (s != SHOAL_OK)
         goto err_free;
@@ -367,17 +382,19 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
     if (!comm || !shoal_comm_valid(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_destroy: communicator %p is not valid", (void *)comm);
-    /* A barrier lets every rank finish reading what this rank sent before
-     * its sockets close; a broken communicator skips it (use abort then). */
-    shoal_status_t s = SHOAL_OK;
-    if (!atomic_load(&comm->aborted) && atomic_load(&comm->error) == SHOAL_OK)
+    /* Operations still queued run first; then a barrier lets every rank
+     * finish reading what this rank sent before its sockets close. A broken
+     * communicator skips it (use abort then). */
+    shoal_status_t s = shoal_exec_destroy(comm, 1);
+    if (s == SHOAL_OK && !atomic_load(&comm->aborted) && atomic_load(&comm->error) == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
     if (!registry_remove(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_destroy: communicator %p destroyed twice", (void *)comm);
     comm_free(comm);
     if (s != SHOAL_OK)
-        thread_fail(s, "shoal_comm_destroy: peers did not reach the final barrier");
+        thread_fail(s, "shoal_comm_destroy: %s",
+                    shoal_status_string(s));
     return s;
 }
 
@@ -388,8 +405,10 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
-    /* Calls in flight on other threads see the flag at their next poll (or
+    /* Queued operations fail with SHOAL_ERR_ABORTED; the running one and
+     * calls in flight on other threads see the flag at their next poll (or
      * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED. */
+    shoal_exec_destroy(comm, 0);
     while (atomic_load_explicit(&comm->active, memory_order_acquire) > 0)
         sched_yield();
     comm_free(comm);

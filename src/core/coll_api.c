@@ -1,0 +1,271 @@
+/* The public collective and point-to-point calls, blocking and not: each
+ * builds a call record and hands it to issue(), which checks it, then
+ * records it in the thread's group, queues it, or runs it and waits. */
+#include "exec.h"
+
+static shoal_status_t issue(shoal_comm_t comm, shoal_call_t *call, int nb,
+                            shoal_request_t *req_p)
+{
+    shoal_status_t s = shoal_comm_enter(comm, call->what);
+    if (s != SHOAL_OK)
+        return s;
+    int in_group = shoal_group_active();
+    if (nb && !req_p)
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", call->what);
+    if (s == SHOAL_OK)
+        s = shoal_call_check(comm, call, in_group);
+    if (s != SHOAL_OK) {
+        /* nothing */
+    } else if (in_group) {
+        s = shoal_group_record(comm, call, nb ? req_p : NULL);
+    } else if (!nb) {
+        s = shoal_call_is_empty(comm, call) ? SHOAL_OK : shoal_exec_run(comm, call, 1);
+    } else if ((s = shoal_request_new(req_p)) != SHOAL_OK) {
+        s = shoal_comm_fail(comm, s, "%s: no memory for a request", call->what);
+    } else if (shoal_call_is_empty(comm, call)) {
+        shoal_request_complete(*req_p, SHOAL_OK);
+    } else if ((s = shoal_exec_submit(comm, call, 1, req_p, 1, NULL)) != SHOAL_OK) {
+        shoal_request_complete(*req_p, s);
+        shoal_wait(req_p);
+    }
+    shoal_comm_leave(comm);
+    return s;
+}
+
+static shoal_call_t call_of(const char *what, shoal_coll_kind_t kind, const void *sendbuf,
+                            void *recvbuf, size_t count, shoal_dtype_t dtype, shoal_op_t op,
+                            int root)
+{
+    return (shoal_call_t){
+        .what = what,
+        .args = {.kind = kind, .sendbuf = sendbuf, .recvbuf = recvbuf, .count = count,
+                 .dtype = dtype, .op = op, .root = root},
+    };
+}
+
+/* Calls that reduce nothing carry SUM, which every check accepts. */
+
+shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_allreduce", SHOAL_COLL_ALLREDUCE, sendbuf, recvbuf, count,
+                             dtype, op, 0);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_iallreduce", SHOAL_COLL_ALLREDUCE, sendbuf, recvbuf, count,
+                             dtype, op, 0);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_reduce_scatter", SHOAL_COLL_REDUCE_SCATTER, sendbuf,
+                             recvbuf, recvcount, dtype, op, 0);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                     shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_ireduce_scatter", SHOAL_COLL_REDUCE_SCATTER, sendbuf,
+                             recvbuf, recvcount, dtype, op, 0);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                               shoal_dtype_t dtype, shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_allgather", SHOAL_COLL_ALLGATHER, sendbuf, recvbuf,
+                             sendcount, dtype, SHOAL_SUM, 0);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_iallgather", SHOAL_COLL_ALLGATHER, sendbuf, recvbuf,
+                             sendcount, dtype, SHOAL_SUM, 0);
+    return issue(comm, &c, 1, req_p);
+}
+
+/* Rooted calls leave the buffers a rank does not use out of the call, so
+ * that the checks and algorithms never see them. */
+static shoal_call_t rooted_call(const char *what, shoal_coll_kind_t kind, shoal_comm_t comm,
+                                const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, shoal_op_t op, int root)
+{
+    shoal_call_t c = call_of(what, kind, sendbuf, recvbuf, count, dtype, op, root);
+    int is_root = shoal_comm_valid(comm) && comm->rank == root;
+    if (!is_root && (kind == SHOAL_COLL_BROADCAST || kind == SHOAL_COLL_SCATTER))
+        c.args.sendbuf = NULL;
+    if (!is_root && (kind == SHOAL_COLL_REDUCE || kind == SHOAL_COLL_GATHER))
+        c.args.recvbuf = NULL;
+    return c;
+}
+
+shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, int root, shoal_comm_t comm)
+{
+    shoal_call_t c = rooted_call("shoal_broadcast", SHOAL_COLL_BROADCAST, comm, sendbuf,
+                                 recvbuf, count, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
+                                shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                shoal_request_t *req_p)
+{
+    shoal_call_t c = rooted_call("shoal_ibroadcast", SHOAL_COLL_BROADCAST, comm, sendbuf,
+                                 recvbuf, count, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
+                            shoal_dtype_t dtype, shoal_op_t op, int root, shoal_comm_t comm)
+{
+    shoal_call_t c = rooted_call("shoal_reduce", SHOAL_COLL_REDUCE, comm, sendbuf, recvbuf,
+                                 count, dtype, op, root);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
+                             shoal_dtype_t dtype, shoal_op_t op, int root, shoal_comm_t comm,
+                             shoal_request_t *req_p)
+{
+    shoal_call_t c = rooted_call("shoal_ireduce", SHOAL_COLL_REDUCE, comm, sendbuf, recvbuf,
+                                 count, dtype, op, root);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                            shoal_dtype_t dtype, int root, shoal_comm_t comm)
+{
+    shoal_call_t c = rooted_call("shoal_gather", SHOAL_COLL_GATHER, comm, sendbuf, recvbuf,
+                                 sendcount, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
+                             shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                             shoal_request_t *req_p)
+{
+    shoal_call_t c = rooted_call("shoal_igather", SHOAL_COLL_GATHER, comm, sendbuf, recvbuf,
+                                 sendcount, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                             shoal_dtype_t dtype, int root, shoal_comm_t comm)
+{
+    shoal_call_t c = rooted_call("shoal_scatter", SHOAL_COLL_SCATTER, comm, sendbuf, recvbuf,
+                                 recvcount, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
+                              shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                              shoal_request_t *req_p)
+{
+    shoal_call_t c = rooted_call("shoal_iscatter", SHOAL_COLL_SCATTER, comm, sendbuf, recvbuf,
+                                 recvcount, dtype, SHOAL_SUM, root);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
+                              shoal_dtype_t dtype, shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_alltoall", SHOAL_COLL_ALLTOALL, sendbuf, recvbuf, count,
+                             dtype, SHOAL_SUM, 0);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
+                               shoal_dtype_t dtype, shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_ialltoall", SHOAL_COLL_ALLTOALL, sendbuf, recvbuf, count,
+                             dtype, SHOAL_SUM, 0);
+    return issue(comm, &c, 1, req_p);
+}
+
+static shoal_call_t alltoallv_call(const char *what, const void *sendbuf,
+                                   const size_t *sendcounts, const size_t *sdispls,
+                                   void *recvbuf, const size_t *recvcounts,
+                                   const size_t *rdispls, shoal_dtype_t dtype)
+{
+    shoal_call_t c = call_of(what, SHOAL_COLL_ALLTOALLV, sendbuf, recvbuf, 0, dtype, SHOAL_SUM, 0);
+    c.args.sendcounts = sendcounts;
+    c.args.sdispls = sdispls;
+    c.args.recvcounts = recvcounts;
+    c.args.rdispls = rdispls;
+    return c;
+}
+
+shoal_status_t shoal_alltoallv(const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, shoal_dtype_t dtype, shoal_comm_t comm)
+{
+    shoal_call_t c = alltoallv_call("shoal_alltoallv", sendbuf, sendcounts, sdispls, recvbuf,
+                                    recvcounts, rdispls, dtype);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ialltoallv(const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, shoal_dtype_t dtype, shoal_comm_t comm,
+                                shoal_request_t *req_p)
+{
+    shoal_call_t c = alltoallv_call("shoal_ialltoallv", sendbuf, sendcounts, sdispls, recvbuf,
+                                    recvcounts, rdispls, dtype);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_send", SHOAL_COLL_SEND, sendbuf, NULL, count, dtype,
+                             SHOAL_SUM, peer);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_isend(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
+                           shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_isend", SHOAL_COLL_SEND, sendbuf, NULL, count, dtype,
+                             SHOAL_SUM, peer);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                          shoal_comm_t comm)
+{
+    shoal_call_t c = call_of("shoal_recv", SHOAL_COLL_RECV, NULL, recvbuf, count, dtype,
+                             SHOAL_SUM, peer);
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                           shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_call_t c = call_of("shoal_irecv", SHOAL_COLL_RECV, NULL, recvbuf, count, dtype,
+                             SHOAL_SUM, peer);
+    return issue(comm, &c, 1, req_p);
+}
+
+shoal_status_t shoal_barrier(shoal_comm_t comm)
+{
+    shoal_call_t c = {.what = "shoal_barrier", .barrier = 1};
+    return issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p)
+{
+    shoal_call_t c = {.what = "shoal_ibarrier", .barrier = 1};
+    return issue(comm, &c, 1, req_p);
+}

@@ -1,0 +1,276 @@
+/* Running calls on the executor's thread: one call through its selected
+ * algorithm, and a task's calls with the all-reduces of a group fused and
+ * its sends and receives moved together. */
+#include "coll.h"
+#include "exec.h"
+
+#include "clock.h"
+#include "dtype.h"
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, const char *fmt, ...)
+{
+    /* Once aborted, whatever broke next (a peer seeing us go) is the abort's
+     * doing: report that. */
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        s = SHOAL_ERR_ABORTED;
+    shoal_comm_set_error(comm, s);
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return shoal_comm_fail(comm, s, "%s failed on rank %d", what, comm->rank);
+}
+
+shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+                              const char *what, const shoal_coll_args_t *args)
+{
+    shoal_plan_t plan;
+    shoal_status_t s = algo->plan(comm, args, &plan);
+    if (s == SHOAL_OK)
+        s = algo->run(&plan);
+    if (s != SHOAL_OK)
+        return shoal_coll_failed(comm, s, "%s: %s of %zu x %s", what, algo->name, args->count,
+                                 shoal_dtype_name(args->dtype));
+    return SHOAL_OK;
+}
+
+static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
+                                   const shoal_coll_args_t *args)
+{
+    const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
+    if (!algo)
+        return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
+                               what);
+    return shoal_coll_run(comm, algo, what, args);
+}
+
+/* Elements a rank contributes to a reducing call (what a pre-multiplied
+ * sum scales). */
+static size_t input_elems(const struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    return a->kind == SHOAL_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+}
+
+/* Extent in elements of an all-to-all's send buffer. */
+static size_t alltoall_extent(const struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    if (a->kind == SHOAL_COLL_ALLTOALL)
+        return a->count * (size_t)comm->nranks;
+    size_t ext = 0;
+    for (int j = 0; j < comm->nranks; j++) {
+        if (a->sendcounts[j] && a->sdispls[j] + a->sendcounts[j] > ext)
+            ext = a->sdispls[j] + a->sendcounts[j];
+    }
+    return ext;
+}
+
+shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    if (shoal_call_is_empty(comm, call))
+        return SHOAL_OK;
+    if (call->barrier) {
+        /* A one-byte all-reduce through the data path rather than the
+         * bootstrap: a dead or stalled peer shows up as in any collective,
+         * and no rank leaves before every rank has sent its byte. */
+        uint8_t one = 1, all;
+        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &one, .recvbuf = &all,
+                                  .count = 1, .dtype = SHOAL_UINT8, .op = SHOAL_MAX};
+        return run_selected(comm, call->what, &args);
+    }
+    shoal_coll_args_t args = call->args;
+    size_t es = shoal_dtype_bytes(args.dtype);
+    void *staged = NULL;
+    if (call->premul) {
+        size_t n = input_elems(comm, &args);
+        staged = malloc(n * es);
+        if (staged)
+            shoal_premul_scale(staged, args.sendbuf, n, args.dtype, call->scalar);
+    } else if ((args.kind == SHOAL_COLL_ALLTOALL || args.kind == SHOAL_COLL_ALLTOALLV) &&
+               args.sendbuf == args.recvbuf) {
+        /* In place: every rank's block is read after others may have
+         * landed on it, so the input is kept aside first. */
+        size_t n = alltoall_extent(comm, &args);
+        staged = malloc(n * es + 1);
+        if (staged)
+            memcpy(staged, args.sendbuf, n * es);
+    } else {
+        return run_selected(comm, call->what, &args);
+    }
+    if (!staged)
+        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to stage the input",
+                               call->what);
+    args.sendbuf = staged;
+    shoal_status_t s = run_selected(comm, call->what, &args);
+    free(staged);
+    return s;
+}
+
+/* Whether b can join an all-reduce fused with a. */
+static int fusable(const shoal_call_t *a, const shoal_call_t *b)
+{
+    return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE &&
+           b->args.dtype == a->args.dtype && b->args.op == a->args.op &&
+           b->premul == a->premul && !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
+}
+
+/* All-reduces calls[0..n) (fusable, count > 0 each) as one over a staging
+ * buffer: the cost of one all-reduce of their total size instead of n
+ * latencies. Every rank lays them out alike, so the result is the same as
+ * n separate calls with the chosen algorithm. */
+static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
+{
+    const shoal_coll_args_t *a0 = &calls[0].args;
+    size_t es = shoal_dtype_bytes(a0->dtype), total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += calls[i].args.count;
+    char *buf = malloc(total * es);
+    if (!buf)
+        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY,
+                               "group: no memory to fuse %zu all-reduces", n);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        const shoal_coll_args_t *a = &calls[i].args;
+        if (calls[i].premul)
+            shoal_premul_scale(buf + off * es, a->sendbuf, a->count, a->dtype, calls[i].scalar);
+        else
+            memcpy(buf + off * es, a->sendbuf, a->count * es);
+        off += a->count;
+    }
+    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf,
+                              .count = total, .dtype = a0->dtype, .op = a0->op};
+    shoal_status_t s = run_selected(comm, "group of all-reduces", &args);
+    off = 0;
+    for (size_t i = 0; i < n && s == SHOAL_OK; i++) {
+        memcpy(calls[i].args.recvbuf, buf + off * es, calls[i].args.count * es);
+        off += calls[i].args.count;
+    }
+    free(buf);
+    return s;
+}
+
+/* Every send and receive of calls[0..n) at once. Messages to and from
+ * oneself pair up in order by copying. */
+static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
+{
+    shoal_xfer_t *x = calloc(n ? n : 1, sizeof(*x));
+    const shoal_call_t **selfs = calloc(n ? n : 1, sizeof(*selfs));
+    const shoal_call_t **selfr = calloc(n ? n : 1, sizeof(*selfr));
+    if (!x || !selfs || !selfr) {
+        free(x);
+        free(selfs);
+        free(selfr);
+        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "no memory for %zu sends/receives", n);
+    }
+    size_t ns = 0, nr = 0, nss = 0, nsr = 0;
+    /* Sends fill x from the front, receives from the back. */
+    for (size_t i = 0; i < n; i++) {
+        const shoal_coll_args_t *a = &calls[i].args;
+        if (!shoal_call_is_p2p(&calls[i]))
+            continue;
+        int send = a->kind == SHOAL_COLL_SEND;
+        if (a->root == comm->rank) {
+            if (send)
+                selfs[nss++] = &calls[i];
+            else
+                selfr[nsr++] = &calls[i];
+            continue;
+        }
+        shoal_xfer_t *t = send ? &x[ns++] : &x[n - 1 - nr++];
+        t->ep = shoal_comm_ep(comm, a->root);
+        t->buf = send ? (void *)a->sendbuf : a->recvbuf;
+        t->esize = shoal_dtype_bytes(a->dtype);
+        t->bytes = a->count * t->esize;
+    }
+    shoal_status_t s = SHOAL_OK;
+    if (nss != nsr)
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                            "group: %zu sends to oneself but %zu receives from oneself", nss, nsr);
+    for (size_t i = 0; i < nss && s == SHOAL_OK; i++) {
+        const shoal_coll_args_t *sa = &selfs[i]->args, *ra = &selfr[i]->args;
+        size_t sb = sa->count * shoal_dtype_bytes(sa->dtype);
+        size_t rb = ra->count * shoal_dtype_bytes(ra->dtype);
+        if (sb != rb)
+            s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                                "group: send to oneself of %zu B meets a receive of %zu B", sb, rb);
+        else if (sb && ra->recvbuf != sa->sendbuf)
+            memmove(ra->recvbuf, sa->sendbuf, sb);
+    }
+    /* Receives were stored back to front: put them in issue order. */
+    for (size_t i = 0; i < nr / 2; i++) {
+        shoal_xfer_t tmp = x[n - 1 - i];
+        x[n - 1 - i] = x[n - nr + i];
+        x[n - nr + i] = tmp;
+    }
+    if (s == SHOAL_OK && ns + nr > 0) {
+        s = shoal_xfer_run(comm, x, ns, x + n - nr, nr, shoal_deadline_after(comm->timeout_ns));
+        if (s != SHOAL_OK)
+            s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ns, nr);
+    }
+    free(x);
+    free(selfs);
+    free(selfr);
+    return s;
+}
+
+shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *calls,
+                               size_t ncalls)
+{
+    shoal_status_t s = SHOAL_OK;
+    size_t np2p = 0;
+    /* Collectives in order; a run of fusable all-reduces (sends and
+     * receives between them do not break it, they go after) as one. */
+    size_t i = 0;
+    shoal_call_t *run = NULL;
+    while (i < ncalls && s == SHOAL_OK) {
+        const shoal_call_t *c = &calls[i];
+        if (shoal_call_is_p2p(c)) {
+            np2p++;
+            i++;
+            continue;
+        }
+        if (shoal_call_is_empty(comm, c) || c->barrier || c->args.kind != SHOAL_COLL_ALLREDUCE) {
+            s = shoal_call_run(comm, c);
+            i++;
+            continue;
+        }
+        size_t nrun = 0, j = i;
+        for (; j < ncalls; j++) {
+            const shoal_call_t *d = &calls[j];
+            if (shoal_call_is_p2p(d) || shoal_call_is_empty(comm, d))
+                continue;
+            if (!fusable(c, d))
+                break;
+            nrun++;
+        }
+        if (nrun == 1) {
+            s = shoal_call_run(comm, c);
+        } else {
+            if (!run)
+                run = malloc(ncalls * sizeof(*run));
+            if (!run) {
+                s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "group: no memory to fuse");
+                break;
+            }
+            size_t k = 0;
+            for (size_t m = i; m < j; m++) {
+                if (!shoal_call_is_p2p(&calls[m]) && !shoal_call_is_empty(comm, &calls[m]))
+                    run[k++] = calls[m];
+            }
+            s = run_fused(comm, run, k);
+        }
+        /* The p2p calls skipped inside the run are counted when i passes them. */
+        for (; i < j; i++)
+            np2p += shoal_call_is_p2p(&calls[i]);
+    }
+    free(run);
+    if (s == SHOAL_OK && np2p > 0)
+        s = run_p2p(comm, calls, ncalls);
+    return s;
+}

@@ -1,0 +1,589 @@
+/* Task queues, the progress thread and requests (see exec.h).
+ *
+ * Whoever finds a communicator's queue non-empty and nobody running it may
+ * take the head and run it: the progress thread, a blocking call waiting for
+ * its own task, or shoal_wait. Running the waiter's own task on the waiter's
+ * thread spares a blocking call the hand-off to another thread, and the
+ * single "running" token keeps tasks strictly in issue order.
+ *
+ * Sends and receives issued one by one (not in a group) join the queue's
+ * p2p session instead of running alone: every message in the session moves
+ * a piece at a time, in steps that never wait, and each task completes when
+ * its message has. A send therefore never waits for a receive that its own
+ * rank issues later, whatever the order. A collective or a group waits until
+ * the session is empty, since it shares the endpoints' FIFOs with it. */
+#include "exec.h"
+
+#include "clock.h"
+#include "coll.h"
+#include "dtype.h"
+#include "log.h"
+
+#include <sched.h>
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct shoal_task {
+    struct shoal_comm *comm;
+    shoal_task_t *next;       /* queue link */
+    uint64_t deadline_ns;     /* p2p session: when its message is overdue */
+    shoal_call_t *calls;
+    size_t ncalls;
+    int refs;                 /* queue + waiter + bound requests */
+    int done;
+    shoal_status_t status;
+    shoal_call_t one;         /* storage for a single call */
+};
+
+struct shoal_request {
+    shoal_task_t *task;       /* NULL until bound, or when completed alone */
+    int done;                 /* completed alone, with status */
+    shoal_status_t status;
+    struct shoal_request *prev, *next; /* live requests, for validity checks */
+};
+
+/* The messages of a p2p session, one per task, in issue order. */
+typedef struct {
+    shoal_xfer_t *x;
+    shoal_task_t **task;
+    size_t n, cap;
+} xfer_list_t;
+
+struct shoal_exec {
+    shoal_task_t *head, *tail;
+    xfer_list_t sends, recvs; /* the p2p session */
+    int running;              /* a thread is running a task of this queue */
+    int thread_mode;          /* SHOAL_PROGRESS=thread */
+    int has_thread;
+    int stop;
+    pthread_t thread;
+    pthread_cond_t work;      /* wakes the progress thread */
+};
+
+static pthread_mutex_t exec_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t exec_done = PTHREAD_COND_INITIALIZER; /* some task completed */
+static struct shoal_request *live_reqs;
+
+/* A lone send or receive, which joins the p2p session. */
+static int task_is_p2p(const shoal_task_t *t)
+{
+    return t->ncalls == 1 && shoal_call_is_p2p(&t->calls[0]);
+}
+
+static int session_active(const struct shoal_exec *ex)
+{
+    return ex->sends.n + ex->recvs.n > 0;
+}
+
+/* Lock held. */
+static void task_release(shoal_task_t *t)
+{
+    if (--t->refs == 0) {
+        if (t->calls != &t->one)
+            free(t->calls);
+        free(t);
+    }
+}
+
+/* Lock held. */
+static void task_complete(shoal_task_t *t, shoal_status_t status)
+{
+    t->done = 1;
+    t->status = status;
+    task_release(t); /* the queue's reference */
+}
+
+static shoal_status_t task_exec(struct shoal_comm *comm, shoal_task_t *t)
+{
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        return SHOAL_ERR_ABORTED;
+    int err = atomic_load_explicit(&comm->error, memory_order_acquire);
+    if (err != SHOAL_OK)
+        return (shoal_status_t)err;
+    return shoal_calls_run(comm, t->calls, t->ncalls);
+}
+
+/* Lock held; returns with it held. Runs the head task of ex, which is not a
+ * lone send or receive, with the p2p session empty. */
+static void exec_run_head(struct shoal_exec *ex)
+{
+    shoal_task_t *t = ex->head;
+    ex->head = t->next;
+    if (!ex->head)
+        ex->tail = NULL;
+    ex->running = 1;
+    pthread_mutex_unlock(&exec_lock);
+    shoal_status_t s = task_exec(t->comm, t);
+    pthread_mutex_lock(&exec_lock);
+    ex->running = 0;
+    task_complete(t, s);
+    pthread_cond_broadcast(&exec_done);
+    if (ex->head && ex->has_thread)
+        pthread_cond_signal(&ex->work);
+}
+
+static int list_push(xfer_list_t *l, const shoal_xfer_t *x, shoal_task_t *t)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        shoal_xfer_t *nx = realloc(l->x, cap * sizeof(*nx));
+        if (!nx)
+            return -1;
+        l->x = nx;
+        shoal_task_t **nt = realloc(l->task, cap * sizeof(*nt));
+        if (!nt)
+            return -1;
+        l->task = nt;
+        l->cap = cap;
+    }
+    l->x[l->n] = *x;
+    l->task[l->n++] = t;
+    return 0;
+}
+
+/* Lock held. Complete the tasks whose messages are done (sends: flushed
+ * too), or every task with status when it is not SHOAL_OK; keeps the rest
+ * in order. */
+static void list_reap(xfer_list_t *l, int sends, shoal_status_t status)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < l->n; i++) {
+        shoal_xfer_t *x = &l->x[i];
+        int done = status != SHOAL_OK ||
+                   (shoal_xfer_complete(x) && (!sends || x->ep->ops->flush(x->ep) == SHOAL_OK));
+        if (done) {
+            task_complete(l->task[i], status);
+        } else {
+            l->x[k] = *x;
+            l->task[k++] = l->task[i];
+        }
+    }
+    l->n = k;
+}
+
+/* Lock held: the lone sends and receives at the head of the queue join the
+ * session. */
+static shoal_status_t session_absorb(struct shoal_exec *ex)
+{
+    while (ex->head && task_is_p2p(ex->head)) {
+        shoal_task_t *t = ex->head;
+        const shoal_coll_args_t *a = &t->calls[0].args;
+        int send = a->kind == SHOAL_COLL_SEND;
+        shoal_xfer_t x = {
+            .ep = shoal_comm_ep(t->comm, a->root),
+            .buf = send ? (void *)a->sendbuf : a->recvbuf,
+            .esize = shoal_dtype_bytes(a->dtype),
+        };
+        x.bytes = a->count * x.esize;
+        if (list_push(send ? &ex->sends : &ex->recvs, &x, t))
+            return SHOAL_ERR_NO_MEMORY;
+        t->deadline_ns = shoal_deadline_after(t->comm->timeout_ns);
+        ex->head = t->next;
+        if (!ex->head)
+            ex->tail = NULL;
+    }
+    return SHOAL_OK;
+}
+
+/* Lock held; returns with it held. One step of the p2p session: take in
+ * newly queued sends and receives, move what can move, complete what is
+ * done. A failure (or a message past its deadline) fails the whole session:
+ * the FIFOs it shares are in an unknown state. */
+static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
+{
+    shoal_status_t s = session_absorb(ex);
+    ex->running = 1;
+    pthread_mutex_unlock(&exec_lock);
+    int moved = 0;
+    if (s == SHOAL_OK)
+        s = shoal_xfer_step(comm, ex->sends.x, ex->sends.n, ex->recvs.x, ex->recvs.n, &moved);
+    if (s == SHOAL_OK && atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        s = SHOAL_ERR_ABORTED;
+    pthread_mutex_lock(&exec_lock);
+    if (s == SHOAL_OK && !moved) {
+        uint64_t now = shoal_now_ns();
+        for (size_t i = 0; i < ex->sends.n + ex->recvs.n && s == SHOAL_OK; i++) {
+            int is_send = i < ex->sends.n;
+            const xfer_list_t *l = is_send ? &ex->sends : &ex->recvs;
+            size_t j = is_send ? i : i - ex->sends.n;
+            if (now > l->task[j]->deadline_ns) {
+                shoal_error(ALGO, "rank %d: %s of %zu B %s rank %d unfinished at the deadline "
+                            "(%zu B moved)", comm->rank, is_send ? "send" : "receive",
+                            l->x[j].bytes, is_send ? "to" : "from", l->x[j].ep->peer,
+                            l->x[j].done);
+                s = SHOAL_ERR_TIMEOUT;
+            }
+        }
+    }
+    if (s != SHOAL_OK && s != SHOAL_ERR_ABORTED) {
+        pthread_mutex_unlock(&exec_lock);
+        s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ex->sends.n, ex->recvs.n);
+        pthread_mutex_lock(&exec_lock);
+    }
+    ex->running = 0;
+    size_t before = ex->sends.n + ex->recvs.n;
+    list_reap(&ex->sends, 1, s);
+    list_reap(&ex->recvs, 0, s);
+    if (ex->sends.n + ex->recvs.n < before || s != SHOAL_OK)
+        pthread_cond_broadcast(&exec_done);
+    if (!moved && s == SHOAL_OK && session_active(ex)) {
+        /* Nothing arrived: let the peers' processes run (ranks may share
+         * cores) before polling again. */
+        pthread_mutex_unlock(&exec_lock);
+        sched_yield();
+        pthread_mutex_lock(&exec_lock);
+    }
+}
+
+/* Lock held; returns with it held. Whether ex has work that this thread
+ * may do now. */
+static int exec_ready(const struct shoal_exec *ex)
+{
+    return !ex->running && (ex->head || session_active(ex));
+}
+
+/* Lock held, exec_ready(ex): do the next piece of work of ex (a whole task,
+ * or one step of the p2p session). */
+static void exec_step(struct shoal_exec *ex)
+{
+    struct shoal_comm *comm = ex->head ? ex->head->comm : ex->sends.n ? ex->sends.task[0]->comm
+                                                                      : ex->recvs.task[0]->comm;
+    if (session_active(ex) || task_is_p2p(ex->head))
+        session_step(ex, comm);
+    else
+        exec_run_head(ex);
+}
+
+static void *exec_thread(void *arg)
+{
+    struct shoal_exec *ex = arg;
+    pthread_mutex_lock(&exec_lock);
+    while (!ex->stop) {
+        if (exec_ready(ex))
+            exec_step(ex);
+        else
+            pthread_cond_wait(&ex->work, &exec_lock);
+    }
+    pthread_mutex_unlock(&exec_lock);
+    return NULL;
+}
+
+shoal_status_t shoal_exec_create(struct shoal_comm *comm)
+{
+    struct shoal_exec *ex = calloc(1, sizeof(*ex));
+    if (!ex)
+        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "no memory for the operation queue");
+    ex->thread_mode = shoal_config_get()->algo.progress_thread;
+    pthread_cond_init(&ex->work, NULL);
+    comm->exec = ex;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
+{
+    struct shoal_exec *ex = comm->exec;
+    if (!ex)
+        return SHOAL_OK;
+    shoal_status_t first = SHOAL_OK;
+    pthread_mutex_lock(&exec_lock);
+    if (drain) {
+        /* Run what is queued, here if nobody else does. */
+        while (ex->head || session_active(ex) || ex->running) {
+            if (exec_ready(ex)) {
+                shoal_task_t *t = ex->head;
+                if (t)
+                    t->refs++;
+                exec_step(ex);
+                if (t && t->done && t->status != SHOAL_OK && first == SHOAL_OK)
+                    first = t->status;
+                if (t)
+                    task_release(t);
+            } else {
+                pthread_cond_wait(&exec_done, &exec_lock);
+            }
+        }
+    }
+    while (ex->running)
+        pthread_cond_wait(&exec_done, &exec_lock);
+    list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
+    list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
+    while (ex->head) {
+        shoal_task_t *t = ex->head;
+        ex->head = t->next;
+        task_complete(t, SHOAL_ERR_ABORTED);
+    }
+    ex->tail = NULL;
+    ex->stop = 1;
+    pthread_cond_signal(&ex->work);
+    pthread_cond_broadcast(&exec_done);
+    /* An aborted run notices the flag at its next poll; wait for it so that
+     * nobody touches comm once this returns. */
+    while (ex->running)
+        pthread_cond_wait(&exec_done, &exec_lock);
+    int joined = ex->has_thread;
+    pthread_mutex_unlock(&exec_lock);
+    if (joined)
+        pthread_join(ex->thread, NULL);
+    pthread_cond_destroy(&ex->work);
+    free(ex->sends.x);
+    free(ex->sends.task);
+    free(ex->recvs.x);
+    free(ex->recvs.task);
+    free(ex);
+    comm->exec = NULL;
+    return first;
+}
+
+/* Lock held. Queue a task of calls; refs as given. */
+static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *calls,
+                                 size_t ncalls, int refs, shoal_task_t **task_p)
+{
+    shoal_task_t *t = calloc(1, sizeof(*t));
+    if (!t)
+        return SHOAL_ERR_NO_MEMORY;
+    if (ncalls == 1) {
+        t->one = calls[0];
+        t->calls = &t->one;
+    } else {
+        t->calls = malloc(ncalls * sizeof(*calls));
+        if (!t->calls) {
+            free(t);
+            return SHOAL_ERR_NO_MEMORY;
+        }
+        memcpy(t->calls, calls, ncalls * sizeof(*calls));
+    }
+    t->ncalls = ncalls;
+    t->comm = comm;
+    t->refs = refs;
+    struct shoal_exec *ex = comm->exec;
+    if (ex->tail)
+        ex->tail->next = t;
+    else
+        ex->head = t;
+    ex->tail = t;
+    *task_p = t;
+    return SHOAL_OK;
+}
+
+/* Lock held: wake the progress thread, starting it on first use. */
+static shoal_status_t exec_kick(struct shoal_comm *comm)
+{
+    struct shoal_exec *ex = comm->exec;
+    if (!ex->thread_mode)
+        return SHOAL_OK;
+    if (!ex->has_thread) {
+        int e = pthread_create(&ex->thread, NULL, exec_thread, ex);
+        if (e) {
+            shoal_error(INIT, "rank %d: cannot start the progress thread: %s", comm->rank,
+                        strerror(e));
+            return SHOAL_ERR_SYSTEM;
+        }
+        ex->has_thread = 1;
+    }
+    pthread_cond_signal(&ex->work);
+    return SHOAL_OK;
+}
+
+/* Lock held: wait for t, running queued tasks of its queue when nobody
+ * else does (only up to t's completion). */
+static void exec_wait_locked(shoal_task_t *t)
+{
+    while (!t->done) {
+        struct shoal_exec *ex = t->comm->exec;
+        if (exec_ready(ex))
+            exec_step(ex);
+        else
+            pthread_cond_wait(&exec_done, &exec_lock);
+    }
+}
+
+shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls)
+{
+    shoal_task_t *t;
+    pthread_mutex_lock(&exec_lock);
+    shoal_status_t s = exec_queue(comm, calls, ncalls, 2, &t);
+    if (s == SHOAL_OK) {
+        exec_wait_locked(t);
+        s = t->status;
+        task_release(t);
+    }
+    pthread_mutex_unlock(&exec_lock);
+    if (s == SHOAL_ERR_NO_MEMORY && !comm->last_error[0])
+        shoal_comm_fail(comm, s, "%s: no memory to queue the operation", calls[0].what);
+    return s;
+}
+
+shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *calls,
+                                 size_t ncalls, shoal_request_t *reqs, size_t nreqs,
+                                 shoal_task_t **task_p)
+{
+    shoal_task_t *t;
+    pthread_mutex_lock(&exec_lock);
+    shoal_status_t s = exec_queue(comm, calls, ncalls, 1 + (int)nreqs + (task_p != NULL), &t);
+    if (s == SHOAL_OK) {
+        for (size_t i = 0; i < nreqs; i++)
+            reqs[i]->task = t;
+        s = exec_kick(comm);
+        /* The task stays queued: a caller-mode wait or destroy runs it. */
+        if (task_p)
+            *task_p = t;
+        s = SHOAL_OK;
+    }
+    pthread_mutex_unlock(&exec_lock);
+    if (s != SHOAL_OK)
+        shoal_comm_fail(comm, s, "%s: no memory to queue the operation", calls[0].what);
+    return s;
+}
+
+shoal_status_t shoal_exec_wait(shoal_task_t *t)
+{
+    pthread_mutex_lock(&exec_lock);
+    exec_wait_locked(t);
+    shoal_status_t s = t->status;
+    task_release(t);
+    pthread_mutex_unlock(&exec_lock);
+    return s;
+}
+
+shoal_status_t shoal_request_new(shoal_request_t *req_p)
+{
+    struct shoal_request *r = calloc(1, sizeof(*r));
+    if (!r)
+        return SHOAL_ERR_NO_MEMORY;
+    pthread_mutex_lock(&exec_lock);
+    r->next = live_reqs;
+    if (live_reqs)
+        live_reqs->prev = r;
+    live_reqs = r;
+    pthread_mutex_unlock(&exec_lock);
+    *req_p = r;
+    return SHOAL_OK;
+}
+
+void shoal_request_complete(shoal_request_t req, shoal_status_t status)
+{
+    pthread_mutex_lock(&exec_lock);
+    req->done = 1;
+    req->status = status;
+    pthread_cond_broadcast(&exec_done);
+    pthread_mutex_unlock(&exec_lock);
+}
+
+/* Lock held. */
+static int req_live(const struct shoal_request *req)
+{
+    for (const struct shoal_request *r = live_reqs; r; r = r->next) {
+        if (r == req)
+            return 1;
+    }
+    return 0;
+}
+
+/* Lock held: complete status of req, or -1 while pending. */
+static int req_state(const struct shoal_request *req, shoal_status_t *status_p)
+{
+    if (req->done) {
+        *status_p = req->status;
+        return 1;
+    }
+    if (req->task && req->task->done) {
+        *status_p = req->task->status;
+        return 1;
+    }
+    return 0;
+}
+
+/* Lock held: unlink and free req. */
+static void req_free(struct shoal_request *req)
+{
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        live_reqs = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    if (req->task)
+        task_release(req->task);
+    free(req);
+}
+
+static shoal_status_t req_bad(const char *caller, const void *req)
+{
+    shoal_error(ALGO, "%s: request %p is %s", caller, req,
+                req ? "not a pending request (completed and freed already?)"
+                    : "NULL (already completed?)");
+    return SHOAL_ERR_INVALID_ARG;
+}
+
+shoal_status_t shoal_test(shoal_request_t *reqp, int *done_p)
+{
+    if (!reqp || !done_p)
+        return req_bad("shoal_test", NULL);
+    pthread_mutex_lock(&exec_lock);
+    struct shoal_request *req = *reqp;
+    if (!req || !req_live(req)) {
+        pthread_mutex_unlock(&exec_lock);
+        return req_bad("shoal_test", req);
+    }
+    shoal_status_t s = SHOAL_OK;
+    int done = req_state(req, &s);
+    /* Caller-driven progress: run what precedes and includes this request,
+     * unless another thread is already running the queue. */
+    while (!done && req->task) {
+        struct shoal_exec *ex = req->task->comm->exec;
+        if (ex->thread_mode || !exec_ready(ex))
+            break;
+        /* A step of the p2p session never waits; stop after one so that
+         * test stays a poll when the message needs the peer's progress. */
+        int p2p = session_active(ex) || task_is_p2p(ex->head);
+        exec_step(ex);
+        done = req_state(req, &s);
+        if (p2p)
+            break;
+    }
+    if (done) {
+        req_free(req);
+        *reqp = NULL;
+    }
+    pthread_mutex_unlock(&exec_lock);
+    *done_p = done;
+    return done ? s : SHOAL_OK;
+}
+
+shoal_status_t shoal_wait(shoal_request_t *reqp)
+{
+    if (!reqp)
+        return req_bad("shoal_wait", NULL);
+    pthread_mutex_lock(&exec_lock);
+    struct shoal_request *req = *reqp;
+    if (!req || !req_live(req)) {
+        pthread_mutex_unlock(&exec_lock);
+        return req_bad("shoal_wait", req);
+    }
+    shoal_status_t s = SHOAL_OK;
+    while (!req_state(req, &s)) {
+        if (req->task)
+            exec_wait_locked(req->task);
+        else
+            pthread_cond_wait(&exec_done, &exec_lock);
+    }
+    req_free(req);
+    *reqp = NULL;
+    pthread_mutex_unlock(&exec_lock);
+    return s;
+}
+
+shoal_status_t shoal_wait_all(size_t n, shoal_request_t *reqs)
+{
+    if (n > 0 && !reqs)
+        return req_bad("shoal_wait_all", NULL);
+    shoal_status_t first = SHOAL_OK;
+    for (size_t i = 0; i < n; i++) {
+        shoal_status_t s = shoal_wait(&reqs[i]);
+        if (s != SHOAL_OK && first == SHOAL_OK)
+            first = s;
+    }
+    return first;
+}

@@ -1,0 +1,88 @@
+/* Operations and their execution: every collective and point-to-point call
+ * becomes a call record; a task holds one call, or the calls of a group;
+ * tasks of a communicator run one at a time, in issue order, on the
+ * communicator's progress thread or on a caller's thread (a blocking call,
+ * shoal_wait, or shoal_test with SHOAL_PROGRESS=caller).
+ *
+ * One process-wide lock guards every queue and request; it is held only to
+ * queue, dequeue and complete, never while data moves. */
+#ifndef SHOAL_EXEC_H
+#define SHOAL_EXEC_H
+
+#include "algos/algo.h"
+#include "comm.h"
+
+/* One recorded call. */
+typedef struct {
+    shoal_coll_args_t args;
+    const char *what;          /* public name of the call, for messages */
+    int barrier;               /* a barrier: args carry no buffers */
+    int premul;                /* args.op was a pre-multiplied sum of... */
+    shoal_dtype_t premul_dtype;
+    unsigned char scalar[8];   /* ...this scalar (args.op is then SHOAL_SUM) */
+} shoal_call_t;
+
+typedef struct shoal_task shoal_task_t;
+
+/* Per-communicator queue and progress thread. */
+shoal_status_t shoal_exec_create(struct shoal_comm *comm);
+/* Run (drain = 1: destroy) or fail with SHOAL_ERR_ABORTED (drain = 0: abort)
+ * every queued task, stop the progress thread, free the queue. Requests
+ * stay valid for their owners. Returns the first failure of a drained task. */
+shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain);
+
+/* Queue calls[0..ncalls) (copied) as one task on an entered comm and wait
+ * for it: returns its status. */
+shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls);
+
+/* Queue calls[0..ncalls) (copied) as one task on an entered comm, complete
+ * reqs[0..nreqs) with it, and return at once. With task_p, the caller also
+ * holds the task until shoal_exec_wait. */
+shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *calls,
+                                 size_t ncalls, shoal_request_t *reqs, size_t nreqs,
+                                 shoal_task_t **task_p);
+/* Wait for a task held from shoal_exec_submit, let go of it, return its status. */
+shoal_status_t shoal_exec_wait(shoal_task_t *task);
+
+/* A new request, pending until a task is bound to it by shoal_exec_submit
+ * or it is completed by shoal_request_complete. */
+shoal_status_t shoal_request_new(shoal_request_t *req_p);
+void shoal_request_complete(shoal_request_t req, shoal_status_t status);
+
+/* Run one call on comm now (the executor's side): pre-multiplied sums and
+ * staged in-place inputs, algorithm selection, plan and run, the sticky
+ * error on failure. */
+shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call);
+
+/* Run a task's calls: fused all-reduces and collectives in order, then every
+ * send and receive together. */
+shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *calls,
+                               size_t ncalls);
+
+/* Check a call's arguments on an entered comm and fill in its derived
+ * fields (premul). The reason goes to comm's last error; comm stays usable. */
+shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int in_group);
+
+/* Whether the call moves nothing (count 0 and not an all-to-all-v with
+ * data, or a single-rank barrier...): it then completes at once. */
+int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call);
+
+/* Whether the call is a send or receive. */
+static inline int shoal_call_is_p2p(const shoal_call_t *call)
+{
+    return call->args.kind == SHOAL_COLL_SEND || call->args.kind == SHOAL_COLL_RECV;
+}
+
+/* Groups (group.c): whether the calling thread is inside a group, and
+ * recording a checked call into it (with a request to complete at the
+ * group's end when req_p is not NULL). */
+int shoal_group_active(void);
+shoal_status_t shoal_group_record(struct shoal_comm *comm, const shoal_call_t *call,
+                                  shoal_request_t *req_p);
+
+/* Pre-multiplied sums (premul.c): dst = scalar * src, elementwise, with the
+ * PROD kernel's rounding. */
+void shoal_premul_scale(void *dst, const void *src, size_t count, shoal_dtype_t dtype,
+                        const void *scalar);
+
+#endif

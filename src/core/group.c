@@ -1,0 +1,125 @@
+/* Groups: between shoal_group_start and shoal_group_end a thread's calls are
+ * recorded per communicator; the outermost end queues each communicator's
+ * calls as one task (fused and run by shoal_calls_run) and waits for all.
+ * The state is per thread, as a group is a bracket in one thread's code. */
+#include "exec.h"
+
+#include "log.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    struct shoal_comm *comm;
+    shoal_call_t *calls;
+    size_t ncalls, cap;
+    shoal_request_t *reqs;
+    size_t nreqs, reqcap;
+} group_comm_t;
+
+static _Thread_local int group_depth;
+static _Thread_local group_comm_t *group_comms;
+static _Thread_local size_t group_ncomms, group_cap;
+
+int shoal_group_active(void)
+{
+    return group_depth > 0;
+}
+
+shoal_status_t shoal_group_start(void)
+{
+    group_depth++;
+    return SHOAL_OK;
+}
+
+/* Grow *arr (of elem bytes each, *cap of them) to hold one more than n. */
+static int grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, ncap * elem);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = ncap;
+    return 0;
+}
+
+shoal_status_t shoal_group_record(struct shoal_comm *comm, const shoal_call_t *call,
+                                  shoal_request_t *req_p)
+{
+    group_comm_t *g = NULL;
+    for (size_t i = 0; i < group_ncomms && !g; i++) {
+        if (group_comms[i].comm == comm)
+            g = &group_comms[i];
+    }
+    if (!g) {
+        if (grow((void **)&group_comms, &group_cap, group_ncomms, sizeof(*group_comms)))
+            goto err_nomem;
+        g = &group_comms[group_ncomms++];
+        memset(g, 0, sizeof(*g));
+        g->comm = comm;
+    }
+    if (grow((void **)&g->calls, &g->cap, g->ncalls, sizeof(*g->calls)))
+        goto err_nomem;
+    if (req_p) {
+        if (grow((void **)&g->reqs, &g->reqcap, g->nreqs, sizeof(*g->reqs)) ||
+            shoal_request_new(&g->reqs[g->nreqs]) != SHOAL_OK)
+            goto err_nomem;
+        *req_p = g->reqs[g->nreqs++];
+    }
+    g->calls[g->ncalls++] = *call;
+    return SHOAL_OK;
+
+err_nomem:
+    return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to record it in the group",
+                           call->what);
+}
+
+shoal_status_t shoal_group_end(void)
+{
+    if (group_depth == 0) {
+        shoal_error(ALGO, "shoal_group_end without shoal_group_start");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    if (--group_depth > 0)
+        return SHOAL_OK;
+
+    /* Queue every communicator's task before waiting for any, so that with
+     * progress threads the communicators run at the same time. */
+    shoal_status_t first = SHOAL_OK;
+    shoal_task_t **tasks = calloc(group_ncomms ? group_ncomms : 1, sizeof(*tasks));
+    for (size_t i = 0; i < group_ncomms; i++) {
+        group_comm_t *g = &group_comms[i];
+        shoal_status_t s = shoal_comm_enter(g->comm, "shoal_group_end");
+        if (s == SHOAL_OK) {
+            s = tasks ? shoal_exec_submit(g->comm, g->calls, g->ncalls, g->reqs, g->nreqs,
+                                          &tasks[i])
+                      : SHOAL_ERR_NO_MEMORY;
+            shoal_comm_leave(g->comm);
+        }
+        if (s != SHOAL_OK) {
+            for (size_t k = 0; k < g->nreqs; k++)
+                shoal_request_complete(g->reqs[k], s);
+            if (first == SHOAL_OK)
+                first = s;
+        }
+    }
+    for (size_t i = 0; tasks && i < group_ncomms; i++) {
+        if (tasks[i]) {
+            shoal_status_t s = shoal_exec_wait(tasks[i]);
+            if (s != SHOAL_OK && first == SHOAL_OK)
+                first = s;
+        }
+    }
+    free(tasks);
+    for (size_t i = 0; i < group_ncomms; i++) {
+        free(group_comms[i].calls);
+        free(group_comms[i].reqs);
+    }
+    free(group_comms);
+    group_comms = NULL;
+    group_ncomms = group_cap = 0;
+    return first;
+}
