@@ -32,6 +32,7 @@ struct shoal_task {
     shoal_call_t *calls;
     size_t ncalls;
     int refs;                 /* queue + waiter + bound requests */
+    int on_stack;             /* a blocking call's own: never freed */
     int done;
     shoal_status_t status;
     shoal_call_t one;         /* storage for a single call */
@@ -80,7 +81,7 @@ static int session_active(const struct shoal_exec *ex)
 /* Lock held. */
 static void task_release(shoal_task_t *t)
 {
-    if (--t->refs == 0) {
+    if (--t->refs == 0 && !t->on_stack) {
         if (t->calls != &t->one)
             free(t->calls);
         free(t);
@@ -336,6 +337,17 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     return first;
 }
 
+/* Lock held. Append t to comm's queue. */
+static void exec_append(struct shoal_comm *comm, shoal_task_t *t)
+{
+    struct shoal_exec *ex = comm->exec;
+    if (ex->tail)
+        ex->tail->next = t;
+    else
+        ex->head = t;
+    ex->tail = t;
+}
+
 /* Lock held. Queue a task of calls; refs as given. */
 static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *calls,
                                  size_t ncalls, int refs, shoal_task_t **task_p)
@@ -357,12 +369,7 @@ static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *ca
     t->ncalls = ncalls;
     t->comm = comm;
     t->refs = refs;
-    struct shoal_exec *ex = comm->exec;
-    if (ex->tail)
-        ex->tail->next = t;
-    else
-        ex->head = t;
-    ex->tail = t;
+    exec_append(comm, t);
     *task_p = t;
     return SHOAL_OK;
 }
@@ -401,18 +408,16 @@ static void exec_wait_locked(shoal_task_t *t)
 
 shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls)
 {
-    shoal_task_t *t;
+    /* A blocking call's task lives on its stack: the hot path allocates
+     * nothing. The call outlives the task, so calls need no copy; the only
+     * reference is the queue's, dropped when the task completes. */
+    shoal_task_t t = {.comm = comm, .calls = (shoal_call_t *)calls, .ncalls = ncalls,
+                      .refs = 1, .on_stack = 1};
     pthread_mutex_lock(&exec_lock);
-    shoal_status_t s = exec_queue(comm, calls, ncalls, 2, &t);
-    if (s == SHOAL_OK) {
-        exec_wait_locked(t);
-        s = t->status;
-        task_release(t);
-    }
+    exec_append(comm, &t);
+    exec_wait_locked(&t);
     pthread_mutex_unlock(&exec_lock);
-    if (s == SHOAL_ERR_NO_MEMORY && !comm->last_error[0])
-        shoal_comm_fail(comm, s, "%s: no memory to queue the operation", calls[0].what);
-    return s;
+    return t.status;
 }
 
 shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *calls,
