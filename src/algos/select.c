@@ -17,6 +17,12 @@ static const shoal_algo_ops_t *const algos[SHOAL_COLL_KIND_COUNT][MAX_ALGOS] = {
     [SHOAL_COLL_ALLGATHER] = {&shoal_ring_allgather_ops},
     [SHOAL_COLL_BROADCAST] = {&shoal_chain_broadcast_ops},
     [SHOAL_COLL_REDUCE] = {&shoal_chain_reduce_ops},
+    [SHOAL_COLL_ALLTOALL] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops},
+    [SHOAL_COLL_ALLTOALLV] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops},
+    [SHOAL_COLL_GATHER] = {&shoal_direct_gather_ops},
+    [SHOAL_COLL_SCATTER] = {&shoal_direct_scatter_ops},
+    [SHOAL_COLL_SEND] = {&shoal_p2p_ops},
+    [SHOAL_COLL_RECV] = {&shoal_p2p_ops},
 };
 
 static const char *const kind_names[SHOAL_COLL_KIND_COUNT] = {

@@ -79,6 +79,10 @@ static shoal_status_t check_alltoallv(struct shoal_comm *comm, const shoal_call_
             return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                    "%s: block of rank %d overflows the address space "
                                    "(displacement + count in bytes)", call->what, j);
+        if (j == comm->rank && a->sendcounts[j] != a->recvcounts[j])
+            return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                                   "%s: this rank sends itself %zu elements but expects %zu",
+                                   call->what, a->sendcounts[j], a->recvcounts[j]);
         if (a->sendcounts[j] && a->sdispls[j] + a->sendcounts[j] > sext)
             sext = a->sdispls[j] + a->sendcounts[j];
         if (a->recvcounts[j] && a->rdispls[j] + a->recvcounts[j] > rext)

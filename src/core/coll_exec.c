@@ -19,7 +19,11 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
      * doing: report that. */
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
-    shoal_comm_set_error(comm, s);
+    /* Whatever stopped a run midway left pieces in the FIFOs that the next
+     * operation would misread: the communicator is broken for good. */
+    int ok = SHOAL_OK;
+    atomic_compare_exchange_strong_explicit(&comm->error, &ok, (int)s, memory_order_acq_rel,
+                                            memory_order_acquire);
     char what[256];
     va_list ap;
     va_start(ap, fmt);

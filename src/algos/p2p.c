@@ -1,0 +1,63 @@
+/* A send or a receive outside a group: one message to or from args->root
+ * through the message engine, which cuts it into pieces and checks that the
+ * peer sent as many bytes as this rank expects. Messages to oneself only
+ * make sense in a group, where the core pairs them up by copying. */
+#include "algo.h"
+
+#include "core/clock.h"
+#include "core/dtype.h"
+#include "core/log.h"
+
+#include <string.h>
+
+static double p2p_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    return shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) / shoal_algo_bw(comm);
+}
+
+static shoal_status_t p2p_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                               shoal_plan_t *plan)
+{
+    memset(plan, 0, sizeof(*plan));
+    plan->args = *args;
+    plan->esize = shoal_dtype_bytes(args->dtype);
+    if (plan->esize == 0 || (args->kind != SHOAL_COLL_SEND && args->kind != SHOAL_COLL_RECV))
+        return SHOAL_ERR_INTERNAL;
+    if (args->root < 0 || args->root >= comm->nranks || args->root == comm->rank ||
+        !shoal_comm_ep(comm, args->root)) {
+        shoal_error(ALGO, "rank %d: %s with rank %d, which is not a peer it reaches",
+                    comm->rank, shoal_coll_kind_name(args->kind), args->root);
+        return SHOAL_ERR_INTERNAL;
+    }
+    plan->piece_elems = comm->chunk_size / plan->esize;
+    plan->prims.comm = comm;
+    plan->prims.dtype = args->dtype;
+    plan->prims.esize = plan->esize;
+    plan->nbr[0] = args->root;
+    plan->nnbr = 1;
+    return SHOAL_OK;
+}
+
+static shoal_status_t p2p_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    struct shoal_comm *comm = plan->prims.comm;
+    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    int send = a->kind == SHOAL_COLL_SEND;
+    shoal_xfer_t x = {
+        .ep = shoal_comm_ep(comm, a->root),
+        .buf = send ? (void *)a->sendbuf : a->recvbuf,
+        .bytes = a->count * plan->esize,
+        .esize = plan->esize,
+    };
+    return send ? shoal_xfer_run(comm, &x, 1, NULL, 0, deadline)
+                : shoal_xfer_run(comm, NULL, 0, &x, 1, deadline);
+}
+
+const shoal_algo_ops_t shoal_p2p_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "p2p",
+    .cost = p2p_cost,
+    .plan = p2p_plan,
+    .run = p2p_run,
+};
