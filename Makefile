@@ -28,7 +28,10 @@ LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
 LIB_SRC  := $(sort $(wildcard src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TOOLS    := tools/allreduce_bench tools/shoal_info
+# The default build puts the tools where the README runs them; another
+# BUILD directory (a sanitizer or clang variant) keeps its own copies.
+TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
+TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o
@@ -52,7 +55,8 @@ $(BUILD)/libshoal.so: $(BUILD)/libshoal.so.$(VERSION)
 	ln -sf libshoal.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libshoal.so.$(VERSION) $@
 
-tools/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
+$(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
+	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libshoal.a $(LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
@@ -61,7 +65,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 # Every test binary prints TAP; prove runs them and prints the summary.
 test: all
 	CMOCKA_MESSAGE_OUTPUT=TAP LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
-	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" prove -f $(TESTS) $(TEST_SCRIPTS)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	BENCH=$(TOOLS_DIR)/allreduce_bench INFO=$(TOOLS_DIR)/shoal_info \
+	prove -f $(TESTS) $(TEST_SCRIPTS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -2,10 +2,13 @@
 # allreduce_bench end to end, as TAP for prove: forked ranks over every type
 # and op with the results checked, a small chunk size, sizes of zero elements
 # and sizes that are no multiple of the element, ranks started by mpirun
-# (through PMIx) and by torchrun-style variables. Run from the repository
-# root (make test does).
+# (through PMIx) and by torchrun-style variables; then every collective of
+# --coll at 1..8 ranks over shm and tcp, every type of each, and groups of
+# operations (-m). Run from the repository root (make test does).
 
-BENCH=tools/allreduce_bench
+# The bench to test: tools/ for the default build; a build elsewhere (the
+# Makefile puts other BUILD directories' tools in $(BUILD)/bin) passes its own.
+BENCH=${BENCH:-tools/allreduce_bench}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_bench.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
@@ -52,10 +55,17 @@ no_wrong() {
     [ "$(rows "$1")" -gt 0 ] &&
         [ "$(awk '!/^#/ && NF == 13 && ($9 != "0" || $13 != "0")' "$1" | wc -l)" -eq 0 ]
 }
+# The same, where in place has no defined result and reads N/A (sendrecv).
+no_wrong_na() {
+    [ "$(rows "$1")" -gt 0 ] &&
+        [ "$(awk '!/^#/ && NF == 13 && ($9 != "0" || $13 != "N/A")' "$1" | wc -l)" -eq 0 ]
+}
 oob_ok() { grep -q '^# Out of bounds values : 0 OK$' "$1"; }
 memcpy_line() { grep -Eq '^# memcpy bandwidth \(1 thread, 64 MiB\): [0-9]+\.[0-9]+ GB/s$' "$1"; }
-has_row() { # FILE SIZE COUNT TYPE
-    awk -v s="$2" -v c="$3" -v t="$4" '!/^#/ && NF == 13 && $1 == s && $2 == c && $3 == t {f = 1}
+has_row() { # FILE SIZE COUNT TYPE [REDOP ROOT]
+    awk -v s="$2" -v c="$3" -v t="$4" -v o="${5-}" -v r="${6-}" \
+        '!/^#/ && NF == 13 && $1 == s && $2 == c && $3 == t && (o == "" || $4 == o) &&
+            (r == "" || $5 == r) {f = 1}
         END {exit !f}' "$1"
 }
 
@@ -146,5 +156,102 @@ check "torchrun-style: launcher recognised, rendezvous on MASTER_PORT+1" \
     grep -q "launcher torchrun, rank 0 of 2.*rendezvous 127.0.0.1:$port" "$TMP/tr0.err"
 check "torchrun-style: no wrong element" no_wrong "$TMP/tr0.out"
 check "torchrun-style: guard bytes intact" oob_ok "$TMP/tr0.out"
+
+# Every collective. A row of S bytes holds S/4 floats; the collectives of
+# one block per rank pass a count of S/4/nranks and show the nranks blocks
+# as the size, as nccl-tests does.
+COLLS="allreduce reducescatter allgather broadcast reduce alltoall gather scatter sendrecv"
+blocked() { case $1 in reducescatter | allgather | alltoall | gather | scatter) return 0 ;; esac; return 1; }
+rooted() { case $1 in broadcast | reduce | gather | scatter) return 0 ;; esac; return 1; }
+reduces() { case $1 in allreduce | reducescatter | reduce) return 0 ;; esac; return 1; }
+# wrong_ok COLL FILE: no wrong element, with N/A in place for sendrecv.
+wrong_ok() {
+    if [ "$1" = sendrecv ]; then no_wrong_na "$2"; else no_wrong "$2"; fi
+}
+
+$BENCH -np 2 --coll allgather_x >"$TMP/badcoll.out" 2>&1
+rc=$?
+check "--coll refuses an unknown collective" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'unknown collective' '$TMP/badcoll.out'"
+$LIMIT $BENCH -np 2 --coll broadcast -r 2 -b 8 -e 8 >"$TMP/badroot.out" 2>&1
+rc=$?
+check "-r beyond the ranks is refused" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'no rank of 2' '$TMP/badroot.out'"
+
+# 1..8 ranks, the odd counts over tcp (SHOAL_SHM_ENABLE=n), the even ones
+# over shared memory; 4 KiB chunks so that the largest rows (29412 floats)
+# take several pieces. Sizes 0, 1, 7, ... 117649 bytes: rows of no element,
+# of fewer elements than ranks, odd counts. -r -1 runs every root.
+SIZES="-b 0 -e 117649 -f 7"
+NSIZES=8
+# run_ok COLL FILE STATUS ROWS: the run exited 0 with ROWS rows, none wrong,
+# the guards intact.
+run_ok() {
+    [ "$3" -eq 0 ] && rows_equal "$2" "$4" && wrong_ok "$1" "$2" && oob_ok "$2"
+}
+# last_row_ok COLL NP FILE: the largest row has nccl-tests' size, count,
+# redop and root columns (the last root of -r -1).
+last_row_ok() {
+    count=$((117649 / 4))
+    blocked "$1" && count=$((count / $2))
+    size=$((count * 4))
+    blocked "$1" && size=$((count * $2 * 4))
+    root=-1
+    rooted "$1" && root=$(($2 - 1))
+    redop=none
+    reduces "$1" && redop=sum
+    has_row "$3" $size $count float $redop $root
+}
+for coll in $COLLS; do
+    for np in 1 2 3 4 5 6 7 8; do
+        shm=y
+        [ $((np % 2)) -eq 1 ] && shm=n
+        out="$TMP/$coll.$np.out"
+        SHOAL_SHM_ENABLE=$shm SHOAL_CHUNK_SIZE=4096 $LIMIT $BENCH -np $np --coll $coll \
+            $SIZES -r -1 -n 1 -w 1 >"$out" 2>&1
+        rc=$?
+        nrows=$NSIZES
+        rooted $coll && nrows=$((NSIZES * np))
+        check "--coll $coll -np $np (shm $shm): exits 0, $nrows rows, none wrong, guards intact" \
+            run_ok $coll "$out" $rc $nrows || show "$out"
+        check "--coll $coll -np $np: size, count, redop and root of the largest row" \
+            last_row_ok $coll $np "$out"
+    done
+done
+check "the header names the collective and SHOAL_ALGO" \
+    grep -q '^# Collective: gather  SHOAL_ALGO: auto$' "$TMP/gather.3.out"
+
+# Every type (and op, for the reductions) of each collective, 5 ranks,
+# root 3.
+for coll in $COLLS; do
+    out="$TMP/$coll.all.out"
+    SHOAL_CHUNK_SIZE=4096 $LIMIT $BENCH -np 5 --coll $coll -b 0 -e 40K -f 7 -d all -o all \
+        -r 3 -n 1 -w 0 >"$out" 2>&1
+    rc=$?
+    nrows=$((7 * 12))
+    reduces $coll && nrows=$((nrows * 5))
+    check "--coll $coll -np 5 -d all -o all: exits 0, $nrows rows, none wrong" \
+        run_ok $coll "$out" $rc $nrows || show "$out"
+done
+
+# Groups: -m 10 operations per timed iteration, each in its own slice of
+# the buffers; the check runs one group over all the slices. All-reduces of
+# one group are fused, so their slices must come back apart.
+for coll in $COLLS; do
+    for np in 3 4; do
+        out="$TMP/$coll.m$np.out"
+        SHOAL_CHUNK_SIZE=4096 $LIMIT $BENCH -np $np --coll $coll -b 0 -e 40K -f 7 -m 10 \
+            -n 2 -w 1 >"$out" 2>&1
+        rc=$?
+        check "--coll $coll -np $np -m 10: exits 0, 7 rows, none wrong" \
+            run_ok $coll "$out" $rc 7 || show "$out"
+    done
+done
+out="$TMP/m1000.out"
+$LIMIT $BENCH -np 2 -b 8 -e 8K -f 4 -m 1000 -n 2 -w 1 >"$out" 2>&1
+rc=$?
+m1000_ok() { run_ok allreduce "$1" "$2" 6 && grep -q 'agg iters: 1000 ' "$1"; }
+check "-m 1000 small all-reduces: exits 0, 6 rows, none wrong, agg iters in the header" \
+    m1000_ok "$out" $rc || show "$out"
 
 echo "1..$n"

@@ -471,6 +471,36 @@ static int rank_bad(int rank, int nranks, const shoal_unique_id_t *id, void *arg
     return 0;
 }
 
+/* Abort with non-blocking operations outstanding that the peer never
+ * joins: every request completes with SHOAL_ERR_ABORTED, long before the
+ * deadline, and outlives the communicator. */
+static int rank_abort_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    if (rank == 1) {
+        /* Wait for rank 0 to go away: its abort breaks the bootstrap link. */
+        shoal_comm_t none = NULL;
+        RANK_CHECK(shoal_comm_split(comm, 0, 0, &none) != SHOAL_OK, "split without rank 0");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 1");
+        return 0;
+    }
+    static float x[3][4096];
+    shoal_request_t req[4];
+    for (int k = 0; k < 3; k++)
+        RANK_CHECK(shoal_iallreduce(x[k], x[k], 4096, SHOAL_FLOAT32, SHOAL_SUM, comm, &req[k]) ==
+                       SHOAL_OK, "iallreduce %d", k);
+    RANK_CHECK(shoal_isend(x[0], 4096, SHOAL_FLOAT32, 1, comm, &req[3]) == SHOAL_OK, "isend");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    for (int k = 0; k < 4; k++) {
+        shoal_status_t s = shoal_wait(&req[k]);
+        RANK_CHECK(s == SHOAL_ERR_ABORTED, "request %d after abort: %s", k,
+                   shoal_status_string(s));
+    }
+    (void)arg;
+    return 0;
+}
+
 static void run(harness_rank_fn_t fn, const char *transport, const char *progress, int nranks)
 {
     set_transport(transport, progress);
@@ -495,6 +525,8 @@ CASE(premul, rank_premul, shm, thread, 1) CASE(premul, rank_premul, shm, thread,
 CASE(premul, rank_premul, tcp, thread, 4)
 CASE(threads, rank_threads, shm, thread, 2) CASE(threads, rank_threads, shm, caller, 3)
 CASE(bad, rank_bad, shm, thread, 1) CASE(bad, rank_bad, shm, thread, 3)
+CASE(abort, rank_abort_nb, shm, thread, 2) CASE(abort, rank_abort_nb, shm, caller, 2)
+CASE(abort, rank_abort_nb, tcp, thread, 2)
 
 #define T(name, tl, prog, n) cmocka_unit_test(test_##name##_##tl##_##prog##_##n)
 
@@ -508,7 +540,8 @@ int main(void)
         T(nbp2p, shm, thread, 2), T(nbp2p, shm, caller, 3), T(nbp2p, shm, thread, 6),
         T(nbp2p, tcp, thread, 4), T(premul, shm, thread, 1), T(premul, shm, thread, 3),
         T(premul, tcp, thread, 4), T(threads, shm, thread, 2), T(threads, shm, caller, 3),
-        T(bad, shm, thread, 1),   T(bad, shm, thread, 3),
+        T(bad, shm, thread, 1),   T(bad, shm, thread, 3),   T(abort, shm, thread, 2),
+        T(abort, shm, caller, 2), T(abort, tcp, thread, 2),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

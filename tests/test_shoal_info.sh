@@ -3,7 +3,7 @@
 # secret never printed; transports and the host listed.
 set -u
 cd "$(dirname "$0")/.."
-INFO=tools/shoal_info
+INFO=${INFO:-tools/shoal_info}
 n=0
 check() {
     local what=$1

@@ -1,5 +1,8 @@
-/* allreduce_bench: all-reduce bandwidth with the flags and the table of
- * nccl-tests' all_reduce_perf, so figures can be set side by side.
+/* allreduce_bench: bandwidth of shoal's collectives with the flags and the
+ * table of nccl-tests, so figures can be set side by side. --coll picks the
+ * collective (all-reduce by default, as all_reduce_perf); the sizes, the
+ * columns and the bandwidth formulas are those of the matching nccl-tests
+ * program (all_gather_perf for --coll allgather, and so on).
  *
  * Ranks come either from -np N (N processes forked on this machine, the id
  * made in the parent before forking) or from the launcher's environment
@@ -13,6 +16,7 @@
 #include "core/dtype.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -29,6 +33,7 @@
 #define SHOAL_BENCH_MEMCPY_BYTES (64u << 20)
 #define SHOAL_BENCH_MEMCPY_RUNS 7
 #define SHOAL_BENCH_MAX_FORKS 1024
+#define SHOAL_BENCH_MAX_AGG 1000000
 
 /* Exit codes: every result right, some wrong, or the run failed. */
 enum { SHOAL_BENCH_EXIT_OK = 0, SHOAL_BENCH_EXIT_WRONG = 1, SHOAL_BENCH_EXIT_ERROR = 2 };
@@ -63,15 +68,82 @@ static const char *const shoal_bench_op_names[SHOAL_OP_COUNT] = {
     [SHOAL_MIN] = "min", [SHOAL_AVG] = "avg",
 };
 
+/* The arguments of one call, wherever in the buffers it lands. */
+typedef struct {
+    const void *send;
+    void *recv;
+    size_t count; /* the count argument of the shoal call */
+    shoal_dtype_t dtype;
+    shoal_op_t op;
+    int root;
+    int rank;
+    int nranks;
+    shoal_comm_t comm;
+} shoal_bench_call_t;
+
+/* How the bus bandwidth follows from the algorithm bandwidth, as nccl-tests'
+ * doc/PERFORMANCE.md derives it: the share of the data that must cross the
+ * busiest rank's link. */
+typedef enum {
+    SHOAL_BENCH_BUS_ALLREDUCE, /* 2(n-1)/n: every element reduced, then spread */
+    SHOAL_BENCH_BUS_SPREAD,    /* (n-1)/n: each rank's block leaves it once */
+    SHOAL_BENCH_BUS_ONE,       /* 1: everything passes one rank (root, or a pair) */
+} shoal_bench_bus_t;
+
+typedef struct shoal_bench_row shoal_bench_row_t;
+
+/* One collective as the bench drives it. The sizes follow nccl-tests: a row
+ * of S bytes has S / element-size elements; a collective whose buffers hold
+ * one block per rank passes a count of elements / nranks, and its size
+ * column shows the larger buffer (nranks blocks). */
+typedef struct {
+    size_t size; /* sizeof(shoal_bench_coll_t) */
+    const char *name;      /* --coll; the same name SHOAL_ALGO uses */
+    const char *perf;      /* the nccl-tests program with the same table */
+    const char *call_name; /* for error messages */
+    int reduces;           /* takes -o; otherwise the redop column reads "none" */
+    int rooted;            /* takes -r */
+    int root_only;         /* only the root receives a result */
+    int send_blocks;       /* the send buffer holds nranks blocks of count */
+    int recv_blocks;       /* the receive buffer holds nranks blocks of count */
+    int send_at_rank;      /* in place, the input sits at block `rank` of the buffer */
+    int recv_at_rank;      /* in place, the result lands at block `rank` of the buffer */
+    int in_place_checked;  /* 0: in place has no defined result (N/A, as nccl-tests) */
+    shoal_bench_bus_t bus;
+    shoal_status_t (*call)(const shoal_bench_call_t *c);
+    /* The result this rank must receive (recv_count elements) into out;
+     * tmp holds count elements for folding. */
+    void (*expect)(const shoal_bench_row_t *row, unsigned char *out, unsigned char *tmp);
+} shoal_bench_coll_t;
+
+/* One row of the table on one rank. */
+struct shoal_bench_row {
+    const shoal_bench_coll_t *coll;
+    shoal_dtype_t dtype;
+    shoal_op_t op;
+    int root; /* -1 for collectives without a root, as nccl-tests prints */
+    int rank;
+    int nranks;
+    size_t base;        /* index of the inputs' first element: each -m slice its own */
+    size_t esize;
+    size_t count;       /* the call's count argument (nccl-tests' paramcount) */
+    size_t send_count;  /* elements of the send buffer */
+    size_t recv_count;  /* elements of the receive buffer */
+    size_t total_bytes; /* the larger buffer: the size column and what algbw counts */
+};
+
 typedef struct {
     size_t min_bytes;
     size_t max_bytes;
     size_t step_bytes;
     long step_factor;
     int iters;
+    int agg_iters; /* -m: operations per group in a timed iteration */
     int warmup;
     int check;
     int blocking;
+    int root; /* -r: a rank, or -1 for every rank in turn */
+    const shoal_bench_coll_t *coll;
     int ndtypes;
     shoal_dtype_t dtypes[SHOAL_DTYPE_COUNT];
     int nops;
@@ -103,25 +175,236 @@ static double shoal_bench_now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* ---- The collectives ------------------------------------------------- */
+
+static shoal_status_t shoal_bench_call_allreduce(const shoal_bench_call_t *c)
+{
+    return shoal_allreduce(c->send, c->recv, c->count, c->dtype, c->op, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_reduce_scatter(const shoal_bench_call_t *c)
+{
+    return shoal_reduce_scatter(c->send, c->recv, c->count, c->dtype, c->op, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_allgather(const shoal_bench_call_t *c)
+{
+    return shoal_allgather(c->send, c->recv, c->count, c->dtype, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_broadcast(const shoal_bench_call_t *c)
+{
+    return shoal_broadcast(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_reduce(const shoal_bench_call_t *c)
+{
+    return shoal_reduce(c->send, c->recv, c->count, c->dtype, c->op, c->root, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_alltoall(const shoal_bench_call_t *c)
+{
+    return shoal_alltoall(c->send, c->recv, c->count, c->dtype, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_gather(const shoal_bench_call_t *c)
+{
+    return shoal_gather(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
+}
+
+static shoal_status_t shoal_bench_call_scatter(const shoal_bench_call_t *c)
+{
+    return shoal_scatter(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
+}
+
+/* sendrecv_perf's pattern: each rank sends to the next and receives from
+ * the previous, the pair in a group so that the ring cannot deadlock. A
+ * send refused on its arguments is refused alike on every rank, so the
+ * receive is then left out rather than left waiting for it. */
+static shoal_status_t shoal_bench_call_sendrecv(const shoal_bench_call_t *c)
+{
+    shoal_status_t s = shoal_group_start();
+    if (s != SHOAL_OK)
+        return s;
+    s = shoal_send(c->send, c->count, c->dtype, (c->rank + 1) % c->nranks, c->comm);
+    if (s == SHOAL_OK)
+        s = shoal_recv(c->recv, c->count, c->dtype, (c->rank + c->nranks - 1) % c->nranks,
+                       c->comm);
+    shoal_status_t end = shoal_group_end();
+    return s != SHOAL_OK ? s : end;
+}
+
+static void shoal_bench_expect_reduced(const shoal_bench_row_t *row, unsigned char *out,
+                                       unsigned char *tmp);
+static void shoal_bench_expect_reduce_scatter(const shoal_bench_row_t *row, unsigned char *out,
+                                              unsigned char *tmp);
+static void shoal_bench_expect_gathered(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp);
+static void shoal_bench_expect_broadcast(const shoal_bench_row_t *row, unsigned char *out,
+                                         unsigned char *tmp);
+static void shoal_bench_expect_alltoall(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp);
+static void shoal_bench_expect_scatter(const shoal_bench_row_t *row, unsigned char *out,
+                                       unsigned char *tmp);
+static void shoal_bench_expect_sendrecv(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp);
+
+/* In-place placements are nccl-tests': the input and the result share the
+ * receive buffer, each at block `rank` where the call's contract puts it. */
+static const shoal_bench_coll_t shoal_bench_colls[] = {
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "allreduce",
+        .perf = "all_reduce_perf",
+        .call_name = "shoal_allreduce",
+        .reduces = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_ALLREDUCE,
+        .call = shoal_bench_call_allreduce,
+        .expect = shoal_bench_expect_reduced,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "reducescatter",
+        .perf = "reduce_scatter_perf",
+        .call_name = "shoal_reduce_scatter",
+        .reduces = 1,
+        .send_blocks = 1,
+        .recv_at_rank = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_SPREAD,
+        .call = shoal_bench_call_reduce_scatter,
+        .expect = shoal_bench_expect_reduce_scatter,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "allgather",
+        .perf = "all_gather_perf",
+        .call_name = "shoal_allgather",
+        .recv_blocks = 1,
+        .send_at_rank = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_SPREAD,
+        .call = shoal_bench_call_allgather,
+        .expect = shoal_bench_expect_gathered,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "broadcast",
+        .perf = "broadcast_perf",
+        .call_name = "shoal_broadcast",
+        .rooted = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_ONE,
+        .call = shoal_bench_call_broadcast,
+        .expect = shoal_bench_expect_broadcast,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "reduce",
+        .perf = "reduce_perf",
+        .call_name = "shoal_reduce",
+        .reduces = 1,
+        .rooted = 1,
+        .root_only = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_ONE,
+        .call = shoal_bench_call_reduce,
+        .expect = shoal_bench_expect_reduced,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "alltoall",
+        .perf = "alltoall_perf",
+        .call_name = "shoal_alltoall",
+        .send_blocks = 1,
+        .recv_blocks = 1,
+        .in_place_checked = 1, /* nccl-tests shows N/A; shoal defines it */
+        .bus = SHOAL_BENCH_BUS_SPREAD,
+        .call = shoal_bench_call_alltoall,
+        .expect = shoal_bench_expect_alltoall,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "gather",
+        .perf = "gather_perf",
+        .call_name = "shoal_gather",
+        .rooted = 1,
+        .root_only = 1,
+        .recv_blocks = 1,
+        .send_at_rank = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_SPREAD,
+        .call = shoal_bench_call_gather,
+        .expect = shoal_bench_expect_gathered,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "scatter",
+        .perf = "scatter_perf",
+        .call_name = "shoal_scatter",
+        .rooted = 1,
+        .send_blocks = 1,
+        .recv_at_rank = 1,
+        .in_place_checked = 1,
+        .bus = SHOAL_BENCH_BUS_SPREAD,
+        .call = shoal_bench_call_scatter,
+        .expect = shoal_bench_expect_scatter,
+    },
+    {
+        .size = sizeof(shoal_bench_coll_t),
+        .name = "sendrecv",
+        .perf = "sendrecv_perf",
+        .call_name = "shoal_send/shoal_recv",
+        .in_place_checked = 0, /* sending and receiving one buffer at once */
+        .bus = SHOAL_BENCH_BUS_ONE,
+        .call = shoal_bench_call_sendrecv,
+        .expect = shoal_bench_expect_sendrecv,
+    },
+};
+
+#define SHOAL_BENCH_NCOLLS (sizeof(shoal_bench_colls) / sizeof(shoal_bench_colls[0]))
+
+static double shoal_bench_bus_factor(shoal_bench_bus_t bus, int nranks)
+{
+    double share = (double)(nranks - 1) / (double)nranks;
+    switch (bus) {
+    case SHOAL_BENCH_BUS_ALLREDUCE: return 2.0 * share;
+    case SHOAL_BENCH_BUS_SPREAD: return share;
+    case SHOAL_BENCH_BUS_ONE: break;
+    }
+    return 1.0;
+}
+
+/* ---- Command line ---------------------------------------------------- */
+
 static void shoal_bench_usage(FILE *out, const char *prog)
 {
     fprintf(out,
             "usage: %s [options]\n"
             "  -np <n>                  fork n ranks on this machine (default: ranks from\n"
             "                           the launcher: mpirun, srun, torchrun, SHOAL_RANK...)\n"
+            "  --coll <name>            collective (default allreduce): allreduce,\n"
+            "                           reducescatter, allgather, broadcast, reduce,\n"
+            "                           alltoall, gather, scatter, sendrecv\n"
             "  -b,--minbytes <size>     smallest size (default 32M); sizes take K, M, G\n"
             "  -e,--maxbytes <size>     largest size (default 32M)\n"
             "  -i,--stepbytes <size>    increment between sizes (default 1M)\n"
             "  -f,--stepfactor <n>      multiply sizes by n instead (default: disabled)\n"
             "  -n,--iters <n>           timed iterations (default 20)\n"
+            "  -m,--agg_iters <n>       operations per group in each timed iteration; the\n"
+            "                           time shown is per operation (default 1: no group)\n"
             "  -w,--warmup_iters <n>    untimed iterations before each measurement (default 1)\n"
             "  -c,--check <0/1>         check results on every rank (default 1)\n"
             "  -o,--op <sum/prod/min/max/avg/all>   reduction (default sum)\n"
             "  -d,--datatype <int8,uint8,int32,uint32,int64,uint64,half,float,double,\n"
             "                bfloat16,f8e4m3,f8e5m2,all>   element type (default float)\n"
+            "  -r,--root <rank>         root of broadcast, reduce, gather, scatter\n"
+            "                           (default 0; -1: every rank in turn)\n"
             "  -z,--blocking <0/1>      accepted for compatibility: shoal calls always\n"
             "                           complete before they return\n"
-            "  -h,--help                this text\n",
+            "  -h,--help                this text\n"
+            "SHOAL_ALGO picks the algorithm (shoal_info -a lists them); the header shows it.\n",
             prog);
 }
 
@@ -188,16 +471,39 @@ static int shoal_bench_parse_dtype(const char *text, shoal_bench_opts_t *o)
     return -1;
 }
 
+static int shoal_bench_parse_coll(const char *text, shoal_bench_opts_t *o)
+{
+    for (size_t c = 0; c < SHOAL_BENCH_NCOLLS; c++) {
+        if (!strcmp(text, shoal_bench_colls[c].name)) {
+            o->coll = &shoal_bench_colls[c];
+            return 0;
+        }
+    }
+    fprintf(stderr, "allreduce_bench: unknown collective \"%s\" (", text);
+    for (size_t c = 0; c < SHOAL_BENCH_NCOLLS; c++)
+        fprintf(stderr, "%s%s", c ? ", " : "", shoal_bench_colls[c].name);
+    fprintf(stderr, ")\n");
+    return -1;
+}
+
+/* key names the flag inside the parser; has_short says whether "-<key>"
+ * is accepted too. --coll has no short form: nccl-tests has one program per
+ * collective, and the letters it uses (-C is report_cputime) stay free. */
 typedef struct {
-    char short_name;
+    char key;
+    int has_short;
     const char *long_name;
 } shoal_bench_flag_t;
 
 static const shoal_bench_flag_t shoal_bench_flags[] = {
-    {'b', "minbytes"}, {'e', "maxbytes"},     {'i', "stepbytes"}, {'f', "stepfactor"},
-    {'n', "iters"},    {'w', "warmup_iters"}, {'c', "check"},     {'o', "op"},
-    {'d', "datatype"}, {'z', "blocking"},     {'h', "help"},
+    {'b', 1, "minbytes"}, {'e', 1, "maxbytes"},  {'i', 1, "stepbytes"},
+    {'f', 1, "stepfactor"}, {'n', 1, "iters"},   {'m', 1, "agg_iters"},
+    {'w', 1, "warmup_iters"}, {'c', 1, "check"}, {'o', 1, "op"},
+    {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
+    {'K', 0, "coll"},     {'h', 1, "help"},
 };
+
+#define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
 
 /* Applies one flag with its value. */
 static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
@@ -214,6 +520,16 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
             return -1;
         o->iters = (int)v;
         return 0;
+    case 'm':
+        if (shoal_bench_parse_long(name, val, 1, &v))
+            return -1;
+        if (v > SHOAL_BENCH_MAX_AGG) {
+            fprintf(stderr, "allreduce_bench: -m %ld is more than %d\n", v,
+                    SHOAL_BENCH_MAX_AGG);
+            return -1;
+        }
+        o->agg_iters = (int)v;
+        return 0;
     case 'w':
         if (shoal_bench_parse_long(name, val, 0, &v) || v > 1000000000)
             return -1;
@@ -224,6 +540,11 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
             return -1;
         o->check = v != 0;
         return 0;
+    case 'r':
+        if (shoal_bench_parse_long(name, val, -1, &v) || v > INT_MAX)
+            return -1;
+        o->root = (int)v;
+        return 0;
     case 'z':
         if (shoal_bench_parse_long(name, val, 0, &v))
             return -1;
@@ -231,6 +552,7 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
         return 0;
     case 'o': return shoal_bench_parse_op(val, o);
     case 'd': return shoal_bench_parse_dtype(val, o);
+    case 'K': return shoal_bench_parse_coll(val, o);
     }
     return -1;
 }
@@ -259,15 +581,15 @@ static int shoal_bench_parse_args(int argc, char **argv, shoal_bench_opts_t *o)
         if (arg[0] == '-' && arg[1] == '-') {
             const char *eq = strchr(arg + 2, '=');
             size_t len = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
-            for (size_t f = 0; f < sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]); f++) {
+            for (size_t f = 0; f < SHOAL_BENCH_NFLAGS; f++) {
                 const char *ln = shoal_bench_flags[f].long_name;
                 if (strlen(ln) == len && !strncmp(arg + 2, ln, len))
-                    flag = shoal_bench_flags[f].short_name;
+                    flag = shoal_bench_flags[f].key;
             }
             val = eq ? eq + 1 : NULL;
         } else if (arg[0] == '-' && arg[1]) {
-            for (size_t f = 0; f < sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]); f++)
-                if (shoal_bench_flags[f].short_name == arg[1])
+            for (size_t f = 0; f < SHOAL_BENCH_NFLAGS; f++)
+                if (shoal_bench_flags[f].has_short && shoal_bench_flags[f].key == arg[1])
                     flag = arg[1];
             val = arg[2] ? arg + 2 : NULL;
         }
@@ -286,6 +608,12 @@ static int shoal_bench_parse_args(int argc, char **argv, shoal_bench_opts_t *o)
         }
         if (shoal_bench_apply(flag, val, o))
             return -1;
+    }
+    /* With -np the ranks are known now; from a launcher, each rank checks
+     * once it knows their number (shoal_bench_rank). */
+    if (o->nprocs && o->coll->rooted && o->root >= o->nprocs) {
+        fprintf(stderr, "allreduce_bench: -r %d is no rank of %d\n", o->root, o->nprocs);
+        return -1;
     }
     if (o->max_bytes < o->min_bytes) {
         fprintf(stderr, "allreduce_bench: maxbytes %zu is below minbytes %zu\n", o->max_bytes,
@@ -352,9 +680,11 @@ out_free:
     return gbs;
 }
 
-/* Input of rank r at index i for a row of dtype and op. Every value, and
- * every partial result in any order of reduction, is an integer the type
- * represents exactly, so results compare bitwise. */
+/* ---- Inputs and expected results ------------------------------------- */
+
+/* Input of rank r at index i of a reduction of dtype and op. Every value,
+ * and every partial result in any order of reduction, is an integer the
+ * type represents exactly, so results compare bitwise. */
 static double shoal_bench_value(shoal_dtype_t dtype, shoal_op_t op, int r, int n, size_t i)
 {
     const shoal_bench_type_t *t = &shoal_bench_types[dtype];
@@ -389,26 +719,160 @@ static double shoal_bench_value(shoal_dtype_t dtype, shoal_op_t op, int r, int n
     }
 }
 
-static void shoal_bench_fill(void *buf, size_t count, shoal_dtype_t dtype, shoal_op_t op,
-                             int rank, int nranks)
+/* Input of rank r at index i of a collective that only moves data: any
+ * integer the type holds exactly. The rank's factor 7 is prime to every
+ * type's number of values (9 for f8e5m2 up to 2^40 + 1), so two ranks'
+ * elements at one index differ for up to 9 ranks even in the narrowest
+ * type: a block delivered from the wrong rank shows. */
+static double shoal_bench_move_value(shoal_dtype_t dtype, int r, size_t i)
 {
-    for (size_t i = 0; i < count; i++)
-        shoal_dtype_set_f64(buf, i, dtype, shoal_bench_value(dtype, op, rank, nranks, i));
+    const shoal_bench_type_t *t = &shoal_bench_types[dtype];
+    uint64_t values = (uint64_t)t->exact_max + 1;
+    double v = (double)(((uint64_t)i * 5 + (uint64_t)r * 7 + 1) % values);
+    return t->is_signed ? v - (double)(values / 2) : v;
 }
 
-/* The result every rank must get, folded rank by rank with the scalar
- * reference; exact inputs make the order irrelevant. */
-static void shoal_bench_expect(shoal_bench_bufs_t *b, size_t count, shoal_dtype_t dtype,
-                               shoal_op_t op, int nranks)
+/* Elements first .. first+n-1 of rank r's send buffer into out. */
+static void shoal_bench_input(const shoal_bench_row_t *row, int r, size_t first, size_t n,
+                              unsigned char *out)
 {
-    shoal_op_t fold = op == SHOAL_AVG ? SHOAL_SUM : op;
-    shoal_bench_fill(b->expect, count, dtype, op, 0, nranks);
-    for (int r = 1; r < nranks; r++) {
-        shoal_bench_fill(b->tmp, count, dtype, op, r, nranks);
-        shoal_reduce_ref(b->expect, b->expect, b->tmp, count, dtype, fold);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = row->base + first + k;
+        double v = row->coll->reduces
+                       ? shoal_bench_value(row->dtype, row->op, r, row->nranks, i)
+                       : shoal_bench_move_value(row->dtype, r, i);
+        shoal_dtype_set_f64(out, k, row->dtype, v);
     }
-    if (op == SHOAL_AVG)
-        shoal_avg_finish_ref(b->expect, b->expect, count, dtype, nranks);
+}
+
+/* Elements first .. first+count-1 reduced over all ranks, folded rank by
+ * rank with the scalar reference; exact inputs make the order irrelevant. */
+static void shoal_bench_fold(const shoal_bench_row_t *row, size_t first, unsigned char *out,
+                             unsigned char *tmp)
+{
+    shoal_op_t fold = row->op == SHOAL_AVG ? SHOAL_SUM : row->op;
+    shoal_bench_input(row, 0, first, row->count, out);
+    for (int r = 1; r < row->nranks; r++) {
+        shoal_bench_input(row, r, first, row->count, tmp);
+        shoal_reduce_ref(out, out, tmp, row->count, row->dtype, fold);
+    }
+    if (row->op == SHOAL_AVG)
+        shoal_avg_finish_ref(out, out, row->count, row->dtype, row->nranks);
+}
+
+/* All-reduce, and reduce on its root. */
+static void shoal_bench_expect_reduced(const shoal_bench_row_t *row, unsigned char *out,
+                                       unsigned char *tmp)
+{
+    shoal_bench_fold(row, 0, out, tmp);
+}
+
+static void shoal_bench_expect_reduce_scatter(const shoal_bench_row_t *row, unsigned char *out,
+                                              unsigned char *tmp)
+{
+    shoal_bench_fold(row, (size_t)row->rank * row->count, out, tmp);
+}
+
+/* All-gather, and gather on its root: block j from rank j. */
+static void shoal_bench_expect_gathered(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp)
+{
+    size_t block = row->count * row->esize;
+    for (int j = 0; j < row->nranks; j++)
+        shoal_bench_input(row, j, 0, row->count, out + (size_t)j * block);
+}
+
+static void shoal_bench_expect_broadcast(const shoal_bench_row_t *row, unsigned char *out,
+                                         unsigned char *tmp)
+{
+    shoal_bench_input(row, row->root, 0, row->count, out);
+}
+
+/* Block j from block `rank` of rank j's send buffer. */
+static void shoal_bench_expect_alltoall(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp)
+{
+    size_t block = row->count * row->esize;
+    for (int j = 0; j < row->nranks; j++)
+        shoal_bench_input(row, j, (size_t)row->rank * row->count, row->count,
+                          out + (size_t)j * block);
+}
+
+static void shoal_bench_expect_scatter(const shoal_bench_row_t *row, unsigned char *out,
+                                       unsigned char *tmp)
+{
+    shoal_bench_input(row, row->root, (size_t)row->rank * row->count, row->count, out);
+}
+
+static void shoal_bench_expect_sendrecv(const shoal_bench_row_t *row, unsigned char *out,
+                                        unsigned char *tmp)
+{
+    shoal_bench_input(row, (row->rank + row->nranks - 1) % row->nranks, 0, row->count, out);
+}
+
+static void shoal_bench_row_init(shoal_bench_row_t *row, const shoal_bench_coll_t *coll,
+                                 size_t bytes, shoal_dtype_t dtype, shoal_op_t op, int root,
+                                 int rank, int nranks)
+{
+    size_t n = (size_t)nranks;
+    row->coll = coll;
+    row->dtype = dtype;
+    row->op = op;
+    row->root = root;
+    row->rank = rank;
+    row->nranks = nranks;
+    row->base = 0;
+    row->esize = shoal_dtype_bytes(dtype);
+    /* A size that is no multiple of the element, or of nranks blocks,
+     * rounds down, as in nccl-tests. */
+    size_t elems = bytes / row->esize;
+    row->count = coll->send_blocks || coll->recv_blocks ? elems / n : elems;
+    row->send_count = row->count * (coll->send_blocks ? n : 1);
+    row->recv_count = row->count * (coll->recv_blocks ? n : 1);
+    size_t larger = row->send_count > row->recv_count ? row->send_count : row->recv_count;
+    row->total_bytes = larger * row->esize;
+}
+
+/* Byte offsets of the input and of the result inside the receive buffer
+ * when the call runs in place. */
+static size_t shoal_bench_send_offset(const shoal_bench_row_t *row)
+{
+    return row->coll->send_at_rank ? (size_t)row->rank * row->count * row->esize : 0;
+}
+
+static size_t shoal_bench_recv_offset(const shoal_bench_row_t *row)
+{
+    return row->coll->recv_at_rank ? (size_t)row->rank * row->count * row->esize : 0;
+}
+
+/* Bytes of the receive buffer a placement may change: out of place the
+ * result, in place the whole shared buffer. */
+static size_t shoal_bench_span(const shoal_bench_row_t *row, int in_place)
+{
+    return in_place ? row->total_bytes : row->recv_count * row->esize;
+}
+
+/* The receive buffer as a checked call finds it: poison, so that a result
+ * never written shows; in place, this rank's input where it belongs. */
+static void shoal_bench_prepare(const shoal_bench_row_t *row, int in_place, unsigned char *buf)
+{
+    memset(buf, SHOAL_BENCH_POISON_BYTE, shoal_bench_span(row, in_place));
+    if (in_place)
+        shoal_bench_input(row, row->rank, 0, row->send_count,
+                          buf + shoal_bench_send_offset(row));
+}
+
+/* The whole span as it must be after the call: the prepared buffer with
+ * the result written over it where this rank receives one. Whatever the
+ * call must leave alone (a reduce's receive buffer off the root, the input
+ * blocks around an in-place result) is compared too. */
+static void shoal_bench_expect_span(const shoal_bench_row_t *row, int in_place,
+                                    unsigned char *out, unsigned char *tmp)
+{
+    shoal_bench_prepare(row, in_place, out);
+    if (row->coll->root_only && row->rank != row->root)
+        return;
+    row->coll->expect(row, out + (in_place ? shoal_bench_recv_offset(row) : 0), tmp);
 }
 
 static long long shoal_bench_count_wrong(const unsigned char *got, const unsigned char *expect,
@@ -433,6 +897,8 @@ static long long shoal_bench_guard_check(const unsigned char *recv, size_t used)
     return bad;
 }
 
+/* ---- Timing and checking --------------------------------------------- */
+
 static shoal_status_t shoal_bench_fail(int rank, const char *what, shoal_status_t s,
                                        shoal_comm_t comm)
 {
@@ -448,67 +914,147 @@ static shoal_status_t shoal_bench_barrier(shoal_comm_t comm, int rank)
     return s == SHOAL_OK ? s : shoal_bench_fail(rank, "barrier", s, comm);
 }
 
-/* Warm-up, then the mean time of one call over the timed iterations, in
- * microseconds on this rank. */
-static shoal_status_t shoal_bench_time(shoal_comm_t comm, int rank, const shoal_bench_opts_t *o,
-                                       const void *send, void *recv, size_t count,
-                                       shoal_dtype_t dtype, shoal_op_t op, double *us_p)
+/* Slices of the buffers that the -m operations of one group take in turn:
+ * as in nccl-tests' agg_iters, each operation gets its own place when the
+ * buffers (sized for the largest row) hold them, the way a framework fuses
+ * distinct tensors, and they wrap around when not. */
+static size_t shoal_bench_slices(const shoal_bench_opts_t *o, const shoal_bench_row_t *row)
 {
+    size_t fit = row->total_bytes ? o->max_bytes / row->total_bytes : 1;
+    size_t agg = (size_t)o->agg_iters;
+    return fit < 1 ? 1 : fit < agg ? fit : agg;
+}
+
+/* One call at slice `slice` of the buffers, placed as nccl-tests does. */
+static shoal_status_t shoal_bench_call(shoal_comm_t comm, const shoal_bench_row_t *row,
+                                       shoal_bench_bufs_t *b, int in_place, size_t slice)
+{
+    size_t shift = slice * row->total_bytes;
+    shoal_bench_call_t c = {
+        .send = in_place ? b->recv + shift + shoal_bench_send_offset(row) : b->send + shift,
+        .recv = b->recv + shift + (in_place ? shoal_bench_recv_offset(row) : 0),
+        .count = row->count,
+        .dtype = row->dtype,
+        .op = row->op,
+        .root = row->root,
+        .rank = row->rank,
+        .nranks = row->nranks,
+        .comm = comm,
+    };
+    return row->coll->call(&c);
+}
+
+/* A single call, or with -m the nops calls of one group (shoal fuses a
+ * group's all-reduces of one dtype and op), call a at slice a % slices. A
+ * call refused inside the group stops the recording; the group still
+ * ends, so this thread is not left inside it. */
+static shoal_status_t shoal_bench_ops(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                                      const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
+                                      int in_place, size_t nops, size_t slices)
+{
+    if (o->agg_iters == 1)
+        return shoal_bench_call(comm, row, b, in_place, 0);
+    shoal_status_t s = shoal_group_start();
+    if (s != SHOAL_OK)
+        return s;
+    for (size_t a = 0; a < nops && s == SHOAL_OK; a++)
+        s = shoal_bench_call(comm, row, b, in_place, a % slices);
+    shoal_status_t end = shoal_group_end();
+    return s != SHOAL_OK ? s : end;
+}
+
+/* Warm-up, then the mean time of one operation over the timed iterations,
+ * in microseconds on this rank. */
+static shoal_status_t shoal_bench_time(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                                       const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
+                                       int in_place, size_t slices, double *us_p)
+{
+    char what[96];
     shoal_status_t s;
     for (int w = 0; w < o->warmup; w++) {
-        s = shoal_allreduce(send, recv, count, dtype, op, comm);
-        if (s != SHOAL_OK)
-            return shoal_bench_fail(rank, "shoal_allreduce (warm-up)", s, comm);
+        s = shoal_bench_ops(comm, o, row, b, in_place, (size_t)o->agg_iters, slices);
+        if (s != SHOAL_OK) {
+            snprintf(what, sizeof(what), "%s (warm-up)", row->coll->call_name);
+            return shoal_bench_fail(row->rank, what, s, comm);
+        }
     }
-    s = shoal_bench_barrier(comm, rank);
+    s = shoal_bench_barrier(comm, row->rank);
     if (s != SHOAL_OK)
         return s;
     double t0 = shoal_bench_now_s();
     for (int it = 0; it < o->iters; it++) {
-        s = shoal_allreduce(send, recv, count, dtype, op, comm);
+        s = shoal_bench_ops(comm, o, row, b, in_place, (size_t)o->agg_iters, slices);
         if (s != SHOAL_OK)
-            return shoal_bench_fail(rank, "shoal_allreduce", s, comm);
+            return shoal_bench_fail(row->rank, row->coll->call_name, s, comm);
     }
-    *us_p = (shoal_bench_now_s() - t0) * 1e6 / o->iters;
+    *us_p = (shoal_bench_now_s() - t0) * 1e6 / ((double)o->iters * (double)o->agg_iters);
     return SHOAL_OK;
 }
 
-/* One placement (out-of-place or in-place) of one row on this rank: time
- * it, then with -c run once more on fresh input and count wrong elements.
- * Guard bytes after the result are checked after every call. */
-static shoal_status_t shoal_bench_placement(shoal_comm_t comm, int rank,
-                                            const shoal_bench_opts_t *o, shoal_bench_bufs_t *b,
-                                            int in_place, size_t count, shoal_dtype_t dtype,
-                                            shoal_op_t op, double *us_p, long long *wrong_p,
-                                            long long *oob_p)
+/* Whether a placement's results are checked (else #wrong reads N/A). */
+static int shoal_bench_checked(const shoal_bench_opts_t *o, const shoal_bench_row_t *row,
+                               int in_place)
 {
-    size_t esize = shoal_dtype_bytes(dtype);
-    size_t used = count * esize;
-    const void *send = in_place ? b->recv : b->send;
-    shoal_bench_guard_set(b->recv, used);
-    if (in_place)
-        memcpy(b->recv, b->send, used);
-    shoal_status_t s = shoal_bench_time(comm, rank, o, send, b->recv, count, dtype, op, us_p);
+    return o->check && (!in_place || row->coll->in_place_checked);
+}
+
+/* One placement (out-of-place or in-place) of one row on this rank: time
+ * it, then with -c run it once more on fresh input and count wrong
+ * elements. With -m the check is one group over every slice the timed
+ * groups used, each slice with inputs of its own, so that results swapped
+ * or lost between the operations of a group show. Guard bytes after the
+ * last slice are checked after the timed calls and after the check. */
+static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                                            const shoal_bench_row_t *row,
+                                            shoal_bench_bufs_t *b, int in_place, double *us_p,
+                                            long long *wrong_p, long long *oob_p)
+{
+    size_t slices = shoal_bench_slices(o, row);
+    size_t end = (slices - 1) * row->total_bytes + shoal_bench_span(row, in_place);
+    shoal_bench_prepare(row, in_place, b->recv);
+    shoal_bench_guard_set(b->recv, end);
+    shoal_status_t s = shoal_bench_time(comm, o, row, b, in_place, slices, us_p);
     if (s != SHOAL_OK)
         return s;
-    *oob_p += shoal_bench_guard_check(b->recv, used);
-    if (!o->check)
+    *oob_p += shoal_bench_guard_check(b->recv, end);
+    if (!shoal_bench_checked(o, row, in_place))
         return SHOAL_OK;
 
-    /* The timed calls left a result (or, in place, a reduction of
-     * reductions) in recv: start again from the inputs, or from poison
-     * where the output must be overwritten, so a call that does nothing
-     * cannot pass. */
+    /* The timed calls left results (or, in place, results of results) in
+     * recv: start again from the inputs and poison, so a call that does
+     * nothing cannot pass; the poison between out-of-place slices must
+     * survive too. */
+    memset(b->recv, SHOAL_BENCH_POISON_BYTE, end);
+    memset(b->expect, SHOAL_BENCH_POISON_BYTE, end);
+    for (size_t k = 0; k < slices; k++) {
+        shoal_bench_row_t at = *row;
+        size_t off = k * row->total_bytes;
+        at.base = k * row->send_count;
+        if (!in_place)
+            shoal_bench_input(&at, at.rank, 0, at.send_count, b->send + off);
+        shoal_bench_prepare(&at, in_place, b->recv + off);
+        shoal_bench_expect_span(&at, in_place, b->expect + off, b->tmp);
+    }
+    shoal_bench_guard_set(b->recv, end);
+    s = shoal_bench_ops(comm, o, row, b, in_place, slices, slices);
+    if (s != SHOAL_OK) {
+        char what[96];
+        snprintf(what, sizeof(what), "%s (check)", row->coll->call_name);
+        return shoal_bench_fail(row->rank, what, s, comm);
+    }
+    *wrong_p += shoal_bench_count_wrong(b->recv, b->expect, end / row->esize, row->esize);
+    *oob_p += shoal_bench_guard_check(b->recv, end);
     if (in_place)
-        memcpy(b->recv, b->send, used);
-    else
-        memset(b->recv, SHOAL_BENCH_POISON_BYTE, used);
-    shoal_bench_guard_set(b->recv, used);
-    s = shoal_allreduce(send, b->recv, count, dtype, op, comm);
-    if (s != SHOAL_OK)
-        return shoal_bench_fail(rank, "shoal_allreduce (check)", s, comm);
-    *wrong_p += shoal_bench_count_wrong(b->recv, b->expect, count, esize);
-    *oob_p += shoal_bench_guard_check(b->recv, used);
+        return SHOAL_OK;
+    /* The send buffer is the caller's and read-only to shoal: an element
+     * changed there is as wrong as one in the result. */
+    for (size_t k = 0; k < slices; k++) {
+        shoal_bench_row_t at = *row;
+        at.base = k * row->send_count;
+        shoal_bench_input(&at, at.rank, 0, at.send_count, b->tmp);
+        *wrong_p += shoal_bench_count_wrong(b->send + k * row->total_bytes, b->tmp,
+                                            at.send_count, at.esize);
+    }
     return SHOAL_OK;
 }
 
@@ -522,23 +1068,18 @@ static void shoal_bench_fmt_time(double us, char out[32])
         snprintf(out, 32, "%7.2f", us);
 }
 
-/* One line of the table: both placements of one size, type and op. */
-static shoal_status_t shoal_bench_row(shoal_comm_t comm, int rank, int nranks,
-                                      const shoal_bench_opts_t *o, shoal_bench_bufs_t *b,
-                                      size_t bytes, shoal_dtype_t dtype, shoal_op_t op,
+/* One line of the table: both placements of one size, type, op and root. */
+static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                                      const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
                                       shoal_bench_totals_t *tot)
 {
-    size_t esize = shoal_dtype_bytes(dtype);
-    size_t count = bytes / esize; /* a size that is no multiple of the element rounds down */
-    shoal_bench_fill(b->send, count, dtype, op, rank, nranks);
-    if (o->check)
-        shoal_bench_expect(b, count, dtype, op, nranks);
+    shoal_bench_input(row, row->rank, 0, row->send_count, b->send);
 
     double us[2] = {0, 0};
     long long counts[3] = {0, 0, 0}; /* wrong out-of-place, wrong in-place, out of bounds */
     for (int in_place = 0; in_place < 2; in_place++) {
-        shoal_status_t s = shoal_bench_placement(comm, rank, o, b, in_place, count, dtype,
-                                                 op, &us[in_place], &counts[in_place], &counts[2]);
+        shoal_status_t s = shoal_bench_placement(comm, o, row, b, in_place, &us[in_place],
+                                                 &counts[in_place], &counts[2]);
         if (s != SHOAL_OK)
             return s;
     }
@@ -547,31 +1088,34 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, int rank, int nranks,
     if (s == SHOAL_OK)
         s = shoal_allreduce(counts, counts, 3, SHOAL_INT64, SHOAL_SUM, comm);
     if (s != SHOAL_OK)
-        return shoal_bench_fail(rank, "shoal_allreduce (results)", s, comm);
+        return shoal_bench_fail(row->rank, "shoal_allreduce (results)", s, comm);
 
     tot->wrong += counts[0] + counts[1];
     tot->out_of_bounds += counts[2];
-    size_t shown = count * esize;
-    double factor = nranks > 1 ? 2.0 * (nranks - 1) / nranks : 0.0;
-    if (rank == 0)
-        printf("%12zu  %12zu  %8s  %6s  %6d", shown, count, shoal_bench_types[dtype].name,
-               shoal_bench_op_names[op], -1);
+    /* nccl-tests' getBw formulas all count the larger buffer: the count
+     * times nranks for the collectives of blocks, the count otherwise. */
+    size_t shown = row->total_bytes;
+    double factor = shoal_bench_bus_factor(row->coll->bus, row->nranks);
+    if (row->rank == 0)
+        printf("%12zu  %12zu  %8s  %6s  %6d", shown, row->count,
+               shoal_bench_types[row->dtype].name,
+               row->coll->reduces ? shoal_bench_op_names[row->op] : "none", row->root);
     for (int p = 0; p < 2; p++) {
         double algbw = us[p] > 0 ? (double)shown / us[p] / 1e3 : 0.0;
         double busbw = algbw * factor;
         tot->busbw_sum += busbw;
         tot->busbw_count++;
-        if (rank != 0)
+        if (row->rank != 0)
             continue;
         char tbuf[32], wbuf[32];
         shoal_bench_fmt_time(us[p], tbuf);
-        if (o->check)
+        if (shoal_bench_checked(o, row, p))
             snprintf(wbuf, sizeof(wbuf), "%lld", counts[p]);
         else
             snprintf(wbuf, sizeof(wbuf), "N/A");
         printf("  %7s  %6.2f  %6.2f  %6s", tbuf, algbw, busbw, wbuf);
     }
-    if (rank == 0) {
+    if (row->rank == 0) {
         printf("\n");
         fflush(stdout);
     }
@@ -602,17 +1146,20 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
         return shoal_bench_fail(rank, "shoal_allreduce (rank info)", s, comm);
     }
     if (rank == 0) {
-        printf("# allreduce_bench (shoal %d.%d.%d), flags and table of nccl-tests' "
-               "all_reduce_perf\n",
-               SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH);
+        printf("# allreduce_bench (shoal %d.%d.%d), flags and table of nccl-tests' %s\n",
+               SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH, o->coll->perf);
         printf("# nRanks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
-               "iters: %d validation: %d blocking: %d\n",
+               "iters: %d agg iters: %d validation: %d blocking: %d\n",
                nranks, o->min_bytes, o->max_bytes,
                o->step_factor > 1 ? (size_t)o->step_factor : o->step_bytes,
-               o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->check,
-               o->blocking);
+               o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters,
+               o->check, o->blocking);
         printf("# Ranks from: %s; shoal calls complete before they return, whatever -z\n",
                o->nprocs ? "-np (forked on this host)" : "the launcher's environment");
+        /* The choice itself is made per call inside shoal; what the bench
+         * can show is the setting that steers it. */
+        printf("# Collective: %s  SHOAL_ALGO: %s\n", o->coll->name,
+               shoal_config_get()->algo.algo);
         printf("#\n# Using ranks\n");
         for (int r = 0; r < nranks; r++)
             printf("#  Rank %2d Pid %6lld on %10s host memory\n", r, (long long)info[r].pid,
@@ -647,12 +1194,14 @@ static void shoal_bench_bufs_free(shoal_bench_bufs_t *b)
     memset(b, 0, sizeof(*b));
 }
 
+/* Zeroed, so that the slices -m reaches beyond a row's input hold plain
+ * numbers rather than whatever malloc returned. */
 static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, shoal_bench_bufs_t *b)
 {
     size_t len = o->max_bytes ? o->max_bytes : 1;
     memset(b, 0, sizeof(*b));
-    b->send = malloc(len);
-    b->recv = malloc(len + SHOAL_BENCH_GUARD_BYTES);
+    b->send = calloc(1, len);
+    b->recv = calloc(1, len + SHOAL_BENCH_GUARD_BYTES);
     if (o->check) {
         b->expect = malloc(len);
         b->tmp = malloc(len);
@@ -664,12 +1213,39 @@ static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, shoal_bench_bufs_
     return 0;
 }
 
-/* The whole run on one rank of comm; returns an exit code. */
+/* Every size of one type, op and root. */
+static shoal_status_t shoal_bench_sizes(shoal_comm_t comm, int rank, int nranks,
+                                        const shoal_bench_opts_t *o, shoal_bench_bufs_t *b,
+                                        shoal_dtype_t dtype, shoal_op_t op, int root,
+                                        shoal_bench_totals_t *tot)
+{
+    size_t size = o->min_bytes;
+    do {
+        shoal_bench_row_t row;
+        shoal_bench_row_init(&row, o->coll, size, dtype, op, root, rank, nranks);
+        shoal_status_t s = shoal_bench_row(comm, o, &row, b, tot);
+        if (s != SHOAL_OK)
+            return s;
+        size = shoal_bench_next_size(o, size);
+    } while (size != 0);
+    return SHOAL_OK;
+}
+
+/* The whole run on one rank of comm; returns an exit code. The rows go as
+ * in nccl-tests: by type, then op (reductions) or root (rooted
+ * collectives; -r -1 takes every rank in turn), then size. */
 static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
 {
     int rank, nranks;
     if (shoal_comm_rank(comm, &rank) != SHOAL_OK || shoal_comm_size(comm, &nranks) != SHOAL_OK)
         return SHOAL_BENCH_EXIT_ERROR;
+    if (o->coll->rooted && o->root >= nranks) {
+        /* Every rank sees the same -r and stops alike; rank 0 says why.
+         * (-np refuses it before forking: see shoal_bench_parse_args.) */
+        if (rank == 0)
+            fprintf(stderr, "allreduce_bench: -r %d is no rank of %d\n", o->root, nranks);
+        return SHOAL_BENCH_EXIT_ERROR;
+    }
     shoal_bench_bufs_t b;
     if (shoal_bench_bufs_alloc(o, &b)) {
         fprintf(stderr, "# rank %d: cannot allocate buffers of %zu bytes\n", rank, o->max_bytes);
@@ -679,15 +1255,16 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
     int code = SHOAL_BENCH_EXIT_ERROR;
     if (shoal_bench_header(comm, rank, nranks, o) != SHOAL_OK)
         goto out_free;
+    int nops = o->coll->reduces ? o->nops : 1;
+    int root_first = !o->coll->rooted ? -1 : o->root < 0 ? 0 : o->root;
+    int root_last = !o->coll->rooted ? -1 : o->root < 0 ? nranks - 1 : o->root;
     for (int t = 0; t < o->ndtypes; t++) {
-        for (int p = 0; p < o->nops; p++) {
-            size_t size = o->min_bytes;
-            do {
-                if (shoal_bench_row(comm, rank, nranks, o, &b, size, o->dtypes[t], o->ops[p],
-                                    &tot) != SHOAL_OK)
+        for (int p = 0; p < nops; p++) {
+            for (int root = root_first; root <= root_last; root++) {
+                if (shoal_bench_sizes(comm, rank, nranks, o, &b, o->dtypes[t], o->ops[p], root,
+                                      &tot) != SHOAL_OK)
                     goto out_free;
-                size = shoal_bench_next_size(o, size);
-            } while (size != 0);
+            }
         }
     }
     if (rank == 0) {
@@ -823,9 +1400,12 @@ int main(int argc, char **argv)
     o.step_bytes = 1u << 20;
     o.step_factor = 1;
     o.iters = 20;
+    o.agg_iters = 1;
     o.warmup = 1;
     o.check = 1;
     o.blocking = 1;
+    o.root = 0;
+    o.coll = &shoal_bench_colls[0];
     o.ndtypes = 1;
     o.dtypes[0] = SHOAL_FLOAT32;
     o.nops = 1;

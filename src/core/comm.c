@@ -405,12 +405,14 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
     atomic_store_explicit(&comm->aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
-    /* Queued operations fail with SHOAL_ERR_ABORTED; the running one and
-     * calls in flight on other threads see the flag at their next poll (or
-     * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED. */
-    shoal_exec_destroy(comm, 0);
+    /* Calls in flight on other threads see the flag at their next poll (or
+     * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED; a
+     * blocking call whose task is still queued runs it, which fails at
+     * once. Only then is the queue torn down: operations left in it (the
+     * non-blocking ones) complete with SHOAL_ERR_ABORTED. */
     while (atomic_load_explicit(&comm->active, memory_order_acquire) > 0)
         sched_yield();
+    shoal_exec_destroy(comm, 0);
     comm_free(comm);
     return SHOAL_OK;
 }
