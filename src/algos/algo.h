@@ -106,7 +106,8 @@ extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_binomial_broadcas
 extern const shoal_algo_ops_t shoal_chain_reduce_ops, shoal_binomial_reduce_ops;
 /* Serve both SHOAL_COLL_ALLTOALL and SHOAL_COLL_ALLTOALLV. */
 extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall_ops;
-extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_direct_scatter_ops;
+extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_ring_gather_ops;
+extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
 extern const shoal_algo_ops_t shoal_p2p_ops;
 

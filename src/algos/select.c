@@ -20,8 +20,8 @@ static const shoal_algo_ops_t *const algos[SHOAL_COLL_KIND_COUNT][MAX_ALGOS] = {
     [SHOAL_COLL_REDUCE] = {&shoal_chain_reduce_ops, &shoal_binomial_reduce_ops},
     [SHOAL_COLL_ALLTOALL] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops},
     [SHOAL_COLL_ALLTOALLV] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops},
-    [SHOAL_COLL_GATHER] = {&shoal_direct_gather_ops},
-    [SHOAL_COLL_SCATTER] = {&shoal_direct_scatter_ops},
+    [SHOAL_COLL_GATHER] = {&shoal_direct_gather_ops, &shoal_ring_gather_ops},
+    [SHOAL_COLL_SCATTER] = {&shoal_direct_scatter_ops, &shoal_ring_scatter_ops},
     [SHOAL_COLL_SEND] = {&shoal_p2p_ops},
     [SHOAL_COLL_RECV] = {&shoal_p2p_ops},
 };
