@@ -90,30 +90,29 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
     }
     shoal_coll_args_t args = call->args;
     size_t es = shoal_dtype_bytes(args.dtype);
-    void *staged = NULL;
+    void *staged;
     if (call->premul) {
         size_t n = input_elems(comm, &args);
-        staged = malloc(n * es);
-        if (staged)
-            shoal_premul_scale(staged, args.sendbuf, n, args.dtype, call->scalar);
+        if (shoal_comm_stage(comm, n * es, &staged) != SHOAL_OK)
+            goto err_nomem;
+        shoal_premul_scale(staged, args.sendbuf, n, args.dtype, call->scalar);
     } else if ((args.kind == SHOAL_COLL_ALLTOALL || args.kind == SHOAL_COLL_ALLTOALLV) &&
                args.sendbuf == args.recvbuf) {
         /* In place: every rank's block is read after others may have
          * landed on it, so the input is kept aside first. */
         size_t n = alltoall_extent(comm, &args);
-        staged = malloc(n * es + 1);
-        if (staged)
-            memcpy(staged, args.sendbuf, n * es);
+        if (shoal_comm_stage(comm, n * es, &staged) != SHOAL_OK)
+            goto err_nomem;
+        memcpy(staged, args.sendbuf, n * es);
     } else {
         return run_selected(comm, call->what, &args);
     }
-    if (!staged)
-        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to stage the input",
-                               call->what);
     args.sendbuf = staged;
-    shoal_status_t s = run_selected(comm, call->what, &args);
-    free(staged);
-    return s;
+    return run_selected(comm, call->what, &args);
+
+err_nomem:
+    return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to stage the input",
+                           call->what);
 }
 
 /* Whether b can join an all-reduce fused with a. */
@@ -134,10 +133,11 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
     size_t es = shoal_dtype_bytes(a0->dtype), total = 0;
     for (size_t i = 0; i < n; i++)
         total += calls[i].args.count;
-    char *buf = malloc(total * es);
-    if (!buf)
+    void *mem;
+    if (shoal_comm_stage(comm, total * es, &mem) != SHOAL_OK)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY,
                                "group: no memory to fuse %zu all-reduces", n);
+    char *buf = mem;
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         const shoal_coll_args_t *a = &calls[i].args;
@@ -155,7 +155,6 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
         memcpy(calls[i].args.recvbuf, buf + off * es, calls[i].args.count * es);
         off += calls[i].args.count;
     }
-    free(buf);
     return s;
 }
 

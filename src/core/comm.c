@@ -199,20 +199,32 @@ static shoal_status_t comm_map_hosts(struct shoal_comm *comm)
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p)
+/* Grow *buf to at least bytes (contents not kept). */
+static shoal_status_t comm_buffer(struct shoal_comm *comm, void **buf, size_t *len,
+                                  size_t bytes, void **buf_p)
 {
-    if (bytes > comm->scratch_bytes) {
+    if (bytes > *len) {
         void *p = malloc(bytes);
         if (!p) {
             shoal_error(MEM, "rank %d: no memory for %zu B of working space", comm->rank, bytes);
             return SHOAL_ERR_NO_MEMORY;
         }
-        free(comm->scratch);
-        comm->scratch = p;
-        comm->scratch_bytes = bytes;
+        free(*buf);
+        *buf = p;
+        *len = bytes;
     }
-    *buf_p = comm->scratch;
+    *buf_p = *buf;
     return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p)
+{
+    return comm_buffer(comm, &comm->scratch, &comm->scratch_bytes, bytes, buf_p);
+}
+
+shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p)
+{
+    return comm_buffer(comm, &comm->stage, &comm->stage_bytes, bytes, buf_p);
 }
 
 static void comm_free(struct shoal_comm *comm)
@@ -220,6 +232,7 @@ static void comm_free(struct shoal_comm *comm)
     shoal_exec_destroy(comm, 0);
     shoal_transport_teardown(comm);
     free(comm->scratch);
+    free(comm->stage);
     free(comm->premul);
     if (comm->bootstrap)
         shoal_bootstrap_destroy(comm->bootstrap);

@@ -38,9 +38,14 @@ struct shoal_comm {
     struct shoal_premul *premul;
     int npremul;
 
-    /* Working memory of the running operation (one runs at a time). */
+    /* Working memory of the running operation (one runs at a time): the
+     * algorithm's scratch, and the core's staged input (pre-multiplied,
+     * in-place all-to-all, fused all-reduces). Kept between operations so
+     * that repeated calls do not fault fresh pages in. */
     void *scratch;
     size_t scratch_bytes;
+    void *stage;
+    size_t stage_bytes;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
@@ -81,6 +86,8 @@ typedef struct shoal_premul {
  * kept until comm is freed (or the next larger request). Only the
  * operation's executor may call it. */
 shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p);
+/* The same for the core's staged input. */
+shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p);
 
 /* Peer's endpoint; NULL for self. */
 static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)
