@@ -123,24 +123,39 @@ static int fusable(const shoal_call_t *a, const shoal_call_t *b)
            b->premul == a->premul && !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
 }
 
-/* All-reduces calls[0..n) (fusable, count > 0 each) as one over a staging
- * buffer: the cost of one all-reduce of their total size instead of n
- * latencies. Every rank lays them out alike, so the result is the same as
+/* Whether calls[i] belongs to a run of fused all-reduces (sends and
+ * receives between them go after the collectives; empty calls do nothing). */
+static int in_run(const struct shoal_comm *comm, const shoal_call_t *c)
+{
+    return !shoal_call_is_p2p(c) && !shoal_call_is_empty(comm, c);
+}
+
+/* All-reduces calls[0..n) that in_run selects (all fusable) as one over a
+ * staging buffer: the cost of one all-reduce of their total size instead of
+ * n latencies. Every rank lays them out alike, so the result is the same as
  * n separate calls with the chosen algorithm. */
 static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
 {
-    const shoal_coll_args_t *a0 = &calls[0].args;
-    size_t es = shoal_dtype_bytes(a0->dtype), total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += calls[i].args.count;
+    const shoal_call_t *c0 = NULL;
+    size_t es = 0, total = 0, nrun = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (in_run(comm, &calls[i])) {
+            c0 = c0 ? c0 : &calls[i];
+            total += calls[i].args.count;
+            nrun++;
+        }
+    }
+    es = shoal_dtype_bytes(c0->args.dtype);
     void *mem;
     if (shoal_comm_stage(comm, total * es, &mem) != SHOAL_OK)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY,
-                               "group: no memory to fuse %zu all-reduces", n);
+                               "group: no memory to fuse %zu all-reduces", nrun);
     char *buf = mem;
     size_t off = 0;
     for (size_t i = 0; i < n; i++) {
         const shoal_coll_args_t *a = &calls[i].args;
+        if (!in_run(comm, &calls[i]))
+            continue;
         if (calls[i].premul)
             shoal_premul_scale(buf + off * es, a->sendbuf, a->count, a->dtype, calls[i].scalar);
         else
@@ -148,10 +163,12 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
         off += a->count;
     }
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf,
-                              .count = total, .dtype = a0->dtype, .op = a0->op};
+                              .count = total, .dtype = c0->args.dtype, .op = c0->args.op};
     shoal_status_t s = run_selected(comm, "group of all-reduces", &args);
     off = 0;
     for (size_t i = 0; i < n && s == SHOAL_OK; i++) {
+        if (!in_run(comm, &calls[i]))
+            continue;
         memcpy(calls[i].args.recvbuf, buf + off * es, calls[i].args.count * es);
         off += calls[i].args.count;
     }
@@ -230,7 +247,6 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
     /* Collectives in order; a run of fusable all-reduces (sends and
      * receives between them do not break it, they go after) as one. */
     size_t i = 0;
-    shoal_call_t *run = NULL;
     while (i < ncalls && s == SHOAL_OK) {
         const shoal_call_t *c = &calls[i];
         if (shoal_call_is_p2p(c)) {
@@ -252,27 +268,11 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
                 break;
             nrun++;
         }
-        if (nrun == 1) {
-            s = shoal_call_run(comm, c);
-        } else {
-            if (!run)
-                run = malloc(ncalls * sizeof(*run));
-            if (!run) {
-                s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "group: no memory to fuse");
-                break;
-            }
-            size_t k = 0;
-            for (size_t m = i; m < j; m++) {
-                if (!shoal_call_is_p2p(&calls[m]) && !shoal_call_is_empty(comm, &calls[m]))
-                    run[k++] = calls[m];
-            }
-            s = run_fused(comm, run, k);
-        }
+        s = nrun == 1 ? shoal_call_run(comm, c) : run_fused(comm, calls + i, j - i);
         /* The p2p calls skipped inside the run are counted when i passes them. */
         for (; i < j; i++)
             np2p += shoal_call_is_p2p(&calls[i]);
     }
-    free(run);
     if (s == SHOAL_OK && np2p > 0)
         s = run_p2p(comm, calls, ncalls);
     return s;

@@ -33,6 +33,7 @@ struct shoal_task {
     size_t ncalls;
     int refs;                 /* queue + waiter + bound requests */
     int on_stack;             /* a blocking call's own: never freed */
+    int borrowed;             /* calls belong to the submitter (a group) */
     int done;
     shoal_status_t status;
     shoal_call_t one;         /* storage for a single call */
@@ -82,7 +83,7 @@ static int session_active(const struct shoal_exec *ex)
 static void task_release(shoal_task_t *t)
 {
     if (--t->refs == 0 && !t->on_stack) {
-        if (t->calls != &t->one)
+        if (t->calls != &t->one && !t->borrowed)
             free(t->calls);
         free(t);
     }
@@ -350,12 +351,15 @@ static void exec_append(struct shoal_comm *comm, shoal_task_t *t)
 
 /* Lock held. Queue a task of calls; refs as given. */
 static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *calls,
-                                 size_t ncalls, int refs, shoal_task_t **task_p)
+                                 size_t ncalls, int refs, int borrow, shoal_task_t **task_p)
 {
     shoal_task_t *t = calloc(1, sizeof(*t));
     if (!t)
         return SHOAL_ERR_NO_MEMORY;
-    if (ncalls == 1) {
+    if (borrow) {
+        t->calls = (shoal_call_t *)calls;
+        t->borrowed = 1;
+    } else if (ncalls == 1) {
         t->one = calls[0];
         t->calls = &t->one;
     } else {
@@ -426,7 +430,10 @@ shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *ca
 {
     shoal_task_t *t;
     pthread_mutex_lock(&exec_lock);
-    shoal_status_t s = exec_queue(comm, calls, ncalls, 1 + (int)nreqs + (task_p != NULL), &t);
+    /* A submitter that waits for the task keeps its calls alive until then:
+     * no copy. */
+    shoal_status_t s = exec_queue(comm, calls, ncalls, 1 + (int)nreqs + (task_p != NULL),
+                                  task_p != NULL, &t);
     if (s == SHOAL_OK) {
         for (size_t i = 0; i < nreqs; i++)
             reqs[i]->task = t;

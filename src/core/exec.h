@@ -35,9 +35,10 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain);
  * for it: returns its status. */
 shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls);
 
-/* Queue calls[0..ncalls) (copied) as one task on an entered comm, complete
- * reqs[0..nreqs) with it, and return at once. With task_p, the caller also
- * holds the task until shoal_exec_wait. */
+/* Queue calls[0..ncalls) as one task on an entered comm, complete
+ * reqs[0..nreqs) with it, and return at once. The calls are copied, except
+ * with task_p: the caller then holds the task until shoal_exec_wait and
+ * keeps calls valid until then. */
 shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *calls,
                                  size_t ncalls, shoal_request_t *reqs, size_t nreqs,
                                  shoal_task_t **task_p);

@@ -1,11 +1,14 @@
 /* Groups: between shoal_group_start and shoal_group_end a thread's calls are
  * recorded per communicator; the outermost end queues each communicator's
  * calls as one task (fused and run by shoal_calls_run) and waits for all.
- * The state is per thread, as a group is a bracket in one thread's code. */
+ * The state is per thread, as a group is a bracket in one thread's code.
+ * Its arrays are kept from one group to the next, so that a loop of groups
+ * allocates nothing after the first, and freed when the thread exits. */
 #include "exec.h"
 
 #include "log.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +23,27 @@ typedef struct {
 static _Thread_local int group_depth;
 static _Thread_local group_comm_t *group_comms;
 static _Thread_local size_t group_ncomms, group_cap;
+
+static pthread_key_t group_key;
+static pthread_once_t group_key_once = PTHREAD_ONCE_INIT;
+
+/* Thread exit: the arrays of the groups of that thread. */
+static void group_free(void *arg)
+{
+    group_comm_t *comms = arg;
+    for (size_t i = 0; i < group_cap; i++) {
+        free(comms[i].calls);
+        free(comms[i].reqs);
+    }
+    free(comms);
+    group_comms = NULL;
+    group_cap = 0;
+}
+
+static void group_key_create(void)
+{
+    pthread_key_create(&group_key, group_free);
+}
 
 int shoal_group_active(void)
 {
@@ -55,11 +79,17 @@ shoal_status_t shoal_group_record(struct shoal_comm *comm, const shoal_call_t *c
             g = &group_comms[i];
     }
     if (!g) {
+        size_t old_cap = group_cap;
         if (grow((void **)&group_comms, &group_cap, group_ncomms, sizeof(*group_comms)))
             goto err_nomem;
+        if (group_cap != old_cap) {
+            memset(group_comms + old_cap, 0, (group_cap - old_cap) * sizeof(*group_comms));
+            pthread_once(&group_key_once, group_key_create);
+            pthread_setspecific(group_key, group_comms);
+        }
         g = &group_comms[group_ncomms++];
-        memset(g, 0, sizeof(*g));
         g->comm = comm;
+        g->ncalls = g->nreqs = 0;
     }
     if (grow((void **)&g->calls, &g->cap, g->ncalls, sizeof(*g->calls)))
         goto err_nomem;
@@ -114,12 +144,6 @@ shoal_status_t shoal_group_end(void)
         }
     }
     free(tasks);
-    for (size_t i = 0; i < group_ncomms; i++) {
-        free(group_comms[i].calls);
-        free(group_comms[i].reqs);
-    }
-    free(group_comms);
-    group_comms = NULL;
-    group_ncomms = group_cap = 0;
+    group_ncomms = 0;
     return first;
 }
