@@ -22,6 +22,24 @@ void harness_setenv(const char *name, const char *value)
     shoal_config_reload();
 }
 
+void harness_use_transport(const char *transport, size_t chunk)
+{
+    char text[32];
+    snprintf(text, sizeof(text), "%zu", chunk);
+    harness_setenv("SHOAL_CHUNK_SIZE", text);
+    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
+    harness_setenv("SHOAL_TIMEOUT", "20s");
+}
+
+int harness_check_untouched(const unsigned char *buf, size_t from, size_t to, unsigned char v,
+                            int rank, const char *what)
+{
+    for (size_t i = from; i < to; i++)
+        RANK_CHECK(buf[i] == v, "rank %d: %s: byte %zu is %#x, want %#x", rank, what, i,
+                   buf[i], v);
+    return 0;
+}
+
 static double now_s(void)
 {
     struct timespec ts;

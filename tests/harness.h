@@ -29,6 +29,17 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* Settings of a collective test: pieces of chunk bytes, shared memory on
+ * (transport "shm") or off ("tcp", so every pair of ranks goes over tcp),
+ * and a 20 s deadline, so that a rank failing a check, which leaves the
+ * others waiting on it, ends the test soon. */
+void harness_use_transport(const char *transport, size_t chunk);
+
+/* Inside a rank: 0 when buf[from..to) all equal v, else 1 after reporting
+ * the first byte that does not (what names the buffer). */
+int harness_check_untouched(const unsigned char *buf, size_t from, size_t to, unsigned char v,
+                            int rank, const char *what);
+
 /* A well-mixed 32-bit hash. */
 uint32_t harness_mix(uint32_t x);
 

@@ -28,15 +28,6 @@ typedef struct {
     unsigned char *a, *b, *want, *tmp;
 } bufs_t;
 
-static int check_untouched(const unsigned char *buf, size_t from, size_t to, unsigned char v,
-                           int rank, const char *what)
-{
-    for (size_t i = from; i < to; i++)
-        RANK_CHECK(buf[i] == v, "rank %d: %s: byte %zu is %#x, want %#x", rank, what, i,
-                   buf[i], v);
-    return 0;
-}
-
 static shoal_status_t run_rooted(shoal_comm_t comm, const shoal_algo_ops_t *algo,
                                  shoal_coll_kind_t kind, const void *send, void *recv,
                                  size_t count, shoal_dtype_t dt, shoal_op_t op, int root)
@@ -63,8 +54,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
                nranks, shoal_dtype_name(dt), shoal_op_name(op), count, root,
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (!is_root)
-        return check_untouched(m->b, 0, bytes + GUARD, UNTOUCHED_BYTE, rank,
-                               "non-root recvbuf of reduce");
+        return harness_check_untouched(m->b, 0, bytes + GUARD, UNTOUCHED_BYTE, rank,
+                                       "non-root recvbuf of reduce");
     harness_expected(m->want, m->tmp, count, nranks, dt, op);
     const unsigned char *got = recv ? recv : m->b;
     for (size_t i = 0; i < bytes; i++)
@@ -74,8 +65,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
                    rank, nranks, root, shoal_dtype_name(dt), shoal_op_name(op), count,
                    in_place ? "in-place" : "out-of-place", i, i / es, got[i], m->want[i]);
     if (!in_place)
-        return check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
-                               "past the end of recvbuf");
+        return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
+                                       "past the end of recvbuf");
     return 0;
 }
 
@@ -114,12 +105,13 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
                    nranks, root, shoal_dtype_name(dt), count,
                    in_place ? "in-place" : "out-of-place", i, m->b[i], m->want[i]);
     if (!is_root && !in_place &&
-        check_untouched(m->a, 0, bytes, UNTOUCHED_BYTE, rank, "non-root sendbuf of broadcast"))
+        harness_check_untouched(m->a, 0, bytes, UNTOUCHED_BYTE, rank,
+                                "non-root sendbuf of broadcast"))
         return 1;
     if (is_root && !in_place)
         RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, "rank %d: root's sendbuf changed", rank);
-    return check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
-                           "past the end of recvbuf");
+    return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
+                                   "past the end of recvbuf");
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -158,13 +150,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
 
 static void run_matrix(const char *transport, int nranks)
 {
-    char chunk[32];
-    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
-    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
-    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
-    /* A rank that fails a check leaves the others waiting on it: a short
-     * deadline makes such a failure end the test soon. */
-    harness_setenv("SHOAL_TIMEOUT", "20s");
+    harness_use_transport(transport, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(nranks, rank_matrix, NULL, 120), 0);
 }
 

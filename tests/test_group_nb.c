@@ -24,12 +24,8 @@
 
 static void set_transport(const char *transport, const char *progress)
 {
-    char chunk[32];
-    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
-    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
-    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
+    harness_use_transport(transport, TEST_CHUNK);
     harness_setenv("SHOAL_PROGRESS", progress);
-    harness_setenv("SHOAL_TIMEOUT", "20s");
 }
 
 /* Value element i of a message from rank `from` to rank `to`, call k. */

@@ -29,15 +29,6 @@ typedef struct {
     unsigned char *a, *b, *want, *tmp;
 } bufs_t;
 
-static int check_untouched(const unsigned char *buf, size_t from, size_t to, unsigned char v,
-                           int rank, const char *what)
-{
-    for (size_t i = from; i < to; i++)
-        RANK_CHECK(buf[i] == v, "rank %d: %s: byte %zu is %#x, want %#x", rank, what, i,
-                   buf[i], v);
-    return 0;
-}
-
 static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_t count,
                         shoal_dtype_t dt, shoal_op_t op, int in_place, bufs_t *m)
 {
@@ -55,8 +46,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
                nranks, shoal_dtype_name(dt), shoal_op_name(op), count, root,
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (!is_root)
-        return check_untouched(m->b, 0, bytes + GUARD, UNTOUCHED_BYTE, rank,
-                               "non-root recvbuf of reduce");
+        return harness_check_untouched(m->b, 0, bytes + GUARD, UNTOUCHED_BYTE, rank,
+                                       "non-root recvbuf of reduce");
     harness_expected(m->want, m->tmp, count, nranks, dt, op);
     const unsigned char *got = recv ? recv : m->b;
     for (size_t i = 0; i < bytes; i++)
@@ -66,8 +57,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
                    rank, nranks, root, shoal_dtype_name(dt), shoal_op_name(op), count,
                    in_place ? "in-place" : "out-of-place", i, i / es, got[i], m->want[i]);
     if (!in_place)
-        return check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
-                               "past the end of recvbuf");
+        return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
+                                       "past the end of recvbuf");
     return 0;
 }
 
@@ -105,13 +96,13 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
                    "rank %d/%d root %d %s count %zu %s: byte %zu is %#x, want %#x", rank,
                    nranks, root, shoal_dtype_name(dt), count,
                    in_place ? "in-place" : "out-of-place", i, m->b[i], m->want[i]);
-    if (!is_root && !in_place && check_untouched(m->a, 0, bytes, UNTOUCHED_BYTE, rank,
-                                                 "non-root sendbuf of broadcast"))
+    if (!is_root && !in_place && harness_check_untouched(m->a, 0, bytes, UNTOUCHED_BYTE, rank,
+                                                         "non-root sendbuf of broadcast"))
         return 1;
     if (is_root && !in_place)
         RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, "rank %d: root's sendbuf changed", rank);
-    return check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
-                           "past the end of recvbuf");
+    return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
+                                   "past the end of recvbuf");
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -152,20 +143,9 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     return 0;
 }
 
-static void set_transport(const char *transport)
-{
-    char chunk[32];
-    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
-    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
-    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
-    /* A rank that fails a check leaves the others waiting on it: a short
-     * deadline makes such a failure end the test soon. */
-    harness_setenv("SHOAL_TIMEOUT", "20s");
-}
-
 static void run_matrix(const char *transport, int nranks)
 {
-    set_transport(transport);
+    harness_use_transport(transport, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(nranks, rank_matrix, NULL, 120), 0);
 }
 
@@ -206,7 +186,7 @@ static int rank_barrier(int rank, int nranks, const shoal_unique_id_t *id, void 
 
 static void run_barrier(const char *transport, int nranks)
 {
-    set_transport(transport);
+    harness_use_transport(transport, TEST_CHUNK);
     atomic_int *counter = mmap(NULL, sizeof(*counter), PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(counter != MAP_FAILED);
@@ -295,10 +275,10 @@ static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, voi
 static void test_bad_input(void **state)
 {
     (void)state;
-    set_transport("shm");
+    harness_use_transport("shm", TEST_CHUNK);
     assert_int_equal(harness_run_ranks(1, rank_bad_input, NULL, 60), 0);
     assert_int_equal(harness_run_ranks(3, rank_bad_input, NULL, 60), 0);
-    set_transport("tcp");
+    harness_use_transport("tcp", TEST_CHUNK);
     assert_int_equal(harness_run_ranks(2, rank_bad_input, NULL, 60), 0);
 }
 

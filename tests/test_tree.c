@@ -144,13 +144,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
 
 static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks, void *arg)
 {
-    char chunk[32];
-    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
-    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
-    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
-    /* A rank that fails a check leaves the others waiting on it: a short
-     * deadline makes such a failure end the test soon. */
-    harness_setenv("SHOAL_TIMEOUT", "20s");
+    harness_use_transport(transport, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(nranks, fn, arg, 120), 0);
 }
 

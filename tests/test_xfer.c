@@ -350,20 +350,9 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     return 0;
 }
 
-static void set_transport(const char *transport)
-{
-    char chunk[32];
-    snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
-    harness_setenv("SHOAL_CHUNK_SIZE", chunk);
-    harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
-    /* A rank that fails a check leaves the others waiting on it: a short
-     * deadline ends such a test soon. */
-    harness_setenv("SHOAL_TIMEOUT", "20s");
-}
-
 static void run_matrix(const char *transport, int nranks)
 {
-    set_transport(transport);
+    harness_use_transport(transport, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(nranks, rank_matrix, NULL, 120), 0);
 }
 
@@ -414,9 +403,9 @@ static int rank_crossed(int rank, int nranks, const shoal_unique_id_t *id, void 
 static void test_crossed(void **state)
 {
     (void)state;
-    set_transport("shm");
+    harness_use_transport("shm", TEST_CHUNK);
     assert_int_equal(harness_run_ranks(2, rank_crossed, NULL, 60), 0);
-    set_transport("tcp");
+    harness_use_transport("tcp", TEST_CHUNK);
     assert_int_equal(harness_run_ranks(2, rank_crossed, NULL, 60), 0);
 }
 
@@ -468,7 +457,7 @@ static void test_mismatch(void **state)
                                        {3 * TEST_CHUNK + 5, 3 * TEST_CHUNK + 4},
                                        {100, 3 * TEST_CHUNK}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        set_transport(i % 2 ? "tcp" : "shm");
+        harness_use_transport(i % 2 ? "tcp" : "shm", TEST_CHUNK);
         assert_int_equal(harness_run_ranks(2, rank_mismatch, (void *)&cases[i], 60), 0);
     }
 }
@@ -528,10 +517,10 @@ static void test_timeout_abort(void **state)
 {
     (void)state;
     static char shm[] = "shm", tcp[] = "tcp";
-    set_transport(shm);
+    harness_use_transport(shm, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(2, rank_timeout, shm, 60), 0);
     assert_int_equal(harness_run_ranks(2, rank_abort, NULL, 60), 0);
-    set_transport(tcp);
+    harness_use_transport(tcp, TEST_CHUNK);
     assert_int_equal(harness_run_ranks(2, rank_timeout, tcp, 60), 0);
     assert_int_equal(harness_run_ranks(2, rank_abort, NULL, 60), 0);
 }

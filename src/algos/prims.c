@@ -14,20 +14,25 @@
  * cores, and a spinning rank would starve the one it waits for. */
 #define PRIMS_SPINS 64
 
-static shoal_status_t prims_idle(shoal_prims_t *p, unsigned *spins)
+shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, unsigned *spins)
 {
-    shoal_status_t s = shoal_transport_progress(p->comm);
+    shoal_status_t s = shoal_transport_progress(comm);
     if (s != SHOAL_OK)
         return s;
-    if (atomic_load_explicit(&p->comm->aborted, memory_order_relaxed))
+    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return SHOAL_ERR_ABORTED;
     if (++*spins >= PRIMS_SPINS) {
         *spins = 0;
-        if (shoal_deadline_passed(p->deadline_ns))
+        if (shoal_deadline_passed(deadline_ns))
             return SHOAL_ERR_TIMEOUT;
         sched_yield();
     }
     return SHOAL_OK;
+}
+
+static shoal_status_t prims_idle(shoal_prims_t *p, unsigned *spins)
+{
+    return shoal_prims_idle(p->comm, p->deadline_ns, spins);
 }
 
 static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)

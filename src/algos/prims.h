@@ -19,6 +19,11 @@ typedef struct {
     uint64_t deadline_ns;
 } shoal_prims_t;
 
+/* One idle turn of a wait: drive transport progress, poll the abort flag,
+ * and every few calls check the deadline and yield the core. *spins counts
+ * the turns (start it at 0). SHOAL_OK to go on waiting. */
+shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, unsigned *spins);
+
 /* Piece out to send_ep. */
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes);
 /* Piece in from recv_ep into dst. */

@@ -9,14 +9,9 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Idle passes between deadline checks and yields: ranks may outnumber
- * cores, and a rank that only spins starves the one it waits for. */
-#define XFER_SPINS 64
 
 /* Per-peer flags up to this many ranks live on the stack. */
 #define XFER_STACK_RANKS 1024
@@ -183,24 +178,6 @@ static void owed_peers(char *out, size_t cap, const shoal_xfer_t *msgs, size_t f
         snprintf(out, cap, " none");
 }
 
-/* Nothing moved: drive the transports, poll abort, and every XFER_SPINS
- * calls check the deadline and give the core away. */
-static shoal_status_t xfer_idle(struct shoal_comm *comm, uint64_t deadline_ns, unsigned *spins)
-{
-    shoal_status_t s = shoal_transport_progress(comm);
-    if (s != SHOAL_OK)
-        return s;
-    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
-        return SHOAL_ERR_ABORTED;
-    if (++*spins >= XFER_SPINS) {
-        *spins = 0;
-        if (shoal_deadline_passed(deadline_ns))
-            return SHOAL_ERR_TIMEOUT;
-        sched_yield();
-    }
-    return SHOAL_OK;
-}
-
 /* Every message moved: wait until each send endpoint has pushed what was
  * posted to it, so no peer waits on bytes left in this process. */
 static shoal_status_t xfer_flush(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
@@ -216,7 +193,7 @@ static shoal_status_t xfer_flush(struct shoal_comm *comm, shoal_xfer_t *sends, s
             continue;
         }
         if (s == SHOAL_INPROGRESS)
-            s = xfer_idle(comm, deadline_ns, &spins);
+            s = shoal_prims_idle(comm, deadline_ns, &spins);
         if (s != SHOAL_OK) {
             *unflushed_p = i;
             return s;
@@ -325,7 +302,7 @@ shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size
         s = xfer_passes(comm, &f, sends, nsends, &sfirst, &sleft, recvs, nrecvs, &rfirst,
                         &rleft, &moved);
         if (s == SHOAL_OK && !moved && sleft + rleft > 0)
-            s = xfer_idle(comm, deadline_ns, &spins);
+            s = shoal_prims_idle(comm, deadline_ns, &spins);
         if (s != SHOAL_OK)
             break;
     }

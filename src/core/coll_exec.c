@@ -175,6 +175,18 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
     return s;
 }
 
+void shoal_call_xfer(struct shoal_comm *comm, const shoal_call_t *call, shoal_xfer_t *x)
+{
+    const shoal_coll_args_t *a = &call->args;
+    int send = a->kind == SHOAL_COLL_SEND;
+    *x = (shoal_xfer_t){
+        .ep = shoal_comm_ep(comm, a->root),
+        .buf = send ? (void *)a->sendbuf : a->recvbuf,
+        .esize = shoal_dtype_bytes(a->dtype),
+    };
+    x->bytes = a->count * x->esize;
+}
+
 /* Every send and receive of calls[0..n) at once. Messages to and from
  * oneself pair up in order by copying. */
 static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
@@ -202,11 +214,7 @@ static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls
                 selfr[nsr++] = &calls[i];
             continue;
         }
-        shoal_xfer_t *t = send ? &x[ns++] : &x[n - 1 - nr++];
-        t->ep = shoal_comm_ep(comm, a->root);
-        t->buf = send ? (void *)a->sendbuf : a->recvbuf;
-        t->esize = shoal_dtype_bytes(a->dtype);
-        t->bytes = a->count * t->esize;
+        shoal_call_xfer(comm, &calls[i], send ? &x[ns++] : &x[n - 1 - nr++]);
     }
     shoal_status_t s = SHOAL_OK;
     if (nss != nsr)

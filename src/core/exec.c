@@ -165,20 +165,30 @@ static void list_reap(xfer_list_t *l, int sends, shoal_status_t status)
     l->n = k;
 }
 
+/* Whether a message of l is past its task's deadline (logged). */
+static int list_overdue(const xfer_list_t *l, int sends, uint64_t now,
+                        const struct shoal_comm *comm)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        if (now > l->task[i]->deadline_ns) {
+            shoal_error(ALGO, "rank %d: %s of %zu B %s rank %d unfinished at the deadline "
+                        "(%zu B moved)", comm->rank, sends ? "send" : "receive", l->x[i].bytes,
+                        sends ? "to" : "from", l->x[i].ep->peer, l->x[i].done);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Lock held: the lone sends and receives at the head of the queue join the
  * session. */
 static shoal_status_t session_absorb(struct shoal_exec *ex)
 {
     while (ex->head && task_is_p2p(ex->head)) {
         shoal_task_t *t = ex->head;
-        const shoal_coll_args_t *a = &t->calls[0].args;
-        int send = a->kind == SHOAL_COLL_SEND;
-        shoal_xfer_t x = {
-            .ep = shoal_comm_ep(t->comm, a->root),
-            .buf = send ? (void *)a->sendbuf : a->recvbuf,
-            .esize = shoal_dtype_bytes(a->dtype),
-        };
-        x.bytes = a->count * x.esize;
+        int send = t->calls[0].args.kind == SHOAL_COLL_SEND;
+        shoal_xfer_t x;
+        shoal_call_xfer(t->comm, &t->calls[0], &x);
         if (list_push(send ? &ex->sends : &ex->recvs, &x, t))
             return SHOAL_ERR_NO_MEMORY;
         t->deadline_ns = shoal_deadline_after(t->comm->timeout_ns);
@@ -206,18 +216,8 @@ static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
     pthread_mutex_lock(&exec_lock);
     if (s == SHOAL_OK && !moved) {
         uint64_t now = shoal_now_ns();
-        for (size_t i = 0; i < ex->sends.n + ex->recvs.n && s == SHOAL_OK; i++) {
-            int is_send = i < ex->sends.n;
-            const xfer_list_t *l = is_send ? &ex->sends : &ex->recvs;
-            size_t j = is_send ? i : i - ex->sends.n;
-            if (now > l->task[j]->deadline_ns) {
-                shoal_error(ALGO, "rank %d: %s of %zu B %s rank %d unfinished at the deadline "
-                            "(%zu B moved)", comm->rank, is_send ? "send" : "receive",
-                            l->x[j].bytes, is_send ? "to" : "from", l->x[j].ep->peer,
-                            l->x[j].done);
-                s = SHOAL_ERR_TIMEOUT;
-            }
-        }
+        if (list_overdue(&ex->sends, 1, now, comm) || list_overdue(&ex->recvs, 0, now, comm))
+            s = SHOAL_ERR_TIMEOUT;
     }
     if (s != SHOAL_OK && s != SHOAL_ERR_ABORTED) {
         pthread_mutex_unlock(&exec_lock);

@@ -68,6 +68,9 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
  * data, or a single-rank barrier...): it then completes at once. */
 int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call);
 
+/* The message of a send or receive call to another rank, not yet moved. */
+void shoal_call_xfer(struct shoal_comm *comm, const shoal_call_t *call, shoal_xfer_t *x);
+
 /* Whether the call is a send or receive. */
 static inline int shoal_call_is_p2p(const shoal_call_t *call)
 {
