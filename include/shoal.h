@@ -14,9 +14,13 @@
  * that order (issue from one thread where the order matters). shoal_test,
  * shoal_wait and shoal_wait_all may be called from any thread on requests
  * that thread owns. Groups are per thread. shoal_comm_split,
- * shoal_comm_destroy and the pre-multiplied sum calls must not run
- * concurrently with other calls on the same communicator; shoal_comm_abort
- * may be called from any thread at any time.
+ * shoal_comm_shrink, shoal_comm_destroy, shoal_comm_register,
+ * shoal_comm_deregister and the pre-multiplied sum calls must not run
+ * concurrently with other calls on the same communicator (registration
+ * keeps an unlocked list per communicator), except that a shrink with
+ * SHOAL_SHRINK_ABORT may be called while other threads are blocked in calls
+ * on it (operations, or a split waiting for a peer): it stops them.
+ * shoal_comm_abort may be called from any thread at any time.
  *
  * Ownership: user buffers are always borrowed for the duration of a call and
  * never kept. A communicator is owned by the caller from a successful init or
@@ -100,6 +104,10 @@ typedef struct shoal_request *shoal_request_t;
 /* Color for shoal_comm_split: this rank joins no new communicator. */
 #define SHOAL_SPLIT_NOCOLOR (-1)
 
+/* Flags of shoal_comm_shrink. */
+#define SHOAL_SHRINK_DEFAULT 0 /* leave the parent as it is */
+#define SHOAL_SHRINK_ABORT 1   /* stop the parent's operations first */
+
 /* Static string for a status; never NULL ("unknown status" if out of range). */
 const char *shoal_status_string(shoal_status_t status);
 
@@ -152,6 +160,41 @@ shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p);
 shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
                                 shoal_comm_t *newcomm_p);
 
+/*
+ * A new communicator of the ranks of comm that are not listed in
+ * exclude[0..nexclude), ordered by their rank in comm. Collective over
+ * those ranks only: each passes the same set (in any order); the excluded
+ * ranks do not call it and may have died or left. It needs no excluded
+ * rank, rank 0 included, and works on a broken communicator (one that
+ * failed with SHOAL_ERR_PEER or SHOAL_ERR_TIMEOUT) or a stopped one (an
+ * earlier SHOAL_SHRINK_ABORT), as it moves nothing through comm: the lowest surviving rank gathers the others
+ * on a listener it opened when comm was formed, over connections that prove
+ * comm's secret. The surviving ranks must have made the same earlier
+ * shrinks of comm (the k-th shrink of one meets the k-th of the others).
+ * exclude may be NULL when nexclude is 0.
+ *
+ * flags SHOAL_SHRINK_DEFAULT leaves comm as it is. SHOAL_SHRINK_ABORT first
+ * stops comm's operations as shoal_comm_abort does: calls in flight on
+ * other threads (a blocked collective, a split waiting for a peer) and
+ * queued non-blocking operations complete with SHOAL_ERR_ABORTED, and later
+ * calls on comm are refused with it; but comm stays allocated: release it
+ * with shoal_comm_destroy or shoal_comm_abort, which then return at once,
+ * waiting for no peer.
+ *
+ * *newcomm_p is written only on success; comm stays valid either way.
+ * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG (invalid comm, NULL newcomm_p,
+ * flags other than the two above, nexclude < 0, exclude NULL with
+ * nexclude > 0, an entry out of range or listed twice, every rank excluded,
+ * or the calling rank excluded) with nothing changed, comm included; or the
+ * codes of shoal_comm_init (SHOAL_ERR_TIMEOUT when a survivor does not
+ * arrive within SHOAL_TIMEOUT; SHOAL_ERR_AUTH, or a timeout, for a rank
+ * whose set differs from the lowest survivor's: the set is bound into the
+ * new communicator's secret, so such a rank is refused rather than let in),
+ * the reason recorded on comm.
+ */
+shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexclude,
+                                 int flags, shoal_comm_t *newcomm_p);
+
 /* Release a communicator after all its operations completed. Collective only
  * in the sense that peers may see this rank leave; it does not wait for them.
  * comm is invalid afterwards; passing it again returns SHOAL_ERR_INVALID_ARG. */
@@ -162,6 +205,27 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
  * SHOAL_ERR_ABORTED, and abort returns after it (it never waits on a peer).
  * comm is invalid afterwards. */
 shoal_status_t shoal_comm_abort(shoal_comm_t comm);
+
+/*
+ * Memory registration: record that size bytes at buf will be used as
+ * buffers of operations on comm, for transports that need registered
+ * memory (RDMA, device IPC); with shm and tcp it is bookkeeping only, and
+ * unregistered buffers work everywhere. Local: no other rank takes part.
+ * *handle_p receives an opaque non-NULL handle, owned by comm until
+ * shoal_comm_deregister or until comm is destroyed or aborted, which frees
+ * the registrations left. Registrations may overlap and may be made on a
+ * broken or stopped (SHOAL_SHRINK_ABORT) communicator. buf stays the
+ * caller's; keep it allocated while registered.
+ * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG for an invalid comm, a NULL buf
+ * or handle_p, size 0 or a range past the end of the address space;
+ * SHOAL_ERR_NO_MEMORY.
+ */
+shoal_status_t shoal_comm_register(shoal_comm_t comm, void *buf, size_t size, void **handle_p);
+
+/* Remove a registration of comm. Returns SHOAL_ERR_INVALID_ARG, changing
+ * nothing, when handle is not a live registration of comm (NULL,
+ * deregistered already, or another communicator's). */
+shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle);
 
 /* This rank's index and the communicator's size. */
 shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);

@@ -14,6 +14,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -28,10 +29,7 @@
  *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64.. zero. */
 #define SHOAL_BOOT_ID_MAGIC 0x53484944u /* "SHID" */
 #define SHOAL_BOOT_ID_VERSION 1u
-#define SHOAL_BOOT_ID_FAMILY 8
-#define SHOAL_BOOT_ID_PORT 10
-#define SHOAL_BOOT_ID_SCOPE 12
-#define SHOAL_BOOT_ID_ADDR 16
+#define SHOAL_BOOT_ID_FAMILY 8 /* a packed address, SHOAL_BOOT_ADDR_BYTES long */
 #define SHOAL_BOOT_ID_SECRET 32
 
 /* Handshakes a rank tries before giving up on a root that keeps closing
@@ -128,6 +126,60 @@ static uint64_t shoal_boot_get_u64(const uint8_t *p)
 
 /* ---- unique id ---------------------------------------------------------- */
 
+/* A packed address (SHOAL_BOOT_ADDR_BYTES, big-endian): family (4 or 6),
+ * port, IPv6 scope, address (4 or 16 bytes). The unique id holds one at
+ * SHOAL_BOOT_ID_FAMILY. */
+#define SHOAL_BOOT_ADDR_FAMILY 0
+#define SHOAL_BOOT_ADDR_PORT 2
+#define SHOAL_BOOT_ADDR_SCOPE 4
+#define SHOAL_BOOT_ADDR_ADDR 8
+
+static void shoal_boot_addr_put(uint8_t *b, const shoal_sockaddr_t *addr)
+{
+    memset(b, 0, SHOAL_BOOT_ADDR_BYTES);
+    shoal_boot_put_u16(b + SHOAL_BOOT_ADDR_PORT, shoal_sock_port(addr));
+    if (addr->u.sa.sa_family == AF_INET) {
+        shoal_boot_put_u16(b + SHOAL_BOOT_ADDR_FAMILY, 4);
+        memcpy(b + SHOAL_BOOT_ADDR_ADDR, &addr->u.sin.sin_addr, 4);
+    } else {
+        shoal_boot_put_u16(b + SHOAL_BOOT_ADDR_FAMILY, 6);
+        shoal_boot_put_u32(b + SHOAL_BOOT_ADDR_SCOPE, addr->u.sin6.sin6_scope_id);
+        memcpy(b + SHOAL_BOOT_ADDR_ADDR, &addr->u.sin6.sin6_addr, 16);
+    }
+}
+
+static shoal_status_t shoal_boot_addr_get(const uint8_t *b, shoal_sockaddr_t *addr_p)
+{
+    shoal_sockaddr_t addr;
+    memset(&addr, 0, sizeof(addr));
+    uint16_t family = shoal_boot_get_u16(b + SHOAL_BOOT_ADDR_FAMILY);
+    if (family == 4) {
+        addr.u.sin.sin_family = AF_INET;
+        memcpy(&addr.u.sin.sin_addr, b + SHOAL_BOOT_ADDR_ADDR, 4);
+    } else if (family == 6) {
+        addr.u.sin6.sin6_family = AF_INET6;
+        addr.u.sin6.sin6_scope_id = shoal_boot_get_u32(b + SHOAL_BOOT_ADDR_SCOPE);
+        memcpy(&addr.u.sin6.sin6_addr, b + SHOAL_BOOT_ADDR_ADDR, 16);
+    } else {
+        shoal_error(BOOT, "packed address names address family %u", family);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_sock_set_port(&addr, shoal_boot_get_u16(b + SHOAL_BOOT_ADDR_PORT));
+    *addr_p = addr;
+    return SHOAL_OK;
+}
+
+void shoal_bootstrap_addr_pack(const shoal_sockaddr_t *addr, uint8_t out[SHOAL_BOOT_ADDR_BYTES])
+{
+    shoal_boot_addr_put(out, addr);
+}
+
+shoal_status_t shoal_bootstrap_addr_unpack(const uint8_t in[SHOAL_BOOT_ADDR_BYTES],
+                                           shoal_sockaddr_t *addr_p)
+{
+    return shoal_boot_addr_get(in, addr_p);
+}
+
 shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
                                        const uint8_t secret[SHOAL_SECRET_BYTES],
                                        shoal_unique_id_t *id_p)
@@ -142,15 +194,7 @@ shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
     uint8_t *b = id.bytes;
     shoal_boot_put_u32(b, SHOAL_BOOT_ID_MAGIC);
     shoal_boot_put_u32(b + 4, SHOAL_BOOT_ID_VERSION);
-    shoal_boot_put_u16(b + SHOAL_BOOT_ID_PORT, shoal_sock_port(root));
-    if (root->u.sa.sa_family == AF_INET) {
-        shoal_boot_put_u16(b + SHOAL_BOOT_ID_FAMILY, 4);
-        memcpy(b + SHOAL_BOOT_ID_ADDR, &root->u.sin.sin_addr, 4);
-    } else {
-        shoal_boot_put_u16(b + SHOAL_BOOT_ID_FAMILY, 6);
-        shoal_boot_put_u32(b + SHOAL_BOOT_ID_SCOPE, root->u.sin6.sin6_scope_id);
-        memcpy(b + SHOAL_BOOT_ID_ADDR, &root->u.sin6.sin6_addr, 16);
-    }
+    shoal_boot_addr_put(b + SHOAL_BOOT_ID_FAMILY, root);
     memcpy(b + SHOAL_BOOT_ID_SECRET, secret, SHOAL_SECRET_BYTES);
     *id_p = id;
     return SHOAL_OK;
@@ -166,23 +210,10 @@ static shoal_status_t shoal_boot_id_parse(const shoal_unique_id_t *id, shoal_soc
                     shoal_boot_get_u32(b), shoal_boot_get_u32(b + 4));
         return SHOAL_ERR_INVALID_ARG;
     }
-    shoal_sockaddr_t root;
-    memset(&root, 0, sizeof(root));
-    uint16_t family = shoal_boot_get_u16(b + SHOAL_BOOT_ID_FAMILY);
-    if (family == 4) {
-        root.u.sin.sin_family = AF_INET;
-        memcpy(&root.u.sin.sin_addr, b + SHOAL_BOOT_ID_ADDR, 4);
-    } else if (family == 6) {
-        root.u.sin6.sin6_family = AF_INET6;
-        root.u.sin6.sin6_scope_id = shoal_boot_get_u32(b + SHOAL_BOOT_ID_SCOPE);
-        memcpy(&root.u.sin6.sin6_addr, b + SHOAL_BOOT_ID_ADDR, 16);
-    } else {
-        shoal_error(BOOT, "unique id names address family %u", family);
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    shoal_sock_set_port(&root, shoal_boot_get_u16(b + SHOAL_BOOT_ID_PORT));
+    shoal_status_t s = shoal_boot_addr_get(b + SHOAL_BOOT_ID_FAMILY, root_p);
+    if (s != SHOAL_OK)
+        return s;
     memcpy(secret, b + SHOAL_BOOT_ID_SECRET, SHOAL_SECRET_BYTES);
-    *root_p = root;
     return SHOAL_OK;
 }
 
@@ -263,6 +294,33 @@ static int shoal_boot_listener_take(const shoal_unique_id_t *id)
     }
     pthread_mutex_unlock(&shoal_boot_listeners_lock);
     return fd;
+}
+
+shoal_status_t shoal_bootstrap_listener_offer(const shoal_unique_id_t *id, int listen_fd)
+{
+    shoal_boot_listener_t *l = calloc(1, sizeof(*l));
+    if (!l) {
+        shoal_error(BOOT, "bootstrap listener: out of memory");
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    /* The caller keeps its socket: rank 0 closes what it takes. */
+    l->fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 0);
+    if (l->fd < 0) {
+        shoal_error(BOOT, "bootstrap listener: dup of socket %d: %s", listen_fd,
+                    strerror(errno));
+        free(l);
+        return SHOAL_ERR_SYSTEM;
+    }
+    l->id = *id;
+    shoal_boot_listener_put(l);
+    return SHOAL_OK;
+}
+
+void shoal_bootstrap_listener_withdraw(const shoal_unique_id_t *id)
+{
+    int fd = shoal_boot_listener_take(id);
+    if (fd >= 0)
+        close(fd);
 }
 
 shoal_status_t shoal_bootstrap_id_create(shoal_unique_id_t *id_p)

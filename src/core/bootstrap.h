@@ -13,11 +13,29 @@ typedef struct shoal_bootstrap shoal_bootstrap_t;
 /* Create an id whose root listens in this process now (shoal_get_unique_id). */
 shoal_status_t shoal_bootstrap_id_create(shoal_unique_id_t *id_p);
 
-/* Build an id for a known root address and secret (launcher init). Rank 0
- * will bind that address itself. */
+/* Build an id for a known root address and secret (launcher init, shrink).
+ * Rank 0 will bind that address itself, unless a listener was offered for
+ * the id (shoal_bootstrap_listener_offer). */
 shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
                                        const uint8_t secret[SHOAL_SECRET_BYTES],
                                        shoal_unique_id_t *id_p);
+
+/* A rendezvous listener for an id made with shoal_bootstrap_id_make: a
+ * duplicate of the listening socket listen_fd is kept in this process's
+ * table under id, and the next shoal_bootstrap_init of rank 0 with id in
+ * this process accepts on it (and closes it) instead of binding the id's
+ * address. The caller keeps listen_fd. Withdraw closes an offer that no
+ * init took (nothing happens if one did). */
+shoal_status_t shoal_bootstrap_listener_offer(const shoal_unique_id_t *id, int listen_fd);
+void shoal_bootstrap_listener_withdraw(const shoal_unique_id_t *id);
+
+/* An address in a fixed-size, byte-order-independent form, to carry in
+ * control messages (the unique id holds one). Unpack fails with
+ * SHOAL_ERR_INVALID_ARG (logged) on an unknown address family. */
+#define SHOAL_BOOT_ADDR_BYTES 24
+void shoal_bootstrap_addr_pack(const shoal_sockaddr_t *addr, uint8_t out[SHOAL_BOOT_ADDR_BYTES]);
+shoal_status_t shoal_bootstrap_addr_unpack(const uint8_t in[SHOAL_BOOT_ADDR_BYTES],
+                                           shoal_sockaddr_t *addr_p);
 
 /* Join: all nranks ranks call this with the same id. Fails with
  * SHOAL_ERR_TIMEOUT if not all arrive within timeout_ns; every later call on

@@ -1,9 +1,11 @@
 /* Communicator lifecycle: init from an id, split, destroy, abort, queries,
- * and the per-communicator error record. */
+ * and the per-communicator error record. Shrink is in shrink.c, memory
+ * registration in reg.c. */
 #include "comm.h"
 
 #include "algos/algo.h"
 #include "exec.h"
+#include "reg.h"
 
 #include "bootstrap.h"
 #include "clock.h"
@@ -15,12 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Live communicators of this process: API calls check membership before
  * touching a handle, so a destroyed one is refused instead of used. */
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct shoal_comm **registry;
 static size_t registry_len, registry_cap;
+static uint64_t registry_serial;
 
 static _Thread_local char thread_error[SHOAL_ERROR_MAX];
 
@@ -39,6 +43,7 @@ static shoal_status_t registry_add(struct shoal_comm *comm)
         registry_cap = cap;
     }
     registry[registry_len++] = comm;
+    comm->serial = ++registry_serial;
 out_unlock:
     pthread_mutex_unlock(&registry_lock);
     return status;
@@ -162,6 +167,31 @@ shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
     return s;
 }
 
+shoal_status_t shoal_comm_enter_any(struct shoal_comm *comm, const char *caller)
+{
+    if (!comm)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: communicator is NULL", caller);
+    if (!comm_try_enter(comm))
+        return thread_fail(SHOAL_ERR_INVALID_ARG,
+                           "%s: communicator %p is not valid (destroyed or never created)",
+                           caller, (void *)comm);
+    return SHOAL_OK;
+}
+
+int shoal_comm_reenter(struct shoal_comm *comm, uint64_t serial)
+{
+    int found = 0;
+    pthread_mutex_lock(&registry_lock);
+    /* Only a registered comm is dereferenced: a freed one is not in the
+     * table, and one made since at the same address has another serial. */
+    for (size_t i = 0; i < registry_len && !found; i++)
+        found = registry[i] == comm && comm->serial == serial;
+    if (found)
+        atomic_fetch_add_explicit(&comm->active, 1, memory_order_acq_rel);
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
 const char *shoal_comm_last_error(shoal_comm_t comm)
 {
     return shoal_comm_valid(comm) ? comm->last_error : thread_error;
@@ -175,19 +205,42 @@ shoal_status_t shoal_get_unique_id(shoal_unique_id_t *id_p)
     return shoal_bootstrap_id_create(id_p);
 }
 
-/* Exchange host identities and number the distinct hosts in rank order. */
-static shoal_status_t comm_map_hosts(struct shoal_comm *comm)
+/* What every rank tells the others at init: its host identity and the
+ * address of its rendezvous listener (shrink). */
+typedef struct {
+    char host_id[SHOAL_HOST_ID_MAX];
+    uint8_t rdv_addr[SHOAL_BOOT_ADDR_BYTES];
+} comm_card_t;
+
+/* Exchange host identities and rendezvous addresses in one all-gather, and
+ * number the distinct hosts in rank order. */
+static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
 {
     int n = comm->nranks;
     comm->host_ids = calloc((size_t)n, sizeof(*comm->host_ids));
     comm->host_of = calloc((size_t)n, sizeof(*comm->host_of));
-    if (!comm->host_ids || !comm->host_of)
-        return SHOAL_ERR_NO_MEMORY;
-    shoal_host_id(comm->host_ids[comm->rank]);
-    shoal_status_t s = shoal_bootstrap_allgather(comm->bootstrap, comm->host_ids,
-                                                 SHOAL_HOST_ID_MAX);
+    comm->rdv_addrs = calloc((size_t)n, sizeof(*comm->rdv_addrs));
+    comm_card_t *cards = calloc((size_t)n, sizeof(*cards));
+    shoal_status_t s = SHOAL_ERR_NO_MEMORY;
+    if (!comm->host_ids || !comm->host_of || !comm->rdv_addrs || !cards)
+        goto out_free_cards;
+    shoal_host_id(cards[comm->rank].host_id);
+    s = shoal_shrink_listen(comm, cards[comm->rank].rdv_addr);
     if (s != SHOAL_OK)
-        return s;
+        goto out_free_cards;
+    s = shoal_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+    if (s != SHOAL_OK)
+        goto out_free_cards;
+    for (int r = 0; r < n && s == SHOAL_OK; r++) {
+        memcpy(comm->host_ids[r], cards[r].host_id, SHOAL_HOST_ID_MAX);
+        s = shoal_bootstrap_addr_unpack(cards[r].rdv_addr, &comm->rdv_addrs[r]);
+    }
+    if (s != SHOAL_OK) {
+        shoal_error(INIT, "rank %d: malformed rendezvous address in the init exchange",
+                    comm->rank);
+        s = SHOAL_ERR_INTERNAL;
+        goto out_free_cards;
+    }
     comm->nhosts = 0;
     for (int r = 0; r < n; r++) {
         comm->host_ids[r][SHOAL_HOST_ID_MAX - 1] = '\0';
@@ -196,7 +249,9 @@ static shoal_status_t comm_map_hosts(struct shoal_comm *comm)
             h++;
         comm->host_of[r] = h < r ? comm->host_of[h] : comm->nhosts++;
     }
-    return SHOAL_OK;
+out_free_cards:
+    free(cards);
+    return s;
 }
 
 /* Grow *buf to at least bytes (contents not kept). */
@@ -234,6 +289,10 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->scratch);
     free(comm->stage);
     free(comm->premul);
+    shoal_reg_release_all(comm);
+    if (comm->rdv_fd >= 0)
+        close(comm->rdv_fd);
+    free(comm->rdv_addrs);
     if (comm->bootstrap)
         shoal_bootstrap_destroy(comm->bootstrap);
     free(comm->eps);
@@ -263,6 +322,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         return thread_fail(SHOAL_ERR_NO_MEMORY, "shoal_comm_init: out of memory");
     comm->rank = rank;
     comm->nranks = nranks;
+    comm->rdv_fd = -1;
     comm->timeout_ns = cfg->core.timeout_ns;
     comm->chunk_size = cfg->algo.chunk_size;
     comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
@@ -273,7 +333,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     s = shoal_bootstrap_init(id, rank, nranks, comm->timeout_ns, &comm->bootstrap);
     if (s != SHOAL_OK)
         goto err_free;
-    s = comm_map_hosts(comm);
+    s = comm_exchange_cards(comm);
     if (s != SHOAL_OK)
         goto err_free;
     s = shoal_transport_wireup(comm);
@@ -390,16 +450,21 @@ out_free:
     return s;
 }
 
-shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
+/* wait_peers: a barrier after the queue drained, so that every rank has
+ * finished reading what this rank sent before its sockets close. The
+ * operations flush their sends before they complete, so the barrier is a
+ * margin rather than a need, and the NCCL door goes without it: there one
+ * thread may destroy several ranks of one communicator in turn. */
+static shoal_status_t comm_destroy(shoal_comm_t comm, int wait_peers)
 {
     if (!comm || !shoal_comm_valid(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_destroy: communicator %p is not valid", (void *)comm);
-    /* Operations still queued run first; then a barrier lets every rank
-     * finish reading what this rank sent before its sockets close. A broken
-     * communicator skips it (use abort then). */
+    /* Operations still queued run first. A broken communicator skips the
+     * barrier (use abort then). */
     shoal_status_t s = shoal_exec_destroy(comm, 1);
-    if (s == SHOAL_OK && !atomic_load(&comm->aborted) && atomic_load(&comm->error) == SHOAL_OK)
+    if (wait_peers && s == SHOAL_OK && !atomic_load(&comm->aborted) &&
+        atomic_load(&comm->error) == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
     if (!registry_remove(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
@@ -409,6 +474,16 @@ shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
         thread_fail(s, "shoal_comm_destroy: %s",
                     shoal_status_string(s));
     return s;
+}
+
+shoal_status_t shoal_comm_destroy(shoal_comm_t comm)
+{
+    return comm_destroy(comm, 1);
+}
+
+shoal_status_t shoal_comm_release(shoal_comm_t comm)
+{
+    return comm_destroy(comm, 0);
 }
 
 shoal_status_t shoal_comm_abort(shoal_comm_t comm)

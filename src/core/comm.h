@@ -14,6 +14,8 @@
 #define SHOAL_HOST_ID_MAX SHOAL_CONFIG_STR_MAX
 #define SHOAL_ERROR_MAX 512
 
+struct shoal_reg;
+
 struct shoal_comm {
     int rank;
     int nranks;
@@ -49,6 +51,20 @@ struct shoal_comm {
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
+    /* Shrink (shrink.c): this rank's rendezvous listener, open for the
+     * communicator's life, and every rank's address of it, from the init
+     * exchange. A shrink's lowest surviving rank accepts the others on its
+     * listener, so the new communicator forms without the parent's
+     * bootstrap star or data transports. nshrinks numbers the shrinks of
+     * comm, the same on every rank that took part in all of them. */
+    int rdv_fd;
+    shoal_sockaddr_t *rdv_addrs;
+    uint32_t nshrinks;
+
+    /* Memory registrations (reg.h), newest first. */
+    struct shoal_reg *regs;
+
+    uint64_t serial;          /* distinct for every communicator this process made */
     atomic_int aborted;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     atomic_int active;        /* API calls in flight; abort waits for them */
@@ -71,6 +87,33 @@ int shoal_comm_valid(const struct shoal_comm *comm);
 shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller);
 void shoal_comm_leave(struct shoal_comm *comm);
 
+/* The same for calls that work on a broken or aborted communicator (local
+ * calls, shrink): only checks that comm is live. */
+shoal_status_t shoal_comm_enter_any(struct shoal_comm *comm, const char *caller);
+
+/* Enter comm again after leaving it, if it is still the live communicator
+ * of that serial (not freed meanwhile, its address not reused); 1 if so,
+ * and the caller then leaves it with shoal_comm_leave. Records nothing. */
+int shoal_comm_reenter(struct shoal_comm *comm, uint64_t serial);
+
+/* shoal_comm_destroy without its closing barrier: the queue drains and
+ * everything is freed without waiting for any peer (the NCCL door's
+ * destroy, where one thread may hold several ranks of a communicator). */
+shoal_status_t shoal_comm_release(shoal_comm_t comm);
+
+/* Stop comm's operations as shoal_comm_abort does, without freeing comm
+ * (what shoal_comm_shrink with SHOAL_SHRINK_ABORT does first; the NCCL
+ * door's revoke): calls in flight on other threads and queued operations
+ * complete with SHOAL_ERR_ABORTED, later operations are refused with it,
+ * and shrink, the registration calls and the queries still work; destroy
+ * and abort then free comm at once. Enters comm itself, so the caller must
+ * not hold it entered (it would wait for itself); SHOAL_ERR_INVALID_ARG
+ * (recorded thread-locally) if comm is not live. Idempotent. Like
+ * shoal_comm_abort it may run while other threads' operations are in
+ * flight, but not concurrently with split, shrink, destroy or another
+ * stop of comm. */
+shoal_status_t shoal_comm_stop(struct shoal_comm *comm);
+
 /* Make status sticky on comm when it means the communicator is broken
  * (SHOAL_ERR_PEER, SHOAL_ERR_TIMEOUT, SHOAL_ERR_ABORTED); returns status. */
 shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t status);
@@ -80,6 +123,7 @@ typedef struct shoal_premul {
     int used;
     shoal_dtype_t dtype;
     unsigned char scalar[8];
+    const void *ref;   /* non-NULL: the scalar is read here when a call runs */
 } shoal_premul_t;
 
 /* At least bytes of working memory for the operation running on comm,
@@ -94,6 +138,12 @@ static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)
 {
     return comm->eps[peer];
 }
+
+/* Shrink (shrink.c): open this rank's rendezvous listener on the
+ * bootstrap's local address (comm->rdv_fd) and pack its address for the
+ * init exchange. Called once by shoal_comm_init. */
+shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
+                                   uint8_t packed[SHOAL_BOOT_ADDR_BYTES]);
 
 /* This process's host identity (SHOAL_HOST_ID, else hostname + boot id). */
 void shoal_host_id(char out[SHOAL_HOST_ID_MAX]);
