@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     char socket_ifname[SHOAL_CONFIG_STR_MAX]; /* SHOAL_SOCKET_IFNAME, "" = auto */
     char addr[SHOAL_CONFIG_STR_MAX];          /* SHOAL_ADDR: rendezvous host[:port] */
+    char comm_id[SHOAL_CONFIG_STR_MAX];       /* SHOAL_COMM_ID: host:port a unique id names, "" = unset */
     int port;                                 /* SHOAL_PORT, 0 = MASTER_PORT+1 or 29501 */
     char secret[SHOAL_CONFIG_STR_MAX];        /* SHOAL_SECRET for env init */
     int rank;                                 /* SHOAL_RANK, -1 = unset */
@@ -61,6 +62,14 @@ const shoal_config_t *shoal_config_get(void);
 /* Parse the environment again (tests change settings between cases).
  * Not thread-safe: no other shoal call may run concurrently. */
 void shoal_config_reload(void);
+
+/* Honour the NCCL_* aliases of the settings from now on (NCCL_DEBUG for
+ * SHOAL_DEBUG, NCCL_SOCKET_IFNAME for SHOAL_SOCKET_IFNAME...), then parse the
+ * environment again. A SHOAL_* variable that is set still wins over its
+ * alias. Called by the NCCL door once, before it creates any communicator;
+ * it must not run concurrently with other shoal calls, as for
+ * shoal_config_reload. */
+void shoal_config_use_nccl_env(void);
 
 /* A launcher variable that is not a shoal setting (RANK, OMPI_COMM_WORLD_RANK,
  * PMIX_NAMESPACE...): its value or NULL. */

@@ -63,44 +63,50 @@ const char *shoal_sock_str(const shoal_sockaddr_t *addr, char *buf)
 
 /* ---- choosing an interface ---------------------------------------------- */
 
-/* Whether name matches one token of a SHOAL_SOCKET_IFNAME list: "=name" is an
- * exact match, anything else a prefix. */
-static int shoal_sock_ifname_match(const char *list, const char *name)
+/* NCCL's syntax, which SHOAL_SOCKET_IFNAME shares so that NCCL_SOCKET_IFNAME
+ * can stand for it: a comma list of name prefixes; a leading "=" makes every
+ * name exact, "^" before it turns the list into names to avoid ("=eth0",
+ * "^docker,lo", "^=eth1", "eth,ib"). A "=" before a later name makes that
+ * one exact too, so "eth,=ib0" mixes both. */
+int shoal_sock_ifname_selects(const char *spec, const char *name)
 {
+    if (!spec[0])
+        return 1;
+    int exclude = spec[0] == '^';
+    spec += exclude;
+    int all_exact = spec[0] == '=';
+    spec += all_exact;
     char buf[SHOAL_CONFIG_STR_MAX];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok;
+    snprintf(buf, sizeof(buf), "%s", spec);
+    int listed = 0;
+    for (char *save, *tok = strtok_r(buf, ",", &save); tok && !listed;
          tok = strtok_r(NULL, ",", &save)) {
-        if (tok[0] == '=') {
-            if (!strcmp(tok + 1, name))
-                return 1;
-        } else if (tok[0] && !strncmp(tok, name, strlen(tok))) {
-            return 1;
-        }
+        int exact = all_exact || tok[0] == '=';
+        if (tok[0] == '=')
+            tok++;
+        if (exact)
+            listed = !strcmp(tok, name);
+        else
+            listed = tok[0] && !strncmp(tok, name, strlen(tok));
     }
-    return 0;
+    return exclude ? !listed : listed;
 }
 
-typedef enum {
-    SHOAL_SOCK_PICK_DEFAULT, /* no setting: first usable non-loopback */
-    SHOAL_SOCK_PICK_INCLUDE, /* only the listed names, loopback allowed */
-    SHOAL_SOCK_PICK_EXCLUDE, /* the default choice minus the listed names */
-} shoal_sock_pick_mode_t;
-
-static int shoal_sock_if_eligible(const struct ifaddrs *ifa, shoal_sock_pick_mode_t mode,
-                                  const char *list)
+/* Whether an interface may carry shoal's sockets. Without a setting or with
+ * a "^" list, loopback and the bridges of local containers and virtual
+ * machines are passed over, since they do not lead to other hosts; a list
+ * of names to use may name any interface. */
+static int shoal_sock_if_eligible(const struct ifaddrs *ifa, const char *spec)
 {
     if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP))
         return 0;
-    if (mode == SHOAL_SOCK_PICK_INCLUDE)
-        return shoal_sock_ifname_match(list, ifa->ifa_name);
+    if (spec[0] && spec[0] != '^')
+        return shoal_sock_ifname_selects(spec, ifa->ifa_name);
     if (ifa->ifa_flags & IFF_LOOPBACK)
         return 0;
-    /* Bridges for local containers and virtual machines do not lead to
-     * other hosts, so the automatic choice passes over them. */
     if (!strncmp(ifa->ifa_name, "docker", 6) || !strncmp(ifa->ifa_name, "virbr", 5))
         return 0;
-    return mode == SHOAL_SOCK_PICK_DEFAULT || !shoal_sock_ifname_match(list, ifa->ifa_name);
+    return shoal_sock_ifname_selects(spec, ifa->ifa_name);
 }
 
 /* Preference of an address: IPv4 first, then routable IPv6, then link-local
@@ -119,14 +125,6 @@ static int shoal_sock_addr_rank(const struct sockaddr *sa)
 shoal_status_t shoal_sock_pick_addr(shoal_sockaddr_t *addr_p)
 {
     const char *spec = shoal_config_get()->boot.socket_ifname;
-    shoal_sock_pick_mode_t mode = SHOAL_SOCK_PICK_DEFAULT;
-    const char *list = spec;
-    if (spec[0] == '^') {
-        mode = SHOAL_SOCK_PICK_EXCLUDE;
-        list = spec + 1;
-    } else if (spec[0]) {
-        mode = SHOAL_SOCK_PICK_INCLUDE;
-    }
 
     struct ifaddrs *ifs;
     if (getifaddrs(&ifs) != 0) {
@@ -136,7 +134,7 @@ shoal_status_t shoal_sock_pick_addr(shoal_sockaddr_t *addr_p)
     const struct ifaddrs *best = NULL;
     int best_rank = 0;
     for (const struct ifaddrs *ifa = ifs; ifa; ifa = ifa->ifa_next) {
-        if (!shoal_sock_if_eligible(ifa, mode, list))
+        if (!shoal_sock_if_eligible(ifa, spec))
             continue;
         int r = shoal_sock_addr_rank(ifa->ifa_addr);
         if (r > best_rank) {
@@ -152,7 +150,7 @@ shoal_status_t shoal_sock_pick_addr(shoal_sockaddr_t *addr_p)
                                           ? sizeof(struct sockaddr_in6)
                                           : sizeof(struct sockaddr_in));
         shoal_sock_set_port(&addr, 0);
-    } else if (mode == SHOAL_SOCK_PICK_INCLUDE) {
+    } else if (spec[0] && spec[0] != '^') {
         shoal_error(BOOT, "SHOAL_SOCKET_IFNAME=%s matches no interface that is up and "
                     "has an address", spec);
         freeifaddrs(ifs);

@@ -24,6 +24,12 @@ typedef struct {
  * the first up non-loopback interface with an address, else loopback. Port 0. */
 shoal_status_t shoal_sock_pick_addr(shoal_sockaddr_t *addr_p);
 
+/* Whether the SHOAL_SOCKET_IFNAME spec lets interface name carry sockets,
+ * by name alone: "" selects every name; "eth,ib" names starting so; "=eth0"
+ * exact names (a leading "=" covers the whole list, "=" before a later
+ * name just that name); "^" first selects every name but those listed. */
+int shoal_sock_ifname_selects(const char *spec, const char *name);
+
 /* "host", "host:port" or "[v6]:port" (numeric or resolvable name); the port
  * defaults to default_port. */
 shoal_status_t shoal_sock_resolve(const char *hostport, int default_port,
