@@ -3,6 +3,9 @@ CC       ?= cc
 PREFIX   ?= /usr/local
 BUILD    ?= build
 SANITIZE ?=
+# NVIDIA's CUDA toolkit, whose nccl.h and libnccl.so.2 the NCCL door's tests
+# are built against (never linked into shoal).
+CUDA_HOME ?= /usr/local/cuda
 
 PKGS     := libcrypto pmix
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
@@ -26,8 +29,12 @@ NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
-LIB_SRC  := $(sort $(wildcard src/*/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.
+NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
+NCCL_OBJ := $(NCCL_SRC:%.c=$(BUILD)/%.o)
+NCCL_LIB := $(BUILD)/libnccl.so.2
 # The default build puts the tools where the README runs them; another
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
@@ -35,10 +42,10 @@ TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o
-TEST_SCRIPTS := $(sort $(wildcard tests/*.sh))
+TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 
 .PHONY: all test install clean
-all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(TOOLS) $(TESTS)
+all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(NCCL_LIB) $(TOOLS) $(TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -55,6 +62,11 @@ $(BUILD)/libshoal.so: $(BUILD)/libshoal.so.$(VERSION)
 	ln -sf libshoal.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libshoal.so.$(VERSION) $@
 
+$(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
+	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=src/nccl/nccl.map \
+	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(LIB_OBJ) $(LIBS)
+	ln -sf libnccl.so.2 $(BUILD)/libnccl.so
+
 $(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libshoal.a $(LIBS)
@@ -62,11 +74,36 @@ $(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
 
+# test_nccl_abi checks include/nccl.h against a header generated from the
+# vendor's; where there is no vendor nccl.h it skips itself.
+NCCL_VENDOR_H := $(wildcard $(CUDA_HOME)/include/nccl.h)
+$(BUILD)/tests/test_nccl_abi.o: ALL_CFLAGS += -I$(BUILD)/tests
+ifneq ($(NCCL_VENDOR_H),)
+$(BUILD)/tests/test_nccl_abi.o: $(BUILD)/tests/nccl_abi_gen.h
+$(BUILD)/tests/nccl_abi_gen.h: tests/nccl_abi_gen.sh $(NCCL_VENDOR_H)
+	@mkdir -p $(dir $@)
+	CC="$(CC)" bash tests/nccl_abi_gen.sh $(NCCL_VENDOR_H) $@
+endif
+
+# The NCCL door's conformance program: built against the vendor's nccl.h and
+# libnccl.so.2 (never shoal's include/), run by tests/test_nccl_vendor.sh with
+# shoal's libnccl.so.2 preloaded; built only where the vendor's NCCL is. PIE,
+# since it checks the addresses that the dynamic linker bound.
+VENDOR_SRC  := $(sort $(wildcard tests/nccl/*.c))
+VENDOR_TEST := $(if $(wildcard $(CUDA_HOME)/include/nccl.h),$(BUILD)/tests/nccl_vendor_test)
+all: $(VENDOR_TEST)
+$(BUILD)/tests/nccl_vendor_test: $(VENDOR_SRC) tests/nccl/vendor.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE -fPIE $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include \
+	    -DVENDOR_LIB='"$(CUDA_HOME)/lib64/libnccl.so.2"' $(VENDOR_SRC) -pie $(LDFLAGS) \
+	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcmocka -ldl -lm -lpthread -o $@
+
 # Every test binary prints TAP; prove runs them and prints the summary.
 test: all
 	CMOCKA_MESSAGE_OUTPUT=TAP LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	BENCH=$(TOOLS_DIR)/allreduce_bench INFO=$(TOOLS_DIR)/shoal_info \
+	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) \
 	prove -f $(TESTS) $(TEST_SCRIPTS)
 
 install: all
@@ -77,6 +114,10 @@ install: all
 	ln -sf libshoal.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf libshoal.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libshoal.so
 	install -m 755 $(TOOLS) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PREFIX)/include/shoal $(DESTDIR)$(PREFIX)/lib/shoal
+	install -m 644 include/nccl.h $(DESTDIR)$(PREFIX)/include/shoal/
+	install -m 755 $(NCCL_LIB) $(DESTDIR)$(PREFIX)/lib/shoal/
+	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/shoal/libnccl.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@PKGS@|$(PKGS)|' shoal.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shoal.pc
 

@@ -18,7 +18,7 @@ check() {
         sed 's/^/# /' "$TMP/check.out"
     fi
 }
-echo "1..5"
+echo "1..7"
 check "make install PREFIX=tmp" make -s install PREFIX="$TMP/prefix"
 cat >"$TMP/prog.c" <<'PROG'
 #include <shoal.h>
@@ -62,3 +62,22 @@ check "it links the shared library, not the archive" \
     sh -c "LD_LIBRARY_PATH=\"$TMP/prefix/lib\" ldd \"$TMP/prog\" | grep -q libshoal.so.0"
 check "libshoal.so exports only shoal_* calls" \
     sh -c "nm -D --defined-only \"$TMP/prefix/lib/libshoal.so\" | awk '\$2 == \"T\" && \$3 !~ /^shoal_/' | grep -q . && exit 1 || exit 0"
+cat >"$TMP/nccl_prog.c" <<'PROG'
+#include <nccl.h>
+int main(void)
+{
+    int v = 0;
+    ncclComm_t comm;
+    int x[2] = {1, 2};
+    if (ncclGetVersion(&v) != ncclSuccess || v != NCCL_VERSION_CODE ||
+        ncclCommInitAll(&comm, 1, NULL) != ncclSuccess ||
+        ncclAllReduce(x, x, 2, ncclInt32, ncclSum, comm, NULL) != ncclSuccess)
+        return 1;
+    return ncclCommDestroy(comm) != ncclSuccess || x[0] != 1 || x[1] != 2;
+}
+PROG
+check "an NCCL program builds against the installed shoal/nccl.h without CUDA" \
+    cc -Wall -Werror $SAN -I"$TMP/prefix/include/shoal" "$TMP/nccl_prog.c" \
+    -L"$TMP/prefix/lib/shoal" -lnccl -o "$TMP/nccl_prog"
+check "it runs on the installed shoal/libnccl.so.2" \
+    env LD_LIBRARY_PATH="$TMP/prefix/lib/shoal" "$TMP/nccl_prog"

@@ -48,6 +48,7 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
     call->premul = 1;
     call->premul_dtype = a->dtype;
     memcpy(call->scalar, comm->premul[i].scalar, sizeof(call->scalar));
+    call->scalar_ref = comm->premul[i].ref;
     a->op = SHOAL_SUM;
     return SHOAL_OK;
 }

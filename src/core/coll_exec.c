@@ -75,6 +75,24 @@ static size_t alltoall_extent(const struct shoal_comm *comm, const shoal_coll_ar
     return ext;
 }
 
+double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *call)
+{
+    if (shoal_call_is_empty(comm, call))
+        return 0;
+    uint8_t byte = 0;
+    shoal_coll_args_t barrier = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &byte,
+                                 .recvbuf = &byte, .count = 1, .dtype = SHOAL_UINT8,
+                                 .op = SHOAL_MAX};
+    const shoal_coll_args_t *args = call->barrier ? &barrier : &call->args;
+    const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
+    double t = algo ? algo->cost(comm, args) : 0;
+    if (t <= 0 && !call->barrier) {
+        /* A single rank only copies: its input at the local bandwidth. */
+        t = shoal_algo_bytes(args, args->count) / comm->link_bw_Bps;
+    }
+    return t > 0 ? t : 0;
+}
+
 shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (shoal_call_is_empty(comm, call))
@@ -95,7 +113,7 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
         size_t n = input_elems(comm, &args);
         if (shoal_comm_stage(comm, n * es, &staged) != SHOAL_OK)
             goto err_nomem;
-        shoal_premul_scale(staged, args.sendbuf, n, args.dtype, call->scalar);
+        shoal_premul_scale(staged, args.sendbuf, n, args.dtype, shoal_call_scalar(call));
     } else if ((args.kind == SHOAL_COLL_ALLTOALL || args.kind == SHOAL_COLL_ALLTOALLV) &&
                args.sendbuf == args.recvbuf) {
         /* In place: every rank's block is read after others may have
@@ -120,7 +138,8 @@ static int fusable(const shoal_call_t *a, const shoal_call_t *b)
 {
     return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE &&
            b->args.dtype == a->args.dtype && b->args.op == a->args.op &&
-           b->premul == a->premul && !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
+           b->premul == a->premul && b->scalar_ref == a->scalar_ref &&
+           !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
 }
 
 /* Whether calls[i] belongs to a run of fused all-reduces (sends and
@@ -157,7 +176,8 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
         if (!in_run(comm, &calls[i]))
             continue;
         if (calls[i].premul)
-            shoal_premul_scale(buf + off * es, a->sendbuf, a->count, a->dtype, calls[i].scalar);
+            shoal_premul_scale(buf + off * es, a->sendbuf, a->count, a->dtype,
+                               shoal_call_scalar(&calls[i]));
         else
             memcpy(buf + off * es, a->sendbuf, a->count * es);
         off += a->count;

@@ -19,8 +19,15 @@ typedef struct {
     int barrier;               /* a barrier: args carry no buffers */
     int premul;                /* args.op was a pre-multiplied sum of... */
     shoal_dtype_t premul_dtype;
-    unsigned char scalar[8];   /* ...this scalar (args.op is then SHOAL_SUM) */
+    unsigned char scalar[8];   /* ...this scalar (args.op is then SHOAL_SUM), */
+    const void *scalar_ref;    /* or the one read here when the call runs */
 } shoal_call_t;
+
+/* The scalar of a pre-multiplied call, as of now. */
+static inline const void *shoal_call_scalar(const shoal_call_t *call)
+{
+    return call->scalar_ref ? call->scalar_ref : call->scalar;
+}
 
 typedef struct shoal_task shoal_task_t;
 
@@ -55,6 +62,9 @@ void shoal_request_complete(shoal_request_t req, shoal_status_t status);
  * error on failure. */
 shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call);
 
+/* The cost model's estimate, in seconds, of running call on comm. */
+double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *call);
+
 /* Run a task's calls: fused all-reduces and collectives in order, then every
  * send and receive together. */
 shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *calls,
@@ -81,8 +91,18 @@ static inline int shoal_call_is_p2p(const shoal_call_t *call)
  * recording a checked call into it (with a request to complete at the
  * group's end when req_p is not NULL). */
 int shoal_group_active(void);
+int shoal_group_depth(void);
+/* End the group like shoal_group_end, but run nothing: *seconds_p gets the
+ * cost model's estimate of the group (the slowest communicator's sum; 0 for
+ * an inner end). Requests recorded in it complete with SHOAL_OK. */
+shoal_status_t shoal_group_simulate_end(double *seconds_p);
 shoal_status_t shoal_group_record(struct shoal_comm *comm, const shoal_call_t *call,
                                   shoal_request_t *req_p);
+
+/* A pre-multiplied sum whose scalar stays at *scalar and is read each time
+ * a call with the op runs (scalar must outlive the op). */
+shoal_status_t shoal_op_create_premul_sum_ref(shoal_comm_t comm, const void *scalar,
+                                              shoal_dtype_t dtype, shoal_op_t *op_p);
 
 /* Pre-multiplied sums (premul.c): dst = scalar * src, elementwise, with the
  * PROD kernel's rounding. */

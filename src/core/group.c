@@ -50,6 +50,11 @@ int shoal_group_active(void)
     return group_depth > 0;
 }
 
+int shoal_group_depth(void)
+{
+    return group_depth;
+}
+
 shoal_status_t shoal_group_start(void)
 {
     group_depth++;
@@ -146,4 +151,30 @@ shoal_status_t shoal_group_end(void)
     free(tasks);
     group_ncomms = 0;
     return first;
+}
+
+shoal_status_t shoal_group_simulate_end(double *seconds_p)
+{
+    if (group_depth == 0) {
+        shoal_error(ALGO, "group simulation without a group start");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    double worst = 0;
+    if (--group_depth == 0) {
+        for (size_t i = 0; i < group_ncomms; i++) {
+            group_comm_t *g = &group_comms[i];
+            double t = 0;
+            if (shoal_comm_enter(g->comm, "group simulation") == SHOAL_OK) {
+                for (size_t k = 0; k < g->ncalls; k++)
+                    t += shoal_call_estimate(g->comm, &g->calls[k]);
+                shoal_comm_leave(g->comm);
+            }
+            for (size_t k = 0; k < g->nreqs; k++)
+                shoal_request_complete(g->reqs[k], SHOAL_OK);
+            worst = t > worst ? t : worst;
+        }
+        group_ncomms = 0;
+    }
+    *seconds_p = worst;
+    return SHOAL_OK;
 }

@@ -22,4 +22,10 @@ int shoal_launch_pmix_present(void);
  */
 shoal_status_t shoal_launch_pmix_init(shoal_comm_t *comm_p);
 
+/* An id for a rendezvous address that every rank knows ("host:port", e.g.
+ * from NCCL_COMM_ID): rank 0 binds that address itself; the secret is
+ * SHOAL_SECRET's hash, else derived from the job's identity and the address
+ * (weaker; logged). Every rank computes the same id. */
+shoal_status_t shoal_launch_id_for(const char *hostport, shoal_unique_id_t *id_p);
+
 #endif

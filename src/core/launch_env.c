@@ -203,6 +203,7 @@ static shoal_status_t shoal_launch_sha256(const void *data, size_t len,
 static shoal_status_t shoal_launch_secret(const shoal_launch_t *l, const shoal_sockaddr_t *root,
                                           uint8_t secret[SHOAL_SECRET_BYTES])
 {
+    /* A size of -1 leaves it out (an id made before the size is known). */
     const char *text = shoal_config_get()->boot.secret;
     if (text[0])
         return shoal_launch_sha256(text, strlen(text), secret);
@@ -223,8 +224,9 @@ static shoal_status_t shoal_launch_secret(const shoal_launch_t *l, const shoal_s
         snprintf(used + ulen, sizeof(used) - ulen, "%s%s", ulen ? ", " : "", var);
     }
     char addr[SHOAL_SOCKADDR_STRLEN];
-    len += (size_t)snprintf(buf + len, sizeof(buf) - len, "addr=%s\nsize=%d\n",
-                            shoal_sock_str(root, addr), l->size);
+    len += (size_t)snprintf(buf + len, sizeof(buf) - len, "addr=%s\n", shoal_sock_str(root, addr));
+    if (l->size >= 0)
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "size=%d\n", l->size);
     shoal_info(INIT,
                "env init: no SHOAL_SECRET; the connection secret is derived from the job "
                "identity (%s), the rendezvous address and the size, which others may guess: "
@@ -259,6 +261,25 @@ static shoal_status_t shoal_launch_join(const shoal_launch_t *l, shoal_comm_t *c
 out_wipe:
     OPENSSL_cleanse(secret, sizeof(secret));
     OPENSSL_cleanse(&id, sizeof(id));
+    return status;
+}
+
+shoal_status_t shoal_launch_id_for(const char *hostport, shoal_unique_id_t *id_p)
+{
+    shoal_sockaddr_t root;
+    shoal_status_t status = shoal_sock_resolve(hostport, 0, &root);
+    if (status != SHOAL_OK)
+        return shoal_comm_fail(NULL, status, "cannot resolve rendezvous address \"%s\"",
+                               hostport);
+    if (shoal_sock_port(&root) == 0)
+        return shoal_comm_fail(NULL, SHOAL_ERR_INVALID_ARG,
+                               "rendezvous address \"%s\" names no port", hostport);
+    const shoal_launch_t anon = {.name = "address", .rank = -1, .size = -1, .local_rank = -1};
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    status = shoal_launch_secret(&anon, &root, secret);
+    if (status == SHOAL_OK)
+        status = shoal_bootstrap_id_make(&root, secret, id_p);
+    OPENSSL_cleanse(secret, sizeof(secret));
     return status;
 }
 

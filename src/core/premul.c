@@ -27,8 +27,10 @@ void shoal_premul_scale(void *dst, const void *src, size_t count, shoal_dtype_t 
     }
 }
 
-shoal_status_t shoal_op_create_premul_sum(shoal_comm_t comm, const void *scalar,
-                                          shoal_dtype_t dtype, shoal_op_t *op_p)
+/* by_ref: keep the pointer and read the scalar whenever a call runs (the
+ * NCCL door's ncclScalarDevice), instead of copying it now. */
+static shoal_status_t premul_create(shoal_comm_t comm, const void *scalar, shoal_dtype_t dtype,
+                                    int by_ref, shoal_op_t *op_p)
 {
     static const char what[] = "shoal_op_create_premul_sum";
     shoal_status_t s = shoal_comm_enter(comm, what);
@@ -61,10 +63,23 @@ shoal_status_t shoal_op_create_premul_sum(shoal_comm_t comm, const void *scalar,
         p->dtype = dtype;
         memset(p->scalar, 0, sizeof(p->scalar));
         memcpy(p->scalar, scalar, es);
+        p->ref = by_ref ? scalar : NULL;
         *op_p = (shoal_op_t)(SHOAL_OP_COUNT + i);
     }
     shoal_comm_leave(comm);
     return s;
+}
+
+shoal_status_t shoal_op_create_premul_sum(shoal_comm_t comm, const void *scalar,
+                                          shoal_dtype_t dtype, shoal_op_t *op_p)
+{
+    return premul_create(comm, scalar, dtype, 0, op_p);
+}
+
+shoal_status_t shoal_op_create_premul_sum_ref(shoal_comm_t comm, const void *scalar,
+                                              shoal_dtype_t dtype, shoal_op_t *op_p)
+{
+    return premul_create(comm, scalar, dtype, 1, op_p);
 }
 
 shoal_status_t shoal_op_destroy(shoal_op_t op, shoal_comm_t comm)

@@ -1,0 +1,317 @@
+/* Collectives, send/receive, pre-multiplied sums and groups through the
+ * door. Each call checks that its buffers are host memory (there is no CUDA
+ * here to take device pointers), then runs shoal's call: blocking for a
+ * blocking communicator (inside a group: recorded for ncclGroupEnd), or
+ * non-blocking with its request kept for ncclCommGetAsyncError. The stream
+ * is not used: with host memory the call is complete when it returns, which
+ * is what a stream-ordered program needs. */
+#include "door.h"
+
+#include "core/exec.h"
+#include "core/log.h"
+
+#include <stdint.h>
+
+typedef struct {
+    const char *what;
+    shoal_coll_kind_t kind;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    ncclDataType_t dtype;
+    ncclRedOp_t op;
+    int root; /* or peer */
+} door_call_t;
+
+/* Elements of a buffer: the per-rank count times nranks for the blocks of
+ * all-gather/reduce-scatter/all-to-all/gather/scatter, 0 for a buffer the
+ * rank does not use. */
+static void buffer_elems(const door_call_t *c, int rank, int n, size_t *send_p, size_t *recv_p)
+{
+    size_t one = c->count, all = c->count * (size_t)n;
+    int is_root = rank == c->root;
+    switch (c->kind) {
+    case SHOAL_COLL_REDUCE_SCATTER: *send_p = all; *recv_p = one; break;
+    case SHOAL_COLL_ALLGATHER: *send_p = one; *recv_p = all; break;
+    case SHOAL_COLL_ALLTOALL: *send_p = all; *recv_p = all; break;
+    case SHOAL_COLL_BROADCAST: *send_p = is_root ? one : 0; *recv_p = one; break;
+    case SHOAL_COLL_REDUCE: *send_p = one; *recv_p = is_root ? one : 0; break;
+    case SHOAL_COLL_GATHER: *send_p = one; *recv_p = is_root ? all : 0; break;
+    case SHOAL_COLL_SCATTER: *send_p = is_root ? all : 0; *recv_p = one; break;
+    case SHOAL_COLL_SEND: *send_p = one; *recv_p = 0; break;
+    case SHOAL_COLL_RECV: *send_p = 0; *recv_p = one; break;
+    default: *send_p = one; *recv_p = one; break;
+    }
+}
+
+/* The buffers must be host memory of this process. Arguments that shoal
+ * itself refuses (unknown dtype, NULL with a count, sizes that overflow)
+ * are left to its checks, which say so more precisely. */
+static ncclResult_t check_host(struct ncclComm *comm, shoal_comm_t sc, const door_call_t *c)
+{
+    size_t es;
+    if (shoal_dtype_size((shoal_dtype_t)c->dtype, &es) != SHOAL_OK || c->count == 0)
+        return ncclSuccess;
+    int n = sc->nranks;
+    if (c->count > SIZE_MAX / es / (size_t)n)
+        return ncclSuccess;
+    size_t send, recv;
+    buffer_elems(c, sc->rank, n, &send, &recv);
+    const void *bad = NULL;
+    const char *which = NULL;
+    if (send && c->sendbuf && !shoal_nccl_is_host(c->sendbuf, send * es, 0)) {
+        bad = c->sendbuf;
+        which = "sendbuff";
+    } else if (recv && c->recvbuf && !shoal_nccl_is_host(c->recvbuf, recv * es, 1)) {
+        bad = c->recvbuf;
+        which = "recvbuff";
+    }
+    if (!bad)
+        return ncclSuccess;
+    return shoal_nccl_fail(comm, ncclInvalidArgument,
+                           "%s: %s %p (%zu bytes) is not host memory of this process, so it "
+                           "is device memory or not allocated; this shoal was built without "
+                           "CUDA support and needs host buffers",
+                           c->what, which, bad, (which[0] == 's' ? send : recv) * es);
+}
+
+/* Run c on sc: blocking when req_p is NULL, else non-blocking. */
+static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request_t *req_p)
+{
+    shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
+    shoal_op_t op = (shoal_op_t)c->op;
+    const void *sb = c->sendbuf;
+    void *rb = c->recvbuf;
+    size_t n = c->count;
+    int root = c->root;
+    switch (c->kind) {
+    case SHOAL_COLL_ALLREDUCE:
+        return req_p ? shoal_iallreduce(sb, rb, n, dt, op, sc, req_p)
+                     : shoal_allreduce(sb, rb, n, dt, op, sc);
+    case SHOAL_COLL_REDUCE_SCATTER:
+        return req_p ? shoal_ireduce_scatter(sb, rb, n, dt, op, sc, req_p)
+                     : shoal_reduce_scatter(sb, rb, n, dt, op, sc);
+    case SHOAL_COLL_ALLGATHER:
+        return req_p ? shoal_iallgather(sb, rb, n, dt, sc, req_p)
+                     : shoal_allgather(sb, rb, n, dt, sc);
+    case SHOAL_COLL_ALLTOALL:
+        return req_p ? shoal_ialltoall(sb, rb, n, dt, sc, req_p)
+                     : shoal_alltoall(sb, rb, n, dt, sc);
+    case SHOAL_COLL_BROADCAST:
+        return req_p ? shoal_ibroadcast(sb, rb, n, dt, root, sc, req_p)
+                     : shoal_broadcast(sb, rb, n, dt, root, sc);
+    case SHOAL_COLL_REDUCE:
+        return req_p ? shoal_ireduce(sb, rb, n, dt, op, root, sc, req_p)
+                     : shoal_reduce(sb, rb, n, dt, op, root, sc);
+    case SHOAL_COLL_GATHER:
+        return req_p ? shoal_igather(sb, rb, n, dt, root, sc, req_p)
+                     : shoal_gather(sb, rb, n, dt, root, sc);
+    case SHOAL_COLL_SCATTER:
+        return req_p ? shoal_iscatter(sb, rb, n, dt, root, sc, req_p)
+                     : shoal_scatter(sb, rb, n, dt, root, sc);
+    case SHOAL_COLL_SEND:
+        return req_p ? shoal_isend(sb, n, dt, root, sc, req_p) : shoal_send(sb, n, dt, root, sc);
+    case SHOAL_COLL_RECV:
+        return req_p ? shoal_irecv(rb, n, dt, root, sc, req_p) : shoal_recv(rb, n, dt, root, sc);
+    default:
+        return SHOAL_ERR_INTERNAL;
+    }
+}
+
+static ncclResult_t door_run(struct ncclComm *comm, const door_call_t *c)
+{
+    shoal_comm_t sc;
+    ncclResult_t res = shoal_nccl_enter(comm, c->what, &sc);
+    if (res == ncclSuccess)
+        res = check_host(comm, sc, c);
+    if (res != ncclSuccess)
+        return res;
+    if (comm->blocking || shoal_nccl_in_group())
+        return shoal_nccl_result(issue(sc, c, NULL));
+    shoal_request_t req;
+    shoal_status_t s = issue(sc, c, &req);
+    if (s != SHOAL_OK)
+        return shoal_nccl_result(s);
+    return shoal_nccl_track(comm, req);
+}
+
+NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclAllReduce", SHOAL_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype,
+                     op, 0};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff,
+         size_t recvcount, ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+         cudaStream_t stream)
+{
+    door_call_t c = {"ncclReduceScatter", SHOAL_COLL_REDUCE_SCATTER, sendbuff, recvbuff,
+                     recvcount, datatype, op, 0};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size_t sendcount,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclAllGather", SHOAL_COLL_ALLGATHER, sendbuff, recvbuff, sendcount,
+                     datatype, ncclSum, 0};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclAlltoAll", SHOAL_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype,
+                     ncclSum, 0};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclBroadcast", SHOAL_COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
+                     ncclSum, root};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datatype, int root,
+         ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclBcast", SHOAL_COLL_BROADCAST, buff, buff, count, datatype, ncclSum,
+                     root};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, ncclRedOp_t op, int root, ncclComm_t comm,
+         cudaStream_t stream)
+{
+    door_call_t c = {"ncclReduce", SHOAL_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op,
+                     root};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclGather", SHOAL_COLL_GATHER, sendbuff, recvbuff, count, datatype,
+                     ncclSum, root};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t count,
+         ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclScatter", SHOAL_COLL_SCATTER, sendbuff, recvbuff, count, datatype,
+                     ncclSum, root};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclSend", SHOAL_COLL_SEND, sendbuff, NULL, count, datatype, ncclSum,
+                     peer};
+    return door_run(comm, &c);
+}
+
+NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t datatype,
+         int peer, ncclComm_t comm, cudaStream_t stream)
+{
+    door_call_t c = {"ncclRecv", SHOAL_COLL_RECV, NULL, recvbuff, count, datatype, ncclSum,
+                     peer};
+    return door_run(comm, &c);
+}
+
+/* ---- pre-multiplied sums ------------------------------------------------ */
+
+NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
+         ncclDataType_t datatype, ncclScalarResidence_t residence, ncclComm_t comm)
+{
+    static const char what[] = "ncclRedOpCreatePreMulSum";
+    shoal_comm_t sc;
+    ncclResult_t res = shoal_nccl_enter(comm, what, &sc);
+    if (res != ncclSuccess)
+        return res;
+    if (residence != ncclScalarDevice && residence != ncclScalarHostImmediate)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: unknown residence %d", what,
+                               (int)residence);
+    size_t es;
+    if (scalar && shoal_dtype_size((shoal_dtype_t)datatype, &es) == SHOAL_OK &&
+        !shoal_nccl_is_host(scalar, es, 0))
+        return shoal_nccl_fail(comm, ncclInvalidArgument,
+                               "%s: scalar %p is not host memory of this process (this shoal "
+                               "has no CUDA support)", what, scalar);
+    shoal_op_t sop;
+    shoal_status_t s = residence == ncclScalarDevice
+                           ? shoal_op_create_premul_sum_ref(sc, scalar, (shoal_dtype_t)datatype, &sop)
+                           : shoal_op_create_premul_sum(sc, scalar, (shoal_dtype_t)datatype, &sop);
+    if (s != SHOAL_OK)
+        return shoal_nccl_result(s);
+    if (!op) {
+        shoal_op_destroy(sop, sc);
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: op is NULL", what);
+    }
+    *op = (ncclRedOp_t)sop;
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclRedOpDestroy, ncclRedOp_t op, ncclComm_t comm)
+{
+    shoal_comm_t sc;
+    ncclResult_t res = shoal_nccl_enter(comm, "ncclRedOpDestroy", &sc);
+    if (res != ncclSuccess)
+        return res;
+    return shoal_nccl_result(shoal_op_destroy((shoal_op_t)op, sc));
+}
+
+/* ---- groups --------------------------------------------------------------- */
+
+NCCL_API(ncclResult_t, ncclGroupStart, void)
+{
+    shoal_nccl_once();
+    return shoal_nccl_result(shoal_group_start());
+}
+
+/* The outermost end first forms the communicators whose inits the group
+ * deferred (they meet each other on their own threads), then runs the
+ * recorded calls. */
+static ncclResult_t group_end(const char *what, ncclSimInfo_t *sim)
+{
+    shoal_nccl_once();
+    if (shoal_group_depth() == 0)
+        return shoal_nccl_fail(NULL, ncclInvalidUsage, "%s without ncclGroupStart", what);
+    ncclResult_t jobs = shoal_group_depth() == 1 ? shoal_nccl_jobs_run_group() : ncclSuccess;
+    shoal_status_t s;
+    if (sim) {
+        double seconds = 0;
+        s = shoal_group_simulate_end(&seconds);
+        sim->estimatedTime = (float)seconds;
+    } else {
+        s = shoal_group_end();
+    }
+    /* A failed call recorded its reason on its communicator. */
+    if (s != SHOAL_OK)
+        return shoal_nccl_result(s);
+    return jobs;
+}
+
+NCCL_API(ncclResult_t, ncclGroupEnd, void)
+{
+    return group_end("ncclGroupEnd", NULL);
+}
+
+#define NCCL_SIM_INFO_MAGIC 0x74685283u
+
+NCCL_API(ncclResult_t, ncclGroupSimulateEnd, ncclSimInfo_t *simInfo)
+{
+    static const char what[] = "ncclGroupSimulateEnd";
+    shoal_nccl_once();
+    if (!simInfo || simInfo->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float) ||
+        simInfo->magic != NCCL_SIM_INFO_MAGIC)
+        return shoal_nccl_fail(NULL, ncclInvalidArgument,
+                               "%s: simInfo is NULL or not from NCCL_SIM_INFO_INITIALIZER", what);
+    return group_end(what, simInfo);
+}

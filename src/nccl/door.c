@@ -1,0 +1,208 @@
+/* The door's common parts: settings, result codes and their strings, the
+ * error record, the registry of communicators, and the calls that take no
+ * communicator (version, error strings). */
+#include "door.h"
+
+#include "core/config.h"
+#include "core/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_once_t door_once = PTHREAD_ONCE_INIT;
+
+static void door_setup(void)
+{
+    shoal_config_use_nccl_env();
+    shoal_info(INIT, "NCCL version %d.%d.%d API served by shoal %d.%d.%d (host memory)",
+               NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR,
+               SHOAL_VERSION_PATCH);
+}
+
+void shoal_nccl_once(void)
+{
+    pthread_once(&door_once, door_setup);
+}
+
+ncclResult_t shoal_nccl_result(shoal_status_t s)
+{
+    switch (s) {
+    case SHOAL_OK:
+        return ncclSuccess;
+    case SHOAL_INPROGRESS:
+        return ncclInProgress;
+    case SHOAL_ERR_INVALID_ARG:
+        return ncclInvalidArgument;
+    case SHOAL_ERR_NO_MEMORY:
+    case SHOAL_ERR_SYSTEM:
+    case SHOAL_ERR_AUTH:
+        return ncclSystemError;
+    case SHOAL_ERR_TIMEOUT:
+    case SHOAL_ERR_PEER:
+        return ncclRemoteError;
+    case SHOAL_ERR_UNSUPPORTED:
+    case SHOAL_ERR_ABORTED:
+        return ncclInvalidUsage;
+    case SHOAL_ERR_INTERNAL:
+    default:
+        return ncclInternalError;
+    }
+}
+
+static shoal_status_t status_of(ncclResult_t res)
+{
+    switch (res) {
+    case ncclSuccess:
+        return SHOAL_OK;
+    case ncclInProgress:
+        return SHOAL_INPROGRESS;
+    case ncclInvalidArgument:
+        return SHOAL_ERR_INVALID_ARG;
+    case ncclRemoteError:
+        return SHOAL_ERR_PEER;
+    case ncclInvalidUsage:
+        return SHOAL_ERR_UNSUPPORTED;
+    case ncclSystemError:
+        return SHOAL_ERR_SYSTEM;
+    default:
+        return SHOAL_ERR_INTERNAL;
+    }
+}
+
+static _Thread_local char thread_error[SHOAL_ERROR_MAX];
+
+ncclResult_t shoal_nccl_fail(struct ncclComm *comm, ncclResult_t res, const char *fmt, ...)
+{
+    char text[SHOAL_ERROR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (comm && comm->sc && shoal_nccl_comm_valid(comm)) {
+        shoal_comm_fail(comm->sc, status_of(res), "%s", text);
+    } else {
+        snprintf(thread_error, sizeof(thread_error), "%s", text);
+        shoal_warn(INIT, "%s (%s)", text, pncclGetErrorString(res));
+    }
+    return res;
+}
+
+const char *shoal_nccl_thread_error(void)
+{
+    return thread_error;
+}
+
+/* ---- registry of door communicators ------------------------------------ */
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ncclComm **registry;
+static size_t registry_len, registry_cap;
+
+int shoal_nccl_comm_add(struct ncclComm *comm)
+{
+    int ok = 1;
+    pthread_mutex_lock(&registry_lock);
+    if (registry_len == registry_cap) {
+        size_t cap = registry_cap ? 2 * registry_cap : 16;
+        struct ncclComm **r = realloc(registry, cap * sizeof(*r));
+        if (r) {
+            registry = r;
+            registry_cap = cap;
+        } else {
+            ok = 0;
+        }
+    }
+    if (ok)
+        registry[registry_len++] = comm;
+    pthread_mutex_unlock(&registry_lock);
+    return ok;
+}
+
+int shoal_nccl_comm_remove(struct ncclComm *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len && !found; i++) {
+        if (registry[i] == comm) {
+            registry[i] = registry[--registry_len];
+            found = 1;
+        }
+    }
+    if (registry_len == 0) {
+        free(registry);
+        registry = NULL;
+        registry_cap = 0;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+int shoal_nccl_comm_valid(const struct ncclComm *comm)
+{
+    int found = 0;
+    if (!comm)
+        return 0;
+    pthread_mutex_lock(&registry_lock);
+    for (size_t i = 0; i < registry_len && !found; i++)
+        found = registry[i] == comm;
+    pthread_mutex_unlock(&registry_lock);
+    return found;
+}
+
+/* ---- calls without a communicator ---------------------------------------- */
+
+NCCL_API(ncclResult_t, ncclGetVersion, int *version)
+{
+    shoal_nccl_once();
+    if (!version)
+        return shoal_nccl_fail(NULL, ncclInvalidArgument, "ncclGetVersion: version is NULL");
+    *version = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+
+NCCL_API(const char *, ncclGetErrorString, ncclResult_t result)
+{
+    switch (result) {
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
+    }
+}
+
+NCCL_API(const char *, ncclGetLastError, ncclComm_t comm)
+{
+    shoal_nccl_once();
+    if (shoal_nccl_comm_valid(comm) && comm->sc) {
+        const char *s = shoal_comm_last_error(comm->sc);
+        if (s[0])
+            return s;
+    }
+    if (thread_error[0])
+        return thread_error;
+    return shoal_comm_last_error(NULL);
+}
+
+/* Settings are read once per process, before the first communicator, and
+ * other threads may be reading them: this deprecated call changes nothing. */
+NCCL_API(void, ncclResetDebugInit, void)
+{
+    shoal_nccl_once();
+    shoal_info(INIT, "ncclResetDebugInit: settings are read once per process; unchanged");
+}

@@ -1,0 +1,108 @@
+/* The NCCL door: NCCL 2.28's API (include/nccl.h) over shoal's core. This
+ * header is shared by the door's files only; nothing below the API layer
+ * includes it. */
+#ifndef SHOAL_NCCL_DOOR_H
+#define SHOAL_NCCL_DOOR_H
+
+#include "nccl.h"
+
+#include "core/comm.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/*
+ * Every function of the header is defined as the strong pncclX, and ncclX
+ * is a weak alias of it at the same address (as NCCL does), so that a
+ * profiler may define ncclX and call on to pncclX.
+ */
+#define NCCL_API(ret, name, ...)                                              \
+    ret name(__VA_ARGS__) __attribute__((weak, alias("p" #name)));            \
+    ret p##name(__VA_ARGS__)
+
+/* Door state of a communicator. The shoal communicator appears when its
+ * init completes: at once for a blocking init outside a group, at
+ * ncclGroupEnd for one inside a group, and on a thread of its own for a
+ * non-blocking one (ncclCommGetAsyncError reports it). */
+struct ncclComm {
+    shoal_comm_t sc;
+    int blocking;                 /* config.blocking (default 1) */
+    char name[64];                /* config.commName, for messages */
+    atomic_int revoked;
+
+    /* A deferred init (group or non-blocking), see shoal_nccl_job_*. */
+    struct shoal_nccl_job *job;
+    ncclResult_t init_result;     /* ncclInProgress until the init finished */
+
+    /* Operations of a non-blocking communicator not yet seen complete. */
+    pthread_mutex_t lock;
+    shoal_request_t *reqs;
+    size_t nreqs, reqcap;
+    ncclResult_t async_error;     /* first failure among them */
+
+    struct ncclWindow_vidmem *windows; /* live windows (mem.c), under lock */
+};
+
+/* First thing of every entry point: map NCCL_* settings and log the banner,
+ * once per process. */
+void shoal_nccl_once(void);
+
+/* ncclResult_t for a shoal status. */
+ncclResult_t shoal_nccl_result(shoal_status_t s);
+
+/* Record a failure detected by the door: on comm's shoal communicator when
+ * it has one, else for this thread; logged once. Returns res. */
+ncclResult_t shoal_nccl_fail(struct ncclComm *comm, ncclResult_t res, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* The last failure of this thread outside any communicator. */
+const char *shoal_nccl_thread_error(void);
+
+/* Live door communicators: registered when created, removed when freed. */
+int shoal_nccl_comm_add(struct ncclComm *comm);
+int shoal_nccl_comm_remove(struct ncclComm *comm);
+int shoal_nccl_comm_valid(const struct ncclComm *comm);
+
+/* A new door communicator (not yet registered) with config's settings, or
+ * the parent's when config is NULL; ncclInvalidArgument for a bad config. */
+ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclComm *parent,
+                                 const char *what, struct ncclComm **comm_p);
+void shoal_nccl_comm_free(struct ncclComm *comm);
+
+/* Entry check of every call that uses comm: valid, its init finished
+ * (waiting for a deferred one), not revoked. On ncclSuccess *sc_p is the
+ * shoal communicator. */
+ncclResult_t shoal_nccl_enter(struct ncclComm *comm, const char *what, shoal_comm_t *sc_p);
+
+/* Deferred work: an init or split that runs on a thread of its own, either
+ * at ncclGroupEnd (inside a group) or at once (non-blocking communicator).
+ * fn returns the shoal status; the result lands in comm->init_result and
+ * comm->sc. */
+typedef shoal_status_t (*shoal_nccl_job_fn_t)(void *arg, shoal_comm_t *sc_p);
+ncclResult_t shoal_nccl_job_start(struct ncclComm *comm, shoal_nccl_job_fn_t fn, void *arg,
+                                  size_t argsize);
+/* Wait for comm's job if it has one; returns comm->init_result. */
+ncclResult_t shoal_nccl_job_join(struct ncclComm *comm);
+/* Whether comm's job has finished (non-blocking poll). */
+int shoal_nccl_job_done(struct ncclComm *comm);
+/* Group end: start every job this thread deferred, then join them all;
+ * returns the first failure. */
+ncclResult_t shoal_nccl_jobs_run_group(void);
+
+/* Whether the calling thread is inside ncclGroupStart..End. */
+int shoal_nccl_in_group(void);
+
+/* A non-blocking communicator's operation: keep its request for
+ * ncclCommGetAsyncError. */
+ncclResult_t shoal_nccl_track(struct ncclComm *comm, shoal_request_t req);
+/* Wait for every tracked request; returns the first failure. */
+ncclResult_t shoal_nccl_drain(struct ncclComm *comm);
+
+/* Whether [p, p + len) is host memory of this process, readable and (when
+ * writable) writable. len 0 is always fine. */
+int shoal_nccl_is_host(const void *p, size_t len, int writable);
+
+/* Free comm's registrations and windows (destroy and abort). */
+void shoal_nccl_windows_free(struct ncclComm *comm);
+
+#endif
