@@ -380,8 +380,25 @@ NCCL_API(ncclResult_t, ncclCommSplit, ncclComm_t comm, int color, int key, ncclC
                                "%s: color %d is negative (only NCCL_SPLIT_NOCOLOR is)", what,
                                color);
     split_args_t a = {.parent = sc, .color = color, .key = key};
+    if (color == NCCL_SPLIT_NOCOLOR && shoal_nccl_in_group()) {
+        /* This rank takes part in the exchange and joins nothing; inside a
+         * group it must wait for ncclGroupEnd like the others, since one
+         * thread may hold several ranks of comm. A door communicator of
+         * its own carries the deferred exchange and is freed after it. */
+        struct ncclComm *holder;
+        res = shoal_nccl_comm_new(NULL, comm, what, &holder);
+        if (res != ncclSuccess)
+            return res;
+        holder->transient = 1;
+        res = shoal_nccl_job_start(holder, split_job, &a, sizeof(a));
+        if (res != ncclSuccess) {
+            shoal_nccl_comm_free(holder);
+            return res;
+        }
+        *newcomm = NULL;
+        return ncclSuccess;
+    }
     if (color == NCCL_SPLIT_NOCOLOR) {
-        /* This rank takes part in the exchange and joins nothing. */
         shoal_comm_t none = NULL;
         shoal_status_t s = split_job(&a, &none);
         if (s != SHOAL_OK)

@@ -29,6 +29,7 @@ struct ncclComm {
     int blocking;                 /* config.blocking (default 1) */
     char name[64];                /* config.commName, for messages */
     atomic_int revoked;
+    int transient;                /* only carries a deferred job; never returned */
 
     /* A deferred init (group or non-blocking), see shoal_nccl_job_*. */
     struct shoal_nccl_job *job;

@@ -127,9 +127,12 @@ ncclResult_t shoal_nccl_jobs_run_group(void)
      * whichever comes first, so read the next link before. */
     for (struct shoal_nccl_job *j = head, *next; j; j = next) {
         next = j->next;
-        ncclResult_t res = shoal_nccl_job_join(j->comm);
+        struct ncclComm *comm = j->comm;
+        ncclResult_t res = shoal_nccl_job_join(comm);
         if (res != ncclSuccess && first == ncclSuccess)
             first = res;
+        if (comm->transient)
+            shoal_nccl_comm_free(comm);
     }
     return first;
 }

@@ -732,6 +732,28 @@ static int single_process(int n)
     ok &= VT_RC(ncclGroupEnd(), ncclSuccess);
     if (ok) {
         drive_comms(comms, n, "grouped ncclCommInitRank");
+        /* Split every rank in one group, rank 0 with NCCL_SPLIT_NOCOLOR: its
+         * part of the exchange must wait for ncclGroupEnd too. */
+        ncclComm_t sub[8];
+        memset(sub, 0, sizeof(sub));
+        bool split_ok = n > 1 && VT_RC(ncclGroupStart(), ncclSuccess);
+        for (int i = 0; split_ok && i < n; i++) {
+            char what[64];
+            snprintf(what, sizeof(what), "ncclCommSplit(rank %d) in a group", i);
+            split_ok &= vt_rc(what,
+                              ncclCommSplit(comms[i], i == 0 ? NCCL_SPLIT_NOCOLOR : 1, i,
+                                            &sub[i], NULL),
+                              ncclSuccess);
+        }
+        if (n > 1) {
+            split_ok &= VT_RC(ncclGroupEnd(), ncclSuccess);
+            if (sub[0] != NULL)
+                vt_fail("grouped split: NCCL_SPLIT_NOCOLOR gave a communicator");
+        }
+        if (split_ok) {
+            drive_comms(&sub[1], n - 1, "grouped ncclCommSplit");
+            destroy_comms(&sub[1], n - 1, "grouped ncclCommSplit");
+        }
         destroy_comms(comms, n, "grouped ncclCommInitRank");
     }
     return 0;
