@@ -29,12 +29,15 @@
 #include "exec.h"
 #include "log.h"
 
+#include <errno.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static const char shoal_shrink_label[] = "shoal-shrink";
 
@@ -45,7 +48,12 @@ shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
      * from, and the transports listen on it too: the other ranks reach it. */
     shoal_sockaddr_t addr = *shoal_bootstrap_local_addr(comm->bootstrap);
     shoal_sock_set_port(&addr, 0);
-    shoal_status_t s = shoal_sock_listen(&addr, &comm->rdv_fd);
+    /* Bound, not listening: the port is this rank's for a later shrink,
+     * and a stranger's connection is refused at once instead of waiting in
+     * a queue that nobody accepts from. It listens only while it leads a
+     * shrink, when the new communicator's root accepts (and authenticates)
+     * on it. */
+    shoal_status_t s = shoal_sock_bind(&addr, &comm->rdv_fd);
     if (s != SHOAL_OK) {
         shoal_error(INIT, "rank %d: cannot open the rendezvous listener for shrink",
                     comm->rank);
@@ -53,6 +61,27 @@ shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
     }
     shoal_bootstrap_addr_pack(&addr, packed);
     return SHOAL_OK;
+}
+
+/* After leading a shrink: a listening socket cannot stop listening, so the
+ * leader closes it (strangers queued on it are reset) and binds the same
+ * port again for a later shrink. If the port is gone, a later shrink led by
+ * this rank fails with a clear message. */
+static void shrink_unlisten(struct shoal_comm *comm, uint64_t serial)
+{
+    if (!shoal_comm_reenter(comm, serial))
+        return;
+    if (comm->rdv_fd >= 0) {
+        close(comm->rdv_fd);
+        comm->rdv_fd = -1;
+        shoal_sockaddr_t addr = comm->rdv_addrs[comm->rank];
+        if (shoal_sock_bind(&addr, &comm->rdv_fd) != SHOAL_OK) {
+            comm->rdv_fd = -1;
+            shoal_warn(INIT, "rank %d: cannot bind the rendezvous port again; a later shrink "
+                       "that this rank would lead will fail", comm->rank);
+        }
+    }
+    shoal_comm_leave(comm);
 }
 
 static void shrink_put_u32(uint8_t *p, uint32_t v)
@@ -190,8 +219,16 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
         goto err_free_excluded;
     shoal_unique_id_t id;
     s = shoal_bootstrap_id_make(&comm->rdv_addrs[leader], secret, &id);
-    if (s == SHOAL_OK && leader == comm->rank)
-        s = shoal_bootstrap_listener_offer(&id, comm->rdv_fd);
+    if (s == SHOAL_OK && leader == comm->rank) {
+        if (comm->rdv_fd < 0 || listen(comm->rdv_fd, SOMAXCONN) != 0) {
+            shoal_error(INIT, "rank %d: cannot listen on the rendezvous socket: %s",
+                        comm->rank, comm->rdv_fd < 0 ? "lost after an earlier shrink"
+                                                     : strerror(errno));
+            s = SHOAL_ERR_SYSTEM;
+        } else {
+            s = shoal_bootstrap_listener_offer(&id, comm->rdv_fd);
+        }
+    }
     if (s != SHOAL_OK) {
         shoal_comm_fail(comm, s, "%s: cannot set up the rendezvous of the new communicator",
                         what);
@@ -206,9 +243,12 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
 
     shoal_comm_t newcomm;
     s = shoal_comm_init(newsize, &id, newrank, &newcomm);
-    if (s != SHOAL_OK) {
-        if (leader == oldrank)
+    if (leader == oldrank) {
+        if (s != SHOAL_OK)
             shoal_bootstrap_listener_withdraw(&id);
+        shrink_unlisten(comm, serial);
+    }
+    if (s != SHOAL_OK) {
         if (shoal_comm_reenter(comm, serial)) {
             shoal_comm_fail(comm, s, "%s: rank %d of %d: the %d survivors did not form a "
                             "communicator: %s", what, oldrank, oldsize, newsize,

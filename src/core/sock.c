@@ -271,7 +271,8 @@ static int shoal_sock_set_blocking(int fd, int blocking)
     return fcntl(fd, F_SETFL, flags);
 }
 
-shoal_status_t shoal_sock_listen(shoal_sockaddr_t *addr, int *fd_p)
+/* A bound socket, listening when listen_too. */
+static shoal_status_t shoal_sock_open(shoal_sockaddr_t *addr, int listen_too, int *fd_p)
 {
     char text[SHOAL_SOCKADDR_STRLEN];
     int fd = socket(addr->u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -290,7 +291,7 @@ shoal_status_t shoal_sock_listen(shoal_sockaddr_t *addr, int *fd_p)
         shoal_error(BOOT, "bind %s: %s", shoal_sock_str(addr, text), strerror(errno));
         goto err_close_fd;
     }
-    if (listen(fd, SOMAXCONN) != 0) {
+    if (listen_too && listen(fd, SOMAXCONN) != 0) {
         shoal_error(BOOT, "listen %s: %s", shoal_sock_str(addr, text), strerror(errno));
         goto err_close_fd;
     }
@@ -301,13 +302,24 @@ shoal_status_t shoal_sock_listen(shoal_sockaddr_t *addr, int *fd_p)
         goto err_close_fd;
     }
     shoal_sock_set_port(addr, shoal_sock_port(&bound));
-    shoal_debug(BOOT, "listening on %s", shoal_sock_str(addr, text));
+    shoal_debug(BOOT, "%s %s", listen_too ? "listening on" : "bound to",
+                shoal_sock_str(addr, text));
     *fd_p = fd;
     return SHOAL_OK;
 
 err_close_fd:
     close(fd);
     return SHOAL_ERR_SYSTEM;
+}
+
+shoal_status_t shoal_sock_listen(shoal_sockaddr_t *addr, int *fd_p)
+{
+    return shoal_sock_open(addr, 1, fd_p);
+}
+
+shoal_status_t shoal_sock_bind(shoal_sockaddr_t *addr, int *fd_p)
+{
+    return shoal_sock_open(addr, 0, fd_p);
 }
 
 /* Errors after which a later attempt may succeed: nobody listening yet, or

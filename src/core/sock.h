@@ -38,6 +38,9 @@ shoal_status_t shoal_sock_resolve(const char *hostport, int default_port,
 /* Listen on addr (port 0 picks a free one); *addr is updated with the bound
  * port. The socket is non-blocking and close-on-exec. */
 shoal_status_t shoal_sock_listen(shoal_sockaddr_t *addr, int *fd_p);
+/* The same, bound but not listening: the port is reserved, and connections
+ * to it are refused until listen() is called on fd. */
+shoal_status_t shoal_sock_bind(shoal_sockaddr_t *addr, int *fd_p);
 
 /* Connect, retrying refused connections until deadline. Blocking fd. */
 shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadline_ns,
