@@ -1,0 +1,79 @@
+/* Operation signatures as text, for mismatch errors and the flight
+ * recorder: what a rank believed it was running, in the words of the API. */
+#include "sig.h"
+
+#include "algos/algo.h"
+#include "dtype.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+/* Appends to a bounded buffer; once it is full, later pieces are dropped
+ * and the text stays NUL-terminated. */
+typedef struct {
+    char *buf;
+    size_t cap;
+    size_t len;
+} sig_text_t;
+
+static void sig_put(sig_text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sig_put(sig_text_t *t, const char *fmt, ...)
+{
+    if (t->len + 1 >= t->cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    t->len = (size_t)n < t->cap - t->len ? t->len + (size_t)n : t->cap - 1;
+}
+
+/* Only these kinds apply their op; the others carry SUM as a placeholder,
+ * which would read as if they reduced. */
+static int sig_reduces(unsigned kind)
+{
+    return kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
+           kind == SHOAL_COLL_REDUCE;
+}
+
+static void sig_put_count(sig_text_t *t, const shoal_sig_t *sig)
+{
+    const char *dtype = shoal_dtype_name((shoal_dtype_t)sig->dtype);
+    if (sig->count == SHOAL_SIG_COUNT_ANY)
+        sig_put(t, " of any count x %s", dtype);
+    else
+        sig_put(t, " of %llu x %s", (unsigned long long)sig->count, dtype);
+}
+
+const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
+{
+    sig_text_t t = {.buf = buf, .cap = cap, .len = 0};
+    if (cap == 0)
+        return buf;
+    buf[0] = '\0';
+    unsigned kind = sig->kind;
+    if (kind == SHOAL_SIG_BARRIER) {
+        sig_put(&t, "barrier #%llu", (unsigned long long)sig->seq);
+        return buf;
+    }
+    int p2p = kind == SHOAL_SIG_P2P || kind == SHOAL_COLL_SEND || kind == SHOAL_COLL_RECV;
+    if (kind == SHOAL_SIG_P2P)
+        sig_put(&t, "send/recv");
+    else if (kind < SHOAL_COLL_KIND_COUNT)
+        sig_put(&t, "%s", shoal_coll_kind_name((shoal_coll_kind_t)kind));
+    else
+        sig_put(&t, "kind %u", kind);
+    /* Point-to-point calls are not numbered (seq 0): no "#0" that would
+     * suggest they were. */
+    if (!p2p || sig->seq != 0)
+        sig_put(&t, " #%llu", (unsigned long long)sig->seq);
+    sig_put_count(&t, sig);
+    if (sig_reduces(kind))
+        sig_put(&t, " %s", shoal_op_name((shoal_op_t)sig->op));
+    if (sig->root >= 0)
+        sig_put(&t, p2p ? " peer %d" : " root %d", (int)sig->root);
+    return buf;
+}
