@@ -52,7 +52,8 @@ extern "C" {
     X(SHOAL_ERR_AUTH, "authentication failed")                                \
     X(SHOAL_ERR_UNSUPPORTED, "operation not supported")                       \
     X(SHOAL_ERR_ABORTED, "communicator aborted")                              \
-    X(SHOAL_ERR_INTERNAL, "internal error")
+    X(SHOAL_ERR_INTERNAL, "internal error")                                   \
+    X(SHOAL_ERR_MISMATCH, "ranks called different collectives")
 
 typedef enum {
 #define SHOAL_STATUS_ENUM_(name, str) name,
@@ -230,6 +231,15 @@ shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle);
 /* This rank's index and the communicator's size. */
 shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);
 shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
+
+/* Whether comm is still healthy, without waiting: *status_p gets SHOAL_OK,
+ * or the error that broke it, for good: a peer that died or aborted
+ * (SHOAL_ERR_PEER, also found between calls, at most SHOAL_HEARTBEAT after
+ * the fact, while the progress thread runs), a failure that another rank
+ * reported (its status: a timeout, a mismatch...), or SHOAL_ERR_ABORTED.
+ * shoal_comm_last_error then says why, naming the rank at fault. Thread-
+ * safe. Returns SHOAL_ERR_INVALID_ARG for a NULL status_p or a dead comm. */
+shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *status_p);
 
 /* The reason of the last failure on comm ("" if none). The string belongs to
  * comm and stays valid until the next call on comm. For a NULL or invalid

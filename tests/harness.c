@@ -81,6 +81,12 @@ int harness_wait(int pid, int timeout_s)
 
 int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s)
 {
+    return harness_run_ranks_victim(nranks, fn, arg, timeout_s, -1);
+}
+
+int harness_run_ranks_victim(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s,
+                             int victim)
+{
     shoal_unique_id_t id;
     shoal_status_t s = shoal_get_unique_id(&id);
     if (s != SHOAL_OK) {
@@ -114,6 +120,10 @@ int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s
                 }
             }
             return -1;
+        }
+        if (i == victim && WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) {
+            pids[i] = 0;
+            continue;
         }
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             if (WIFSIGNALED(st))

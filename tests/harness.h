@@ -20,6 +20,9 @@ typedef int (*harness_rank_fn_t)(int rank, int nranks, const shoal_unique_id_t *
  * Returns 0 when every rank exited 0 within timeout_s seconds; otherwise
  * kills the rest, prints which rank failed and how, and returns -1. */
 int harness_run_ranks(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s);
+/* The same, except that rank victim may die of SIGKILL (fault tests). */
+int harness_run_ranks_victim(int nranks, harness_rank_fn_t fn, void *arg, int timeout_s,
+                             int victim);
 
 /* Wait for child pid up to timeout_s; returns its exit status, or -1 if it
  * was killed by a signal or timed out (then it is killed). */

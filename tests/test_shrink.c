@@ -334,6 +334,7 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
     }
     close(c->pipe_fd[0]);
     inflight_t t = {comm, split, SHOAL_OK, 0};
+    shoal_status_t s;
     pthread_t th;
     RANK_CHECK(pthread_create(&th, NULL, inflight_call, &t) == 0, "thread");
     /* In flight, or already failed by a survivor that stopped first. */
@@ -342,13 +343,16 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
     shoal_request_t req = NULL;
     if (!split) {
         /* The same shape as the blocked one: whichever the ranks queue
-         * first, they agree, and both wait for the idle rank. */
+         * first, they agree, and both wait for the idle rank. A survivor
+         * that stops first is, to the others, a rank that left without a
+         * goodbye: their communicator may be broken by then. */
         static float y[INFLIGHT_COUNT];
-        RANK_CHECK(shoal_iallreduce(y, y, INFLIGHT_COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm, &req) ==
-                       SHOAL_OK, "queue a non-blocking all-reduce");
+        s = shoal_iallreduce(y, y, INFLIGHT_COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm, &req);
+        RANK_CHECK(s == SHOAL_OK || s == SHOAL_ERR_PEER, "queue a non-blocking all-reduce: %s",
+                   shoal_status_string(s));
     }
     shoal_comm_t sub = NULL;
-    shoal_status_t s = shoal_comm_shrink(comm, c->exclude, c->nexclude, SHOAL_SHRINK_ABORT, &sub);
+    s = shoal_comm_shrink(comm, c->exclude, c->nexclude, SHOAL_SHRINK_ABORT, &sub);
     RANK_CHECK(s == SHOAL_OK, "shrink: %s", shoal_status_string(s));
     pthread_join(th, NULL);
     if (split) {
@@ -357,10 +361,11 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
         RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER,
                    "blocked split got %s", shoal_status_string(t.status));
     } else {
-        RANK_CHECK(t.status == SHOAL_ERR_ABORTED, "blocked all-reduce got %s",
-                   shoal_status_string(t.status));
-        s = shoal_wait(&req);
-        RANK_CHECK(s == SHOAL_ERR_ABORTED, "queued all-reduce got %s", shoal_status_string(s));
+        RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER,
+                   "blocked all-reduce got %s", shoal_status_string(t.status));
+        s = req ? shoal_wait(&req) : SHOAL_ERR_PEER;
+        RANK_CHECK(s == SHOAL_ERR_ABORTED || s == SHOAL_ERR_PEER, "queued all-reduce got %s",
+                   shoal_status_string(s));
     }
     close(c->pipe_fd[1]);
     int newrank, newsize;

@@ -9,9 +9,8 @@
  * A second case kills one rank between collectives and checks that the
  * survivors get an error within SHOAL_TIMEOUT, abort, hold no new
  * descriptor or thread, and that no rank left a shared-memory segment
- * behind. A third kills a rank in the middle of a communicator's wireup;
- * its segment then stays in /dev/shm, a known limitation that the case
- * reports (and fails on only with SHOAL_SOAK_STRICT set). */
+ * behind. A third kills a rank in the middle of a communicator's wireup:
+ * the survivors must remove its segment too. */
 #include "harness.h"
 
 #include "core/dtype.h"
@@ -937,18 +936,9 @@ static void test_crash_wireup(void **state)
     assert_int_equal(rc, -1);
     assert_true(ok);
     assert_int_equal(left_alive, 0);
-    /* A process killed between creating its segment and the moment every
-     * local peer mapped it leaves the name behind: only the last peer to
-     * map it removes it, and no survivor removes a name it did not create
-     * (see src/transport/shm.c). Known limitation: reported as a TAP
-     * comment, and failed only with SHOAL_SOAK_STRICT set (cmocka's skip
-     * prints "not ok # SKIP", which prove counts as a failure). */
-    if (left_dead && !getenv("SHOAL_SOAK_STRICT")) {
-        printf("# KNOWN LIMITATION: a rank killed during wireup leaves its segment in "
-               "/dev/shm (set SHOAL_SOAK_STRICT=1 to fail on it)\n");
-        fflush(stdout);
-        return;
-    }
+    /* The survivors' failed wireup removes the segment of a rank killed
+     * before every local peer mapped it (its name comes from the init
+     * exchange, see src/transport/shm.c). */
     assert_int_equal(left_dead, 0);
 }
 

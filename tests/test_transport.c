@@ -94,7 +94,7 @@ static shoal_status_t wait_recv(struct shoal_comm *comm, shoal_ep_t *ep, const v
                                 size_t *len_p, uint64_t deadline)
 {
     for (unsigned spins = 0;; backoff(&spins)) {
-        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p);
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p, NULL);
         if (s != SHOAL_INPROGRESS)
             return s;
         s = shoal_transport_progress(comm);
@@ -114,7 +114,7 @@ static int send_msg(struct shoal_comm *comm, int peer, uint64_t seq)
     RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", peer, shoal_status_string(s));
     RANK_CHECK(cap == comm->chunk_size, "slot of %zu B", cap);
     fill(buf, len, comm->rank, peer, seq);
-    s = ep->ops->send_post(ep, len);
+    s = ep->ops->send_post(ep, len, NULL);
     RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", peer, shoal_status_string(s));
     return 0;
 }
@@ -156,14 +156,14 @@ static int run_stream(struct shoal_comm *comm)
                 RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", p, shoal_status_string(s));
                 size_t len = msg_size(comm, me, p, sent[p]);
                 fill(sbuf, len, me, p, sent[p]);
-                s = ep->ops->send_post(ep, len);
+                s = ep->ops->send_post(ep, len, NULL);
                 RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", p, shoal_status_string(s));
                 sent[p]++;
             }
             const void *rbuf;
             size_t len;
             while (got[p] < STREAM_MSGS) {
-                shoal_status_t s = ep->ops->recv_slot(ep, &rbuf, &len);
+                shoal_status_t s = ep->ops->recv_slot(ep, &rbuf, &len, NULL);
                 if (s == SHOAL_INPROGRESS)
                     break;
                 RANK_CHECK(s == SHOAL_OK, "recv_slot from %d: %s", p, shoal_status_string(s));
@@ -345,7 +345,7 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
         while ((s = ep->ops->send_slot(ep, &buf, &cap)) == SHOAL_OK) {
             size_t len = msg_size(comm, 0, 1, count);
             fill(buf, len, 0, 1, count);
-            s = ep->ops->send_post(ep, len);
+            s = ep->ops->send_post(ep, len, NULL);
             RANK_CHECK(s == SHOAL_OK, "send_post: %s", shoal_status_string(s));
             count++;
         }
@@ -440,7 +440,7 @@ static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *v
             size_t cap;
             s = wait_send(comm, ep, &buf, &cap, deadline);
             if (s == SHOAL_OK)
-                s = ep->ops->send_post(ep, cap);
+                s = ep->ops->send_post(ep, cap, NULL);
         }
     }
     RANK_CHECK(s == SHOAL_ERR_PEER, "got %s, expected %s", shoal_status_string(s),
@@ -472,6 +472,10 @@ typedef struct {
     size_t blob_len;
 } fake_rank_t;
 
+/* What the init exchange would have given both fake ranks. */
+static uint32_t fake_pids[2];
+static uint8_t fake_tags[2][SHOAL_TAG_BYTES];
+
 static void fake_open(fake_rank_t *r, int rank)
 {
     memset(r, 0, sizeof(*r));
@@ -479,6 +483,12 @@ static void fake_open(fake_rank_t *r, int rank)
     r->comm.nranks = 2;
     r->comm.chunk_size = 4096;
     r->comm.host_of = r->host_of;
+    fake_pids[rank] = (uint32_t)getpid();
+    for (size_t i = 0; i < SHOAL_TAG_BYTES; i++)
+        fake_tags[rank][i] = (uint8_t)harness_mix((uint32_t)(rank * 97 + (int)i) ^
+                                                  (uint32_t)getpid());
+    r->comm.pids = fake_pids;
+    r->comm.tags = fake_tags;
     assert_int_equal(shoal_shm_ops.open(&r->comm, &r->ctx), SHOAL_OK);
     r->blob_len = sizeof(r->blob);
     assert_int_equal(shoal_shm_ops.addr_pack(r->ctx, r->blob, &r->blob_len), SHOAL_OK);
@@ -515,7 +525,7 @@ static void test_shm_segment_lifetime(void **state)
     const void *in;
     assert_int_equal(ep[1]->ops->recv_release(ep[1]), SHOAL_ERR_INTERNAL);
     assert_int_equal(ep[0]->ops->send_slot(ep[0], &buf, &cap), SHOAL_OK);
-    assert_int_equal(ep[0]->ops->send_post(ep[0], cap + 1), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(ep[0]->ops->send_post(ep[0], cap + 1, NULL), SHOAL_ERR_INVALID_ARG);
 
     /* Fill the FIFO to the brim, then drain it, twice around. */
     uint64_t sent = 0, got = 0;
@@ -523,11 +533,11 @@ static void test_shm_segment_lifetime(void **state)
         while (ep[0]->ops->send_slot(ep[0], &buf, &cap) == SHOAL_OK) {
             len = msg_size(&r[0].comm, 0, 1, sent);
             fill(buf, len, 0, 1, sent);
-            assert_int_equal(ep[0]->ops->send_post(ep[0], len), SHOAL_OK);
+            assert_int_equal(ep[0]->ops->send_post(ep[0], len, NULL), SHOAL_OK);
             sent++;
         }
         assert_true(sent - got >= 2);
-        while (ep[1]->ops->recv_slot(ep[1], &in, &len) == SHOAL_OK) {
+        while (ep[1]->ops->recv_slot(ep[1], &in, &len, NULL) == SHOAL_OK) {
             assert_int_equal(check(in, len, 0, 1, got, msg_size(&r[0].comm, 0, 1, got)), 0);
             assert_int_equal(ep[1]->ops->recv_release(ep[1]), SHOAL_OK);
             got++;

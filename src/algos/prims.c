@@ -5,6 +5,7 @@
 #include "prims.h"
 
 #include "core/clock.h"
+#include "core/fault.h"
 #include "core/log.h"
 
 #include <sched.h>
@@ -25,6 +26,10 @@ shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, u
         *spins = 0;
         if (shoal_deadline_passed(deadline_ns))
             return SHOAL_ERR_TIMEOUT;
+        /* A long wait may be for a rank that died or failed elsewhere. */
+        s = shoal_fault_watch(comm, 0);
+        if (s != SHOAL_OK)
+            return s;
         sched_yield();
     }
     return SHOAL_OK;
@@ -52,8 +57,8 @@ static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf
         }
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
-                shoal_error(ALGO, "rank %d: no room to send to rank %d before the deadline",
-                            p->comm->rank, ep->peer);
+                shoal_fault_cause(p->comm, "rank %d waited for rank %d to make room for "
+                                  "more data until the deadline", p->comm->rank, ep->peer);
             return s;
         }
     }
@@ -65,8 +70,12 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
     unsigned spins = 0;
     for (;;) {
         size_t len;
-        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len);
+        shoal_sig_t sig;
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len, &sig);
         if (s == SHOAL_OK) {
+            /* Before a byte of it is read: a piece of another operation. */
+            if (!shoal_sig_equal(&sig, &p->comm->sig))
+                return shoal_fault_mismatch(p->comm, ep->peer, &sig);
             if (len != bytes) {
                 shoal_error(ALGO, "rank %d: got %zu B from rank %d where %zu B were due",
                             p->comm->rank, len, ep->peer, bytes);
@@ -76,8 +85,8 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
         }
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
-                shoal_error(ALGO, "rank %d: nothing from rank %d before the deadline",
-                            p->comm->rank, ep->peer);
+                shoal_fault_cause(p->comm, "rank %d waited for data from rank %d until the "
+                                  "deadline", p->comm->rank, ep->peer);
             return s;
         }
     }
@@ -90,7 +99,7 @@ shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
     if (s != SHOAL_OK)
         return s;
     memcpy(out, src, bytes);
-    return p->send_ep->ops->send_post(p->send_ep, bytes);
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
 }
 
 shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
@@ -114,7 +123,9 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
         return s;
     p->reduce(out, in, src, bytes / p->esize);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
-    return s != SHOAL_OK ? s : p->send_ep->ops->send_post(p->send_ep, bytes);
+    if (s != SHOAL_OK)
+        return s;
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
 }
 
 shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *src, void *dst,
@@ -149,7 +160,7 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !out)
         return s;
-    return p->send_ep->ops->send_post(p->send_ep, bytes);
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
 }
 
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)

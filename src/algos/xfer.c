@@ -7,6 +7,7 @@
 #include "prims.h"
 
 #include "core/clock.h"
+#include "core/fault.h"
 #include "core/log.h"
 
 #include <stdio.h>
@@ -76,7 +77,7 @@ static shoal_status_t xfer_send_some(struct shoal_comm *comm, shoal_xfer_t *x, i
         /* An empty piece may come from a NULL buffer: no arithmetic on it. */
         if (len)
             memcpy(slot, (const char *)x->buf + x->done, len);
-        s = ep->ops->send_post(ep, len);
+        s = ep->ops->send_post(ep, len, &comm->sig);
         if (s != SHOAL_OK)
             return s;
         x->done += len;
@@ -95,17 +96,21 @@ static shoal_status_t xfer_recv_some(struct shoal_comm *comm, shoal_xfer_t *x, i
     while (!shoal_xfer_complete(x)) {
         const void *in;
         size_t len;
-        shoal_status_t s = ep->ops->recv_slot(ep, &in, &len);
+        shoal_sig_t sig;
+        shoal_status_t s = ep->ops->recv_slot(ep, &in, &len, &sig);
         if (s == SHOAL_INPROGRESS)
             return SHOAL_OK;
         if (s != SHOAL_OK)
             return s;
+        if (!shoal_sig_equal(&sig, &comm->sig))
+            return shoal_fault_mismatch(comm, ep->peer, &sig);
         size_t want = piece_len(comm, x);
         if (len != want) {
-            shoal_error(ALGO, "rank %d: got a piece of %zu B from rank %d where %zu B were due "
-                        "(at byte %zu of a %zu-B message): the two ranks disagree on the "
-                        "message's size", comm->rank, len, ep->peer, want, x->done, x->bytes);
-            return SHOAL_ERR_INTERNAL;
+            shoal_fault_cause(comm, "rank %d got a piece of %zu B from rank %d where %zu B "
+                              "were due (at byte %zu of a %zu-B message): the two ranks "
+                              "disagree on the message's size", comm->rank, len, ep->peer,
+                              want, x->done, x->bytes);
+            return SHOAL_ERR_MISMATCH;
         }
         if (len) {
             char *dst = (char *)x->buf + x->done;
@@ -313,17 +318,17 @@ shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size
             char to[160] = "";
             flags_clear(&f);
             owed_peers(to, sizeof(to), sends, unflushed, nsends, 1, f.send);
-            shoal_error(ALGO, "rank %d: data for rank(s)%s still unsent at the deadline",
-                        comm->rank, to);
+            shoal_fault_cause(comm, "rank %d waited until the deadline to push data to "
+                              "rank(s)%s", comm->rank, to);
         }
     } else if (s == SHOAL_ERR_TIMEOUT) {
         char to[160] = "", from[160] = "";
         flags_clear(&f);
         owed_peers(to, sizeof(to), sends, sfirst, nsends, 0, f.send);
         owed_peers(from, sizeof(from), recvs, rfirst, nrecvs, 0, f.recv);
-        shoal_error(ALGO, "rank %d: %zu send(s) and %zu receive(s) unfinished at the "
-                    "deadline; still owed: sends to rank(s)%s, receives from rank(s)%s",
-                    comm->rank, sleft, rleft, to, from);
+        shoal_fault_cause(comm, "rank %d waited until the deadline: %zu send(s) and %zu "
+                          "receive(s) unfinished; still owed: sends to rank(s)%s, receives "
+                          "from rank(s)%s", comm->rank, sleft, rleft, to, from);
     }
     flags_fini(&f, stack);
     return s;

@@ -11,6 +11,7 @@
 #include "bootstrap.h"
 
 #include "clock.h"
+#include "config.h"
 #include "log.h"
 
 #include <errno.h>
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -53,8 +55,13 @@ typedef enum {
     SHOAL_BOOT_OP_ALLGATHER = 2,
     SHOAL_BOOT_OP_BCAST = 3,
     SHOAL_BOOT_OP_BARRIER = 4,
-    SHOAL_BOOT_OP_FAIL = 5,      /* payload: u32 failed rank, u32 status */
+    SHOAL_BOOT_OP_FAIL = 5,      /* payload: u32 culprit, u32 status, text */
+    SHOAL_BOOT_OP_BYE = 6,       /* no payload: the sender leaves on purpose */
 } shoal_boot_op_t;
+
+/* A failure notice: culprit and status, then up to this much text. */
+#define SHOAL_BOOT_FAIL_FIXED 8
+#define SHOAL_BOOT_FAIL_TEXT_MAX 480
 
 typedef enum {
     SHOAL_BOOT_JOIN_OK = 0,
@@ -82,6 +89,12 @@ struct shoal_bootstrap {
     uint32_t seq;                /* collectives so far, the same on every rank */
     int *fds;                    /* rank 0: fds[r] to rank r; others: fds[0] */
     shoal_status_t status;       /* sticky failure of an earlier call */
+    /* One user at a time: the collectives take it, shoal_bootstrap_poll
+     * only tries it. */
+    pthread_mutex_t lock;
+    uint8_t *gone;               /* gone[r]: rank r said goodbye, its end is not watched */
+    struct pollfd *pfds;         /* shoal_bootstrap_poll's scratch, nranks entries */
+    int *pfd_rank;
     atomic_int aborted;
     uint8_t secret[SHOAL_SECRET_BYTES];
     shoal_sockaddr_t local_addr;
@@ -372,6 +385,7 @@ static const char *shoal_boot_op_name(uint32_t op)
     case SHOAL_BOOT_OP_BCAST: return "bcast";
     case SHOAL_BOOT_OP_BARRIER: return "barrier";
     case SHOAL_BOOT_OP_FAIL: return "failure notice";
+    case SHOAL_BOOT_OP_BYE: return "goodbye";
     default: return "unknown op";
     }
 }
@@ -405,25 +419,52 @@ static shoal_status_t shoal_boot_io_fail(shoal_bootstrap_t *bs, shoal_status_t s
     return s;
 }
 
-/* A failure notice from rank 0 in place of the expected message. */
-static shoal_status_t shoal_boot_recv_fail(shoal_bootstrap_t *bs, uint64_t len, uint32_t op,
-                                           uint64_t deadline_ns)
+/* Decode a failure notice's payload: the rank at fault, the status (an
+ * unknown one becomes SHOAL_ERR_PEER) and the sender's description, made
+ * printable, into text (cap > 0 bytes, NUL-terminated). SHOAL_ERR_INTERNAL
+ * for a payload of the wrong size. */
+static shoal_status_t shoal_boot_fail_parse(const uint8_t *body, size_t len, int nranks,
+                                            int *culprit_p, shoal_status_t *status_p,
+                                            char *text, size_t cap)
 {
-    uint8_t body[8];
-    if (len != sizeof(body)) {
-        shoal_error(BOOT, "bootstrap %s on rank %d: malformed failure notice from rank 0",
-                    shoal_boot_op_name(op), bs->rank);
+    if (len < SHOAL_BOOT_FAIL_FIXED || len > SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX)
+        return SHOAL_ERR_INTERNAL;
+    uint32_t culprit = shoal_boot_get_u32(body);
+    uint32_t status = shoal_boot_get_u32(body + 4);
+    *culprit_p = culprit < (uint32_t)nranks ? (int)culprit : -1;
+    *status_p = status > SHOAL_INPROGRESS && status < SHOAL_STATUS_COUNT ? (shoal_status_t)status
+                                                                         : SHOAL_ERR_PEER;
+    size_t n = len - SHOAL_BOOT_FAIL_FIXED;
+    if (n >= cap)
+        n = cap - 1;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = body[SHOAL_BOOT_FAIL_FIXED + i];
+        text[i] = c >= 0x20 && c < 0x7f ? (char)c : '?';
+    }
+    text[n] = '\0';
+    return SHOAL_OK;
+}
+
+/* A failure notice from peer in place of the expected message. */
+static shoal_status_t shoal_boot_recv_fail(shoal_bootstrap_t *bs, int peer, uint64_t len,
+                                           uint32_t op, uint64_t deadline_ns)
+{
+    uint8_t body[SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    char text[SHOAL_BOOT_FAIL_TEXT_MAX + 1];
+    int culprit;
+    shoal_status_t status;
+    if (len < SHOAL_BOOT_FAIL_FIXED || len > sizeof(body)) {
+        shoal_error(BOOT, "bootstrap %s on rank %d: malformed failure notice from rank %d",
+                    shoal_boot_op_name(op), bs->rank, peer);
         return SHOAL_ERR_INTERNAL;
     }
-    shoal_status_t s = shoal_sock_recv_all(bs->fds[0], body, sizeof(body), deadline_ns);
+    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], body, (size_t)len, deadline_ns);
     if (s != SHOAL_OK)
-        return shoal_boot_io_fail(bs, s, 0, op);
-    int failed = (int)shoal_boot_get_u32(body);
-    shoal_status_t status = (shoal_status_t)shoal_boot_get_u32(body + 4);
-    if (status <= SHOAL_INPROGRESS || status >= SHOAL_STATUS_COUNT)
-        status = SHOAL_ERR_PEER;
-    shoal_error(BOOT, "bootstrap %s on rank %d: failed because of rank %d (%s), as rank 0 "
-                "reports", shoal_boot_op_name(op), bs->rank, failed, shoal_status_string(status));
+        return shoal_boot_io_fail(bs, s, peer, op);
+    shoal_boot_fail_parse(body, (size_t)len, bs->nranks, &culprit, &status, text, sizeof(text));
+    shoal_error(BOOT, "bootstrap %s on rank %d: failed because of rank %d (%s), as rank %d "
+                "reports: %s", shoal_boot_op_name(op), bs->rank, culprit,
+                shoal_status_string(status), peer, text);
     return status;
 }
 
@@ -445,7 +486,7 @@ static shoal_status_t shoal_boot_send(shoal_bootstrap_t *bs, int peer, uint32_t 
         ssize_t n = recv(bs->fds[0], peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
         if (n == (ssize_t)sizeof(peek) && shoal_boot_get_u32(peek) == SHOAL_BOOT_OP_FAIL &&
             shoal_sock_recv_all(bs->fds[0], peek, sizeof(peek), 0) == SHOAL_OK)
-            return shoal_boot_recv_fail(bs, shoal_boot_get_u64(peek + 8), op, 0);
+            return shoal_boot_recv_fail(bs, 0, shoal_boot_get_u64(peek + 8), op, 0);
     }
     return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
 }
@@ -462,8 +503,13 @@ static shoal_status_t shoal_boot_recv_hdr(shoal_bootstrap_t *bs, int peer, uint3
     uint32_t got_op = shoal_boot_get_u32(hdr);
     uint32_t got_seq = shoal_boot_get_u32(hdr + 4);
     uint64_t got_len = shoal_boot_get_u64(hdr + 8);
-    if (got_op == SHOAL_BOOT_OP_FAIL && peer == 0 && bs->rank != 0)
-        return shoal_boot_recv_fail(bs, got_len, op, deadline_ns);
+    if (got_op == SHOAL_BOOT_OP_FAIL && op != SHOAL_BOOT_OP_JOIN)
+        return shoal_boot_recv_fail(bs, peer, got_len, op, deadline_ns);
+    if (got_op == SHOAL_BOOT_OP_BYE) {
+        shoal_error(BOOT, "bootstrap %s on rank %d: rank %d left the communicator (destroyed "
+                    "it) instead", shoal_boot_op_name(op), bs->rank, peer);
+        return SHOAL_ERR_PEER;
+    }
     if (got_op != op || got_seq != seq || got_len != len) {
         shoal_error(BOOT, "bootstrap on rank %d: rank %d sent %s #%u of %llu bytes where "
                     "%s #%u of %llu bytes was expected (ranks called different "
@@ -486,32 +532,51 @@ static shoal_status_t shoal_boot_recv(shoal_bootstrap_t *bs, int peer, uint32_t 
     return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
 }
 
-/* Rank 0 after a failure involving rank `failed`: tell the other ranks, so
- * that they return at once with the culprit named instead of waiting for
- * their deadline. A culprit whose connection broke or stalled is skipped:
- * its stream may hold half a message. One that sent a mismatched header is
- * healthy and is told too. */
-static void shoal_boot_notify_fail(shoal_bootstrap_t *bs, int failed, shoal_status_t status)
+/* Send one failure notice to rank r, waiting at most until deadline_ns. */
+static shoal_status_t shoal_boot_send_fail(shoal_bootstrap_t *bs, int r, int culprit,
+                                           shoal_status_t status, const char *text,
+                                           uint64_t deadline_ns)
+{
+    uint8_t msg[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    size_t n = strnlen(text, SHOAL_BOOT_FAIL_TEXT_MAX);
+    shoal_boot_put_u32(msg, SHOAL_BOOT_OP_FAIL);
+    shoal_boot_put_u32(msg + 4, bs->seq);
+    shoal_boot_put_u64(msg + 8, SHOAL_BOOT_FAIL_FIXED + n);
+    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES, (uint32_t)culprit);
+    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES + 4, (uint32_t)status);
+    memcpy(msg + SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED, text, n);
+    return shoal_sock_send_all(bs->fds[r], msg, SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + n,
+                               deadline_ns);
+}
+
+/* Rank 0 after a failure caused by rank culprit: tell every other rank
+ * except skip, so that they return at once with the culprit named instead
+ * of waiting for their deadline. */
+static void shoal_boot_notify(shoal_bootstrap_t *bs, int skip, int culprit,
+                              shoal_status_t status, const char *text)
 {
     if (bs->rank != 0 || shoal_boot_is_aborted(bs))
         return;
-    int skip = status == SHOAL_ERR_PEER || status == SHOAL_ERR_TIMEOUT ? failed : -1;
-    uint8_t body[8];
-    shoal_boot_put_u32(body, (uint32_t)failed);
-    shoal_boot_put_u32(body + 4, (uint32_t)status);
     uint64_t deadline = shoal_deadline_after(SHOAL_BOOT_NOTIFY_NS);
     for (int r = 1; r < bs->nranks; r++) {
-        if (r == skip || bs->fds[r] < 0)
+        if (r == skip || bs->fds[r] < 0 || (bs->gone && bs->gone[r]))
             continue;
-        uint8_t msg[SHOAL_BOOT_HDR_BYTES + sizeof(body)];
-        shoal_boot_put_u32(msg, SHOAL_BOOT_OP_FAIL);
-        shoal_boot_put_u32(msg + 4, bs->seq);
-        shoal_boot_put_u64(msg + 8, sizeof(body));
-        memcpy(msg + SHOAL_BOOT_HDR_BYTES, body, sizeof(body));
-        if (shoal_sock_send_all(bs->fds[r], msg, sizeof(msg), deadline) != SHOAL_OK)
+        if (shoal_boot_send_fail(bs, r, culprit, status, text, deadline) != SHOAL_OK)
             shoal_debug(BOOT, "bootstrap: cannot tell rank %d about rank %d's failure", r,
-                        failed);
+                        culprit);
     }
+}
+
+/* Rank 0 after a bootstrap collective failed with rank `failed`. A culprit
+ * whose connection broke or stalled is skipped: its stream may hold half a
+ * message. One that sent a mismatched header is healthy and is told too. */
+static void shoal_boot_notify_fail(shoal_bootstrap_t *bs, int failed, shoal_status_t status)
+{
+    int skip = status == SHOAL_ERR_PEER || status == SHOAL_ERR_TIMEOUT ? failed : -1;
+    char text[128];
+    snprintf(text, sizeof(text), "a bootstrap exchange of rank 0 with rank %d failed (%s)",
+             failed, shoal_status_string(status));
+    shoal_boot_notify(bs, skip, failed, status, text);
 }
 
 /* Common start of a collective: a failed or aborted bootstrap stays so. */
@@ -580,7 +645,10 @@ shoal_status_t shoal_bootstrap_allgather(shoal_bootstrap_t *bs, void *buf, size_
         shoal_error(BOOT, "bootstrap allgather: invalid argument");
         return SHOAL_ERR_INVALID_ARG;
     }
-    return shoal_boot_gather_release(bs, SHOAL_BOOT_OP_ALLGATHER, buf, len);
+    pthread_mutex_lock(&bs->lock);
+    shoal_status_t s = shoal_boot_gather_release(bs, SHOAL_BOOT_OP_ALLGATHER, buf, len);
+    pthread_mutex_unlock(&bs->lock);
+    return s;
 }
 
 shoal_status_t shoal_bootstrap_barrier(shoal_bootstrap_t *bs)
@@ -589,16 +657,14 @@ shoal_status_t shoal_bootstrap_barrier(shoal_bootstrap_t *bs)
         shoal_error(BOOT, "bootstrap barrier: NULL bootstrap");
         return SHOAL_ERR_INVALID_ARG;
     }
-    return shoal_boot_gather_release(bs, SHOAL_BOOT_OP_BARRIER, NULL, 0);
+    pthread_mutex_lock(&bs->lock);
+    shoal_status_t s = shoal_boot_gather_release(bs, SHOAL_BOOT_OP_BARRIER, NULL, 0);
+    pthread_mutex_unlock(&bs->lock);
+    return s;
 }
 
-shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t len, int root)
+static shoal_status_t shoal_boot_bcast(shoal_bootstrap_t *bs, void *buf, size_t len, int root)
 {
-    if (!bs || (!buf && len > 0) || root < 0 || root >= bs->nranks) {
-        shoal_error(BOOT, "bootstrap bcast: invalid argument (root %d of %d ranks)", root,
-                    bs ? bs->nranks : 0);
-        return SHOAL_ERR_INVALID_ARG;
-    }
     const uint32_t op = SHOAL_BOOT_OP_BCAST;
     uint64_t deadline;
     shoal_status_t s = shoal_boot_begin(bs, &deadline);
@@ -624,6 +690,117 @@ shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t le
         failed = r;
     }
     return shoal_boot_end(bs, s, failed);
+}
+
+shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t len, int root)
+{
+    if (!bs || (!buf && len > 0) || root < 0 || root >= bs->nranks) {
+        shoal_error(BOOT, "bootstrap bcast: invalid argument (root %d of %d ranks)", root,
+                    bs ? bs->nranks : 0);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    pthread_mutex_lock(&bs->lock);
+    shoal_status_t s = shoal_boot_bcast(bs, buf, len, root);
+    pthread_mutex_unlock(&bs->lock);
+    return s;
+}
+
+/* ---- watching for failures ------------------------------------------------ */
+
+/* What arrived unasked on peer's connection: a failure notice, a goodbye,
+ * the connection's end, or (left alone) a message of the next collective. */
+static shoal_status_t shoal_boot_news(shoal_bootstrap_t *bs, int peer, int *culprit_p,
+                                      char *text, size_t cap)
+{
+    uint8_t msg[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    int fd = bs->fds[peer];
+    ssize_t n = recv(fd, msg, SHOAL_BOOT_HDR_BYTES, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return SHOAL_OK;
+    if (n <= 0) {
+        *culprit_p = peer;
+        snprintf(text, cap, "rank %d exited, was killed or aborted: its connection to rank "
+                 "%d %s without a goodbye", peer, bs->rank,
+                 n == 0 ? "closed" : "broke");
+        return SHOAL_ERR_PEER;
+    }
+    if (n < SHOAL_BOOT_HDR_BYTES)
+        return SHOAL_OK; /* the rest of the header is on its way */
+    uint32_t op = shoal_boot_get_u32(msg);
+    uint64_t len = shoal_boot_get_u64(msg + 8);
+    if (op == SHOAL_BOOT_OP_BYE) {
+        if (recv(fd, msg, SHOAL_BOOT_HDR_BYTES, MSG_DONTWAIT) == SHOAL_BOOT_HDR_BYTES)
+            bs->gone[peer] = 1;
+        shoal_debug(BOOT, "bootstrap: rank %d said goodbye to rank %d", peer, bs->rank);
+        return SHOAL_OK;
+    }
+    if (op != SHOAL_BOOT_OP_FAIL)
+        return SHOAL_OK;
+    shoal_status_t status;
+    if (len < SHOAL_BOOT_FAIL_FIXED || len > SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX) {
+        *culprit_p = peer;
+        snprintf(text, cap, "rank %d sent rank %d a malformed failure notice", peer, bs->rank);
+        return SHOAL_ERR_INTERNAL;
+    }
+    size_t whole = SHOAL_BOOT_HDR_BYTES + (size_t)len;
+    n = recv(fd, msg, whole, MSG_PEEK | MSG_DONTWAIT);
+    if (n < (ssize_t)whole || recv(fd, msg, whole, MSG_DONTWAIT) != (ssize_t)whole)
+        return SHOAL_OK; /* not all there yet */
+    char said[SHOAL_BOOT_FAIL_TEXT_MAX + 1];
+    shoal_debug(BOOT, "bootstrap: failure notice from rank %d", peer);
+    shoal_boot_fail_parse(msg + SHOAL_BOOT_HDR_BYTES, (size_t)len, bs->nranks, culprit_p,
+                          &status, said, sizeof(said));
+    snprintf(text, cap, "%s", said);
+    return status;
+}
+
+shoal_status_t shoal_bootstrap_poll(shoal_bootstrap_t *bs, int *culprit_p, char *text,
+                                    size_t cap)
+{
+    if (pthread_mutex_trylock(&bs->lock) != 0)
+        return SHOAL_OK; /* a collective runs: it reads the news itself */
+    shoal_status_t s = SHOAL_OK;
+    int n = 0;
+    if (bs->status != SHOAL_OK || shoal_boot_is_aborted(bs))
+        goto out;
+    for (int r = bs->rank == 0 ? 1 : 0; r < (bs->rank == 0 ? bs->nranks : 1); r++) {
+        if (bs->fds[r] < 0 || bs->gone[r])
+            continue;
+        bs->pfds[n] = (struct pollfd){.fd = bs->fds[r], .events = POLLIN};
+        bs->pfd_rank[n++] = r;
+    }
+    if (n == 0 || poll(bs->pfds, (nfds_t)n, 0) <= 0)
+        goto out;
+    int from = -1;
+    for (int i = 0; i < n && s == SHOAL_OK; i++) {
+        from = bs->pfd_rank[i];
+        if (bs->pfds[i].revents)
+            s = shoal_boot_news(bs, from, culprit_p, text, cap);
+    }
+    if (s != SHOAL_OK) {
+        /* The rank the news came from knows it (or is gone). */
+        bs->status = s;
+        shoal_boot_notify(bs, from, *culprit_p, s, text);
+    }
+out:
+    pthread_mutex_unlock(&bs->lock);
+    return s;
+}
+
+void shoal_bootstrap_report(shoal_bootstrap_t *bs, int culprit, shoal_status_t status,
+                            const char *text)
+{
+    pthread_mutex_lock(&bs->lock);
+    if (bs->status == SHOAL_OK && !shoal_boot_is_aborted(bs) && bs->nranks > 1) {
+        bs->status = status;
+        if (bs->rank == 0)
+            shoal_boot_notify(bs, -1, culprit, status, text);
+        else if (bs->fds[0] >= 0 && !bs->gone[0] &&
+                 shoal_boot_send_fail(bs, 0, culprit, status, text,
+                                      shoal_deadline_after(SHOAL_BOOT_NOTIFY_NS)) != SHOAL_OK)
+            shoal_debug(BOOT, "bootstrap: rank %d cannot tell rank 0 of its failure", bs->rank);
+    }
+    pthread_mutex_unlock(&bs->lock);
 }
 
 /* ---- joining ------------------------------------------------------------ */
@@ -862,11 +1039,24 @@ shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int n
     }
     for (int r = 0; r < nranks; r++)
         bs->fds[r] = -1;
+    bs->gone = calloc((size_t)nranks, sizeof(*bs->gone));
+    bs->pfds = calloc((size_t)nranks, sizeof(*bs->pfds));
+    bs->pfd_rank = calloc((size_t)nranks, sizeof(*bs->pfd_rank));
+    if (!bs->gone || !bs->pfds || !bs->pfd_rank) {
+        shoal_error(BOOT, "bootstrap init: out of memory");
+        s = SHOAL_ERR_NO_MEMORY;
+        goto err_close_fds;
+    }
 
     s = rank == 0 ? shoal_boot_root_join(bs, id, &root, deadline)
                   : shoal_boot_peer_join(bs, &root, deadline);
     if (s != SHOAL_OK)
         goto err_close_fds;
+    int beat = (int)(shoal_config_get()->core.heartbeat_ns / 1000000000ull);
+    for (int r = 0; r < nranks; r++)
+        if (bs->fds[r] >= 0)
+            shoal_sock_keepalive(bs->fds[r], beat);
+    pthread_mutex_init(&bs->lock, NULL);
     char text[SHOAL_SOCKADDR_STRLEN];
     shoal_debug(BOOT, "bootstrap init: rank %d of %d joined; local address %s", rank, nranks,
                 shoal_sock_str(&bs->local_addr, text));
@@ -878,6 +1068,9 @@ err_close_fds:
         if (bs->fds[r] >= 0)
             close(bs->fds[r]);
     free(bs->fds);
+    free(bs->gone);
+    free(bs->pfds);
+    free(bs->pfd_rank);
 err_free_bs:
     free(bs);
     return s;
@@ -908,9 +1101,25 @@ void shoal_bootstrap_destroy(shoal_bootstrap_t *bs)
 {
     if (!bs)
         return;
-    for (int r = 0; r < bs->nranks; r++)
-        if (bs->fds[r] >= 0)
-            close(bs->fds[r]);
+    /* A goodbye first, so that the others tell this departure from a death
+     * (an abort says none: to the others it is a rank that failed). It is
+     * 16 bytes into an idle socket's buffer: never waits. */
+    uint8_t bye[SHOAL_BOOT_HDR_BYTES];
+    shoal_boot_put_u32(bye, SHOAL_BOOT_OP_BYE);
+    shoal_boot_put_u32(bye + 4, bs->seq);
+    shoal_boot_put_u64(bye + 8, 0);
+    for (int r = 0; r < bs->nranks; r++) {
+        if (bs->fds[r] < 0)
+            continue;
+        if (!shoal_boot_is_aborted(bs) && !bs->gone[r] &&
+            send(bs->fds[r], bye, sizeof(bye), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(bye))
+            shoal_debug(BOOT, "bootstrap: no goodbye to rank %d: %s", r, strerror(errno));
+        close(bs->fds[r]);
+    }
+    pthread_mutex_destroy(&bs->lock);
     free(bs->fds);
+    free(bs->gone);
+    free(bs->pfds);
+    free(bs->pfd_rank);
     free(bs);
 }

@@ -56,9 +56,25 @@ const uint8_t *shoal_bootstrap_secret(const shoal_bootstrap_t *bs);
 /* The local address used for bootstrap; transports listen on the same one. */
 const shoal_sockaddr_t *shoal_bootstrap_local_addr(const shoal_bootstrap_t *bs);
 
+/* Look, without waiting, for news of a failure elsewhere: a failure
+ * notice (shoal_bootstrap_report), or a rank whose connection ended without
+ * the goodbye that destroy sends (it died or aborted). SHOAL_OK if there is
+ * none, or if another thread is using bs (its collective reads the news).
+ * Otherwise the status, with *culprit_p the rank at fault (-1: unknown)
+ * and text (cap > 0 bytes) the description; rank 0 passes the news on to
+ * the others. bs then fails every later call with that status. Any thread. */
+shoal_status_t shoal_bootstrap_poll(shoal_bootstrap_t *bs, int *culprit_p, char *text,
+                                    size_t cap);
+
+/* A failure found on this rank: tell the others (through rank 0), unless bs
+ * failed already. Waits at most a second. Any thread. */
+void shoal_bootstrap_report(shoal_bootstrap_t *bs, int culprit, shoal_status_t status,
+                            const char *text);
+
 /* Wake and fail every blocking call on bs (from any thread); idempotent. */
 void shoal_bootstrap_abort(shoal_bootstrap_t *bs);
 
+/* Say goodbye to the connected ranks (unless aborted) and free bs. */
 void shoal_bootstrap_destroy(shoal_bootstrap_t *bs);
 
 #endif

@@ -6,6 +6,8 @@
 
 #include "clock.h"
 #include "dtype.h"
+#include "fault.h"
+#include "flight.h"
 #include "log.h"
 
 #include <stdarg.h>
@@ -19,6 +21,8 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
      * doing: report that. */
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
+    else
+        s = shoal_fault_explain(comm, s);
     /* Whatever stopped a run midway left pieces in the FIFOs that the next
      * operation would misread: the communicator is broken for good. */
     int ok = SHOAL_OK;
@@ -29,7 +33,17 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
-    return shoal_comm_fail(comm, s, "%s failed on rank %d", what, comm->rank);
+    /* The others hear of it at once rather than at their deadline. */
+    shoal_fault_report(comm, s);
+    char cause[SHOAL_ERROR_MAX];
+    pthread_mutex_lock(&comm->watch_lock);
+    snprintf(cause, sizeof(cause), "%s", comm->cause);
+    pthread_mutex_unlock(&comm->watch_lock);
+    shoal_comm_fail(comm, s, "%s failed on rank %d%s%s", what, comm->rank,
+                    cause[0] ? ": " : "", cause);
+    /* What this rank was doing, and how far each peer got. */
+    shoal_flight_dump(comm->flight, shoal_status_string(s));
+    return s;
 }
 
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
@@ -45,10 +59,35 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *a
     return SHOAL_OK;
 }
 
-static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
-                                   const shoal_coll_args_t *args)
+/* The signature every piece of the next collective carries: the same on
+ * every rank when their calls agree. */
+static void begin_sig(struct shoal_comm *comm, const shoal_coll_args_t *args, unsigned kind)
 {
+    int rooted = args->kind == SHOAL_COLL_BROADCAST || args->kind == SHOAL_COLL_REDUCE ||
+                 args->kind == SHOAL_COLL_GATHER || args->kind == SHOAL_COLL_SCATTER;
+    comm->sig = (shoal_sig_t){
+        .seq = comm->nseq++,
+        .count = args->kind == SHOAL_COLL_ALLTOALLV ? SHOAL_SIG_COUNT_ANY : args->count,
+        .kind = (uint8_t)kind,
+        .dtype = (uint8_t)args->dtype,
+        .op = (uint8_t)args->op,
+        .root = rooted ? args->root : -1,
+    };
+    shoal_fault_reset(comm);
+}
+
+void shoal_coll_begin_p2p(struct shoal_comm *comm)
+{
+    comm->sig = (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P, .root = -1};
+    shoal_fault_reset(comm);
+}
+
+static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
+                                   const shoal_coll_args_t *args, unsigned sig_kind)
+{
+    begin_sig(comm, args, sig_kind);
     const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
+    shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
                                what);
@@ -104,7 +143,7 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
         uint8_t one = 1, all;
         shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &one, .recvbuf = &all,
                                   .count = 1, .dtype = SHOAL_UINT8, .op = SHOAL_MAX};
-        return run_selected(comm, call->what, &args);
+        return run_selected(comm, call->what, &args, SHOAL_SIG_BARRIER);
     }
     shoal_coll_args_t args = call->args;
     size_t es = shoal_dtype_bytes(args.dtype);
@@ -123,10 +162,10 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
             goto err_nomem;
         memcpy(staged, args.sendbuf, n * es);
     } else {
-        return run_selected(comm, call->what, &args);
+        return run_selected(comm, call->what, &args, args.kind);
     }
     args.sendbuf = staged;
-    return run_selected(comm, call->what, &args);
+    return run_selected(comm, call->what, &args, args.kind);
 
 err_nomem:
     return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to stage the input",
@@ -184,7 +223,7 @@ static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *cal
     }
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf,
                               .count = total, .dtype = c0->args.dtype, .op = c0->args.op};
-    shoal_status_t s = run_selected(comm, "group of all-reduces", &args);
+    shoal_status_t s = run_selected(comm, "group of all-reduces", &args, SHOAL_COLL_ALLREDUCE);
     off = 0;
     for (size_t i = 0; i < n && s == SHOAL_OK; i++) {
         if (!in_run(comm, &calls[i]))
@@ -257,6 +296,8 @@ static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls
         x[n - nr + i] = tmp;
     }
     if (s == SHOAL_OK && ns + nr > 0) {
+        shoal_coll_begin_p2p(comm);
+        shoal_flight_start(comm->flight, comm->flight_cur, "p2p", &comm->sig);
         s = shoal_xfer_run(comm, x, ns, x + n - nr, nr, shoal_deadline_after(comm->timeout_ns));
         if (s != SHOAL_OK)
             s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ns, nr);

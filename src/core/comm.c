@@ -5,6 +5,8 @@
 
 #include "algos/algo.h"
 #include "exec.h"
+#include "fault.h"
+#include "flight.h"
 #include "reg.h"
 
 #include "bootstrap.h"
@@ -146,6 +148,19 @@ void shoal_comm_leave(struct shoal_comm *comm)
     atomic_fetch_sub_explicit(&comm->active, 1, memory_order_acq_rel);
 }
 
+/* The refusal of a call on a broken communicator, with the reason it broke. */
+static shoal_status_t comm_broken(struct shoal_comm *comm, const char *caller,
+                                  shoal_status_t err)
+{
+    char cause[SHOAL_ERROR_MAX];
+    pthread_mutex_lock(&comm->watch_lock);
+    snprintf(cause, sizeof(cause), "%s", comm->cause[0] ? comm->cause
+                                                        : shoal_status_string(err));
+    pthread_mutex_unlock(&comm->watch_lock);
+    return shoal_comm_fail(comm, err, "%s: communicator is broken by an earlier failure: %s",
+                           caller, cause);
+}
+
 shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
 {
     if (!comm)
@@ -159,9 +174,7 @@ shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
     if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
         s = shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted", caller);
     else if (err != SHOAL_OK)
-        s = shoal_comm_fail(comm, (shoal_status_t)err,
-                            "%s: communicator is broken by an earlier failure: %s", caller,
-                            shoal_status_string((shoal_status_t)err));
+        s = comm_broken(comm, caller, (shoal_status_t)err);
     if (s != SHOAL_OK)
         shoal_comm_leave(comm);
     return s;
@@ -210,6 +223,8 @@ shoal_status_t shoal_get_unique_id(shoal_unique_id_t *id_p)
 typedef struct {
     char host_id[SHOAL_HOST_ID_MAX];
     uint8_t rdv_addr[SHOAL_BOOT_ADDR_BYTES];
+    uint32_t pid;
+    uint8_t tag[SHOAL_TAG_BYTES];
 } comm_card_t;
 
 /* Exchange host identities and rendezvous addresses in one all-gather, and
@@ -220,11 +235,18 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
     comm->host_ids = calloc((size_t)n, sizeof(*comm->host_ids));
     comm->host_of = calloc((size_t)n, sizeof(*comm->host_of));
     comm->rdv_addrs = calloc((size_t)n, sizeof(*comm->rdv_addrs));
+    comm->pids = calloc((size_t)n, sizeof(*comm->pids));
+    comm->tags = calloc((size_t)n, sizeof(*comm->tags));
     comm_card_t *cards = calloc((size_t)n, sizeof(*cards));
     shoal_status_t s = SHOAL_ERR_NO_MEMORY;
-    if (!comm->host_ids || !comm->host_of || !comm->rdv_addrs || !cards)
+    if (!comm->host_ids || !comm->host_of || !comm->rdv_addrs || !comm->pids || !comm->tags ||
+        !cards)
         goto out_free_cards;
     shoal_host_id(cards[comm->rank].host_id);
+    cards[comm->rank].pid = (uint32_t)getpid();
+    s = shoal_auth_random(cards[comm->rank].tag, SHOAL_TAG_BYTES);
+    if (s != SHOAL_OK)
+        goto out_free_cards;
     s = shoal_shrink_listen(comm, cards[comm->rank].rdv_addr);
     if (s != SHOAL_OK)
         goto out_free_cards;
@@ -233,6 +255,8 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
         goto out_free_cards;
     for (int r = 0; r < n && s == SHOAL_OK; r++) {
         memcpy(comm->host_ids[r], cards[r].host_id, SHOAL_HOST_ID_MAX);
+        comm->pids[r] = cards[r].pid;
+        memcpy(comm->tags[r], cards[r].tag, SHOAL_TAG_BYTES);
         s = shoal_bootstrap_addr_unpack(cards[r].rdv_addr, &comm->rdv_addrs[r]);
     }
     if (s != SHOAL_OK) {
@@ -285,6 +309,9 @@ shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **bu
 static void comm_free(struct shoal_comm *comm)
 {
     shoal_exec_destroy(comm, 0);
+    /* Before the endpoints it reads go. */
+    shoal_flight_destroy(comm->flight);
+    comm->flight = NULL;
     shoal_transport_teardown(comm);
     free(comm->scratch);
     free(comm->stage);
@@ -298,6 +325,9 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->eps);
     free(comm->host_ids);
     free(comm->host_of);
+    free(comm->pids);
+    free(comm->tags);
+    pthread_mutex_destroy(&comm->watch_lock);
     free(comm);
 }
 
@@ -323,6 +353,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     comm->rank = rank;
     comm->nranks = nranks;
     comm->rdv_fd = -1;
+    pthread_mutex_init(&comm->watch_lock, NULL);
     comm->timeout_ns = cfg->core.timeout_ns;
     comm->chunk_size = cfg->algo.chunk_size;
     comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
@@ -337,6 +368,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
     s = shoal_transport_wireup(comm);
+    if (s == SHOAL_OK)
+        s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);
     if (s != SHOAL_OK)
         goto err_free;
     if (cfg->algo.latency_ns)
@@ -502,6 +535,33 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
         sched_yield();
     shoal_exec_destroy(comm, 0);
     comm_free(comm);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *status_p)
+{
+    static const char what[] = "shoal_comm_get_async_error";
+    if (!status_p)
+        return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: status_p is NULL", what);
+    shoal_status_t s = shoal_comm_enter_any(comm, what);
+    if (s != SHOAL_OK)
+        return s;
+    shoal_fault_watch(comm, 0);
+    shoal_status_t err = (shoal_status_t)atomic_load_explicit(&comm->error, memory_order_acquire);
+    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+        err = SHOAL_ERR_ABORTED;
+    if (err != SHOAL_OK) {
+        /* Recorded, not logged: callers poll this, and the failure was
+         * logged where it was found. */
+        pthread_mutex_lock(&comm->watch_lock);
+        pthread_mutex_lock(&error_lock);
+        snprintf(comm->last_error, sizeof(comm->last_error), "%s: %.480s", what,
+                 comm->cause[0] ? comm->cause : shoal_status_string(err));
+        pthread_mutex_unlock(&error_lock);
+        pthread_mutex_unlock(&comm->watch_lock);
+    }
+    shoal_comm_leave(comm);
+    *status_p = err;
     return SHOAL_OK;
 }
 

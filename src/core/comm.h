@@ -7,12 +7,14 @@
 #include "shoal.h"
 #include "transport/transport.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #define SHOAL_MAX_TRANSPORTS 4
 #define SHOAL_HOST_ID_MAX SHOAL_CONFIG_STR_MAX
 #define SHOAL_ERROR_MAX 512
+#define SHOAL_TAG_BYTES 16
 
 struct shoal_reg;
 
@@ -27,6 +29,13 @@ struct shoal_comm {
     char (*host_ids)[SHOAL_HOST_ID_MAX];
     int *host_of;             /* dense host index of each rank */
     int nhosts;
+    /* Every rank's process id (for messages) and a random tag of its own
+     * for this communicator, also from the init exchange: transports name
+     * what they create in the file system after it, so that the other
+     * ranks of the host can find and remove it should the rank die before
+     * its wireup finished. */
+    uint32_t *pids;
+    uint8_t (*tags)[SHOAL_TAG_BYTES];
 
     shoal_tl_ctx_t *tl_ctx[SHOAL_MAX_TRANSPORTS]; /* open transports, NULL-terminated */
     int ntl;
@@ -63,6 +72,19 @@ struct shoal_comm {
 
     /* Memory registrations (reg.h), newest first. */
     struct shoal_reg *regs;
+
+    /* Failure detection (fault.h). sig is the running operation's
+     * signature and nseq counts the collectives run, both written by the
+     * executor only. cause says why the running operation failed, set
+     * where that was found; the watch state is guarded by watch_lock. */
+    shoal_sig_t sig;
+    uint64_t nseq;
+    char cause[SHOAL_ERROR_MAX];
+    pthread_mutex_t watch_lock;
+    uint64_t watch_next_ns;   /* the bootstrap is polled again after this */
+    int news;                 /* the failure came from another rank: not told again */
+    struct shoal_flight *flight; /* recent operations, logged on a failure (flight.h) */
+    uint64_t flight_cur;      /* the running task's record; executor only */
 
     uint64_t serial;          /* distinct for every communicator this process made */
     atomic_int aborted;

@@ -499,6 +499,13 @@ static const shoal_config_entry_t core_entries[] = {
     {.name = "SHOAL_TIMEOUT", .def = "300s",
      .doc = "deadline of every blocking wait (init, collectives, teardown)",
      .parse = parse_time, .offset = FIELD(core.timeout_ns)},
+    {.name = "SHOAL_HEARTBEAT", .def = "1s",
+     .doc = "how often an idle communicator looks for dead or failed peers, and the TCP "
+            "keepalive interval of its connections (a vanished host is noticed after 5)",
+     .parse = parse_time, .offset = FIELD(core.heartbeat_ns)},
+    {.name = "SHOAL_FLIGHT_DEPTH", .def = "64",
+     .doc = "operations each communicator remembers and logs on a failure (0: off)",
+     .parse = parse_int, .offset = FIELD(core.flight_depth)},
     {.name = "SHOAL_HOST_ID", .def = "",
      .doc = "identity of this host for topology; default hostname + boot id",
      .parse = parse_string, .offset = FIELD(core.host_id)},
@@ -611,6 +618,12 @@ static void config_sanitize(shoal_config_t *c)
     }
     if (c->core.timeout_ns == 0)
         c->core.timeout_ns = 300ull * 1000000000ull;
+    if (c->core.heartbeat_ns < 1000000000ull) {
+        shoal_warn(INIT, "SHOAL_HEARTBEAT below 1s; using 1s (TCP keepalive counts seconds)");
+        c->core.heartbeat_ns = 1000000000ull;
+    }
+    if (c->core.flight_depth < 0)
+        c->core.flight_depth = 0;
 }
 
 /* Where an entry's text came from. */

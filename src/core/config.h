@@ -15,6 +15,8 @@ typedef struct {
     unsigned log_subsys;                  /* SHOAL_DEBUG_SUBSYS */
     char log_file[SHOAL_CONFIG_STR_MAX];  /* SHOAL_DEBUG_FILE, "" = stderr */
     uint64_t timeout_ns;                  /* SHOAL_TIMEOUT */
+    uint64_t heartbeat_ns;                /* SHOAL_HEARTBEAT */
+    int flight_depth;                     /* SHOAL_FLIGHT_DEPTH */
     char host_id[SHOAL_CONFIG_STR_MAX];   /* SHOAL_HOST_ID, "" = hostname+boot id */
 } shoal_core_config_t;
 

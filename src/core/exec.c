@@ -17,9 +17,13 @@
 #include "clock.h"
 #include "coll.h"
 #include "dtype.h"
+#include "fault.h"
+#include "flight.h"
 #include "log.h"
 
+#include <errno.h>
 #include <sched.h>
+#include <time.h>
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -34,6 +38,7 @@ struct shoal_task {
     int refs;                 /* queue + waiter + bound requests */
     int on_stack;             /* a blocking call's own: never freed */
     int borrowed;             /* calls belong to the submitter (a group) */
+    uint64_t flight;          /* its flight recorder record */
     int done;
     shoal_status_t status;
     shoal_call_t one;         /* storage for a single call */
@@ -61,7 +66,8 @@ struct shoal_exec {
     int has_thread;
     int stop;
     pthread_t thread;
-    pthread_cond_t work;      /* wakes the progress thread */
+    pthread_cond_t work;      /* wakes the progress thread (CLOCK_MONOTONIC) */
+    struct shoal_comm *comm;
 };
 
 static pthread_mutex_t exec_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -92,6 +98,7 @@ static void task_release(shoal_task_t *t)
 /* Lock held. */
 static void task_complete(shoal_task_t *t, shoal_status_t status)
 {
+    shoal_flight_finish(t->comm->flight, t->flight, status);
     t->done = 1;
     t->status = status;
     task_release(t); /* the queue's reference */
@@ -117,6 +124,7 @@ static void exec_run_head(struct shoal_exec *ex)
         ex->tail = NULL;
     ex->running = 1;
     pthread_mutex_unlock(&exec_lock);
+    t->comm->flight_cur = t->flight;
     shoal_status_t s = task_exec(t->comm, t);
     pthread_mutex_lock(&exec_lock);
     ex->running = 0;
@@ -167,13 +175,14 @@ static void list_reap(xfer_list_t *l, int sends, shoal_status_t status)
 
 /* Whether a message of l is past its task's deadline (logged). */
 static int list_overdue(const xfer_list_t *l, int sends, uint64_t now,
-                        const struct shoal_comm *comm)
+                        struct shoal_comm *comm)
 {
     for (size_t i = 0; i < l->n; i++) {
         if (now > l->task[i]->deadline_ns) {
-            shoal_error(ALGO, "rank %d: %s of %zu B %s rank %d unfinished at the deadline "
-                        "(%zu B moved)", comm->rank, sends ? "send" : "receive", l->x[i].bytes,
-                        sends ? "to" : "from", l->x[i].ep->peer, l->x[i].done);
+            shoal_fault_cause(comm, "rank %d waited until the deadline for its %s of %zu B "
+                              "%s rank %d (%zu B moved)", comm->rank,
+                              sends ? "send" : "receive", l->x[i].bytes, sends ? "to" : "from",
+                              l->x[i].ep->peer, l->x[i].done);
             return 1;
         }
     }
@@ -192,6 +201,7 @@ static shoal_status_t session_absorb(struct shoal_exec *ex)
         if (list_push(send ? &ex->sends : &ex->recvs, &x, t))
             return SHOAL_ERR_NO_MEMORY;
         t->deadline_ns = shoal_deadline_after(t->comm->timeout_ns);
+        shoal_flight_start(t->comm->flight, t->flight, "p2p", NULL);
         ex->head = t->next;
         if (!ex->head)
             ex->tail = NULL;
@@ -209,8 +219,11 @@ static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
     ex->running = 1;
     pthread_mutex_unlock(&exec_lock);
     int moved = 0;
+    shoal_coll_begin_p2p(comm);
     if (s == SHOAL_OK)
         s = shoal_xfer_step(comm, ex->sends.x, ex->sends.n, ex->recvs.x, ex->recvs.n, &moved);
+    if (s == SHOAL_OK && !moved)
+        s = shoal_fault_watch(comm, 0);
     if (s == SHOAL_OK && atomic_load_explicit(&comm->aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
     pthread_mutex_lock(&exec_lock);
@@ -262,11 +275,23 @@ static void *exec_thread(void *arg)
 {
     struct shoal_exec *ex = arg;
     pthread_mutex_lock(&exec_lock);
+    uint64_t beat = shoal_config_get()->core.heartbeat_ns;
     while (!ex->stop) {
-        if (exec_ready(ex))
+        if (exec_ready(ex)) {
             exec_step(ex);
-        else
-            pthread_cond_wait(&ex->work, &exec_lock);
+            continue;
+        }
+        /* Idle: look for news of dead or failed peers every heartbeat, so
+         * that the next call (or ncclCommGetAsyncError) reports it. */
+        uint64_t until = shoal_now_ns() + beat;
+        struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
+                              .tv_nsec = (long)(until % 1000000000ull)};
+        if (pthread_cond_timedwait(&ex->work, &exec_lock, &ts) == ETIMEDOUT && !ex->stop &&
+            !exec_ready(ex)) {
+            pthread_mutex_unlock(&exec_lock);
+            shoal_fault_watch(ex->comm, 1);
+            pthread_mutex_lock(&exec_lock);
+        }
     }
     pthread_mutex_unlock(&exec_lock);
     return NULL;
@@ -278,7 +303,12 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm)
     if (!ex)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "no memory for the operation queue");
     ex->thread_mode = shoal_config_get()->algo.progress_thread;
-    pthread_cond_init(&ex->work, NULL);
+    ex->comm = comm;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&ex->work, &attr);
+    pthread_condattr_destroy(&attr);
     comm->exec = ex;
     return SHOAL_OK;
 }
@@ -339,9 +369,31 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
 }
 
 /* Lock held. Append t to comm's queue. */
+/* Bytes a call moves out of this rank, roughly: for the flight recorder. */
+static size_t call_bytes(const struct shoal_comm *comm, const shoal_call_t *c)
+{
+    const shoal_coll_args_t *a = &c->args;
+    if (c->barrier)
+        return 0;
+    size_t n = a->count;
+    if (a->kind == SHOAL_COLL_ALLTOALLV) {
+        n = 0;
+        for (int j = 0; j < comm->nranks; j++)
+            n += a->sendcounts[j];
+    } else if (a->kind == SHOAL_COLL_REDUCE_SCATTER || a->kind == SHOAL_COLL_ALLTOALL) {
+        n *= (size_t)comm->nranks;
+    }
+    return n * shoal_dtype_bytes(a->dtype);
+}
+
 static void exec_append(struct shoal_comm *comm, shoal_task_t *t)
 {
     struct shoal_exec *ex = comm->exec;
+    size_t bytes = 0;
+    for (size_t i = 0; i < t->ncalls; i++)
+        bytes += call_bytes(comm, &t->calls[i]);
+    t->flight = shoal_flight_queue(comm->flight, t->ncalls == 1 ? t->calls[0].what : "a group",
+                                   bytes);
     if (ex->tail)
         ex->tail->next = t;
     else

@@ -74,8 +74,8 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
  * fields (premul). The reason goes to comm's last error; comm stays usable. */
 shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int in_group);
 
-/* Whether the call moves nothing (count 0 and not an all-to-all-v with
- * data, or a single-rank barrier...): it then completes at once. */
+/* Whether the call moves nothing on any rank (count 0, except for an
+ * all-to-all-v; a single-rank barrier): it then completes at once. */
 int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call);
 
 /* The message of a send or receive call to another rank, not yet moved. */

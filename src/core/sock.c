@@ -262,6 +262,18 @@ static void shoal_sock_set_nodelay(int fd)
         shoal_debug(BOOT, "TCP_NODELAY: %s", strerror(errno));
 }
 
+void shoal_sock_keepalive(int fd, int interval_s)
+{
+    int one = 1, count = 5;
+    /* Without these a peer whose host vanished looks idle forever. Failure
+     * only costs that detection, so it is logged, not returned. */
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &interval_s, sizeof(interval_s)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0)
+        shoal_debug(BOOT, "TCP keepalive: %s", strerror(errno));
+}
+
 static int shoal_sock_set_blocking(int fd, int blocking)
 {
     int flags = fcntl(fd, F_GETFL);

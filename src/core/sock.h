@@ -51,6 +51,11 @@ shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadlin
 shoal_status_t shoal_sock_send_all(int fd, const void *buf, size_t len, uint64_t deadline_ns);
 shoal_status_t shoal_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadline_ns);
 
+/* Heartbeats on an established connection: TCP keepalive probes after
+ * interval_s idle seconds, then every interval_s, and the connection fails
+ * after 5 unanswered (a vanished host or a cut link is noticed). */
+void shoal_sock_keepalive(int fd, int interval_s);
+
 /* Text form "a.b.c.d:port" into buf (SHOAL_SOCKADDR_STRLEN bytes); returns buf. */
 const char *shoal_sock_str(const shoal_sockaddr_t *addr, char *buf);
 

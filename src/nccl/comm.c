@@ -3,6 +3,7 @@
 #include "door.h"
 
 #include "core/config.h"
+#include "core/fault.h"
 #include "core/launch.h"
 #include "core/log.h"
 
@@ -307,6 +308,10 @@ NCCL_API(ncclResult_t, ncclCommGetAsyncError, ncclComm_t comm, ncclResult_t *asy
     comm->nreqs = keep;
     res = comm->async_error;
     pthread_mutex_unlock(&comm->lock);
+    /* Between calls, news of a dead or failed peer waits on the bootstrap
+     * connection: look (at most every 200 us) rather than wait for the
+     * progress thread's heartbeat. */
+    shoal_fault_watch(comm->sc, 0);
     int broken = atomic_load_explicit(&comm->sc->error, memory_order_acquire);
     if (res == ncclSuccess && broken != SHOAL_OK)
         res = shoal_nccl_result((shoal_status_t)broken);

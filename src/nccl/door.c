@@ -44,6 +44,7 @@ ncclResult_t shoal_nccl_result(shoal_status_t s)
         return ncclRemoteError;
     case SHOAL_ERR_UNSUPPORTED:
     case SHOAL_ERR_ABORTED:
+    case SHOAL_ERR_MISMATCH:
         return ncclInvalidUsage;
     case SHOAL_ERR_INTERNAL:
     default:

@@ -11,8 +11,10 @@
  *
  * The segment's name lives in /dev/shm only until every local peer has
  * mapped it: the last one to map unlinks it, ready makes sure of it, and
- * close and every error path unlink it too, so only a process killed in
- * the middle of wireup can leave one behind. */
+ * close and every error path unlink it too. Names are made of the owner's
+ * pid and its random tag from the init exchange (comm.h), which every rank
+ * knows before any segment exists: when a rank dies in the middle of
+ * wireup, the others' failed wireup removes its segment as well. */
 #include "transport.h"
 
 #include "core/auth.h"
@@ -41,9 +43,15 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "shared-memory counters need lock-free 64-bit atomics");
 
+/* What the sender writes about each slot before it publishes it. */
+typedef struct {
+    uint64_t len;
+    shoal_sig_t sig;
+} shoal_shm_meta_t;
+
 /* Control block at the start of each FIFO; the slots follow it, page
  * aligned. What each process writes sits apart from what the other writes;
- * the slot lengths share the sender's block with head, so a receiver that
+ * the slot metadata shares the sender's block with head, so a receiver that
  * sees a new head usually finds the length in the same cache line. */
 typedef struct {
     /* Written once by the owner (the receiver) at open. */
@@ -55,11 +63,11 @@ typedef struct {
     /* Slots released, written by the receiver only. */
     _Alignas(SHOAL_SHM_LINE) atomic_ullong tail;
     /* Slots posted, written by the sender only, followed by the nslots
-     * message lengths (written before the head that publishes them). */
+     * slots' metadata (written before the head that publishes them). */
     _Alignas(SHOAL_SHM_LINE) atomic_ullong head;
 } shoal_shm_fifo_t;
 
-#define SHOAL_SHM_LENS_OFF (offsetof(shoal_shm_fifo_t, head) + sizeof(atomic_ullong))
+#define SHOAL_SHM_META_OFF (offsetof(shoal_shm_fifo_t, head) + sizeof(atomic_ullong))
 
 /* First page of a segment. */
 typedef struct {
@@ -104,7 +112,7 @@ typedef struct {
 
     /* Sending: our FIFO inside the peer's segment. */
     shoal_shm_fifo_t *tx;
-    uint64_t *tx_len;
+    shoal_shm_meta_t *tx_meta;
     unsigned char *tx_data;
     uint64_t tx_head;      /* slots we posted (tx->head mirrors it) */
     uint64_t tx_tail;      /* last tx->tail we read */
@@ -114,7 +122,7 @@ typedef struct {
 
     /* Receiving: the peer's FIFO inside our segment. */
     shoal_shm_fifo_t *rx;
-    const uint64_t *rx_len;
+    const shoal_shm_meta_t *rx_meta;
     const unsigned char *rx_data;
     uint64_t rx_tail;      /* slots we released (rx->tail mirrors it) */
     uint64_t rx_head;      /* last rx->head we read */
@@ -143,9 +151,9 @@ static size_t shoal_shm_round_up(size_t v, size_t align)
     return (v + align - 1) / align * align;
 }
 
-static uint64_t *shoal_shm_fifo_lens(shoal_shm_fifo_t *fifo)
+static shoal_shm_meta_t *shoal_shm_fifo_meta(shoal_shm_fifo_t *fifo)
 {
-    return (uint64_t *)((unsigned char *)fifo + SHOAL_SHM_LENS_OFF);
+    return (shoal_shm_meta_t *)((unsigned char *)fifo + SHOAL_SHM_META_OFF);
 }
 
 static shoal_status_t shoal_shm_query(struct shoal_comm *comm, int peer,
@@ -163,11 +171,11 @@ static shoal_status_t shoal_shm_query(struct shoal_comm *comm, int peer,
 static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    size_t lens, slots, stride, fifos, seg;
-    if (__builtin_mul_overflow(ctx->nslots, sizeof(uint64_t), &lens) ||
+    size_t meta, slots, stride, fifos, seg;
+    if (__builtin_mul_overflow(ctx->nslots, sizeof(shoal_shm_meta_t), &meta) ||
         __builtin_mul_overflow(ctx->nslots, ctx->chunk, &slots))
         goto err_too_big;
-    ctx->ctrl_len = shoal_shm_round_up(SHOAL_SHM_LENS_OFF + lens, page);
+    ctx->ctrl_len = shoal_shm_round_up(SHOAL_SHM_META_OFF + meta, page);
     if (__builtin_add_overflow(ctx->ctrl_len, slots, &stride) ||
         stride > SIZE_MAX - page)
         goto err_too_big;
@@ -187,18 +195,16 @@ err_too_big:
     return SHOAL_ERR_INVALID_ARG;
 }
 
-static shoal_status_t shoal_shm_make_name(char name[SHOAL_SHM_NAME_MAX])
+/* The name of rank's segment. The pid tells operators whose segment it
+ * is; the random tag makes the name unguessable so that nobody outside the
+ * job can pre-create or open it. */
+static void shoal_shm_name(const struct shoal_comm *comm, int rank,
+                           char name[SHOAL_SHM_NAME_MAX])
 {
-    unsigned char rnd[16];
-    shoal_status_t s = shoal_auth_random(rnd, sizeof(rnd));
-    if (s != SHOAL_OK)
-        return s;
-    /* The pid tells operators whose segment it is; the random part makes
-     * the name unguessable so nobody can pre-create or open it. */
-    int n = snprintf(name, SHOAL_SHM_NAME_MAX, SHOAL_SHM_NAME_PREFIX "%ld-", (long)getpid());
-    for (size_t i = 0; i < sizeof(rnd); i++)
-        n += snprintf(name + n, SHOAL_SHM_NAME_MAX - (size_t)n, "%02x", rnd[i]);
-    return SHOAL_OK;
+    int n = snprintf(name, SHOAL_SHM_NAME_MAX, SHOAL_SHM_NAME_PREFIX "%lu-",
+                     (unsigned long)comm->pids[rank]);
+    for (size_t i = 0; i < SHOAL_TAG_BYTES; i++)
+        n += snprintf(name + n, SHOAL_SHM_NAME_MAX - (size_t)n, "%02x", comm->tags[rank][i]);
 }
 
 /* Our receive FIFO for the local peer of index idx. */
@@ -258,9 +264,7 @@ static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
     s = shoal_shm_layout(ctx, nfifo);
     if (s != SHOAL_OK)
         goto err_free_ctx;
-    s = shoal_shm_make_name(ctx->name);
-    if (s != SHOAL_OK)
-        goto err_free_ctx;
+    shoal_shm_name(comm, comm->rank, ctx->name);
 
     fd = shm_open(ctx->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -446,10 +450,10 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
     ep->chunk = ctx->chunk;
     ep->tx_map_len = ctx->stride;
     ep->tx = ep->tx_map;
-    ep->tx_len = shoal_shm_fifo_lens(ep->tx);
+    ep->tx_meta = shoal_shm_fifo_meta(ep->tx);
     ep->tx_data = (unsigned char *)ep->tx_map + ctx->ctrl_len;
     ep->rx = shoal_shm_own_fifo(ctx, shoal_shm_fifo_index(comm, comm->rank, peer));
-    ep->rx_len = shoal_shm_fifo_lens(ep->rx);
+    ep->rx_meta = shoal_shm_fifo_meta(ep->rx);
     ep->rx_data = (const unsigned char *)ep->rx + ctx->ctrl_len;
     *ep_p = &ep->base;
     return SHOAL_OK;
@@ -485,7 +489,8 @@ static shoal_status_t shoal_shm_send_slot(shoal_ep_t *base, void **buf_p, size_t
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len)
+static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len,
+                                          const shoal_sig_t *sig)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (len > ep->chunk) {
@@ -497,15 +502,22 @@ static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len)
         shoal_error(SHM, "send_post to rank %d without a free slot", base->peer);
         return SHOAL_ERR_INTERNAL;
     }
-    ep->tx_len[ep->tx_idx] = len;
-    /* Release: the slot's bytes and length are visible before the count. */
+    shoal_shm_meta_t *meta = &ep->tx_meta[ep->tx_idx];
+    meta->len = len;
+    if (sig)
+        meta->sig = *sig;
+    else
+        memset(&meta->sig, 0, sizeof(meta->sig));
+    atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
+    /* Release: the slot's bytes and metadata are visible before the count. */
     atomic_store_explicit(&ep->tx->head, ++ep->tx_head, memory_order_release);
     if (++ep->tx_idx == ep->nslots)
         ep->tx_idx = 0;
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p)
+static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p,
+                                          shoal_sig_t *sig_p)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (ep->rx_tail == ep->rx_head) {
@@ -513,7 +525,8 @@ static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, 
         if (ep->rx_tail == ep->rx_head)
             return SHOAL_INPROGRESS;
     }
-    uint64_t len = ep->rx_len[ep->rx_idx];
+    const shoal_shm_meta_t *meta = &ep->rx_meta[ep->rx_idx];
+    uint64_t len = meta->len;
     if (len > ep->chunk) {
         shoal_error(SHM, "rank %d posted a %llu-B message into a %zu-B slot", base->peer,
                     (unsigned long long)len, ep->chunk);
@@ -521,6 +534,8 @@ static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, 
     }
     *buf_p = ep->rx_data + ep->rx_idx * ep->chunk;
     *len_p = (size_t)len;
+    if (sig_p)
+        *sig_p = meta->sig;
     return SHOAL_OK;
 }
 
@@ -531,6 +546,8 @@ static shoal_status_t shoal_shm_recv_release(shoal_ep_t *base)
         shoal_error(SHM, "recv_release from rank %d without a received slot", base->peer);
         return SHOAL_ERR_INTERNAL;
     }
+    atomic_store_explicit(&base->rx_bytes, base->rx_bytes + ep->rx_meta[ep->rx_idx].len,
+                          memory_order_relaxed);
     /* Release: our reads of the slot finish before the sender may reuse it. */
     atomic_store_explicit(&ep->rx->tail, ++ep->rx_tail, memory_order_release);
     if (++ep->rx_idx == ep->nslots)
@@ -548,9 +565,21 @@ static void shoal_shm_disconnect(shoal_ep_t *base)
 static void shoal_shm_close(shoal_tl_ctx_t *base)
 {
     shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
-    /* Wireup failed before ready: the name must not outlive us. */
-    if (ctx->linked)
-        shm_unlink(ctx->name);
+    /* Wireup failed before ready: no name must outlive it, neither ours
+     * nor that of a local peer which died before the others mapped its
+     * segment (peers still alive have failed too, and unlink their own). */
+    if (ctx->linked) {
+        const struct shoal_comm *comm = base->comm;
+        for (int q = 0; q < comm->nranks; q++) {
+            if (comm->host_of[q] != comm->host_of[comm->rank])
+                continue;
+            char name[SHOAL_SHM_NAME_MAX];
+            shoal_shm_name(comm, q, name);
+            if (shm_unlink(name) == 0 && q != comm->rank)
+                shoal_info(SHM, "rank %d removed the segment %s of rank %d (pid %lu)",
+                           comm->rank, name, q, (unsigned long)comm->pids[q]);
+        }
+    }
     munmap(ctx->seg, ctx->seg_len);
     free(ctx);
 }

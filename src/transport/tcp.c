@@ -25,6 +25,7 @@
 #include "core/sock.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -68,11 +69,21 @@ typedef struct {
 } shoal_tcp_hello_t;
 
 /* Message header on socket 0; network order. The sequence number catches a
- * stream that lost its framing. */
+ * stream that lost its framing; the operation signature (sig.h) travels
+ * as seq, count, then kind, dtype, op, pad, then root. */
 typedef struct {
     uint32_t len;
     uint32_t seq;
+    uint64_t sig_seq;
+    uint64_t sig_count;
+    uint8_t sig_kind;
+    uint8_t sig_dtype;
+    uint8_t sig_op;
+    uint8_t sig_pad;
+    uint32_t sig_root;
 } shoal_tcp_hdr_t;
+
+_Static_assert(sizeof(shoal_tcp_hdr_t) == 32, "the header has no padding");
 
 #define SHOAL_TCP_HDR sizeof(shoal_tcp_hdr_t)
 
@@ -105,6 +116,7 @@ typedef struct shoal_tcp_ep {
     unsigned char *rx_buf;
     shoal_tcp_hdr_t *rx_hdr;
     size_t *rx_len;
+    shoal_sig_t *rx_sig;    /* decoded from rx_hdr */
     shoal_tcp_cursor_t rx[SHOAL_TCP_NSOCKS_MAX];
     uint64_t rx_hdrs;       /* headers read */
     uint64_t rx_head;       /* messages read on every socket */
@@ -327,6 +339,10 @@ static shoal_status_t shoal_tcp_rx_header(shoal_tcp_ep_t *ep, uint64_t m)
                               "sequence %u): the stream lost its framing",
                               (unsigned long long)m, len, seq);
     ep->rx_len[slot] = len;
+    const shoal_tcp_hdr_t *h = &ep->rx_hdr[slot];
+    ep->rx_sig[slot] = (shoal_sig_t){.seq = be64toh(h->sig_seq), .count = be64toh(h->sig_count),
+                                     .kind = h->sig_kind, .dtype = h->sig_dtype,
+                                     .op = h->sig_op, .root = (int32_t)ntohl(h->sig_root)};
     ep->rx_hdrs++;
     return SHOAL_OK;
 }
@@ -447,7 +463,8 @@ static shoal_status_t shoal_tcp_send_slot(shoal_ep_t *base, void **buf_p, size_t
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len)
+static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len,
+                                          const shoal_sig_t *sig)
 {
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
@@ -462,8 +479,15 @@ static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len)
         return SHOAL_ERR_INTERNAL;
     }
     ep->tx_len[ep->tx_idx] = len;
-    ep->tx_hdr[ep->tx_idx].len = htonl((uint32_t)len);
-    ep->tx_hdr[ep->tx_idx].seq = htonl((uint32_t)ep->tx_head);
+    shoal_tcp_hdr_t *h = &ep->tx_hdr[ep->tx_idx];
+    static const shoal_sig_t none;
+    if (!sig)
+        sig = &none;
+    *h = (shoal_tcp_hdr_t){.len = htonl((uint32_t)len), .seq = htonl((uint32_t)ep->tx_head),
+                           .sig_seq = htobe64(sig->seq), .sig_count = htobe64(sig->count),
+                           .sig_kind = sig->kind, .sig_dtype = sig->dtype, .sig_op = sig->op,
+                           .sig_root = htonl((uint32_t)sig->root)};
+    atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
     ep->tx_head++;
     if (++ep->tx_idx == ep->nslots)
         ep->tx_idx = 0;
@@ -471,7 +495,8 @@ static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len)
     return shoal_tcp_push(ep);
 }
 
-static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p)
+static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p,
+                                          shoal_sig_t *sig_p)
 {
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
@@ -491,6 +516,8 @@ static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, 
     }
     *buf_p = ep->rx_buf + ep->rx_idx * ep->chunk;
     *len_p = ep->rx_len[ep->rx_idx];
+    if (sig_p)
+        *sig_p = ep->rx_sig[ep->rx_idx];
     return SHOAL_OK;
 }
 
@@ -503,6 +530,8 @@ static shoal_status_t shoal_tcp_recv_release(shoal_ep_t *base)
         shoal_error(TCP, "recv_release from rank %d without a received slot", base->peer);
         return SHOAL_ERR_INTERNAL;
     }
+    atomic_store_explicit(&base->rx_bytes, base->rx_bytes + ep->rx_len[ep->rx_idx],
+                          memory_order_relaxed);
     ep->rx_tail++;
     if (++ep->rx_idx == ep->nslots)
         ep->rx_idx = 0;
@@ -766,6 +795,7 @@ static void shoal_tcp_ep_free(shoal_tcp_ep_t *ep)
     free(ep->rx_hdr);
     free(ep->tx_len);
     free(ep->rx_len);
+    free(ep->rx_sig);
     free(ep);
 }
 
@@ -791,9 +821,10 @@ static shoal_status_t shoal_tcp_ep_create(shoal_tcp_ctx_t *ctx, int peer, const 
     ep->rx_hdr = calloc(ctx->nslots, sizeof(*ep->rx_hdr));
     ep->tx_len = calloc(ctx->nslots, sizeof(*ep->tx_len));
     ep->rx_len = calloc(ctx->nslots, sizeof(*ep->rx_len));
+    ep->rx_sig = calloc(ctx->nslots, sizeof(*ep->rx_sig));
     shoal_status_t s = SHOAL_ERR_NO_MEMORY;
     if (!ep->tx_buf || !ep->rx_buf || !ep->tx_hdr || !ep->rx_hdr || !ep->tx_len ||
-        !ep->rx_len) {
+        !ep->rx_len || !ep->rx_sig) {
         shoal_error(TCP, "tcp connect: no memory for 2 x %zu slots of %zu B", ctx->nslots,
                     ctx->chunk);
         goto err_free_ep;

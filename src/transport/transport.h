@@ -13,13 +13,17 @@
  * most comm->chunk_size bytes. The sender asks for the next free slot, writes
  * into it (for shm that is the receiver's memory) and posts it; the receiver
  * gets the oldest arrived slot, reads it in place and releases it. Messages
- * arrive in order. No op blocks: "not yet" is SHOAL_INPROGRESS, and the
- * caller drives progress() until its deadline. */
+ * arrive in order. Every message carries the sender's operation signature
+ * (sig.h) beside its length, so the receiver can check it before reading.
+ * No op blocks: "not yet" is SHOAL_INPROGRESS, and the caller drives
+ * progress() until its deadline. */
 #ifndef SHOAL_TRANSPORT_H
 #define SHOAL_TRANSPORT_H
 
+#include "core/sig.h"
 #include "shoal.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -44,6 +48,11 @@ typedef struct shoal_ep {
     const shoal_transport_ops_t *ops;
     shoal_tl_ctx_t *ctx;
     int peer;
+    /* Payload bytes posted to and released from the peer since connect,
+     * counted by the transport (relaxed: only the operation's executor
+     * writes them; the flight recorder reads them from any thread). */
+    atomic_ullong tx_bytes;
+    atomic_ullong rx_bytes;
 } shoal_ep_t;
 
 /* A registered memory region; transports may embed it first. */
@@ -79,8 +88,11 @@ struct shoal_transport_ops {
     shoal_status_t (*ready)(shoal_tl_ctx_t *ctx);
 
     shoal_status_t (*send_slot)(shoal_ep_t *ep, void **buf_p, size_t *cap_p);
-    shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len);
-    shoal_status_t (*recv_slot)(shoal_ep_t *ep, const void **buf_p, size_t *len_p);
+    /* Post the slot's first len bytes, with sig (NULL: all zero). */
+    shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len, const shoal_sig_t *sig);
+    /* The oldest arrived message; *sig_p (when not NULL) gets its signature. */
+    shoal_status_t (*recv_slot)(shoal_ep_t *ep, const void **buf_p, size_t *len_p,
+                                shoal_sig_t *sig_p);
     shoal_status_t (*recv_release)(shoal_ep_t *ep);
     /* SHOAL_OK once every posted message has left this process (it is in
      * the peer's memory or in the kernel, which delivers it even after this
