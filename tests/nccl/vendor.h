@@ -145,6 +145,7 @@ int vt_comm_rank(int rank, int nranks, const vt_ids_t *ids);
 int vt_usage_rank(int rank, int nranks, const vt_ids_t *ids);
 int vt_input_rank(int rank, int nranks, const vt_ids_t *ids);
 int vt_shrink_abort_rank(int rank, int nranks, const vt_ids_t *ids);
+int vt_death_rank(int rank, int nranks, const vt_ids_t *ids);
 
 /* All-reduce a small int32 vector on comm and check it: the "comm still
  * works" probe after every error. tag makes the inputs distinct. */

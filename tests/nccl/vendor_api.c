@@ -5,6 +5,7 @@
 #include "vendor.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -637,6 +638,37 @@ int vt_shrink_abort_rank(int rank, int n, const vt_ids_t *ids)
         }
     }
     VT_RC(ncclCommAbort(parent), ncclSuccess);
+    return 0;
+}
+
+/* The last rank is killed after a working all-reduce; the others, blocked
+ * in the next one, get ncclRemoteError naming it, the same from
+ * ncclCommGetAsyncError, and abort. */
+int vt_death_rank(int rank, int n, const vt_ids_t *ids)
+{
+    ncclComm_t comm = NULL;
+    if (!VT_RC(ncclCommInitRank(&comm, n, ids->id[VT_ID_MAIN], rank), ncclSuccess))
+        return 1;
+    int victim = n - 1;
+    vt_probe_allreduce(comm, rank, n, "before the death", 90);
+    if (rank == victim) {
+        fflush(NULL);
+        raise(SIGKILL);
+    }
+    static int32_t x[1 << 16];
+    if (VT_RC(ncclAllReduce(x, x, 1 << 16, ncclInt32, ncclSum, comm, VT_STREAM),
+              ncclRemoteError)) {
+        char want[32];
+        snprintf(want, sizeof(want), "rank %d ", victim);
+        const char *msg = ncclGetLastError(comm);
+        if (!msg || !strstr(msg, want))
+            vt_fail("ncclGetLastError does not name rank %d: %s", victim, msg ? msg : "NULL");
+    }
+    ncclResult_t async = ncclSuccess;
+    if (VT_RC(ncclCommGetAsyncError(comm, &async), ncclSuccess) && async != ncclRemoteError)
+        vt_fail("ncclCommGetAsyncError after rank %d died: %d, expected ncclRemoteError",
+                victim, (int)async);
+    VT_RC(ncclCommAbort(comm), ncclSuccess);
     return 0;
 }
 

@@ -797,6 +797,15 @@ static void test_shrink_abort(void **state)
     expect_ranks_ok(run_ranks(n, vt_shrink_abort_rank, 1), n, "ranks");
 }
 
+static void test_death(void **state)
+{
+    int n = (int)(intptr_t)*state;
+    /* The victim's SIGKILL is the one failure allowed (and reported). */
+    int bad = run_ranks(n, vt_death_rank, 1);
+    if (bad != 1)
+        fail_msg("%d of %d ranks failed; only the killed one should have", bad, n);
+}
+
 static void test_single_process(void **state)
 {
     int n = (int)(intptr_t)*state;
@@ -817,8 +826,8 @@ int main(void)
         return 1;
     }
 
-    /* Four cases that need no ranks, then six per rank count. */
-    enum { KINDS = 6 };
+    /* Four cases that need no ranks, then up to seven per rank count. */
+    enum { KINDS = 7 };
     static char names[KINDS][8][96];
     struct CMUnitTest tests[4 + KINDS * 8];
     size_t nt = 0;
@@ -833,18 +842,19 @@ int main(void)
     static const struct {
         const char *name; /* %d%s is the rank count and its plural s */
         CMUnitTestFunction fn;
-        int min_ranks;
+        int min_ranks, max_ranks;
     } kinds[KINDS] = {
-        {"collectives, %d rank%s", test_coll, 1},
-        {"communicators: init, split, shrink, non-blocking, revoke, %d rank%s", test_comm, 1},
-        {"pre-multiply-sum, groups, registration, memory, %d rank%s", test_usage, 1},
-        {"bad input and host memory, %d rank%s", test_input, 1},
-        {"shrink with NCCL_SHRINK_ABORT, %d rank%s", test_shrink_abort, 2},
-        {"ncclCommInitAll and grouped init, %d comm%s in one process", test_single_process, 1},
+        {"collectives, %d rank%s", test_coll, 1, 8},
+        {"communicators: init, split, shrink, non-blocking, revoke, %d rank%s", test_comm, 1, 8},
+        {"pre-multiply-sum, groups, registration, memory, %d rank%s", test_usage, 1, 8},
+        {"bad input and host memory, %d rank%s", test_input, 1, 8},
+        {"shrink with NCCL_SHRINK_ABORT, %d rank%s", test_shrink_abort, 2, 8},
+        {"ncclCommInitAll and grouped init, %d comm%s in one process", test_single_process, 1, 8},
+        {"a rank killed: ncclRemoteError on the others, %d rank%s", test_death, 2, 4},
     };
     for (int n = 1; n <= 8; n++) {
         for (int k = 0; k < KINDS; k++) {
-            if (n < kinds[k].min_ranks)
+            if (n < kinds[k].min_ranks || n > kinds[k].max_ranks)
                 continue;
             snprintf(names[k][n - 1], sizeof(names[k][n - 1]), kinds[k].name, n, n > 1 ? "s" : "");
             tests[nt++] = (struct CMUnitTest){names[k][n - 1], kinds[k].fn, NULL, NULL,
