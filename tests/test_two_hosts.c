@@ -3,6 +3,7 @@
  * are reached over tcp; all-reduce results must be right either way. */
 #include "harness.h"
 
+#include "core/clock.h"
 #include "core/comm.h"
 
 #include <fcntl.h>
@@ -163,10 +164,88 @@ static void test_two_hosts(void **state)
     assert_int_equal(failed, 0);
 }
 
+/* A host that vanishes: rank 0 in A, rank 1 in B. After a working
+ * all-reduce the parent takes the link down (packets vanish, so no
+ * connection sees an end); both ranks then block in an all-reduce and must
+ * get SHOAL_ERR_PEER naming the other, from the bootstrap connection's
+ * keepalive probes, long before SHOAL_TIMEOUT. */
+static int vanish_rank(int rank, int id_fd_in, int id_fd_out, int ready_fd, int cut_fd)
+{
+    const char *ns = rank == 0 ? NS_A : NS_B;
+    RANK_CHECK(enter_netns(ns) == 0, "cannot enter %s", ns);
+    harness_setenv("SHOAL_HOST_ID", ns);
+    harness_setenv("SHOAL_TIMEOUT", "120s");
+    shoal_unique_id_t id;
+    if (rank == 0) {
+        RANK_CHECK(shoal_get_unique_id(&id) == SHOAL_OK, "unique id");
+        RANK_CHECK(write(id_fd_out, &id, sizeof(id)) == (ssize_t)sizeof(id), "send id");
+    } else {
+        RANK_CHECK(read(id_fd_in, &id, sizeof(id)) == (ssize_t)sizeof(id), "receive id");
+    }
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(2, &id, rank, &comm) == SHOAL_OK, "init");
+    double x = 1;
+    RANK_CHECK(shoal_allreduce(&x, &x, 1, SHOAL_FLOAT64, SHOAL_SUM, comm) == SHOAL_OK && x == 2,
+               "all-reduce before the cut");
+    char b = 1;
+    RANK_CHECK(write(ready_fd, &b, 1) == 1 && read(cut_fd, &b, 1) == 1, "handshake");
+    uint64_t t0 = shoal_now_ns();
+    shoal_status_t s = shoal_allreduce(&x, &x, 1, SHOAL_FLOAT64, SHOAL_SUM, comm);
+    double waited = (double)(shoal_now_ns() - t0) / 1e9;
+    char want[16];
+    snprintf(want, sizeof(want), "rank %d", 1 - rank);
+    RANK_CHECK(s == SHOAL_ERR_PEER && strstr(shoal_comm_last_error(comm), want),
+               "after the cut: %s (%s)", shoal_status_string(s), shoal_comm_last_error(comm));
+    printf("# rank %d: the vanished host noticed after %.1f s (SHOAL_HEARTBEAT 1s)\n", rank,
+           waited);
+    fflush(stdout);
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    return 0;
+}
+
+static void test_host_vanishes(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        fprintf(stderr, "# not root: network namespaces need CAP_SYS_ADMIN\n");
+        skip();
+    }
+    assert_int_equal(netns_create(), 0);
+    int id[2], ready[2], cut[2][2];
+    assert_int_equal(pipe(id) | pipe(ready) | pipe(cut[0]) | pipe(cut[1]), 0);
+    int pids[2];
+    fflush(NULL);
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int rc = vanish_rank(r, id[0], id[1], ready[1], cut[r][0]);
+            fflush(NULL);
+            _exit(rc ? 1 : 0);
+        }
+    }
+    char b;
+    int ok = read(ready[0], &b, 1) == 1 && read(ready[0], &b, 1) == 1;
+    ok = ok && sh("ip -n " NS_A " link set shoal_va down") == 0 &&
+         sh("ip -n " NS_B " link set shoal_vb down") == 0;
+    for (int r = 0; r < 2; r++)
+        ok = ok && write(cut[r][1], &b, 1) == 1;
+    int failed = !ok;
+    for (int r = 0; r < 2; r++) {
+        int rc = harness_wait(pids[r], 60);
+        if (rc != 0) {
+            fprintf(stderr, "# rank %d failed (%d)\n", r, rc);
+            failed = 1;
+        }
+    }
+    netns_remove();
+    assert_int_equal(failed, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_two_hosts),
+        cmocka_unit_test(test_host_vanishes),
     };
     return cmocka_run_group_tests_name("two_hosts", tests, NULL, NULL);
 }

@@ -265,12 +265,16 @@ static void shoal_sock_set_nodelay(int fd)
 void shoal_sock_keepalive(int fd, int interval_s)
 {
     int one = 1, count = 5;
+    /* Probes go out only while nothing sent waits for its acknowledgement;
+     * the user timeout covers the other case, with the same bound. */
+    unsigned user_ms = (unsigned)(count + 1) * (unsigned)interval_s * 1000u;
     /* Without these a peer whose host vanished looks idle forever. Failure
      * only costs that detection, so it is logged, not returned. */
     if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) != 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &interval_s, sizeof(interval_s)) != 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s)) != 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_ms, sizeof(user_ms)) != 0)
         shoal_debug(BOOT, "TCP keepalive: %s", strerror(errno));
 }
 

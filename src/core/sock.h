@@ -53,7 +53,10 @@ shoal_status_t shoal_sock_recv_all(int fd, void *buf, size_t len, uint64_t deadl
 
 /* Heartbeats on an established connection: TCP keepalive probes after
  * interval_s idle seconds, then every interval_s, and the connection fails
- * after 5 unanswered (a vanished host or a cut link is noticed). */
+ * after 5 unanswered, or when data it sent stays unacknowledged for 6
+ * intervals (a vanished host or a cut link is noticed). For connections
+ * whose peer always reads soon (the bootstrap star): a peer that stops
+ * reading for that long with a full window fails it too. */
 void shoal_sock_keepalive(int fd, int interval_s);
 
 /* Text form "a.b.c.d:port" into buf (SHOAL_SOCKADDR_STRLEN bytes); returns buf. */
