@@ -47,6 +47,16 @@ static int netns_create(void)
            sh("ip -n " NS_A " link set lo up") || sh("ip -n " NS_B " link set lo up");
 }
 
+/* Both namespaces, fresh (as root: they need CAP_SYS_ADMIN). */
+static void netns_setup(void)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "# not root: network namespaces need CAP_SYS_ADMIN\n");
+        skip();
+    }
+    assert_int_equal(netns_create(), 0);
+}
+
 static int enter_netns(const char *name)
 {
     char path[128];
@@ -112,11 +122,7 @@ static int two_host_rank(int rank, int nranks, int id_fd_in, int id_fd_out)
 static void test_two_hosts(void **state)
 {
     (void)state;
-    if (geteuid() != 0) {
-        fprintf(stderr, "# not root: network namespaces need CAP_SYS_ADMIN\n");
-        skip();
-    }
-    assert_int_equal(netns_create(), 0);
+    netns_setup();
     enum { N = 4 };
     int fds[N][2]; /* rank 0 hands the id to rank r through fds[r] */
     for (int r = 0; r < N; r++)
@@ -206,11 +212,7 @@ static int vanish_rank(int rank, int id_fd_in, int id_fd_out, int ready_fd, int 
 static void test_host_vanishes(void **state)
 {
     (void)state;
-    if (geteuid() != 0) {
-        fprintf(stderr, "# not root: network namespaces need CAP_SYS_ADMIN\n");
-        skip();
-    }
-    assert_int_equal(netns_create(), 0);
+    netns_setup();
     int id[2], ready[2], cut[2][2];
     assert_int_equal(pipe(id) | pipe(ready) | pipe(cut[0]) | pipe(cut[1]), 0);
     int pids[2];
