@@ -1,5 +1,5 @@
 /* Logging: SHOAL_DEBUG_FILE with %h and %p, level and subsystem filters,
- * errno left as it was. */
+ * errno left as it was, the thread's last error. */
 #include "harness.h"
 
 #include "core/log.h"
@@ -86,11 +86,35 @@ static void test_excluded_subsys_and_none(void **state)
     unlink(path);
 }
 
+/* The thread's last error is kept whether or not it is written, and only
+ * errors count. */
+static void test_last_error(void **state)
+{
+    (void)state;
+    fflush(NULL);
+    int pid = fork();
+    if (pid == 0) {
+        harness_setenv("SHOAL_DEBUG", "none");
+        shoal_log_clear_error();
+        int ok = shoal_log_last_error()[0] == '\0';
+        shoal_error(BOOT, "first %d", 1);
+        shoal_warn(BOOT, "a warning");
+        ok = ok && strcmp(shoal_log_last_error(), "first 1") == 0;
+        errno = EPIPE;
+        shoal_error(TCP, "second");
+        ok = ok && errno == EPIPE && strcmp(shoal_log_last_error(), "second") == 0;
+        shoal_log_clear_error();
+        _exit(ok && shoal_log_last_error()[0] == '\0' ? 0 : 1);
+    }
+    assert_int_equal(harness_wait(pid, 30), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_level_subsys),
         cmocka_unit_test(test_excluded_subsys_and_none),
+        cmocka_unit_test(test_last_error),
     };
     return cmocka_run_group_tests_name("log", tests, NULL, NULL);
 }

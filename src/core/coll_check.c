@@ -37,7 +37,7 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
     if ((unsigned)a->op < SHOAL_OP_COUNT)
         return SHOAL_OK;
     int i = (int)a->op - SHOAL_OP_COUNT;
-    if (a->op < 0 || i >= comm->npremul || !comm->premul[i].used)
+    if ((int)a->op < 0 || i >= comm->npremul || !comm->premul[i].used)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown op %d", call->what,
                                (int)a->op);
     if (comm->premul[i].dtype != a->dtype)

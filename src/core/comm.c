@@ -350,6 +350,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     struct shoal_comm *comm = calloc(1, sizeof(*comm));
     if (!comm)
         return thread_fail(SHOAL_ERR_NO_MEMORY, "shoal_comm_init: out of memory");
+    shoal_log_clear_error();
     comm->rank = rank;
     comm->nranks = nranks;
     comm->rdv_fd = -1;
@@ -388,8 +389,9 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     return SHOAL_OK;
 
 err_free:
-    thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator", rank,
-                nranks);
+    /* The reason is the last error logged on the way (logged or not). */
+    thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator: %s", rank,
+                nranks, shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
     comm_free(comm);
     return s;
 }

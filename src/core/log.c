@@ -14,6 +14,7 @@ unsigned shoal_log_subsys = SHOAL_SUBSYS_ALL;
 
 static int log_fd = STDERR_FILENO;
 static char log_host[64];
+static _Thread_local char log_last_error[512];
 static pthread_once_t log_host_once = PTHREAD_ONCE_INIT;
 
 static void log_host_init(void)
@@ -59,12 +60,21 @@ void shoal_log_setup(int level, unsigned subsys, const char *file_pattern)
     }
 }
 
+const char *shoal_log_last_error(void)
+{
+    return log_last_error;
+}
+
+void shoal_log_clear_error(void)
+{
+    log_last_error[0] = '\0';
+}
+
 void shoal_log_write(shoal_log_level_t level, unsigned subsys, const char *file,
                      int line, const char *fmt, ...)
 {
     static const char *const level_names[] = {"NONE", "ERROR", "WARN", "INFO",
                                               "DEBUG", "TRACE"};
-    (void)subsys;
     pthread_once(&log_host_once, log_host_init);
     char buf[1024];
     int n = snprintf(buf, sizeof(buf), "%s:%d shoal %s ", log_host, (int)getpid(),
@@ -73,13 +83,18 @@ void shoal_log_write(shoal_log_level_t level, unsigned subsys, const char *file,
         const char *base = strrchr(file, '/');
         n += snprintf(buf + n, sizeof(buf) - (size_t)n, "%s:%d ", base ? base + 1 : file, line);
     }
-    if (n > 0 && (size_t)n < sizeof(buf)) {
+    int msg_at = n > 0 && (size_t)n < sizeof(buf) ? n : 0;
+    if (msg_at) {
         va_list ap;
         va_start(ap, fmt);
         n += vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
         va_end(ap);
     }
     if (n < 0)
+        return;
+    if (level == SHOAL_LOG_ERROR)
+        snprintf(log_last_error, sizeof(log_last_error), "%s", buf + msg_at);
+    if ((int)level > shoal_log_level || !(subsys & shoal_log_subsys))
         return;
     if ((size_t)n >= sizeof(buf) - 1)
         n = (int)sizeof(buf) - 2;

@@ -35,6 +35,11 @@ void shoal_log_write(shoal_log_level_t level, unsigned subsys, const char *file,
                      int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
+/* The text of the last error the calling thread logged (also when the
+ * level hides errors), or "" when none since shoal_log_clear_error. */
+const char *shoal_log_last_error(void);
+void shoal_log_clear_error(void);
+
 /* Apply the log settings of the config; called once by shoal_config_get. */
 void shoal_log_setup(int level, unsigned subsys, const char *file_pattern);
 
@@ -49,7 +54,16 @@ void shoal_log_setup(int level, unsigned subsys, const char *file_pattern);
         }                                                                     \
     } while (0)
 
-#define shoal_error(ss, ...) SHOAL_LOG(SHOAL_LOG_ERROR, SHOAL_SUBSYS(ss), __VA_ARGS__)
+/* Errors are always formatted, logged or not, so that the calling thread's
+ * last one can be given back in a status message (shoal_log_last_error). */
+#define SHOAL_LOG_ALWAYS(level, subsys, ...)                                  \
+    do {                                                                      \
+        int shoal_log_errno_ = errno;                                         \
+        shoal_log_write((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);  \
+        errno = shoal_log_errno_;                                             \
+    } while (0)
+
+#define shoal_error(ss, ...) SHOAL_LOG_ALWAYS(SHOAL_LOG_ERROR, SHOAL_SUBSYS(ss), __VA_ARGS__)
 #define shoal_warn(ss, ...)  SHOAL_LOG(SHOAL_LOG_WARN, SHOAL_SUBSYS(ss), __VA_ARGS__)
 #define shoal_info(ss, ...)  SHOAL_LOG(SHOAL_LOG_INFO, SHOAL_SUBSYS(ss), __VA_ARGS__)
 #define shoal_debug(ss, ...) SHOAL_LOG(SHOAL_LOG_DEBUG, SHOAL_SUBSYS(ss), __VA_ARGS__)
