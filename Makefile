@@ -98,12 +98,15 @@ $(BUILD)/tests/nccl_vendor_test: $(VENDOR_SRC) tests/nccl/vendor.h
 	    -DVENDOR_LIB='"$(CUDA_HOME)/lib64/libnccl.so.2"' $(VENDOR_SRC) -pie $(LDFLAGS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcmocka -ldl -lm -lpthread -o $@
 
+include tests/fuzz/fuzz.mk
+
 # Every test binary prints TAP; prove runs them and prints the summary.
-test: all
+# The fuzz targets are built unless SHOAL_FUZZ_SECONDS=0 turns them off.
+test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 	CMOCKA_MESSAGE_OUTPUT=TAP LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp \
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	BENCH=$(TOOLS_DIR)/allreduce_bench INFO=$(TOOLS_DIR)/shoal_info \
-	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) \
+	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) FUZZ_DIR=$(FUZZ_DIR) \
 	prove -f $(TESTS) $(TEST_SCRIPTS)
 
 install: all
