@@ -101,8 +101,17 @@ void shoal_flight_destroy(shoal_flight_t *f)
     free(f);
 }
 
+/* Operation id lives in slot id % depth unless that slot was still busy
+ * when it was queued (more than depth operations in flight). */
+static int flight_live(const flight_rec_t *r)
+{
+    return r->id && (r->state == SHOAL_FLIGHT_QUEUED || r->state == SHOAL_FLIGHT_RUNNING);
+}
+
 static size_t flight_find(const shoal_flight_t *f, uint64_t id)
 {
+    if (f->recs[id % f->depth].id == id)
+        return id % f->depth;
     for (size_t i = 0; i < f->depth; i++)
         if (f->recs[i].id == id)
             return i;
@@ -145,7 +154,9 @@ uint64_t shoal_flight_queue(shoal_flight_t *f, const char *what, size_t bytes)
     uint64_t now = shoal_now_ns();
     pthread_mutex_lock(&f->lock);
     uint64_t id = ++f->nqueued;
-    size_t i = flight_take(f);
+    size_t i = id % f->depth;
+    if (flight_live(&f->recs[i]))
+        i = flight_take(f);
     if (i != FLIGHT_NONE)
         f->recs[i] = (flight_rec_t){.id = id, .what = what ? what : "?", .bytes = bytes,
                                     .state = SHOAL_FLIGHT_QUEUED, .queued_ns = now};
