@@ -520,6 +520,13 @@ static int rank_stranger(int rank, int nranks, const shoal_unique_id_t *id, void
         return 1;
     RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent all-reduce");
     if (rank == 0) {
+        /* Left out of the shrinks, rank 0 stays until the others leave:
+         * leaving at once would be a death to the others, which may still
+         * be finishing the all-reduce above and would fail it. */
+        shoal_status_t st = SHOAL_OK;
+        while (shoal_comm_get_async_error(comm, &st) == SHOAL_OK && st == SHOAL_OK)
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        RANK_CHECK(st == SHOAL_ERR_PEER, "rank 0 saw %s", shoal_status_string(st));
         RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 0");
         return 0;
     }
