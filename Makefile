@@ -7,7 +7,7 @@ SANITIZE ?=
 # are built against (never linked into shoal).
 CUDA_HOME ?= /usr/local/cuda
 
-PKGS     := libcrypto pmix
+PKGS     := libcrypto pmix hwloc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
 
@@ -29,7 +29,7 @@ NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))

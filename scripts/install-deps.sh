@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian 12 packages that shoal's build and tests need.
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev openmpi-bin libopenmpi-dev"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""

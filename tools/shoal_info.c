@@ -2,13 +2,16 @@
  *   shoal_info      version, every setting, host identity, the network
  *                   address shoal would use, and the transports
  *   shoal_info -c   every setting with its default, value and documentation
- *   shoal_info -a   the algorithms of every collective (names for SHOAL_ALGO) */
+ *   shoal_info -a   the algorithms of every collective (names for SHOAL_ALGO)
+ *   shoal_info -T   the topology of this host (or of SHOAL_TOPO_FILE /
+ *                   SHOAL_TOPO_SYNTHETIC): CPUs, binding, GPUs, NICs, distances */
 #include "shoal.h"
 
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/sock.h"
+#include "topo/topo.h"
 #include "transport/transport.h"
 
 #include <ifaddrs.h>
@@ -19,10 +22,12 @@
 static void shoal_info_usage(FILE *out, const char *prog)
 {
     fprintf(out,
-            "usage: %s [-c] [-a] [-h]\n"
+            "usage: %s [-c] [-a] [-T] [-h]\n"
             "  (none)  version, settings, host identity, network address, transports\n"
             "  -c      every setting (SHOAL_*) with its default, current value and meaning\n"
             "  -a      the algorithms of every collective, for SHOAL_ALGO=coll:name,...\n"
+            "  -T      the topology shoal sees: CPUs, binding, GPUs, NICs, distances\n"
+            "          (SHOAL_TOPO_FILE or SHOAL_TOPO_SYNTHETIC stand in for this host)\n"
             "  -h      this text\n",
             prog);
 }
@@ -107,14 +112,32 @@ static void shoal_info_algos(void)
     }
 }
 
+/* This host's view; the cluster view (hosts, and the ranks on each) comes
+ * from the bootstrap exchange of a communicator and will be printed after
+ * it, by a flag that creates one. */
+static int shoal_info_topo(void)
+{
+    shoal_topo_t *topo;
+    shoal_status_t s = shoal_topo_load(&topo);
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "shoal_info: cannot load the topology: %s\n", shoal_status_string(s));
+        return 1;
+    }
+    shoal_topo_print(topo, stdout);
+    shoal_topo_destroy(topo);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int settings_only = 0, algos_only = 0;
+    int settings_only = 0, algos_only = 0, topo_only = 0;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "-c")) {
             settings_only = 1;
         } else if (!strcmp(argv[a], "-a")) {
             algos_only = 1;
+        } else if (!strcmp(argv[a], "-T")) {
+            topo_only = 1;
         } else if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
             shoal_info_usage(stdout, argv[0]);
             return 0;
@@ -124,6 +147,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (topo_only)
+        return shoal_info_topo();
     if (algos_only) {
         shoal_info_algos();
         return 0;

@@ -582,12 +582,25 @@ static const shoal_config_entry_t algo_entries[] = {
      .parse = parse_progress, .offset = FIELD(algo.progress_thread)},
 };
 
+/* Stand-ins for the machine, so that topology decisions can be seen and
+ * tested for hosts one does not have. */
+static const shoal_config_entry_t topo_entries[] = {
+    {.name = "SHOAL_TOPO_FILE", .def = "",
+     .doc = "read the host topology from this hwloc XML file instead of this machine "
+            "(shoal_info -T shows it)",
+     .parse = parse_string, .offset = FIELD(topo.file)},
+    {.name = "SHOAL_TOPO_SYNTHETIC", .def = "",
+     .doc = "host topology from an hwloc synthetic description (\"pack:2 numa:2 core:4 pu:2\"), "
+            "instead of this machine",
+     .parse = parse_string, .offset = FIELD(topo.synthetic)},
+};
+
 #define TABLE(name, entries) {name, entries, sizeof(entries) / sizeof(entries[0])}
 
 static const shoal_config_table_t tables[] = {
     TABLE("core", core_entries), TABLE("boot", boot_entries),
     TABLE("shm", shm_entries),   TABLE("tcp", tcp_entries),
-    TABLE("algo", algo_entries),
+    TABLE("algo", algo_entries), TABLE("topo", topo_entries),
 };
 
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))

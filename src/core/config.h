@@ -51,11 +51,17 @@ typedef struct {
 } shoal_algo_config_t;
 
 typedef struct {
+    char file[SHOAL_CONFIG_STR_MAX];      /* SHOAL_TOPO_FILE: hwloc XML, "" = this machine */
+    char synthetic[SHOAL_CONFIG_STR_MAX]; /* SHOAL_TOPO_SYNTHETIC: hwloc synthetic description */
+} shoal_topo_config_t;
+
+typedef struct {
     shoal_core_config_t core;
     shoal_boot_config_t boot;
     shoal_shm_config_t shm;
     shoal_tcp_config_t tcp;
     shoal_algo_config_t algo;
+    shoal_topo_config_t topo;
 } shoal_config_t;
 
 /* The settings, parsed on first use. Thread-safe. Never NULL. */
