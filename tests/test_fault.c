@@ -25,6 +25,7 @@ typedef struct {
     _Atomic uint64_t killed_ns;           /* when the victim raised SIGKILL */
     _Atomic uint64_t error_ns[MAX_RANKS]; /* when each survivor saw the error */
     atomic_int gave_up;                   /* survivors done with the silent rank */
+    atomic_int warm;                      /* survivors past the warm-up */
 } shared_t;
 
 typedef struct {
@@ -82,6 +83,12 @@ static int rank_killed(int rank, int nranks, const shoal_unique_id_t *id, void *
     float one = 1;
     RANK_CHECK(shoal_allreduce(&one, &one, 1, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
                "warm-up");
+    /* The victim dies only once the others are past the warm-up: its death
+     * fails an all-reduce a rank is still finishing, data delivered or not. */
+    if (rank != c->victim)
+        atomic_fetch_add(&c->sh->warm, 1);
+    while (rank == c->victim && atomic_load(&c->sh->warm) < nranks - 1)
+        sched_yield();
     float *buf = malloc(BIG_COUNT * sizeof(float));
     RANK_CHECK(buf, "out of memory");
     for (size_t i = 0; i < BIG_COUNT; i++)

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PAGE 4096
@@ -651,7 +652,23 @@ int vt_death_rank(int rank, int n, const vt_ids_t *ids)
         return 1;
     int victim = n - 1;
     vt_probe_allreduce(comm, rank, n, "before the death", 90);
-    if (rank == victim) {
+    /* The others' probe must be over before the victim dies: its death,
+     * reported at once, fails an all-reduce a rank is still finishing even
+     * when the victim's data has all arrived. Each survivor leaves a mark
+     * after its probe; the victim waits for the marks (up to a minute). */
+    char mark[64];
+    if (rank != victim) {
+        snprintf(mark, sizeof(mark), "/tmp/shoal-vt-death-%d-%d", (int)getppid(), rank);
+        FILE *f = fopen(mark, "w");
+        if (f)
+            fclose(f);
+    } else {
+        for (int r = 0; r < victim; r++) {
+            snprintf(mark, sizeof(mark), "/tmp/shoal-vt-death-%d-%d", (int)getppid(), r);
+            for (int t = 0; t < 60000 && access(mark, F_OK) != 0; t++)
+                nanosleep(&(struct timespec){0, 1000000}, NULL);
+            unlink(mark);
+        }
         fflush(NULL);
         raise(SIGKILL);
     }
