@@ -355,14 +355,9 @@ static shoal_status_t topo_load_from(topo_from_t from, const char *what, shoal_t
     return SHOAL_OK;
 
 err_free_lists:
-    free(topo->ring);
-    free(topo->nvlink);
-    free(topo->numa_dist);
-    hwloc_bitmap_free(topo->binding);
-    free(topo->nic_objs);
-    free(topo->nics);
-    free(topo->gpu_objs);
-    free(topo->gpus);
+    /* Everything is allocated or still NULL (calloc) by now. */
+    shoal_topo_destroy(topo);
+    return s;
 err_destroy_hw:
     hwloc_topology_destroy(topo->hw);
 err_free_topo:
