@@ -57,6 +57,63 @@ typedef struct {
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
 } shoal_coll_args_t;
 
+/*
+ * A ring over some ranks of comm (a team) and where each position's block
+ * lies in the buffer a ring schedule works on. Position p is comm rank
+ * ranks[p]; the caller is at position me. Layouts of block p:
+ * - BY_RANK: [ranks[p] * unit, + unit): one block per rank, by rank (the
+ *   flat reduce-scatter and all-gather).
+ * - BY_SEG: the segments (of total elements cut into cluster->max_local
+ *   aligned segments) that local position p of host `host` owns, one run
+ *   (shoal_cluster_owned_rails).
+ * - BY_RAIL: blocks of unit elements staged as host `host` stages rails
+ *   (shoal_cluster_stage_off): the rails p, p + n, ... that local position
+ *   p owns by the modulo rule.
+ * - BY_HOST: a rail ring of rail `rail` (position p is host p): a block of
+ *   unit elements for each host that holds a rank at local position rail,
+ *   packed in host order; none for the others.
+ */
+enum { SHOAL_RING_BY_RANK, SHOAL_RING_BY_SEG, SHOAL_RING_BY_RAIL, SHOAL_RING_BY_HOST };
+
+typedef struct shoal_ring {
+    int n;
+    int me;
+    const int *ranks;
+    int layout;
+    size_t unit;
+    size_t total;
+    int host;
+    int rail;
+    const shoal_cluster_t *cluster;
+} shoal_ring_t;
+
+/* Block of position p, in elements. */
+void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *len_p);
+/* Start of segment s of total elements cut into nseg aligned segments
+ * (s == nseg gives total). */
+size_t shoal_ring_seg_off(size_t total, int nseg, int s);
+/* Point p's endpoints at ring's neighbours. */
+void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring);
+/* Every rank of comm in the cluster's ring order, blocks BY_RANK of unit. */
+void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p);
+
+/* The ring schedules, over the team with p's kernels (p->comm, reduce,
+ * dtype, esize, avg_n and deadline set; the endpoints are bound here):
+ * - allreduce: count elements of src reduced into dst on every member
+ *   (blocks of the loop, whatever the layout);
+ * - rs: block p of src reduced over the team; the caller's block lands at
+ *   dst (which may be its block in src);
+ * - ag: every block of dst from its position's owner, whose own block is
+ *   in place already.
+ * A team of one copies (and finishes AVG when p->avg_n > 1). */
+shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
+                                        const char *src, char *dst, size_t count,
+                                        size_t piece_elems);
+shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                 char *dst, size_t piece_elems);
+shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                 size_t piece_elems);
+
 #define SHOAL_PLAN_NBRS 16
 
 typedef struct {
@@ -66,6 +123,7 @@ typedef struct {
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
+    shoal_ring_t ring;        /* the ring algorithms' team */
 } shoal_plan_t;
 
 typedef struct {
@@ -89,6 +147,23 @@ static inline double shoal_algo_bw(const struct shoal_comm *comm)
 {
     return comm->link_bw_Bps;
 }
+/* The links inside a host and between hosts, for the hierarchical
+ * algorithms (topo/links.h). Flows that leave a host at once share its
+ * link between hosts. */
+static inline const shoal_link_cost_t *shoal_algo_intra(const struct shoal_comm *comm)
+{
+    return &comm->links.cls[comm->links.intra];
+}
+static inline const shoal_link_cost_t *shoal_algo_inter(const struct shoal_comm *comm)
+{
+    return &comm->links.cls[comm->links.inter];
+}
+/* How many ranks of a host send across hosts at once when every rank
+ * does: the share of the host's link each gets is 1 / this. */
+static inline double shoal_algo_host_share(const struct shoal_comm *comm)
+{
+    return comm->nhosts > 1 ? comm->cluster.max_local : 1;
+}
 /* Bytes of one element of args' dtype times n. */
 double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
 
@@ -99,13 +174,17 @@ shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_
 
 /* The algorithms, by collective. */
 extern const shoal_algo_ops_t shoal_ring_allreduce_ops, shoal_tree_allreduce_ops,
-    shoal_rhd_allreduce_ops, shoal_oneshot_allreduce_ops;
-extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_rhd_reduce_scatter_ops;
-extern const shoal_algo_ops_t shoal_ring_allgather_ops, shoal_rhd_allgather_ops;
-extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_binomial_broadcast_ops;
+    shoal_rhd_allreduce_ops, shoal_oneshot_allreduce_ops, shoal_hier_allreduce_ops;
+extern const shoal_algo_ops_t shoal_ring_reduce_scatter_ops, shoal_rhd_reduce_scatter_ops,
+    shoal_hier_reduce_scatter_ops;
+extern const shoal_algo_ops_t shoal_ring_allgather_ops, shoal_rhd_allgather_ops,
+    shoal_hier_allgather_ops;
+extern const shoal_algo_ops_t shoal_chain_broadcast_ops, shoal_binomial_broadcast_ops,
+    shoal_hier_broadcast_ops;
 extern const shoal_algo_ops_t shoal_chain_reduce_ops, shoal_binomial_reduce_ops;
 /* Serve both SHOAL_COLL_ALLTOALL and SHOAL_COLL_ALLTOALLV. */
-extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall_ops;
+extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall_ops,
+    shoal_hier_alltoall_ops; /* SHOAL_COLL_ALLTOALL only */
 extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_ring_gather_ops;
 extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */

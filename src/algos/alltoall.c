@@ -43,18 +43,24 @@ static double a2a_block_bytes(const struct shoal_comm *comm, const shoal_coll_ar
     return shoal_algo_bytes(args, total) / (n - 1);
 }
 
+/* Across hosts, every rank of a host sends at once over the host's link. */
+static double a2a_bw(const struct shoal_comm *comm)
+{
+    return shoal_algo_bw(comm) / shoal_algo_host_share(comm);
+}
+
 static double pairwise_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     double n = comm->nranks;
-    return (n - 1) * (shoal_algo_lat(comm) + a2a_block_bytes(comm, args) / shoal_algo_bw(comm));
+    return (n - 1) * (shoal_algo_lat(comm) + a2a_block_bytes(comm, args) / a2a_bw(comm));
 }
 
 static double direct_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     double n = comm->nranks;
     double extra = n - 1 > DIRECT_FREE_STREAMS ? n - 1 - DIRECT_FREE_STREAMS : 0;
-    return shoal_algo_lat(comm) + (n - 1) * a2a_block_bytes(comm, args) /
-                                      shoal_algo_bw(comm) * (1 + DIRECT_CONTENTION * extra);
+    return shoal_algo_lat(comm) + (n - 1) * a2a_block_bytes(comm, args) / a2a_bw(comm) *
+                                      (1 + DIRECT_CONTENTION * extra);
 }
 
 static shoal_status_t a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,

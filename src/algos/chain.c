@@ -3,8 +3,9 @@
  * i-1, so every link of the chain is busy at once and a long message costs
  * about one pass over the data plus n-1 piece latencies.
  *
- * Broadcast runs root -> root+1 -> ... -> root-1. Reduce runs root+1 ->
- * root+2 -> ... -> root: each rank combines its input with what arrived and
+ * Positions are those of the cluster's ring order, which keeps a host's
+ * ranks together. Broadcast runs root -> next -> ... -> the root's
+ * predecessor. Reduce runs from the root's successor round to the root: each rank combines its input with what arrived and
  * passes it on, and the root, last, finishes the result (AVG included) into
  * its recvbuf. A rank's role follows from which of its two endpoints the
  * plan set: no recv_ep starts the chain, no send_ep ends it. */
@@ -24,13 +25,14 @@ static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t 
            shoal_algo_bytes(args, args->count) / bw;
 }
 
-/* Plan a chain over the ring order whose first rank is `first`: this rank
- * receives from its predecessor unless it is first, and sends to its
- * successor unless it is last. */
+/* Plan a chain along the cluster's ring order whose first rank is at ring
+ * position `first`: this rank receives from its predecessor unless it is
+ * first, and sends to its successor unless it is last. */
 static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                  int first, shoal_plan_t *plan)
 {
-    int n = comm->nranks, r = comm->rank;
+    const shoal_cluster_t *c = &comm->cluster;
+    int n = comm->nranks, me = c->ring_pos[comm->rank];
     int root = args->root;
     memset(plan, 0, sizeof(*plan));
     plan->args = *args;
@@ -38,11 +40,11 @@ static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_
     if (plan->esize == 0 || root < 0 || root >= n)
         return SHOAL_ERR_INTERNAL;
     plan->piece_elems = comm->chunk_size / plan->esize;
-    int pos = (r - first + n) % n;
+    int pos = (me - first + n) % n;
     shoal_prims_t *p = &plan->prims;
     p->comm = comm;
-    p->send_ep = pos < n - 1 ? shoal_comm_ep(comm, (r + 1) % n) : NULL;
-    p->recv_ep = pos > 0 ? shoal_comm_ep(comm, (r + n - 1) % n) : NULL;
+    p->send_ep = pos < n - 1 ? shoal_comm_ep(comm, c->by_host[(me + 1) % n]) : NULL;
+    p->recv_ep = pos > 0 ? shoal_comm_ep(comm, c->by_host[(me + n - 1) % n]) : NULL;
     p->dtype = args->dtype;
     p->esize = plan->esize;
     if (plan->piece_elems == 0 || (pos < n - 1 && !p->send_ep) || (pos > 0 && !p->recv_ep))
@@ -53,14 +55,18 @@ static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_
 static shoal_status_t bcast_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                  shoal_plan_t *plan)
 {
-    return chain_plan(comm, args, args->root, plan);
+    if (args->root < 0 || args->root >= comm->nranks)
+        return SHOAL_ERR_INTERNAL;
+    return chain_plan(comm, args, comm->cluster.ring_pos[args->root], plan);
 }
 
 static shoal_status_t reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                   shoal_plan_t *plan)
 {
     int n = comm->nranks;
-    shoal_status_t s = chain_plan(comm, args, (args->root + 1) % n, plan);
+    if (args->root < 0 || args->root >= n)
+        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = chain_plan(comm, args, (comm->cluster.ring_pos[args->root] + 1) % n, plan);
     if (s != SHOAL_OK)
         return s;
     shoal_prims_t *p = &plan->prims;

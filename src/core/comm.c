@@ -218,13 +218,14 @@ shoal_status_t shoal_get_unique_id(shoal_unique_id_t *id_p)
     return shoal_bootstrap_id_create(id_p);
 }
 
-/* What every rank tells the others at init: its host identity and the
- * address of its rendezvous listener (shrink). */
+/* What every rank tells the others at init: its host identity, its place
+ * on the host and the address of its rendezvous listener (shrink). */
 typedef struct {
     char host_id[SHOAL_HOST_ID_MAX];
     uint8_t rdv_addr[SHOAL_BOOT_ADDR_BYTES];
     uint32_t pid;
     uint8_t tag[SHOAL_TAG_BYTES];
+    shoal_place_t place;
 } comm_card_t;
 
 /* Exchange host identities and rendezvous addresses in one all-gather, and
@@ -243,6 +244,7 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
         !cards)
         goto out_free_cards;
     shoal_host_id(cards[comm->rank].host_id);
+    shoal_place_self(&cards[comm->rank].place);
     cards[comm->rank].pid = (uint32_t)getpid();
     s = shoal_auth_random(cards[comm->rank].tag, SHOAL_TAG_BYTES);
     if (s != SHOAL_OK)
@@ -273,6 +275,15 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
             h++;
         comm->host_of[r] = h < r ? comm->host_of[h] : comm->nhosts++;
     }
+    shoal_place_t *places = malloc((size_t)n * sizeof(*places));
+    if (!places) {
+        s = SHOAL_ERR_NO_MEMORY;
+        goto out_free_cards;
+    }
+    for (int r = 0; r < n; r++)
+        places[r] = cards[r].place;
+    s = shoal_cluster_build(&comm->cluster, n, comm->host_of, comm->nhosts, places);
+    free(places);
 out_free_cards:
     free(cards);
     return s;
@@ -324,6 +335,7 @@ static void comm_free(struct shoal_comm *comm)
         shoal_bootstrap_destroy(comm->bootstrap);
     free(comm->eps);
     free(comm->host_ids);
+    shoal_cluster_free(&comm->cluster);
     free(comm->host_of);
     free(comm->pids);
     free(comm->tags);
@@ -371,12 +383,10 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     s = shoal_transport_wireup(comm);
     if (s == SHOAL_OK)
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);
+    if (s == SHOAL_OK)
+        s = shoal_links_setup(comm);
     if (s != SHOAL_OK)
         goto err_free;
-    if (cfg->algo.latency_ns)
-        comm->link_lat_s = (double)cfg->algo.latency_ns * 1e-9;
-    if (cfg->algo.bandwidth)
-        comm->link_bw_Bps = (double)cfg->algo.bandwidth;
     s = shoal_exec_create(comm);
     if (s != SHOAL_OK)
         goto err_free;

@@ -5,6 +5,8 @@
 #include "bootstrap.h"
 #include "config.h"
 #include "shoal.h"
+#include "topo/cluster.h"
+#include "topo/links.h"
 #include "transport/transport.h"
 
 #include <pthread.h>
@@ -29,6 +31,9 @@ struct shoal_comm {
     char (*host_ids)[SHOAL_HOST_ID_MAX];
     int *host_of;             /* dense host index of each rank */
     int nhosts;
+    /* Hosts, local ranks, rails and ring order, built from the same
+     * exchange (topo/cluster.h). */
+    shoal_cluster_t cluster;
     /* Every rank's process id (for messages) and a random tag of its own
      * for this communicator, also from the init exchange: transports name
      * what they create in the file system after it, so that the other
@@ -41,7 +46,9 @@ struct shoal_comm {
     int ntl;
     shoal_ep_t **eps;         /* eps[peer]; NULL for self */
 
-    /* Cost model inputs: the slowest link to any peer (see algos/algo.h). */
+    /* Cost model inputs: the link classes (topo/links.h), and the slowest
+     * link any two ranks use, for the flat algorithms (algos/algo.h). */
+    shoal_links_t links;
     double link_lat_s;
     double link_bw_Bps;
 

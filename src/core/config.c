@@ -593,6 +593,18 @@ static const shoal_config_entry_t topo_entries[] = {
      .doc = "host topology from an hwloc synthetic description (\"pack:2 numa:2 core:4 pu:2\"), "
             "instead of this machine",
      .parse = parse_string, .offset = FIELD(topo.synthetic)},
+    {.name = "SHOAL_TOPO_CPUS", .def = "",
+     .doc = "with SHOAL_TOPO_FILE or SHOAL_TOPO_SYNTHETIC: the PUs (OS indexes, \"0-3,8\") this "
+            "rank counts as its binding there; empty: the whole stand-in machine",
+     .parse = parse_string, .offset = FIELD(topo.cpus)},
+    {.name = "SHOAL_TOPO_LINKS", .def = "",
+     .doc = "cost model: latency and bytes/s per link class, \"tcp:50us:1G,shm:1us:8G\" "
+            "(classes as shoal_info -T names them); unnamed classes keep their defaults",
+     .parse = parse_string, .offset = FIELD(topo.links)},
+    {.name = "SHOAL_TOPO_PROBE", .def = "n",
+     .doc = "measure the latency and bandwidth of each link class at init (a few ms) instead "
+            "of the defaults; SHOAL_TOPO_LINKS still wins",
+     .parse = parse_bool, .offset = FIELD(topo.probe)},
 };
 
 #define TABLE(name, entries) {name, entries, sizeof(entries) / sizeof(entries[0])}

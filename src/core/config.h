@@ -53,6 +53,9 @@ typedef struct {
 typedef struct {
     char file[SHOAL_CONFIG_STR_MAX];      /* SHOAL_TOPO_FILE: hwloc XML, "" = this machine */
     char synthetic[SHOAL_CONFIG_STR_MAX]; /* SHOAL_TOPO_SYNTHETIC: hwloc synthetic description */
+    char cpus[SHOAL_CONFIG_STR_MAX];      /* SHOAL_TOPO_CPUS: binding in a stand-in, "" = all */
+    char links[SHOAL_CONFIG_STR_MAX];     /* SHOAL_TOPO_LINKS: class:latency:bandwidth,... */
+    int probe;                            /* SHOAL_TOPO_PROBE: measure links at init */
 } shoal_topo_config_t;
 
 typedef struct {

@@ -264,6 +264,20 @@ static shoal_status_t topo_find_binding(shoal_topo_t *topo)
                     strerror(errno));
         hwloc_bitmap_copy(topo->binding, hwloc_topology_get_topology_cpuset(topo->hw));
     }
+    const char *cpus = shoal_config_get()->topo.cpus;
+    if (!topo->live && cpus[0]) {
+        /* A stand-in machine: the binding SHOAL_TOPO_CPUS gives, so tests
+         * can place ranks on its NUMA nodes. */
+        hwloc_bitmap_t want = hwloc_bitmap_alloc();
+        if (want && hwloc_bitmap_list_sscanf(want, cpus) == 0)
+            hwloc_bitmap_and(want, want, hwloc_topology_get_topology_cpuset(topo->hw));
+        if (want && !hwloc_bitmap_iszero(want))
+            hwloc_bitmap_copy(topo->binding, want);
+        else
+            shoal_warn(TOPO, "SHOAL_TOPO_CPUS=%s names no PU of the %s; using all of it", cpus,
+                       topo->source);
+        hwloc_bitmap_free(want);
+    }
     hwloc_cpuset_to_nodeset(topo->hw, topo->binding, nodes);
     topo->binding_numa = -1;
     if (hwloc_bitmap_weight(nodes) == 1) {

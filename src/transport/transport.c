@@ -68,11 +68,6 @@ static shoal_status_t wireup_peer(struct shoal_comm *comm, int peer, tl_addr_t *
         if (s != SHOAL_OK)
             return s;
         shoal_debug(INIT, "rank %d -> %d over %s", comm->rank, peer, transports[t]->name);
-        /* The cost model plans for the slowest link. */
-        if (caps.latency_us * 1e-6 > comm->link_lat_s)
-            comm->link_lat_s = caps.latency_us * 1e-6;
-        if (caps.bandwidth_gbs * 1e9 < comm->link_bw_Bps)
-            comm->link_bw_Bps = caps.bandwidth_gbs * 1e9;
         return SHOAL_OK;
     }
     shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s)", comm->rank, peer,
@@ -89,8 +84,6 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
         s = addrs[t] ? wireup_exchange(comm, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
     }
     comm->ntl = (int)NTRANSPORTS;
-    comm->link_lat_s = 0;
-    comm->link_bw_Bps = 1e12;
     uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
     for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
         if (peer != comm->rank)

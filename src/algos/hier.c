@@ -1,0 +1,251 @@
+/* Hierarchical all-reduce and broadcast: the work inside each host runs
+ * over shared memory, and only one slice of the data per rank crosses
+ * between hosts, on rails (one rank of every host) that run side by side.
+ *
+ * The buffer is cut into max_local segments, one per rail; on a host with
+ * fewer ranks each rank owns a run of consecutive rails
+ * (shoal_cluster_owned_rails), so hosts may hold different numbers of
+ * ranks. A rank that owns several rails runs them in increasing order, as
+ * every rank does, so no two ranks wait on each other in opposite orders.
+ *
+ * All-reduce: reduce-scatter inside the host (each rank ends with its
+ * segments summed over the host), all-reduce of each segment along its
+ * rail (ring across hosts), all-gather inside the host. Every segment is
+ * finished once, on its rail, and forwarded unchanged: every rank gets the
+ * same bits.
+ *
+ * Broadcast: the root hands each segment to its owner on the root's host,
+ * each rail broadcasts its segment across hosts (a chain from the root's
+ * host), and every host all-gathers the segments. */
+#include "algo.h"
+
+#include "core/clock.h"
+#include "core/dtype.h"
+
+#include <string.h>
+
+/* Both need the local ring over this host's ranks in segments of count. */
+static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                       shoal_plan_t *plan)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    int h = c->host_of[comm->rank];
+    memset(plan, 0, sizeof(*plan));
+    plan->args = *args;
+    plan->esize = shoal_dtype_bytes(args->dtype);
+    if (plan->esize == 0)
+        return SHOAL_ERR_INTERNAL;
+    plan->piece_elems = comm->chunk_size / plan->esize;
+    shoal_ring_t *ring = &plan->ring;
+    ring->n = shoal_cluster_nlocal(c, h);
+    ring->me = c->local_of[comm->rank];
+    ring->ranks = c->by_host + c->host_start[h];
+    ring->layout = SHOAL_RING_BY_SEG;
+    ring->total = args->count;
+    ring->host = h;
+    ring->cluster = c;
+    shoal_prims_t *p = &plan->prims;
+    p->comm = comm;
+    p->dtype = args->dtype;
+    p->esize = plan->esize;
+    return plan->piece_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+}
+
+/* The rail ring of rail j: one rank of every host, this one at its host's
+ * position. */
+static void hier_rail(const struct shoal_comm *comm, const int *rails, int j,
+                      shoal_ring_t *rail_p)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    memset(rail_p, 0, sizeof(*rail_p));
+    rail_p->n = c->nhosts;
+    rail_p->me = c->host_of[comm->rank];
+    rail_p->ranks = rails + (size_t)j * (size_t)c->nhosts;
+    rail_p->cluster = c;
+}
+
+/* Cost of the parts inside a host: steps of the local ring, each moving
+ * bytes over the slowest link inside it. */
+static double hier_local_cost(const struct shoal_comm *comm, double steps, double bytes)
+{
+    const shoal_link_cost_t *in = shoal_algo_intra(comm);
+    return steps * in->lat_s + bytes / in->bw_Bps;
+}
+
+static double hier_allreduce_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    double l = comm->cluster.max_local, hs = comm->nhosts;
+    double bytes = shoal_algo_bytes(args, args->count);
+    const shoal_link_cost_t *out = shoal_algo_inter(comm);
+    /* Every host sends 2 (H-1)/H of the data across, its rails sharing its
+     * link; the local phases are a ring reduce-scatter and all-gather. */
+    double cross = hs > 1 ? 2 * (hs - 1) * out->lat_s + 2 * (hs - 1) / hs * bytes / out->bw_Bps
+                          : 0;
+    return hier_local_cost(comm, 2 * (l - 1), 2 * (l - 1) / l * bytes) + cross;
+}
+
+static shoal_status_t hier_allreduce_plan(struct shoal_comm *comm,
+                                          const shoal_coll_args_t *args, shoal_plan_t *plan)
+{
+    shoal_status_t s = hier_plan_common(comm, args, plan);
+    if (s != SHOAL_OK)
+        return s;
+    plan->prims.reduce = shoal_reduce_fn(args->dtype, args->op);
+    return plan->prims.reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+}
+
+static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    struct shoal_comm *comm = p->comm;
+    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_ring_t *local = &plan->ring;
+    size_t es = plan->esize, off, len;
+    char *dst = a->recvbuf;
+
+    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    /* 1. This rank's segments, summed over its host, land in dst. */
+    p->avg_n = 0;
+    shoal_ring_block(local, local->me, &off, &len);
+    shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
+    /* 2. Each of them reduced across hosts along its rail (AVG finished). */
+    p->avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
+    int first, end;
+    shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
+    for (int j = first; j < end && s == SHOAL_OK; j++) {
+        shoal_ring_t rail;
+        hier_rail(comm, c->rail_ranks, j, &rail);
+        size_t so = shoal_ring_seg_off(a->count, c->max_local, j);
+        size_t sl = shoal_ring_seg_off(a->count, c->max_local, j + 1) - so;
+        s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl,
+                                     plan->piece_elems);
+    }
+    /* 3. Every segment to every rank of the host. */
+    p->avg_n = 0;
+    if (s == SHOAL_OK)
+        s = shoal_ring_ag_run(p, local, dst, plan->piece_elems);
+    return s;
+}
+
+const shoal_algo_ops_t shoal_hier_allreduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "hier",
+    .cost = hier_allreduce_cost,
+    .plan = hier_allreduce_plan,
+    .run = hier_allreduce_run,
+};
+
+static double hier_bcast_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    double l = comm->cluster.max_local, hs = comm->nhosts;
+    double bytes = shoal_algo_bytes(args, args->count);
+    const shoal_link_cost_t *out = shoal_algo_inter(comm);
+    double piece = bytes / l < (double)comm->chunk_size ? bytes / l : (double)comm->chunk_size;
+    /* Scatter on the root's host, chains of H-1 hops across hosts that
+     * together move the whole message once over the root host's link, and
+     * a local all-gather. */
+    double cross = hs > 1 ? (hs - 1) * (out->lat_s + piece / out->bw_Bps) + bytes / out->bw_Bps
+                          : 0;
+    return hier_local_cost(comm, l, (l - 1) / l * bytes) +
+           hier_local_cost(comm, l - 1, (l - 1) / l * bytes) + cross;
+}
+
+static shoal_status_t hier_bcast_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                      shoal_plan_t *plan)
+{
+    if (args->root < 0 || args->root >= comm->nranks)
+        return SHOAL_ERR_INTERNAL;
+    return hier_plan_common(comm, args, plan);
+}
+
+/* 1. The root sends each segment to its owner on the root's host. */
+static shoal_status_t bcast_scatter(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    struct shoal_comm *comm = plan->prims.comm;
+    const shoal_cluster_t *c = &comm->cluster;
+    int hr = c->host_of[a->root], m = c->max_local;
+    size_t es = plan->esize;
+    if (c->host_of[comm->rank] != hr)
+        return SHOAL_OK;
+    shoal_xfer_t xs[m];
+    size_t nx = 0;
+    for (int j = 0; j < m; j++) {
+        int owner = c->rail_ranks[(size_t)j * (size_t)c->nhosts + (size_t)hr];
+        size_t so = shoal_ring_seg_off(a->count, m, j);
+        size_t sl = shoal_ring_seg_off(a->count, m, j + 1) - so;
+        if (owner == a->root)
+            continue;
+        if (comm->rank == a->root)
+            xs[nx++] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, owner),
+                                      .buf = (char *)a->sendbuf + so * es, .bytes = sl * es};
+        else if (comm->rank == owner)
+            xs[nx++] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, a->root),
+                                      .buf = (char *)a->recvbuf + so * es, .bytes = sl * es};
+    }
+    int is_root = comm->rank == a->root;
+    return shoal_xfer_run(comm, is_root ? xs : NULL, is_root ? nx : 0, is_root ? NULL : xs,
+                          is_root ? 0 : nx, plan->prims.deadline_ns);
+}
+
+/* 2. Segment [so, so + sl) of dst along the rail from the root's host. */
+static shoal_status_t bcast_chain(shoal_plan_t *plan, const shoal_ring_t *rail, int first,
+                                  char *buf, size_t sl)
+{
+    shoal_prims_t *p = &plan->prims;
+    int n = rail->n, pos = (rail->me - first + n) % n;
+    if (n == 1)
+        return SHOAL_OK;
+    shoal_ring_bind(p, rail);
+    if (pos == 0)
+        p->recv_ep = NULL;
+    if (pos == n - 1)
+        p->send_ep = NULL;
+    size_t es = plan->esize;
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < sl && s == SHOAL_OK; off += plan->piece_elems) {
+        size_t bytes = (sl - off < plan->piece_elems ? sl - off : plan->piece_elems) * es;
+        if (!p->recv_ep)
+            s = shoal_prim_send(p, buf + off * es, bytes);
+        else
+            s = shoal_prim_recv_copy_send(p, buf + off * es, bytes);
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    struct shoal_comm *comm = p->comm;
+    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_ring_t *local = &plan->ring;
+    size_t es = plan->esize;
+    char *dst = a->recvbuf;
+
+    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    if (comm->rank == a->root && dst != a->sendbuf)
+        memcpy(dst, a->sendbuf, a->count * es);
+    shoal_status_t s = bcast_scatter(plan);
+    int first, end;
+    shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
+    for (int j = first; j < end && s == SHOAL_OK; j++) {
+        shoal_ring_t rail;
+        hier_rail(comm, c->rail_ranks, j, &rail);
+        size_t so = shoal_ring_seg_off(a->count, c->max_local, j);
+        size_t sl = shoal_ring_seg_off(a->count, c->max_local, j + 1) - so;
+        s = bcast_chain(plan, &rail, c->host_of[a->root], dst + so * es, sl);
+    }
+    if (s == SHOAL_OK)
+        s = shoal_ring_ag_run(p, local, dst, plan->piece_elems);
+    return s;
+}
+
+const shoal_algo_ops_t shoal_hier_broadcast_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "hier",
+    .cost = hier_bcast_cost,
+    .plan = hier_bcast_plan,
+    .run = hier_bcast_run,
+};

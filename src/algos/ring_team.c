@@ -1,0 +1,238 @@
+/* Ring schedules over a team: the flat rings run them over every rank in
+ * the cluster's ring order, the hierarchical algorithms over the ranks of
+ * one host and over one rail. Pieces are at most one slot, so every rank
+ * works on a different block at once and loops pipeline through the slot
+ * FIFOs. Each block is reduced once, by the rank that ends its reduction,
+ * and forwarded unchanged: every rank gets the same bits. */
+#include "algo.h"
+
+#include "core/clock.h"
+
+#include <string.h>
+
+/* Blocks are rounded to this many elements so kernels see aligned runs. */
+#define RING_ALIGN_ELEMS 16
+
+size_t shoal_ring_seg_off(size_t total, int nseg, int s)
+{
+    size_t bs = (total + (size_t)nseg - 1) / (size_t)nseg;
+    bs = (bs + RING_ALIGN_ELEMS - 1) / RING_ALIGN_ELEMS * RING_ALIGN_ELEMS;
+    size_t off = (size_t)s * bs;
+    return off < total ? off : total;
+}
+
+void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *len_p)
+{
+    const shoal_cluster_t *c = ring->cluster;
+    int first, end;
+    switch (ring->layout) {
+    case SHOAL_RING_BY_RANK:
+        *off_p = (size_t)ring->ranks[p] * ring->unit;
+        *len_p = ring->unit;
+        return;
+    case SHOAL_RING_BY_SEG:
+        shoal_cluster_owned_rails(c, ring->host, p, &first, &end);
+        *off_p = shoal_ring_seg_off(ring->total, c->max_local, first);
+        *len_p = shoal_ring_seg_off(ring->total, c->max_local, end) - *off_p;
+        return;
+    case SHOAL_RING_BY_RAIL: {
+        /* Owner-major staging: position p's rails p, p + n, ... in a run. */
+        size_t blocks = 0;
+        for (int k = p; k < c->max_local; k += ring->n)
+            blocks += (size_t)shoal_cluster_rail_size(c, k);
+        *off_p = (size_t)shoal_cluster_stage_off(c, ring->host, p) * ring->unit;
+        *len_p = blocks * ring->unit;
+        return;
+    }
+    case SHOAL_RING_BY_HOST: {
+        /* Hosts holding rail `rail` have a block, in host order. */
+        size_t before = 0;
+        for (int g = 0; g < p; g++)
+            before += ring->rail < shoal_cluster_nlocal(c, g);
+        *off_p = before * ring->unit;
+        *len_p = ring->rail < shoal_cluster_nlocal(c, p) ? ring->unit : 0;
+        return;
+    }
+    }
+    *off_p = *len_p = 0;
+}
+
+void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring)
+{
+    int n = ring->n, me = ring->me;
+    p->send_ep = n > 1 ? shoal_comm_ep(p->comm, ring->ranks[(me + 1) % n]) : NULL;
+    p->recv_ep = n > 1 ? shoal_comm_ep(p->comm, ring->ranks[(me + n - 1) % n]) : NULL;
+}
+
+/* One rank's result: copied, and AVG finished when the team is a part of
+ * the ranks the average is over. */
+static void ring_alone(shoal_prims_t *p, const char *src, char *dst, size_t count)
+{
+    if (dst != src)
+        memcpy(dst, src, count * p->esize);
+    if (p->avg_n > 1)
+        shoal_avg_finish(dst, dst, count, p->dtype, p->avg_n);
+}
+
+/* Element range [*off_p, *off_p + *len_p) of block b in a loop of real
+ * elements split into n blocks of bs (the last ones may be short or empty). */
+static void loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p)
+{
+    size_t off = (size_t)b * bs;
+    *off_p = off < real ? off : real;
+    *len_p = off < real ? (real - off < bs ? real - off : bs) : 0;
+}
+
+shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
+                                        const char *src, char *dst, size_t count,
+                                        size_t piece_elems)
+{
+    int n = ring->n, r = ring->me;
+    size_t es = p->esize;
+    if (n == 1) {
+        ring_alone(p, src, dst, count);
+        return SHOAL_OK;
+    }
+    shoal_ring_bind(p, ring);
+    size_t loop = (size_t)n * piece_elems;
+    shoal_status_t s = SHOAL_OK;
+    for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
+        size_t real = count - base < loop ? count - base : loop;
+        size_t bs = (real + (size_t)n - 1) / (size_t)n;
+        bs = (bs + RING_ALIGN_ELEMS - 1) / RING_ALIGN_ELEMS * RING_ALIGN_ELEMS;
+        if (bs > piece_elems)
+            bs = piece_elems;
+        size_t off, len;
+#define AT(buf, o) ((buf) + (base + (o)) * es)
+        /* Reduce-scatter: block b starts at position b and ends, reduced,
+         * at b-1. */
+        loop_block(real, bs, r, &off, &len);
+        s = shoal_prim_send(p, AT(src, off), len * es);
+        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
+            loop_block(real, bs, (r - k + n) % n, &off, &len);
+            s = shoal_prim_recv_reduce_send(p, AT(src, off), len * es);
+        }
+        if (s != SHOAL_OK)
+            break;
+        loop_block(real, bs, (r + 1) % n, &off, &len);
+        s = shoal_prim_recv_reduce_copy_send(p, AT(src, off), AT(dst, off), len * es);
+        /* All-gather: pass each finished block on until it reaches its
+         * owner's predecessor. */
+        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
+            loop_block(real, bs, (r + 1 - k + n) % n, &off, &len);
+            s = shoal_prim_recv_copy_send(p, AT(dst, off), len * es);
+        }
+        if (s != SHOAL_OK)
+            break;
+        loop_block(real, bs, (r + 2) % n, &off, &len);
+        s = shoal_prim_recv(p, AT(dst, off), len * es);
+#undef AT
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+/* The longest block of ring: how far the piece loops go. */
+static size_t ring_max_len(const shoal_ring_t *ring)
+{
+    size_t most = 0;
+    for (int q = 0; q < ring->n; q++) {
+        size_t off, len;
+        shoal_ring_block(ring, q, &off, &len);
+        most = len > most ? len : most;
+    }
+    return most;
+}
+
+/* The piece at offset off (elements) of position q's block: its start in
+ * buf and its bytes, 0 past the block's end. */
+static size_t ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t piece_elems,
+                         size_t es, size_t *start_p)
+{
+    size_t boff, blen;
+    shoal_ring_block(ring, q, &boff, &blen);
+    size_t len = off < blen ? (blen - off < piece_elems ? blen - off : piece_elems) : 0;
+    *start_p = (boff + (off < blen ? off : blen)) * es;
+    return len * es;
+}
+
+/* Step k of a loop handles the block of position (me - 1 - k) mod n: it is
+ * sent first by the next position, gathers one contribution per hop and
+ * arrives, reduced by all n, at its own position in step n-1. */
+shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                 char *dst, size_t piece_elems)
+{
+    int n = ring->n, r = ring->me;
+    size_t es = p->esize, at;
+    if (n == 1) {
+        size_t off, len;
+        shoal_ring_block(ring, r, &off, &len);
+        ring_alone(p, src + off * es, dst, len);
+        return SHOAL_OK;
+    }
+    shoal_ring_bind(p, ring);
+    shoal_ep_t *send_ep = p->send_ep;
+    size_t most = ring_max_len(ring);
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
+#define STEP(k) ring_piece(ring, (r - 1 - (k) + 2 * n) % n, off, piece_elems, es, &at)
+        size_t bytes = STEP(0);
+        s = shoal_prim_send(p, src + at, bytes);
+        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
+            bytes = STEP(k);
+            s = shoal_prim_recv_reduce_send(p, src + at, bytes);
+        }
+        if (s != SHOAL_OK)
+            break;
+        /* The last hop ends at its owner: reduce into dst (finishing AVG)
+         * and send nothing on. In place, src + at is dst itself, which the
+         * kernels allow. */
+        bytes = STEP(n - 1);
+#undef STEP
+        p->send_ep = NULL;
+        s = shoal_prim_recv_reduce_copy_send(p, src + at, dst + off * es, bytes);
+        p->send_ep = send_ep;
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+/* Each rank sends its own piece, forwards the n-2 pieces that reach it
+ * before they come back round, and keeps the last: step k brings the block
+ * of position (me - k) mod n. */
+shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                 size_t piece_elems)
+{
+    int n = ring->n, r = ring->me;
+    size_t es = p->esize, at;
+    if (n == 1)
+        return SHOAL_OK;
+    shoal_ring_bind(p, ring);
+    size_t most = ring_max_len(ring);
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
+#define STEP(k) ring_piece(ring, (r - (k) + n) % n, off, piece_elems, es, &at)
+        size_t bytes = STEP(0);
+        s = shoal_prim_send(p, dst + at, bytes);
+        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
+            bytes = STEP(k);
+            s = shoal_prim_recv_copy_send(p, dst + at, bytes);
+        }
+        if (s == SHOAL_OK) {
+            bytes = STEP(n - 1);
+            s = shoal_prim_recv(p, dst + at, bytes);
+        }
+#undef STEP
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    memset(ring_p, 0, sizeof(*ring_p));
+    ring_p->n = comm->nranks;
+    ring_p->me = c->ring_pos[comm->rank];
+    ring_p->ranks = c->by_host;
+    ring_p->layout = SHOAL_RING_BY_RANK;
+    ring_p->unit = unit;
+    ring_p->cluster = c;
+}

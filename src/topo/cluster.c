@@ -1,0 +1,166 @@
+/* The cluster view, and this process's place on its host. */
+#include "cluster.h"
+#include "topo.h"
+
+#include "core/config.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The topology is loaded once per process: hwloc takes tens of ms to read
+ * a machine, and a process may form many communicators. It is loaded again
+ * only when the settings name another stand-in (tests change them). */
+static pthread_mutex_t place_lock = PTHREAD_MUTEX_INITIALIZER;
+static shoal_topo_t *place_topo;
+static char place_key[3 * SHOAL_CONFIG_STR_MAX + 3];
+static int place_warned;
+
+void shoal_place_self(shoal_place_t *place_p)
+{
+    const shoal_topo_config_t *cfg = &shoal_config_get()->topo;
+    char key[sizeof(place_key)];
+    snprintf(key, sizeof(key), "%s|%s|%s", cfg->file, cfg->synthetic, cfg->cpus);
+    place_p->numa = place_p->gpu = place_p->nic = -1;
+
+    pthread_mutex_lock(&place_lock);
+    if (place_topo && strcmp(key, place_key)) {
+        shoal_topo_destroy(place_topo);
+        place_topo = NULL;
+    }
+    if (!place_topo) {
+        if (shoal_topo_load(&place_topo) == SHOAL_OK) {
+            memcpy(place_key, key, sizeof(place_key));
+        } else if (!place_warned) {
+            place_warned = 1;
+            shoal_warn(TOPO, "no topology of this host: ranks are placed without NUMA nodes, "
+                       "GPUs or NICs");
+        }
+    }
+    if (place_topo) {
+        hwloc_const_cpuset_t bind = shoal_topo_binding(place_topo);
+        place_p->numa = shoal_topo_binding_numa(place_topo);
+        place_p->gpu = shoal_topo_nearest_gpu_of_cpuset(place_topo, bind, NULL);
+        place_p->nic = shoal_topo_nearest_nic_of_cpuset(place_topo, bind, NULL);
+    }
+    pthread_mutex_unlock(&place_lock);
+}
+
+/* Whether rank a goes before rank b on their host: NUMA node (unknown
+ * last), then rank. */
+static int local_before(const shoal_place_t *places, int a, int b)
+{
+    unsigned na = (unsigned)places[a].numa, nb = (unsigned)places[b].numa;
+    return na != nb ? na < nb : a < b;
+}
+
+/* Insertion sort: a host's list is short and nearly sorted already. */
+static void sort_local(int *ranks, int n, const shoal_place_t *places)
+{
+    for (int i = 1; i < n; i++) {
+        int r = ranks[i], j = i;
+        for (; j > 0 && local_before(places, r, ranks[j - 1]); j--)
+            ranks[j] = ranks[j - 1];
+        ranks[j] = r;
+    }
+}
+
+shoal_status_t shoal_cluster_build(shoal_cluster_t *c, int nranks, const int *host_of,
+                                   int nhosts, const shoal_place_t *places)
+{
+    memset(c, 0, sizeof(*c));
+    c->nranks = nranks;
+    c->nhosts = nhosts;
+    c->host_of = host_of;
+    c->place = malloc((size_t)nranks * sizeof(*c->place));
+    c->host_start = calloc((size_t)nhosts + 1, sizeof(*c->host_start));
+    c->by_host = malloc((size_t)nranks * sizeof(*c->by_host));
+    c->local_of = malloc((size_t)nranks * sizeof(*c->local_of));
+    c->ring_pos = malloc((size_t)nranks * sizeof(*c->ring_pos));
+    if (!c->place || !c->host_start || !c->by_host || !c->local_of || !c->ring_pos) {
+        shoal_cluster_free(c);
+        shoal_error(TOPO, "no memory for the cluster view of %d ranks", nranks);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    memcpy(c->place, places, (size_t)nranks * sizeof(*c->place));
+    /* Counting sort by host, then each host's ranks by place. */
+    for (int r = 0; r < nranks; r++)
+        c->host_start[host_of[r] + 1]++;
+    for (int h = 0; h < nhosts; h++)
+        c->host_start[h + 1] += c->host_start[h];
+    int *fill = c->local_of; /* used as the fill cursors, overwritten below */
+    for (int h = 0; h < nhosts; h++)
+        fill[h] = c->host_start[h];
+    for (int r = 0; r < nranks; r++)
+        c->by_host[fill[host_of[r]]++] = r;
+    for (int h = 0; h < nhosts; h++)
+        sort_local(c->by_host + c->host_start[h], shoal_cluster_nlocal(c, h), c->place);
+    c->min_local = nranks;
+    for (int h = 0; h < nhosts; h++) {
+        int nl = shoal_cluster_nlocal(c, h);
+        c->min_local = nl < c->min_local ? nl : c->min_local;
+        c->max_local = nl > c->max_local ? nl : c->max_local;
+        for (int j = 0; j < nl; j++) {
+            int r = shoal_cluster_rank_at(c, h, j);
+            c->local_of[r] = j;
+            c->ring_pos[r] = c->host_start[h] + j;
+            if (c->place[r].numa != c->place[shoal_cluster_rank_at(c, h, 0)].numa)
+                c->cross_numa = 1;
+        }
+    }
+    c->rail_ranks = malloc((size_t)c->max_local * (size_t)nhosts * sizeof(int));
+    c->rail_start = calloc((size_t)c->max_local + 1, sizeof(int));
+    c->rail_mod_ranks = malloc((size_t)c->max_local * (size_t)nhosts * sizeof(int));
+    if (!c->rail_ranks || !c->rail_start || !c->rail_mod_ranks) {
+        shoal_cluster_free(c);
+        shoal_error(TOPO, "no memory for the rails of %d ranks", nranks);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    for (int j = 0; j < c->max_local; j++) {
+        int with = 0;
+        for (int h = 0; h < nhosts; h++) {
+            c->rail_ranks[j * nhosts + h] =
+                shoal_cluster_rank_at(c, h, shoal_cluster_rail_owner(c, h, j));
+            c->rail_mod_ranks[j * nhosts + h] =
+                shoal_cluster_rank_at(c, h, j % shoal_cluster_nlocal(c, h));
+            with += j < shoal_cluster_nlocal(c, h);
+        }
+        c->rail_start[j + 1] = c->rail_start[j] + with;
+    }
+    return SHOAL_OK;
+}
+
+void shoal_cluster_free(shoal_cluster_t *c)
+{
+    free(c->place);
+    free(c->host_start);
+    free(c->by_host);
+    free(c->local_of);
+    free(c->ring_pos);
+    free(c->rail_ranks);
+    free(c->rail_start);
+    free(c->rail_mod_ranks);
+    memset(c, 0, sizeof(*c));
+}
+
+void shoal_cluster_owned_rails(const shoal_cluster_t *c, int h, int j, int *first_p,
+                               int *end_p)
+{
+    /* The smallest rail k with owner(k) >= j is ceil(j * max_local / nlocal). */
+    long nl = shoal_cluster_nlocal(c, h), m = c->max_local;
+    *first_p = (int)((j * m + nl - 1) / nl);
+    *end_p = (int)(((j + 1) * m + nl - 1) / nl);
+}
+
+int shoal_cluster_stage_off(const shoal_cluster_t *c, int h, int j)
+{
+    if (j >= c->max_local)
+        return c->rail_start[c->max_local];
+    int nl = shoal_cluster_nlocal(c, h), q = j % nl, off = 0;
+    for (int k = 0; k < c->max_local; k++) {
+        if (k % nl < q || (k % nl == q && k < j))
+            off += shoal_cluster_rail_size(c, k);
+    }
+    return off;
+}

@@ -1,0 +1,333 @@
+/* The cluster view and the hierarchical algorithms. Ranks on this machine
+ * act as hosts of their own through SHOAL_HOST_ID (ranks of one "host"
+ * share memory, the others talk tcp), in even, uneven and interleaved
+ * layouts. Every hierarchical collective, forced and as the cost model
+ * picks, is checked against the scalar reference: counts 0, 1, odd and
+ * several pipeline pieces, in place and out of place. */
+#include "harness.h"
+
+#include "algos/algo.h"
+#include "core/comm.h"
+#include "core/dtype.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEST_CHUNK 4096
+#define MAX_RANKS 8
+
+/* host_of[r] for each rank (values 0..), and the algorithm setting. */
+typedef struct {
+    int nranks;
+    int host_of[MAX_RANKS];
+    const char *algo;
+} layout_t;
+
+static const char *const all_hier =
+    "allreduce:hier,reducescatter:hier,allgather:hier,broadcast:hier,alltoall:hier";
+
+static size_t test_count(int c, size_t es)
+{
+    static const size_t small[] = {0, 1, 17};
+    return c < 3 ? small[c] : 2 * (TEST_CHUNK / es) + 333;
+}
+
+/* The view every rank must build: hosts numbered by lowest rank, ranks by
+ * host then rank (no NUMA here), rails by local position. */
+static int check_view(shoal_comm_t comm, const layout_t *lay)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    int n = lay->nranks, seen[MAX_RANKS] = {0}, nl[MAX_RANKS] = {0};
+    for (int r = 0; r < n; r++)
+        nl[lay->host_of[r]]++;
+    int hosts = 0;
+    for (int h = 0; h < MAX_RANKS; h++)
+        hosts += nl[h] > 0;
+    RANK_CHECK(c->nhosts == hosts && comm->nhosts == hosts, "%d hosts, want %d", c->nhosts,
+               hosts);
+    int pos = 0;
+    for (int h = 0; h < c->nhosts; h++) {
+        for (int j = 0; j < shoal_cluster_nlocal(c, h); j++, pos++) {
+            int r = shoal_cluster_rank_at(c, h, j);
+            RANK_CHECK(c->host_of[r] == h && c->local_of[r] == j && c->ring_pos[r] == pos &&
+                           !seen[r]++,
+                       "rank %d at host %d position %d is misplaced", r, h, j);
+            RANK_CHECK(j == 0 || r > shoal_cluster_rank_at(c, h, j - 1),
+                       "host %d's ranks out of order", h);
+        }
+    }
+    for (int h = 0; h < c->nhosts; h++) {
+        int lh = shoal_cluster_nlocal(c, h);
+        RANK_CHECK(lh >= c->min_local && lh <= c->max_local, "min/max local");
+        for (int j = 0; j < c->max_local; j++) {
+            int r = c->rail_mod_ranks[j * c->nhosts + h];
+            RANK_CHECK(r == shoal_cluster_rank_at(c, h, j % lh), "rail %d of host %d", j, h);
+        }
+    }
+    return 0;
+}
+
+static int check_allreduce(shoal_comm_t comm, int rank, int n, shoal_dtype_t dt, shoal_op_t op,
+                           size_t count, int in_place, unsigned char *a, unsigned char *b,
+                           unsigned char *want, unsigned char *tmp)
+{
+    size_t es = shoal_dtype_bytes(dt);
+    harness_fill_exact(a, count, rank, dt, op);
+    void *out = in_place ? (void *)a : (void *)b;
+    shoal_status_t s = shoal_allreduce(count ? a : NULL, count ? out : NULL, count, dt, op, comm);
+    RANK_CHECK(s == SHOAL_OK, "allreduce: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    harness_expected(want, tmp, count, n, dt, op);
+    RANK_CHECK(!count || memcmp(out, want, count * es) == 0,
+               "rank %d: allreduce %s %s count %zu %s differs", rank, shoal_dtype_name(dt),
+               shoal_op_name(op), count, in_place ? "in place" : "");
+    return 0;
+}
+
+static int check_rs_ag(shoal_comm_t comm, int rank, int n, size_t count, int in_place,
+                       unsigned char *a, unsigned char *b, unsigned char *want,
+                       unsigned char *tmp)
+{
+    const shoal_dtype_t dt = SHOAL_FLOAT32;
+    size_t es = 4, total = (size_t)n * count;
+    harness_fill_exact(a, total, rank, dt, SHOAL_SUM);
+    unsigned char *out = in_place ? a + (size_t)rank * count * es : b;
+    shoal_status_t s = shoal_reduce_scatter(count ? a : NULL, count ? out : NULL, count, dt,
+                                            SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_OK, "reduce_scatter: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    harness_expected(want, tmp, total, n, dt, SHOAL_SUM);
+    RANK_CHECK(!count || memcmp(out, want + (size_t)rank * count * es, count * es) == 0,
+               "rank %d: reduce_scatter count %zu differs", rank, count);
+    /* All-gather of each rank's own fill. */
+    unsigned char *mine = in_place ? b + (size_t)rank * count * es : a;
+    harness_fill_exact(mine, count, rank, dt, SHOAL_SUM);
+    s = shoal_allgather(count ? mine : NULL, count ? b : NULL, count, dt, comm);
+    RANK_CHECK(s == SHOAL_OK, "allgather: %s", shoal_status_string(s));
+    for (int r = 0; r < n; r++) {
+        harness_fill_exact(want, count, r, dt, SHOAL_SUM);
+        RANK_CHECK(!count || memcmp(b + (size_t)r * count * es, want, count * es) == 0,
+                   "rank %d: allgather count %zu block %d differs", rank, count, r);
+    }
+    return 0;
+}
+
+static int check_bcast_a2a(shoal_comm_t comm, int rank, int n, size_t count, int in_place,
+                           uint32_t *a, uint32_t *b)
+{
+    for (int root = 0; root < n; root += n > 2 ? n - 2 : 1) {
+        for (size_t i = 0; i < count; i++)
+            a[i] = rank == root ? harness_mix((uint32_t)(i * 31 + (size_t)root)) : 0;
+        uint32_t *out = in_place ? a : b;
+        shoal_status_t s = shoal_broadcast(count ? a : NULL, count ? out : NULL, count,
+                                           SHOAL_UINT32, root, comm);
+        RANK_CHECK(s == SHOAL_OK, "broadcast: %s", shoal_status_string(s));
+        for (size_t i = 0; i < count; i++)
+            RANK_CHECK(out[i] == harness_mix((uint32_t)(i * 31 + (size_t)root)),
+                       "rank %d: broadcast root %d count %zu element %zu", rank, root, count, i);
+    }
+    size_t total = (size_t)n * count;
+    for (size_t i = 0; i < total; i++)
+        a[i] = (uint32_t)rank * 1000003u + (uint32_t)i;
+    uint32_t *out = in_place ? a : b;
+    shoal_status_t s = shoal_alltoall(count ? a : NULL, count ? out : NULL, count, SHOAL_UINT32,
+                                      comm);
+    RANK_CHECK(s == SHOAL_OK, "alltoall: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < count; i++)
+            RANK_CHECK(out[(size_t)r * count + i] ==
+                           (uint32_t)r * 1000003u + (uint32_t)((size_t)rank * count + i),
+                       "rank %d: alltoall count %zu block %d element %zu", rank, count, r, i);
+    return 0;
+}
+
+static int rank_layout(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const layout_t *lay = arg;
+    char host[32];
+    snprintf(host, sizeof(host), "hier-host-%d", lay->host_of[rank]);
+    harness_setenv("SHOAL_HOST_ID", host);
+    harness_setenv("SHOAL_ALGO", lay->algo);
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    if (check_view(comm, lay))
+        return 1;
+    size_t bytes = (size_t)nranks * (2 * TEST_CHUNK + 333 * 8) + 64;
+    unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes),
+                  *tmp = malloc(bytes);
+    RANK_CHECK(a && b && want && tmp, "out of memory");
+    static const struct {
+        shoal_dtype_t dt;
+        shoal_op_t op;
+    } cases[] = {{SHOAL_FLOAT32, SHOAL_SUM}, {SHOAL_INT32, SHOAL_MAX}, {SHOAL_FLOAT64, SHOAL_AVG},
+                 {SHOAL_INT8, SHOAL_MIN},    {SHOAL_BFLOAT16, SHOAL_SUM}, {SHOAL_INT64, SHOAL_AVG}};
+    for (int c = 0; c < 4; c++) {
+        for (int ip = 0; ip < 2; ip++) {
+            for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+                size_t count = test_count(c, shoal_dtype_bytes(cases[k].dt));
+                if (check_allreduce(comm, rank, nranks, cases[k].dt, cases[k].op, count, ip, a,
+                                    b, want, tmp))
+                    return 1;
+            }
+            size_t count = test_count(c, 4);
+            if (check_rs_ag(comm, rank, nranks, count, ip, a, b, want, tmp) ||
+                check_bcast_a2a(comm, rank, nranks, count, ip, (uint32_t *)a, (uint32_t *)b))
+                return 1;
+        }
+    }
+    free(a);
+    free(b);
+    free(want);
+    free(tmp);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    return 0;
+}
+
+static void run_layout(int nranks, const int *host_of, const char *algo)
+{
+    layout_t lay = {.nranks = nranks, .algo = algo};
+    memcpy(lay.host_of, host_of, (size_t)nranks * sizeof(int));
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_HOST_ID", NULL);
+    assert_int_equal(harness_run_ranks(nranks, rank_layout, &lay, 300), 0);
+}
+
+#define LAYOUT_TEST(name, n, ...)                                             \
+    static void test_##name(void **state)                                     \
+    {                                                                         \
+        (void)state;                                                          \
+        static const int hosts[n] = {__VA_ARGS__};                            \
+        run_layout(n, hosts, all_hier);                                       \
+        run_layout(n, hosts, "auto");                                         \
+    }
+LAYOUT_TEST(one_host_3, 3, 0, 0, 0)
+LAYOUT_TEST(hosts_2x2, 4, 0, 0, 1, 1)
+LAYOUT_TEST(hosts_1_3, 4, 0, 1, 1, 1)
+LAYOUT_TEST(hosts_3_1_2, 6, 0, 0, 0, 1, 2, 2)
+LAYOUT_TEST(hosts_interleaved, 5, 0, 1, 0, 1, 0)
+LAYOUT_TEST(hosts_1x2, 2, 0, 1)
+LAYOUT_TEST(hosts_4x2, 8, 0, 0, 1, 1, 2, 2, 3, 3)
+LAYOUT_TEST(hosts_uneven_7, 7, 2, 0, 1, 0, 2, 0, 1)
+
+/* Ranks bound to the NUMA nodes of a stand-in machine: the ring keeps a
+ * host's ranks of one NUMA node together, and the link inside the host is
+ * the cross-NUMA class. */
+static int rank_numa(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", "numa:2 core:2 pu:1");
+    /* Ranks 0, 2, 4 on node 1 (PUs 2-3), ranks 1, 3, 5 on node 0. */
+    harness_setenv("SHOAL_TOPO_CPUS", rank % 2 ? "0" : "2");
+    harness_setenv("SHOAL_TOPO_LINKS", "tcp:100us:100M,shm-xnuma:2us:3G");
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    const shoal_cluster_t *c = &comm->cluster;
+    static const int want_ring[6] = {1, 3, 5, 0, 2, 4};
+    for (int i = 0; i < nranks; i++)
+        RANK_CHECK(c->by_host[i] == want_ring[i], "ring position %d holds rank %d, want %d", i,
+                   c->by_host[i], want_ring[i]);
+    RANK_CHECK(c->place[rank].numa == (rank % 2 ? 0 : 1), "rank %d on NUMA node %d", rank,
+               c->place[rank].numa);
+    RANK_CHECK(c->cross_numa && comm->links.intra == SHOAL_LINK_SHM_CROSS_NUMA,
+               "intra class %s", shoal_link_class_name(comm->links.intra));
+    RANK_CHECK(comm->links.cls[SHOAL_LINK_SHM_CROSS_NUMA].bw_Bps == 3.0 * (1 << 30) &&
+                   comm->links.cls[SHOAL_LINK_TCP].lat_s > 99e-6,
+               "SHOAL_TOPO_LINKS not applied");
+    int32_t x[37];
+    for (int i = 0; i < 37; i++)
+        x[i] = rank * 100 + i;
+    RANK_CHECK(shoal_allreduce(x, x, 37, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK, "allreduce");
+    for (int i = 0; i < 37; i++)
+        RANK_CHECK(x[i] == 100 * nranks * (nranks - 1) / 2 + nranks * i, "sum[%d]", i);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    return 0;
+}
+
+static void test_numa_ring(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(6, rank_numa, NULL, 120), 0);
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", NULL);
+    harness_setenv("SHOAL_TOPO_CPUS", NULL);
+    harness_setenv("SHOAL_TOPO_LINKS", NULL);
+}
+
+/* Two hosts of two with a slow link between them: the cost model picks the
+ * hierarchical all-reduce for large messages and the probe's figures are
+ * the same on every rank. */
+static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    harness_setenv("SHOAL_HOST_ID", rank < 2 ? "choice-a" : "choice-b");
+    harness_setenv("SHOAL_TOPO_PROBE", "y");
+    harness_setenv("SHOAL_TOPO_LINKS", "tcp:50us:100M");
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(comm->links.measured[SHOAL_LINK_SHM_SAME_NUMA] &&
+                   comm->links.measured[SHOAL_LINK_TCP],
+               "the probe measured nothing");
+    RANK_CHECK(comm->links.cls[SHOAL_LINK_TCP].bw_Bps == 100.0 * (1 << 20), "SHOAL_TOPO_LINKS lost");
+    double mine[2] = {comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].lat_s,
+                      comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].bw_Bps};
+    double all[2 * MAX_RANKS] = {0};
+    memcpy(all + 2 * rank, mine, sizeof(mine));
+    RANK_CHECK(shoal_allreduce(all, all, 2 * (size_t)nranks, SHOAL_FLOAT64, SHOAL_SUM, comm) ==
+                   SHOAL_OK, "allreduce");
+    for (int r = 0; r < nranks; r++)
+        RANK_CHECK(all[2 * r] == mine[0] && all[2 * r + 1] == mine[1],
+                   "rank %d's probe figures differ from rank %d's", r, rank);
+    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1 << 22,
+                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
+    const shoal_algo_ops_t *algo = shoal_algo_select(comm, &args);
+    RANK_CHECK(algo && !strcmp(algo->name, "hier"), "4M floats over 2 hosts: %s",
+               algo ? algo->name : "none");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    return 0;
+}
+
+static void test_cost_model_choice(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_ALGO", "auto");
+    assert_int_equal(harness_run_ranks(4, rank_choice, NULL, 120), 0);
+    harness_setenv("SHOAL_TOPO_PROBE", NULL);
+    harness_setenv("SHOAL_TOPO_LINKS", NULL);
+}
+
+static int rank_bad_links(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    harness_setenv("SHOAL_TOPO_LINKS", "tcp:fast:1G");
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_ERR_INVALID_ARG,
+               "a bad SHOAL_TOPO_LINKS was accepted");
+    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "SHOAL_TOPO_LINKS"), "reason: %s",
+               shoal_comm_last_error(NULL));
+    return 0;
+}
+
+static void test_bad_links(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(1, rank_bad_links, NULL, 60), 0);
+    harness_setenv("SHOAL_TOPO_LINKS", NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_one_host_3),      cmocka_unit_test(test_hosts_2x2),
+        cmocka_unit_test(test_hosts_1_3),       cmocka_unit_test(test_hosts_3_1_2),
+        cmocka_unit_test(test_hosts_interleaved), cmocka_unit_test(test_hosts_1x2),
+        cmocka_unit_test(test_hosts_4x2),       cmocka_unit_test(test_hosts_uneven_7),
+        cmocka_unit_test(test_numa_ring),       cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_bad_links),
+    };
+    return cmocka_run_group_tests_name("hier", tests, NULL, NULL);
+}
