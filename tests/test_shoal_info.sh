@@ -1,7 +1,8 @@
 #!/bin/bash
 # shoal_info: every setting with default, current value and doc; the
 # secret never printed; transports and the host listed; -T shows the
-# topology of a recorded machine that SHOAL_TOPO_FILE names.
+# topology of a recorded machine that SHOAL_TOPO_FILE names, with the link
+# classes; -T -C the cluster view of three ranks on two hosts.
 set -u
 cd "$(dirname "$0")/.."
 INFO=${INFO:-tools/shoal_info}
@@ -12,7 +13,7 @@ check() {
     n=$((n + 1))
     if "$@" >/dev/null 2>&1; then echo "ok $n - $what"; else echo "not ok $n - $what"; fi
 }
-echo "1..11"
+echo "1..14"
 out=$(SHOAL_TIMEOUT=7s SHOAL_SECRET=hunter2-secret $INFO -c)
 check "-c exits 0" $INFO -c
 for name in SHOAL_DEBUG SHOAL_DEBUG_FILE SHOAL_TIMEOUT SHOAL_SOCKET_IFNAME SHOAL_SHM_ENABLE SHOAL_TCP_NSOCKS SHOAL_CHUNK_SIZE SHOAL_ALGO SHOAL_TOPO_FILE SHOAL_TOPO_SYNTHETIC; do
@@ -38,3 +39,20 @@ check "-T with a missing file fails" bash -c "! SHOAL_TOPO_FILE=tests/topo/none.
 pciaccess=$(ls /usr/lib/*/libpciaccess.so.0 /usr/lib64/libpciaccess.so.0 2>/dev/null | head -n 1)
 check "-T on this machine exits 0" env ${pciaccess:+LD_PRELOAD=$pciaccess} \
     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" $INFO -T
+check "-T: link classes with SHOAL_TOPO_LINKS applied" \
+    bash -c "SHOAL_TOPO_SYNTHETIC='pu:2' SHOAL_TOPO_LINKS=tcp:80us:64M $INFO -T | grep -q '^  tcp *80.00 us *0.07 GB/s'"
+# Three ranks from SHOAL_RANK: 0 and 1 on host a, 2 on host b.
+port=$((20000 + RANDOM % 20000))
+for r in 0 1 2; do
+    h=a; [ $r = 2 ] && h=b
+    env ${pciaccess:+LD_PRELOAD=$pciaccess} ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+        SHOAL_RANK=$r SHOAL_SIZE=3 SHOAL_ADDR=127.0.0.1:$port SHOAL_SECRET=info-test \
+        SHOAL_HOST_ID=host-$h SHOAL_TIMEOUT=30s $INFO -T -C >"${TMPDIR:-/tmp}/shoal-info-C.$$.$r" 2>&1 &
+done
+wait
+cview=$(cat "${TMPDIR:-/tmp}/shoal-info-C.$$.0")
+rm -f "${TMPDIR:-/tmp}"/shoal-info-C.$$.*
+check "-T -C: 3 ranks on 2 hosts" grep -q "^cluster: 3 ranks on 2 host(s), 1 to 2 per host" <<<"$cview"
+check "-T -C: host b's one rank owns both rails" \
+    bash -c 'x=$(cat); grep -q "^  rail 0: 0 2$" <<<"$x" && grep -q "^  rail 1: 1 2$" <<<"$x" &&
+             grep -q "^  host 1 host-b: 1 rank" <<<"$x"' <<<"$cview"

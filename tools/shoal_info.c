@@ -4,30 +4,38 @@
  *   shoal_info -c   every setting with its default, value and documentation
  *   shoal_info -a   the algorithms of every collective (names for SHOAL_ALGO)
  *   shoal_info -T   the topology of this host (or of SHOAL_TOPO_FILE /
- *                   SHOAL_TOPO_SYNTHETIC): CPUs, binding, GPUs, NICs, distances */
+ *                   SHOAL_TOPO_SYNTHETIC): CPUs, binding, GPUs, NICs, distances,
+ *                   and the link classes with their costs
+ *   shoal_info -T -C  the same, then on every rank of a launcher's job the
+ *                   cluster view of their communicator (rank 0 prints) */
 #include "shoal.h"
 
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "core/config.h"
 #include "core/sock.h"
+#include "topo/links.h"
 #include "topo/topo.h"
 #include "transport/transport.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void shoal_info_usage(FILE *out, const char *prog)
 {
     fprintf(out,
-            "usage: %s [-c] [-a] [-T] [-h]\n"
+            "usage: %s [-c] [-a] [-T [-C]] [-h]\n"
             "  (none)  version, settings, host identity, network address, transports\n"
             "  -c      every setting (SHOAL_*) with its default, current value and meaning\n"
             "  -a      the algorithms of every collective, for SHOAL_ALGO=coll:name,...\n"
             "  -T      the topology shoal sees: CPUs, binding, GPUs, NICs, distances\n"
-            "          (SHOAL_TOPO_FILE or SHOAL_TOPO_SYNTHETIC stand in for this host)\n"
+            "          (SHOAL_TOPO_FILE or SHOAL_TOPO_SYNTHETIC stand in for this host),\n"
+            "          link classes with latency and bandwidth (SHOAL_TOPO_LINKS)\n"
+            "  -C      with -T, run as every rank of a launcher's job (SHOAL_RANK, mpirun,\n"
+            "          srun, torchrun): rank 0 prints hosts, ranks, places, rails, ring\n"
             "  -h      this text\n",
             prog);
 }
@@ -112,9 +120,7 @@ static void shoal_info_algos(void)
     }
 }
 
-/* This host's view; the cluster view (hosts, and the ranks on each) comes
- * from the bootstrap exchange of a communicator and will be printed after
- * it, by a flag that creates one. */
+/* This host's view, and the link classes the settings give. */
 static int shoal_info_topo(void)
 {
     shoal_topo_t *topo;
@@ -125,12 +131,43 @@ static int shoal_info_topo(void)
     }
     shoal_topo_print(topo, stdout);
     shoal_topo_destroy(topo);
+    shoal_links_t links;
+    shoal_links_defaults(&links);
+    if (shoal_links_parse(shoal_config_get()->topo.links, &links) != SHOAL_OK)
+        return 1;
+    shoal_links_print(&links, stdout);
     return 0;
+}
+
+/* The cluster view of a communicator formed from the launcher's
+ * environment (every rank runs shoal_info -T -C; rank 0 prints). */
+static int shoal_info_cluster(void)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init_env(&comm);
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "shoal_info: -C needs ranks from a launcher (mpirun, srun, torchrun, "
+                "SHOAL_RANK + SHOAL_SIZE): %s\n", shoal_comm_last_error(NULL));
+        return 1;
+    }
+    if (comm->rank == 0) {
+        const shoal_cluster_t *c = &comm->cluster;
+        const char **names = calloc((size_t)c->nhosts, sizeof(*names));
+        for (int r = 0; names && r < comm->nranks; r++)
+            names[comm->host_of[r]] = names[comm->host_of[r]] ? names[comm->host_of[r]]
+                                                               : comm->host_ids[r];
+        shoal_cluster_print(c, names, stdout);
+        shoal_links_print(&comm->links, stdout);
+        free(names);
+        fflush(stdout);
+    }
+    s = shoal_comm_destroy(comm);
+    return s == SHOAL_OK ? 0 : 1;
 }
 
 int main(int argc, char **argv)
 {
-    int settings_only = 0, algos_only = 0, topo_only = 0;
+    int settings_only = 0, algos_only = 0, topo_only = 0, cluster = 0;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "-c")) {
             settings_only = 1;
@@ -138,6 +175,8 @@ int main(int argc, char **argv)
             algos_only = 1;
         } else if (!strcmp(argv[a], "-T")) {
             topo_only = 1;
+        } else if (!strcmp(argv[a], "-C")) {
+            cluster = 1;
         } else if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help")) {
             shoal_info_usage(stdout, argv[0]);
             return 0;
@@ -147,6 +186,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (topo_only && cluster)
+        return shoal_info_topo() || shoal_info_cluster();
     if (topo_only)
         return shoal_info_topo();
     if (algos_only) {

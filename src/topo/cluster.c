@@ -164,3 +164,31 @@ int shoal_cluster_stage_off(const shoal_cluster_t *c, int h, int j)
     }
     return off;
 }
+
+void shoal_cluster_print(const shoal_cluster_t *c, const char *const *host_names, FILE *out)
+{
+    fprintf(out, "cluster: %d ranks on %d host(s), %d to %d per host%s\n", c->nranks,
+            c->nhosts, c->min_local, c->max_local,
+            c->cross_numa ? ", some hosts span NUMA nodes" : "");
+    for (int h = 0; h < c->nhosts; h++) {
+        fprintf(out, "  host %d%s%s: %d rank(s)\n", h, host_names ? " " : "",
+                host_names ? host_names[h] : "", shoal_cluster_nlocal(c, h));
+        for (int j = 0; j < shoal_cluster_nlocal(c, h); j++) {
+            int r = shoal_cluster_rank_at(c, h, j);
+            const shoal_place_t *p = &c->place[r];
+            fprintf(out, "    local %d: rank %d, NUMA %d, nearest GPU %d, nearest NIC %d\n", j, r,
+                    p->numa, p->gpu, p->nic);
+        }
+    }
+    fprintf(out, "rails (one rank per host; all-reduce owners):\n");
+    for (int j = 0; j < c->max_local; j++) {
+        fprintf(out, "  rail %d:", j);
+        for (int h = 0; h < c->nhosts; h++)
+            fprintf(out, " %d", c->rail_ranks[j * c->nhosts + h]);
+        fprintf(out, "\n");
+    }
+    fprintf(out, "ring order:");
+    for (int i = 0; i < c->nranks; i++)
+        fprintf(out, " %d", c->by_host[i]);
+    fprintf(out, "\n");
+}

@@ -11,6 +11,7 @@
 #include "shoal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 /* Where a rank sits on its host: the NUMA node of its binding and the
  * nearest GPU and NIC (indexes into its host's topology lists), -1 when
@@ -95,6 +96,11 @@ void shoal_cluster_owned_rails(const shoal_cluster_t *c, int h, int j, int *firs
  * order. Returns where rail j starts, in blocks; j == max_local gives the
  * total. */
 int shoal_cluster_stage_off(const shoal_cluster_t *c, int h, int j);
+
+/* The text picture of the cluster (shoal_info -T -C): hosts with their
+ * ranks and each rank's place, the rails and the ring order. host_ids[h]
+ * names host h (NULL: numbers only). */
+void shoal_cluster_print(const shoal_cluster_t *c, const char *const *host_names, FILE *out);
 
 /* Blocks of rail j: the hosts that hold a rank at local position j. */
 static inline int shoal_cluster_rail_size(const shoal_cluster_t *c, int j)
