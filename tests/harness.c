@@ -5,6 +5,8 @@
 #include "core/dtype.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,18 @@ void harness_setenv(const char *name, const char *value)
     else
         unsetenv(name);
     shoal_config_reload();
+}
+
+int harness_enter_netns(const char *name)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "/var/run/netns/%s", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    return rc;
 }
 
 void harness_use_transport(const char *transport, size_t chunk)

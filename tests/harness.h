@@ -32,6 +32,10 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* Move this process into the network namespace `ip netns add` made under
+ * name; 0 on success, -1 otherwise. */
+int harness_enter_netns(const char *name);
+
 /* Settings of a collective test: pieces of chunk bytes, shared memory on
  * (transport "shm") or off ("tcp", so every pair of ranks goes over tcp),
  * and a 20 s deadline, so that a rank failing a check, which leaves the

@@ -170,18 +170,6 @@ static int topo_create(void)
     return rc;
 }
 
-static int enter_netns(const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "/var/run/netns/%s", name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = setns(fd, CLONE_NEWNET);
-    close(fd);
-    return rc;
-}
-
 /* ---- inside a rank ------------------------------------------------------- */
 
 typedef struct {
@@ -416,7 +404,7 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
     const layout_t *l = tc->layout;
     char ns[48];
     ns_name(ns, l->ns_of[rank]);
-    RANK_CHECK(enter_netns(ns) == 0, "rank %d cannot enter %s", rank, ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, "rank %d cannot enter %s", rank, ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     harness_setenv("SHOAL_ALGO", tc->setting->algo);
     harness_setenv("SHOAL_TIMEOUT", "30s");
@@ -463,7 +451,7 @@ static int run_case_ranks(const case_t *tc)
     char ns0[48];
     ns_name(ns0, l->ns_of[0]);
     int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    if (home < 0 || enter_netns(ns0) != 0) {
+    if (home < 0 || harness_enter_netns(ns0) != 0) {
         fprintf(stderr, "# cannot enter %s\n", ns0);
         if (home >= 0)
             close(home);

@@ -57,23 +57,11 @@ static void netns_setup(void)
     assert_int_equal(netns_create(), 0);
 }
 
-static int enter_netns(const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof(path), "/var/run/netns/%s", name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = setns(fd, CLONE_NEWNET);
-    close(fd);
-    return rc;
-}
-
 /* Rank body: namespace A holds ranks 0 and 1, B holds 2 and 3. */
 static int two_host_rank(int rank, int nranks, int id_fd_in, int id_fd_out)
 {
     const char *ns = rank < 2 ? NS_A : NS_B;
-    RANK_CHECK(enter_netns(ns) == 0, "cannot enter %s", ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, "cannot enter %s", ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     shoal_unique_id_t id;
     if (rank == 0) {
@@ -178,7 +166,7 @@ static void test_two_hosts(void **state)
 static int vanish_rank(int rank, int id_fd_in, int id_fd_out, int ready_fd, int cut_fd)
 {
     const char *ns = rank == 0 ? NS_A : NS_B;
-    RANK_CHECK(enter_netns(ns) == 0, "cannot enter %s", ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, "cannot enter %s", ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     harness_setenv("SHOAL_TIMEOUT", "120s");
     shoal_unique_id_t id;

@@ -94,6 +94,13 @@ void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *le
 size_t shoal_ring_seg_off(size_t total, int nseg, int s);
 /* Point p's endpoints at ring's neighbours. */
 void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring);
+/* The ranks of this rank's host in local order, with layout (the caller
+ * sets unit or total). */
+void shoal_ring_local(struct shoal_comm *comm, int layout, shoal_ring_t *ring_p);
+/* Rail j across hosts, this rank at its host's position: rails is the
+ * cluster's rail_ranks or rail_mod_ranks. Layout BY_HOST (the caller sets
+ * unit where the schedule uses blocks). */
+void shoal_ring_rail(struct shoal_comm *comm, const int *rails, int j, shoal_ring_t *ring_p);
 /* Every rank of comm in the cluster's ring order, blocks BY_RANK of unit. */
 void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p);
 
@@ -166,6 +173,13 @@ static inline double shoal_algo_host_share(const struct shoal_comm *comm)
 }
 /* Bytes of one element of args' dtype times n. */
 double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
+
+/* Start plan for args: zeroed, the arguments, element size, piece size
+ * (chunk_size / esize) and the prims' comm, dtype and esize; with reduces,
+ * also the op's kernel (AVG: the SUM kernel, avg_n left 0).
+ * SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
+shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                               int reduces, shoal_plan_t *plan);
 
 /* Plan of the ring algorithms that reduce (all-reduce, reduce-scatter):
  * neighbours rank+-1, pieces of chunk_size, the op's kernel, AVG over n. */

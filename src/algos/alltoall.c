@@ -67,16 +67,11 @@ static shoal_status_t a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t 
                                shoal_plan_t *plan)
 {
     int n = comm->nranks, r = comm->rank;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 ||
-        (args->kind != SHOAL_COLL_ALLTOALL && args->kind != SHOAL_COLL_ALLTOALLV))
+    if (args->kind != SHOAL_COLL_ALLTOALL && args->kind != SHOAL_COLL_ALLTOALLV)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    plan->prims.comm = comm;
-    plan->prims.dtype = args->dtype;
-    plan->prims.esize = plan->esize;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    if (s != SHOAL_OK)
+        return s;
     if (args->kind == SHOAL_COLL_ALLTOALLV) {
         if (!args->sendcounts || !args->sdispls || !args->recvcounts || !args->rdispls)
             return SHOAL_ERR_INTERNAL;

@@ -23,16 +23,12 @@ static shoal_status_t gs_plan(struct shoal_comm *comm, const shoal_coll_args_t *
                               shoal_plan_t *plan)
 {
     int n = comm->nranks, r = comm->rank;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || args->root < 0 || args->root >= n ||
+    if (args->root < 0 || args->root >= n ||
         (args->kind != SHOAL_COLL_GATHER && args->kind != SHOAL_COLL_SCATTER))
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    plan->prims.comm = comm;
-    plan->prims.dtype = args->dtype;
-    plan->prims.esize = plan->esize;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    if (s != SHOAL_OK)
+        return s;
     /* The root needs every peer; the others only the root. */
     for (int j = 0; j < n; j++) {
         if (j != r && (r == args->root || j == args->root) && !shoal_comm_ep(comm, j))

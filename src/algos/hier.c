@@ -20,48 +20,24 @@
 #include "algo.h"
 
 #include "core/clock.h"
-#include "core/dtype.h"
 
 #include <string.h>
 
 /* Both need the local ring over this host's ranks in segments of count. */
 static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
-                                       shoal_plan_t *plan)
+                                       int reduces, shoal_plan_t *plan)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    int h = c->host_of[comm->rank];
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0)
-        return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    shoal_ring_t *ring = &plan->ring;
-    ring->n = shoal_cluster_nlocal(c, h);
-    ring->me = c->local_of[comm->rank];
-    ring->ranks = c->by_host + c->host_start[h];
-    ring->layout = SHOAL_RING_BY_SEG;
-    ring->total = args->count;
-    ring->host = h;
-    ring->cluster = c;
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    return plan->piece_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, reduces, plan);
+    shoal_ring_local(comm, SHOAL_RING_BY_SEG, &plan->ring);
+    plan->ring.total = args->count;
+    return s;
 }
 
-/* The rail ring of rail j: one rank of every host, this one at its host's
- * position. */
-static void hier_rail(const struct shoal_comm *comm, const int *rails, int j,
-                      shoal_ring_t *rail_p)
+/* Segment j of count elements cut into max_local: [*so_p, *so_p + *sl_p). */
+static void hier_seg(const shoal_cluster_t *c, size_t count, int j, size_t *so_p, size_t *sl_p)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    memset(rail_p, 0, sizeof(*rail_p));
-    rail_p->n = c->nhosts;
-    rail_p->me = c->host_of[comm->rank];
-    rail_p->ranks = rails + (size_t)j * (size_t)c->nhosts;
-    rail_p->cluster = c;
+    *so_p = shoal_ring_seg_off(count, c->max_local, j);
+    *sl_p = shoal_ring_seg_off(count, c->max_local, j + 1) - *so_p;
 }
 
 /* Cost of the parts inside a host: steps of the local ring, each moving
@@ -87,11 +63,7 @@ static double hier_allreduce_cost(const struct shoal_comm *comm, const shoal_col
 static shoal_status_t hier_allreduce_plan(struct shoal_comm *comm,
                                           const shoal_coll_args_t *args, shoal_plan_t *plan)
 {
-    shoal_status_t s = hier_plan_common(comm, args, plan);
-    if (s != SHOAL_OK)
-        return s;
-    plan->prims.reduce = shoal_reduce_fn(args->dtype, args->op);
-    return plan->prims.reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return hier_plan_common(comm, args, 1, plan);
 }
 
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
@@ -115,9 +87,9 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
     for (int j = first; j < end && s == SHOAL_OK; j++) {
         shoal_ring_t rail;
-        hier_rail(comm, c->rail_ranks, j, &rail);
-        size_t so = shoal_ring_seg_off(a->count, c->max_local, j);
-        size_t sl = shoal_ring_seg_off(a->count, c->max_local, j + 1) - so;
+        size_t so, sl;
+        shoal_ring_rail(comm, c->rail_ranks, j, &rail);
+        hier_seg(c, a->count, j, &so, &sl);
         s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl,
                                      plan->piece_elems);
     }
@@ -156,7 +128,7 @@ static shoal_status_t hier_bcast_plan(struct shoal_comm *comm, const shoal_coll_
 {
     if (args->root < 0 || args->root >= comm->nranks)
         return SHOAL_ERR_INTERNAL;
-    return hier_plan_common(comm, args, plan);
+    return hier_plan_common(comm, args, 0, plan);
 }
 
 /* 1. The root sends each segment to its owner on the root's host. */
@@ -173,8 +145,8 @@ static shoal_status_t bcast_scatter(shoal_plan_t *plan)
     size_t nx = 0;
     for (int j = 0; j < m; j++) {
         int owner = c->rail_ranks[(size_t)j * (size_t)c->nhosts + (size_t)hr];
-        size_t so = shoal_ring_seg_off(a->count, m, j);
-        size_t sl = shoal_ring_seg_off(a->count, m, j + 1) - so;
+        size_t so, sl;
+        hier_seg(c, a->count, j, &so, &sl);
         if (owner == a->root)
             continue;
         if (comm->rank == a->root)
@@ -232,9 +204,9 @@ static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
     for (int j = first; j < end && s == SHOAL_OK; j++) {
         shoal_ring_t rail;
-        hier_rail(comm, c->rail_ranks, j, &rail);
-        size_t so = shoal_ring_seg_off(a->count, c->max_local, j);
-        size_t sl = shoal_ring_seg_off(a->count, c->max_local, j + 1) - so;
+        size_t so, sl;
+        shoal_ring_rail(comm, c->rail_ranks, j, &rail);
+        hier_seg(c, a->count, j, &so, &sl);
         s = bcast_chain(plan, &rail, c->host_of[a->root], dst + so * es, sl);
     }
     if (s == SHOAL_OK)

@@ -16,7 +16,6 @@
 #include "algo.h"
 
 #include "core/clock.h"
-#include "core/dtype.h"
 
 #include <string.h>
 
@@ -41,16 +40,9 @@ static double hier_a2a_cost(const struct shoal_comm *comm, const shoal_coll_args
 static shoal_status_t hier_a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                     shoal_plan_t *plan)
 {
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || args->kind != SHOAL_COLL_ALLTOALL)
+    if (args->kind != SHOAL_COLL_ALLTOALL)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    plan->prims.comm = comm;
-    plan->prims.dtype = args->dtype;
-    plan->prims.esize = plan->esize;
-    return SHOAL_OK;
+    return shoal_plan_init(comm, args, 0, plan);
 }
 
 /* A phase's messages, collected before they run. */

@@ -15,7 +15,6 @@
 #include "algo.h"
 
 #include "core/clock.h"
-#include "core/dtype.h"
 
 #include <string.h>
 
@@ -50,46 +49,17 @@ static void hier_stage(const struct shoal_comm *comm, char *stage, char *buf, si
 static shoal_status_t hier_rsag_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    int h = c->host_of[comm->rank];
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0)
-        return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    shoal_ring_t *ring = &plan->ring;
-    ring->n = shoal_cluster_nlocal(c, h);
-    ring->me = c->local_of[comm->rank];
-    ring->ranks = c->by_host + c->host_start[h];
-    ring->layout = SHOAL_RING_BY_RAIL;
-    ring->unit = args->count;
-    ring->host = h;
-    ring->cluster = c;
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    if (args->kind == SHOAL_COLL_REDUCE_SCATTER) {
-        p->reduce = shoal_reduce_fn(args->dtype, args->op);
-        if (!p->reduce)
-            return SHOAL_ERR_INTERNAL;
-    }
-    return plan->piece_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, args->kind == SHOAL_COLL_REDUCE_SCATTER, plan);
+    shoal_ring_local(comm, SHOAL_RING_BY_RAIL, &plan->ring);
+    plan->ring.unit = args->count;
+    return s;
 }
 
 /* The rail ring of rail j, blocks of count by host. */
-static void hier_rail_of(const struct shoal_comm *comm, int j, size_t count, shoal_ring_t *rail_p)
+static void hier_rail_of(struct shoal_comm *comm, int j, size_t count, shoal_ring_t *rail_p)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    memset(rail_p, 0, sizeof(*rail_p));
-    rail_p->n = c->nhosts;
-    rail_p->me = c->host_of[comm->rank];
-    rail_p->ranks = c->rail_mod_ranks + (size_t)j * (size_t)c->nhosts;
-    rail_p->layout = SHOAL_RING_BY_HOST;
-    rail_p->rail = j;
+    shoal_ring_rail(comm, comm->cluster.rail_mod_ranks, j, rail_p);
     rail_p->unit = count;
-    rail_p->cluster = c;
 }
 
 static double hier_rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)

@@ -326,18 +326,9 @@ static double rhd_allgather_cost(const struct shoal_comm *comm, const shoal_coll
 static shoal_status_t rhd_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                       int reduces, shoal_plan_t *plan)
 {
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0)
-        return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    if (reduces && !(p->reduce = shoal_reduce_fn(args->dtype, args->op)))
-        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, reduces, plan);
+    if (s != SHOAL_OK)
+        return s;
     if (comm->nranks == 1)
         return SHOAL_OK;
 

@@ -5,7 +5,6 @@
 #include "algo.h"
 
 #include "core/clock.h"
-#include "core/dtype.h"
 
 #include <string.h>
 
@@ -23,29 +22,18 @@ static double rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *
 static shoal_status_t rsag_plan_ring(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan)
 {
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0)
-        return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
     shoal_ring_flat(comm, args->count, &plan->ring);
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    return plan->piece_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return s;
 }
 
 shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    shoal_status_t s = rsag_plan_ring(comm, args, plan);
-    if (s != SHOAL_OK)
-        return s;
-    plan->prims.reduce = shoal_reduce_fn(args->dtype, args->op);
+    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
+    shoal_ring_flat(comm, args->count, &plan->ring);
     plan->prims.avg_n = args->op == SHOAL_AVG ? comm->nranks : 0;
-    return plan->prims.reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return s;
 }
 
 static shoal_status_t rs_run(shoal_plan_t *plan)

@@ -225,6 +225,31 @@ shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, cha
     return s == SHOAL_OK ? shoal_prim_flush(p) : s;
 }
 
+void shoal_ring_local(struct shoal_comm *comm, int layout, shoal_ring_t *ring_p)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    int h = c->host_of[comm->rank];
+    memset(ring_p, 0, sizeof(*ring_p));
+    ring_p->n = shoal_cluster_nlocal(c, h);
+    ring_p->me = c->local_of[comm->rank];
+    ring_p->ranks = c->by_host + c->host_start[h];
+    ring_p->layout = layout;
+    ring_p->host = h;
+    ring_p->cluster = c;
+}
+
+void shoal_ring_rail(struct shoal_comm *comm, const int *rails, int j, shoal_ring_t *ring_p)
+{
+    const shoal_cluster_t *c = &comm->cluster;
+    memset(ring_p, 0, sizeof(*ring_p));
+    ring_p->n = c->nhosts;
+    ring_p->me = c->host_of[comm->rank];
+    ring_p->ranks = rails + (size_t)j * (size_t)c->nhosts;
+    ring_p->layout = SHOAL_RING_BY_HOST;
+    ring_p->rail = j;
+    ring_p->cluster = c;
+}
+
 void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p)
 {
     const shoal_cluster_t *c = &comm->cluster;
