@@ -44,14 +44,11 @@ static shoal_status_t binomial_plan(struct shoal_comm *comm, const shoal_coll_ar
                                     shoal_plan_t *plan)
 {
     int n = comm->nranks, root = args->root;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || root < 0 || root >= n || binomial_depth(n) + 1 > SHOAL_PLAN_NBRS)
+    if (root < 0 || root >= n || binomial_depth(n) + 1 > SHOAL_PLAN_NBRS)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    if (plan->piece_elems == 0)
-        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    if (s != SHOAL_OK)
+        return s;
 
     int v = (comm->rank - root + n) % n;
     /* The root's lowest set bit is "above n": it adopts every power of two. */
@@ -65,10 +62,6 @@ static shoal_status_t binomial_plan(struct shoal_comm *comm, const shoal_coll_ar
         if (plan->nbr[i] >= 0 && !shoal_comm_ep(comm, plan->nbr[i]))
             return SHOAL_ERR_INTERNAL;
     }
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
     return SHOAL_OK;
 }
 

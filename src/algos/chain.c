@@ -34,20 +34,13 @@ static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_
     const shoal_cluster_t *c = &comm->cluster;
     int n = comm->nranks, me = c->ring_pos[comm->rank];
     int root = args->root;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || root < 0 || root >= n)
+    if (root < 0 || root >= n || shoal_plan_init(comm, args, 0, plan) != SHOAL_OK)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
     int pos = (me - first + n) % n;
     shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
     p->send_ep = pos < n - 1 ? shoal_comm_ep(comm, c->by_host[(me + 1) % n]) : NULL;
     p->recv_ep = pos > 0 ? shoal_comm_ep(comm, c->by_host[(me + n - 1) % n]) : NULL;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    if (plan->piece_elems == 0 || (pos < n - 1 && !p->send_ep) || (pos > 0 && !p->recv_ep))
+    if ((pos < n - 1 && !p->send_ep) || (pos > 0 && !p->recv_ep))
         return SHOAL_ERR_INTERNAL;
     return SHOAL_OK;
 }

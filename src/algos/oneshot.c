@@ -30,22 +30,14 @@ static double oneshot_cost(const struct shoal_comm *comm, const shoal_coll_args_
 static shoal_status_t oneshot_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                    shoal_plan_t *plan)
 {
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || args->count > comm->chunk_size / plan->esize)
+    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
+    if (s != SHOAL_OK || args->count > plan->piece_elems)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
     for (int r = 0; r < comm->nranks; r++) {
         if (r != comm->rank && !shoal_comm_ep(comm, r))
             return SHOAL_ERR_INTERNAL;
     }
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    p->reduce = shoal_reduce_fn(args->dtype, args->op);
-    return p->reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return SHOAL_OK;
 }
 
 static shoal_status_t oneshot_run(shoal_plan_t *plan)

@@ -18,10 +18,7 @@ static double p2p_cost(const struct shoal_comm *comm, const shoal_coll_args_t *a
 static shoal_status_t p2p_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                shoal_plan_t *plan)
 {
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || (args->kind != SHOAL_COLL_SEND && args->kind != SHOAL_COLL_RECV))
+    if (args->kind != SHOAL_COLL_SEND && args->kind != SHOAL_COLL_RECV)
         return SHOAL_ERR_INTERNAL;
     if (args->root < 0 || args->root >= comm->nranks || args->root == comm->rank ||
         !shoal_comm_ep(comm, args->root)) {
@@ -29,10 +26,9 @@ static shoal_status_t p2p_plan(struct shoal_comm *comm, const shoal_coll_args_t 
                     comm->rank, shoal_coll_kind_name(args->kind), args->root);
         return SHOAL_ERR_INTERNAL;
     }
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    plan->prims.comm = comm;
-    plan->prims.dtype = args->dtype;
-    plan->prims.esize = plan->esize;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    if (s != SHOAL_OK)
+        return s;
     plan->nbr[0] = args->root;
     plan->nnbr = 1;
     return SHOAL_OK;

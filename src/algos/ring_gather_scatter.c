@@ -30,25 +30,18 @@ static shoal_status_t ring_gs_plan(struct shoal_comm *comm, const shoal_coll_arg
                                    shoal_plan_t *plan)
 {
     int n = comm->nranks, r = comm->rank, root = args->root;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0 || root < 0 || root >= n)
+    if (root < 0 || root >= n || shoal_plan_init(comm, args, 0, plan) != SHOAL_OK)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
     int pos = (r - root - 1 + n) % n; /* the root is at n-1 */
     int gather = args->kind == SHOAL_COLL_GATHER;
     shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
     /* Gather flows towards the root, scatter away from it; the first rank
      * of the flow receives nothing and the last sends nothing. */
     int first = gather ? pos == 0 : r == root;
     int last = gather ? r == root : pos == n - 2;
     p->send_ep = n > 1 && !last ? shoal_comm_ep(comm, (r + 1) % n) : NULL;
     p->recv_ep = n > 1 && !first ? shoal_comm_ep(comm, (r + n - 1) % n) : NULL;
-    if (plan->piece_elems == 0 || (n > 1 && !last && !p->send_ep) ||
+    if ((n > 1 && !last && !p->send_ep) ||
         (n > 1 && !first && !p->recv_ep))
         return SHOAL_ERR_INTERNAL;
     return SHOAL_OK;

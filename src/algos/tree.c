@@ -94,14 +94,9 @@ static shoal_status_t tree_plan(struct shoal_comm *comm, const shoal_coll_args_t
                                 shoal_plan_t *plan)
 {
     int n = comm->nranks;
-    memset(plan, 0, sizeof(*plan));
-    plan->args = *args;
-    plan->esize = shoal_dtype_bytes(args->dtype);
-    if (plan->esize == 0)
-        return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
-    if (plan->piece_elems == 0)
-        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
+    if (s != SHOAL_OK)
+        return s;
     for (int t = 0; t < 2; t++) {
         /* Tree B is tree A over mirrored ranks; the mirror is its own
          * inverse, so it maps positions back to ranks too. */
@@ -115,12 +110,7 @@ static shoal_status_t tree_plan(struct shoal_comm *comm, const shoal_coll_args_t
         }
     }
     plan->nnbr = 6;
-    shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
-    p->dtype = args->dtype;
-    p->esize = plan->esize;
-    p->reduce = shoal_reduce_fn(args->dtype, args->op);
-    return p->reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return SHOAL_OK;
 }
 
 static shoal_ep_t *tree_ep(const shoal_plan_t *plan, int t, int which)
