@@ -18,8 +18,6 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 
-#include <string.h>
-
 /* ceil(log2 n): the tree's depth, and the root's number of children. */
 static int binomial_depth(int n)
 {
@@ -108,7 +106,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
 
     if (p->comm->nranks == 1 || a->count == 0) {
         if (dst != src && a->count > 0)
-            memcpy(dst, src, a->count * es);
+            shoal_move(p->comm, dst, src, a->count * es);
         return SHOAL_OK;
     }
     p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
@@ -121,7 +119,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
         int c = last;
         if (is_root) {
             if (dst != src)
-                memcpy(out, src + off * es, bytes);
+                shoal_move(p->comm, out, src + off * es, bytes);
         } else {
             p->send_ep = c >= 1 ? nbr_ep(plan, c--) : NULL;
             s = shoal_prim_recv_copy_send(p, out, bytes);
@@ -155,7 +153,7 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
     if (comm->nranks == 1 || a->count == 0) {
         /* AVG over one rank is the input itself. */
         if (dst != src && a->count > 0)
-            memcpy(dst, src, a->count * es);
+            shoal_move(comm, dst, src, a->count * es);
         return SHOAL_OK;
     }
     char *acc = NULL;

@@ -14,8 +14,6 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 
-#include <string.h>
-
 static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     /* The whole message crosses one link once, after n-1 piece latencies to
@@ -80,7 +78,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
 
     if (p->comm->nranks == 1) {
         if (dst != src)
-            memcpy(dst, src, a->count * es);
+            shoal_move(p->comm, dst, src, a->count * es);
         return SHOAL_OK;
     }
     p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
@@ -91,7 +89,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
         if (is_root) {
             s = shoal_prim_send(p, src + off * es, bytes);
             if (dst != src)
-                memcpy(dst + off * es, src + off * es, bytes);
+                shoal_move(p->comm, dst + off * es, src + off * es, bytes);
         } else if (p->send_ep) {
             s = shoal_prim_recv_copy_send(p, dst + off * es, bytes);
         } else {
@@ -112,7 +110,7 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
     if (p->comm->nranks == 1) {
         /* AVG over one rank is the input itself. */
         if (dst != src)
-            memcpy(dst, src, a->count * es);
+            shoal_move(p->comm, dst, src, a->count * es);
         return SHOAL_OK;
     }
     p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);

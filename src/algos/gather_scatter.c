@@ -75,9 +75,9 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
     char *own = bytes ? gs_block(plan, all, root) : mine;
     if (own != mine) {
         if (gather)
-            memcpy(own, mine, bytes);
+            shoal_move(comm, own, mine, bytes);
         else
-            memcpy(mine, own, bytes);
+            shoal_move(comm, mine, own, bytes);
     }
     if (n == 1)
         return SHOAL_OK;

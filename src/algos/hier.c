@@ -21,8 +21,6 @@
 
 #include "core/clock.h"
 
-#include <string.h>
-
 /* Both need the local ring over this host's ranks in segments of count. */
 static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                        int reduces, shoal_plan_t *plan)
@@ -198,7 +196,7 @@ static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
 
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
     if (comm->rank == a->root && dst != a->sendbuf)
-        memcpy(dst, a->sendbuf, a->count * es);
+        shoal_move(comm, dst, a->sendbuf, a->count * es);
     shoal_status_t s = bcast_scatter(plan);
     int first, end;
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);

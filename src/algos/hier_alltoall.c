@@ -66,7 +66,7 @@ static void phase_add(a2a_phase_t *ph, int send, int peer, char *buf)
 static void phase_send(a2a_phase_t *ph, int peer, char *buf, char *self_dst)
 {
     if (peer == ph->comm->rank)
-        memcpy(self_dst, buf, ph->block);
+        shoal_move(ph->comm, self_dst, buf, ph->block);
     else
         phase_add(ph, 1, peer, buf);
 }
@@ -90,7 +90,7 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
     char *dst = a->recvbuf;
     if (block == 0)
         return SHOAL_OK;
-    memcpy(dst + (size_t)me * block, src + (size_t)me * block, block);
+    shoal_move(comm, dst + (size_t)me * block, src + (size_t)me * block, block);
 
     /* Working memory: the message arrays, then per host this rank is the
      * agent for, its outgoing and incoming agent buffers. */
@@ -140,7 +140,8 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
             int from = shoal_cluster_rank_at(c, h, i);
             for (int j = 0; j < lg; j++) {
                 if (from == me)
-                    memcpy(OUT(at, i, j, lg), SBLK(shoal_cluster_rank_at(c, g, j)), block);
+                    shoal_move(comm, OUT(at, i, j, lg), SBLK(shoal_cluster_rank_at(c, g, j)),
+                               block);
                 else
                     phase_add(&ph, 0, from, OUT(at, i, j, lg));
             }

@@ -16,8 +16,6 @@
 
 #include "core/clock.h"
 
-#include <string.h>
-
 /* Block k (in host order) of rail j on the staging of host h: the rank
  * whose block it is. */
 static int rail_block_rank(const shoal_cluster_t *c, int j, int k)
@@ -41,7 +39,7 @@ static void hier_stage(const struct shoal_comm *comm, char *stage, char *buf, si
         for (int k = 0; k < shoal_cluster_rail_size(c, j); k++) {
             char *s = stage + (at + (size_t)k) * block;
             char *b = buf + (size_t)rail_block_rank(c, j, k) * block;
-            memcpy(to_stage ? s : b, to_stage ? b : s, block);
+            shoal_move(comm, to_stage ? s : b, to_stage ? b : s, block);
         }
     }
 }
@@ -130,7 +128,7 @@ static shoal_status_t hier_ag_run(shoal_plan_t *plan)
         if (j == local->me) {
             size_t off, len;
             shoal_ring_block(&rail, rail.me, &off, &len);
-            memcpy(buf + off * es, a->sendbuf, block);
+            shoal_move(comm, buf + off * es, a->sendbuf, block);
         }
         s = shoal_ring_ag_run(p, &rail, buf, plan->piece_elems);
     }

@@ -17,8 +17,6 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 
-#include <string.h>
-
 static double oneshot_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     double bytes = shoal_algo_bytes(args, args->count);
@@ -53,7 +51,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
 
     if (n == 1 || count == 0) {
         if (acc != in && count > 0)
-            memcpy(acc, in, bytes);
+            shoal_move(comm, acc, in, bytes);
         return SHOAL_OK;
     }
     /* In place, rank 0's input lands on ours before we fold ours in: keep
@@ -63,7 +61,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
         s = shoal_comm_scratch(comm, bytes, &keep);
         if (s != SHOAL_OK)
             return s;
-        memcpy(keep, in, bytes);
+        shoal_move(comm, keep, in, bytes);
         in = keep;
     }
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
@@ -79,7 +77,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
     int avg_n = a->op == SHOAL_AVG ? n : 0;
     if (r == 0) {
         if (acc != in)
-            memcpy(acc, in, bytes);
+            shoal_move(comm, acc, in, bytes);
     } else {
         p->recv_ep = shoal_comm_ep(comm, 0);
         s = shoal_prim_recv(p, acc, bytes);
@@ -91,9 +89,9 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
             s = shoal_prim_recv_reduce_copy_send(p, acc, acc, bytes);
             continue;
         }
-        p->reduce(acc, in, acc, count);
+        shoal_combine(comm, p->reduce, acc, in, acc, count);
         if (p->avg_n > 0)
-            shoal_avg_finish(acc, acc, count, p->dtype, p->avg_n);
+            shoal_finish_avg(comm, acc, count, p->dtype, p->avg_n);
     }
     p->avg_n = 0;
     /* Everything went out before the receives; flush each peer. */

@@ -9,7 +9,6 @@
 #include "core/log.h"
 
 #include <sched.h>
-#include <string.h>
 
 /* Busy-poll this many times before yielding the core: ranks may outnumber
  * cores, and a spinning rank would starve the one it waits for. */
@@ -98,7 +97,7 @@ shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
     shoal_status_t s = prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    memcpy(out, src, bytes);
+    shoal_move(p->comm, out, src, bytes);
     return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
 }
 
@@ -108,7 +107,7 @@ shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
     shoal_status_t s = prims_wait_recv(p, bytes, &in);
     if (s != SHOAL_OK)
         return s;
-    memcpy(dst, in, bytes);
+    shoal_move(p->comm, dst, in, bytes);
     return p->recv_ep->ops->recv_release(p->recv_ep);
 }
 
@@ -121,7 +120,7 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
         s = prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    p->reduce(out, in, src, bytes / p->esize);
+    shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK)
         return s;
@@ -136,9 +135,9 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
     if (s != SHOAL_OK)
         return s;
     size_t count = bytes / p->esize;
-    p->reduce(dst, in, src, count);
+    shoal_combine(p->comm, p->reduce, dst, in, src, count);
     if (p->avg_n > 0)
-        shoal_avg_finish(dst, dst, count, p->dtype, p->avg_n);
+        shoal_finish_avg(p->comm, dst, count, p->dtype, p->avg_n);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !p->send_ep)
         return s;
@@ -154,9 +153,9 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
         s = prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    memcpy(dst, in, bytes);
+    shoal_move(p->comm, dst, in, bytes);
     if (out)
-        memcpy(out, in, bytes);
+        shoal_move(p->comm, out, in, bytes);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !out)
         return s;

@@ -8,6 +8,33 @@
 #include "core/comm.h"
 #include "reduce.h"
 
+#include <string.h>
+
+/* The schedules' only local data moves: copies of payload, reduction
+ * kernel calls and AVG finishes all go through these, so that on a dry
+ * communicator (comm->dry, a simulation) they do nothing and the schedule
+ * runs its control logic and transports alone. */
+static inline void shoal_move(const struct shoal_comm *comm, void *dst, const void *src,
+                              size_t bytes)
+{
+    if (!comm->dry && bytes)
+        memcpy(dst, src, bytes);
+}
+
+static inline void shoal_combine(const struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+                                 const void *a, const void *b, size_t count)
+{
+    if (!comm->dry)
+        fn(dst, a, b, count);
+}
+
+static inline void shoal_finish_avg(const struct shoal_comm *comm, void *dst, size_t count,
+                                    shoal_dtype_t dtype, int n)
+{
+    if (!comm->dry)
+        shoal_avg_finish(dst, dst, count, dtype, n);
+}
+
 typedef struct {
     struct shoal_comm *comm;
     shoal_ep_t *send_ep;      /* next rank, or NULL */

@@ -120,7 +120,7 @@ static shoal_status_t rhd_halve(rhd_t *h, const char *src, char *work)
         size_t keep = rhd_off(h, upper ? mid : lo), keep_end = rhd_off(h, upper ? hi : mid);
         size_t give = rhd_off(h, upper ? lo : mid), give_end = rhd_off(h, upper ? mid : hi);
         if (src != work)
-            memcpy(work + keep * es, src + keep * es, (keep_end - keep) * es);
+            shoal_move(h->comm, work + keep * es, src + keep * es, (keep_end - keep) * es);
         shoal_status_t s = rhd_exchange(h, rhd_real(h, h->v ^ d), src + give * es,
                                         (give_end - give) * es, work + keep * es,
                                         (keep_end - keep) * es, 1);
@@ -161,7 +161,7 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
 
     if (comm->nranks == 1 || a->count == 0) {
         if (work != src && bytes > 0)
-            memcpy(work, src, bytes);
+            shoal_move(comm, work, src, bytes);
         return SHOAL_OK;
     }
     rhd_t h;
@@ -174,7 +174,7 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
     }
     if (r < 2 * h.rem) {
         if (work != src)
-            memcpy(work, src, bytes);
+            shoal_move(comm, work, src, bytes);
         s = rhd_exchange(&h, r - 1, NULL, 0, work, bytes, 1);
         if (s != SHOAL_OK)
             return s;
@@ -185,8 +185,7 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
         return s;
     size_t own = rhd_off(&h, h.v), own_end = rhd_off(&h, h.v + 1);
     if (a->op == SHOAL_AVG && own_end > own)
-        shoal_avg_finish(work + own * h.es, work + own * h.es, own_end - own, a->dtype,
-                         comm->nranks);
+        shoal_finish_avg(comm, work + own * h.es, own_end - own, a->dtype, comm->nranks);
     s = rhd_double(&h, work);
     if (s == SHOAL_OK && r < 2 * h.rem)
         s = rhd_exchange(&h, r - 1, work, bytes, NULL, 0, 0);
@@ -205,7 +204,7 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
     if (comm->nranks == 1 || a->count == 0) {
         /* One rank's AVG is its own value. */
         if (dst != src && bytes > 0)
-            memcpy(dst, src, bytes);
+            shoal_move(comm, dst, src, bytes);
         return SHOAL_OK;
     }
     rhd_t h;
@@ -223,7 +222,7 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
         return s;
     char *work = scratch;
     if (r < 2 * h.rem) {
-        memcpy(work, src, total);
+        shoal_move(comm, work, src, total);
         s = rhd_exchange(&h, r - 1, NULL, 0, work, total, 1);
         if (s != SHOAL_OK)
             return s;
@@ -234,9 +233,8 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
         return s;
     size_t own = rhd_off(&h, h.v), own_end = rhd_off(&h, h.v + 1);
     if (a->op == SHOAL_AVG)
-        shoal_avg_finish(work + own * es, work + own * es, own_end - own, a->dtype,
-                         comm->nranks);
-    memcpy(dst, work + (size_t)r * bytes, bytes);
+        shoal_finish_avg(comm, work + own * es, own_end - own, a->dtype, comm->nranks);
+    shoal_move(comm, dst, work + (size_t)r * bytes, bytes);
     if (r < 2 * h.rem)
         s = rhd_exchange(&h, r - 1, work + (size_t)(r - 1) * bytes, bytes, NULL, 0, 0);
     return s;
@@ -254,7 +252,7 @@ static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
     if (a->count == 0)
         return SHOAL_OK;
     if (own != (const char *)a->sendbuf)
-        memcpy(own, a->sendbuf, bytes);
+        shoal_move(comm, own, a->sendbuf, bytes);
     if (n == 1)
         return SHOAL_OK;
     rhd_t h;

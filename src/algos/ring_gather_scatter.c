@@ -15,8 +15,6 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 
-#include <string.h>
-
 static double ring_gs_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     /* n-1 hops to fill the pipe, then the root's one link carries n-1
@@ -98,7 +96,7 @@ static shoal_status_t ring_gather_run(shoal_plan_t *plan)
     if (r == a->root) {
         char *own = (char *)a->recvbuf + (size_t)r * block;
         if (own != a->sendbuf)
-            memcpy(own, a->sendbuf, block);
+            shoal_move(p->comm, own, a->sendbuf, block);
         for (int pos = n - 2; pos >= 0 && s == SHOAL_OK; pos--) {
             char *dst = ring_gs_block(plan, a->recvbuf, pos);
             for (size_t k = 0; k < np && s == SHOAL_OK; k++) {
@@ -129,7 +127,7 @@ static shoal_status_t ring_scatter_run(shoal_plan_t *plan)
     if (r == a->root) {
         const char *own = (const char *)a->sendbuf + (size_t)r * block;
         if (own != a->recvbuf)
-            memcpy(a->recvbuf, own, block);
+            shoal_move(p->comm, a->recvbuf, own, block);
         for (int pos = n - 2; pos >= 0 && s == SHOAL_OK; pos--) {
             const char *src = ring_gs_block(plan, a->sendbuf, pos);
             for (size_t k = 0; k < np && s == SHOAL_OK; k++) {

@@ -6,8 +6,6 @@
 
 #include "core/clock.h"
 
-#include <string.h>
-
 static double rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
     /* n-1 steps, each moving one block of count elements. */
@@ -51,7 +49,7 @@ static shoal_status_t ag_run(shoal_plan_t *plan)
     struct shoal_comm *comm = p->comm;
     char *own = (char *)a->recvbuf + (size_t)comm->rank * a->count * plan->esize;
     if (own != a->sendbuf)
-        memcpy(own, a->sendbuf, a->count * plan->esize);
+        shoal_move(comm, own, a->sendbuf, a->count * plan->esize);
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
     return shoal_ring_ag_run(p, &plan->ring, a->recvbuf, plan->piece_elems);
 }

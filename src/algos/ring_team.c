@@ -69,9 +69,9 @@ void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring)
 static void ring_alone(shoal_prims_t *p, const char *src, char *dst, size_t count)
 {
     if (dst != src)
-        memcpy(dst, src, count * p->esize);
+        shoal_move(p->comm, dst, src, count * p->esize);
     if (p->avg_n > 1)
-        shoal_avg_finish(dst, dst, count, p->dtype, p->avg_n);
+        shoal_finish_avg(p->comm, dst, count, p->dtype, p->avg_n);
 }
 
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real

@@ -39,8 +39,6 @@
 #include "core/clock.h"
 #include "core/dtype.h"
 
-#include <string.h>
-
 /* Pieces per window, both trees together. */
 #define TREE_WINDOW 8
 /* The first half is rounded to this many elements so kernels see aligned
@@ -246,7 +244,7 @@ static shoal_status_t tree_run(shoal_plan_t *plan)
 
     if (comm->nranks == 1 || a->count == 0) {
         if (a->recvbuf != a->sendbuf && a->count > 0)
-            memcpy(a->recvbuf, a->sendbuf, a->count * plan->esize);
+            shoal_move(comm, a->recvbuf, a->sendbuf, a->count * plan->esize);
         return SHOAL_OK;
     }
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);

@@ -76,7 +76,7 @@ static shoal_status_t xfer_send_some(struct shoal_comm *comm, shoal_xfer_t *x, i
         }
         /* An empty piece may come from a NULL buffer: no arithmetic on it. */
         if (len)
-            memcpy(slot, (const char *)x->buf + x->done, len);
+            shoal_move(comm, slot, (const char *)x->buf + x->done, len);
         s = ep->ops->send_post(ep, len, &comm->sig);
         if (s != SHOAL_OK)
             return s;
@@ -115,9 +115,9 @@ static shoal_status_t xfer_recv_some(struct shoal_comm *comm, shoal_xfer_t *x, i
         if (len) {
             char *dst = (char *)x->buf + x->done;
             if (x->reduce)
-                x->reduce(dst, in, dst, len / x->esize);
+                shoal_combine(comm, x->reduce, dst, in, dst, len / x->esize);
             else
-                memcpy(dst, in, len);
+                shoal_move(comm, dst, in, len);
         }
         s = ep->ops->recv_release(ep);
         if (s != SHOAL_OK)

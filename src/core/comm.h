@@ -64,6 +64,9 @@ struct shoal_comm {
     size_t scratch_bytes;
     void *stage;
     size_t stage_bytes;
+    /* 1 in a simulation (src/sim/): the schedules run without moving or
+     * reducing data (the buffers stand for memory that is never touched). */
+    int dry;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
