@@ -29,7 +29,7 @@ static int rail_block_rank(const shoal_cluster_t *c, int j, int k)
 
 /* Copy every rank's block between buf (n blocks by rank) and the staging
  * of this host: to_stage 1 packs buf into stage, 0 unpacks. */
-static void hier_stage(const struct shoal_comm *comm, char *stage, char *buf, size_t block,
+static void hier_stage(struct shoal_comm *comm, char *stage, char *buf, size_t block,
                        int to_stage)
 {
     const shoal_cluster_t *c = &comm->cluster;

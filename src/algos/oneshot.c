@@ -89,7 +89,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
             s = shoal_prim_recv_reduce_copy_send(p, acc, acc, bytes);
             continue;
         }
-        shoal_combine(comm, p->reduce, acc, in, acc, count);
+        shoal_combine(comm, p->reduce, acc, in, acc, count, p->esize);
         if (p->avg_n > 0)
             shoal_finish_avg(comm, acc, count, p->dtype, p->avg_n);
     }

@@ -120,7 +120,7 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
         s = prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize);
+    shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize, p->esize);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK)
         return s;
@@ -135,7 +135,7 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
     if (s != SHOAL_OK)
         return s;
     size_t count = bytes / p->esize;
-    shoal_combine(p->comm, p->reduce, dst, in, src, count);
+    shoal_combine(p->comm, p->reduce, dst, in, src, count, p->esize);
     if (p->avg_n > 0)
         shoal_finish_avg(p->comm, dst, count, p->dtype, p->avg_n);
     s = p->recv_ep->ops->recv_release(p->recv_ep);

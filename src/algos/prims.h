@@ -6,32 +6,39 @@
 #define SHOAL_PRIMS_H
 
 #include "core/comm.h"
+#include "core/dtype.h"
 #include "reduce.h"
 
 #include <string.h>
 
 /* The schedules' only local data moves: copies of payload, reduction
- * kernel calls and AVG finishes all go through these, so that on a dry
- * communicator (comm->dry, a simulation) they do nothing and the schedule
- * runs its control logic and transports alone. */
-static inline void shoal_move(const struct shoal_comm *comm, void *dst, const void *src,
-                              size_t bytes)
+ * kernel calls and AVG finishes all go through these. On a dry
+ * communicator (comm->dry, a simulation) they touch no data and only count
+ * the bytes of each pass in comm->dry_bytes, which the simulated transport
+ * charges to the rank's clock. */
+static inline void shoal_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
 {
-    if (!comm->dry && bytes)
+    if (comm->dry)
+        comm->dry_bytes += bytes;
+    else if (bytes)
         memcpy(dst, src, bytes);
 }
 
-static inline void shoal_combine(const struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
-                                 const void *a, const void *b, size_t count)
+static inline void shoal_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+                                 const void *a, const void *b, size_t count, size_t esize)
 {
-    if (!comm->dry)
+    if (comm->dry)
+        comm->dry_bytes += count * esize;
+    else
         fn(dst, a, b, count);
 }
 
-static inline void shoal_finish_avg(const struct shoal_comm *comm, void *dst, size_t count,
+static inline void shoal_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
                                     shoal_dtype_t dtype, int n)
 {
-    if (!comm->dry)
+    if (comm->dry)
+        comm->dry_bytes += count * shoal_dtype_bytes(dtype);
+    else
         shoal_avg_finish(dst, dst, count, dtype, n);
 }
 

@@ -115,7 +115,7 @@ static shoal_status_t xfer_recv_some(struct shoal_comm *comm, shoal_xfer_t *x, i
         if (len) {
             char *dst = (char *)x->buf + x->done;
             if (x->reduce)
-                shoal_combine(comm, x->reduce, dst, in, dst, len / x->esize);
+                shoal_combine(comm, x->reduce, dst, in, dst, len / x->esize, x->esize);
             else
                 shoal_move(comm, dst, in, len);
         }

@@ -65,8 +65,11 @@ struct shoal_comm {
     void *stage;
     size_t stage_bytes;
     /* 1 in a simulation (src/sim/): the schedules run without moving or
-     * reducing data (the buffers stand for memory that is never touched). */
+     * reducing data (the buffers stand for memory that is never touched),
+     * and dry_bytes counts the bytes of the passes over memory they skipped
+     * (prims.h), for the simulator to charge. */
     int dry;
+    size_t dry_bytes;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
