@@ -292,7 +292,9 @@ static double rhd_cost_of(const struct shoal_comm *comm, double steps, double pb
                           double fold_in, double fold_out, double copy)
 {
     int p2 = rhd_p2(comm->nranks);
-    double lat = shoal_algo_lat(comm), bw = shoal_algo_bw(comm);
+    /* The largest exchanges pair ranks of different hosts, every rank of a
+     * host at once: they share its link. */
+    double lat = shoal_algo_lat(comm), bw = shoal_algo_bw(comm) / shoal_algo_host_share(comm);
     double cost = steps * lat + pbytes * (p2 - 1) / p2 / bw + copy / bw;
     if (comm->nranks > p2)
         cost += 2 * lat + (fold_in + fold_out) / bw;

@@ -72,7 +72,10 @@ static size_t div_up(size_t x, size_t y)
 
 static double tree_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {
-    double bytes = shoal_algo_bytes(args, args->count), bw = shoal_algo_bw(comm);
+    /* Tree edges join ranks by number, not by host: every rank of a host may
+     * cross at once and share its link. */
+    double bytes = shoal_algo_bytes(args, args->count);
+    double bw = shoal_algo_bw(comm) / shoal_algo_host_share(comm);
     size_t es = shoal_dtype_bytes(args->dtype), ca, cb;
     if (es == 0 || comm->chunk_size < es)
         return -1;
