@@ -29,7 +29,8 @@ NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
+                              src/sim/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
@@ -38,7 +39,7 @@ NCCL_LIB := $(BUILD)/libnccl.so.2
 # The default build puts the tools where the README runs them; another
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
-TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info
+TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info $(TOOLS_DIR)/shoal_sim
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o

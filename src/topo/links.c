@@ -217,12 +217,18 @@ shoal_status_t shoal_links_setup(struct shoal_comm *comm)
         if (cfg->algo.bandwidth)
             l->cls[c].bw_Bps = (double)cfg->algo.bandwidth;
     }
+    shoal_links_flat(comm);
+    return SHOAL_OK;
+}
+
+void shoal_links_flat(struct shoal_comm *comm)
+{
     /* The flat algorithms plan for the slowest link any two ranks use. */
+    const shoal_links_t *l = &comm->links;
     const shoal_link_cost_t *in = &l->cls[l->intra], *out = &l->cls[l->inter];
     int multi = comm->nhosts > 1;
     comm->link_lat_s = multi && out->lat_s > in->lat_s ? out->lat_s : in->lat_s;
     comm->link_bw_Bps = multi && out->bw_Bps < in->bw_Bps ? out->bw_Bps : in->bw_Bps;
-    return SHOAL_OK;
 }
 
 void shoal_links_print(const shoal_links_t *links, FILE *out)

@@ -43,6 +43,10 @@ shoal_link_class_t shoal_links_class(const struct shoal_comm *comm, int a, int b
  * Errors: a bad SHOAL_TOPO_LINKS, or the probe's communication. */
 shoal_status_t shoal_links_setup(struct shoal_comm *comm);
 
+/* comm->link_lat_s and link_bw_Bps from comm->links (the last step of
+ * shoal_links_setup; the simulator's communicators start here). */
+void shoal_links_flat(struct shoal_comm *comm);
+
 /* Print the classes with their figures (shoal_info -T). */
 void shoal_links_print(const shoal_links_t *links, FILE *out);
 

@@ -1,0 +1,82 @@
+/* The simulator's state, shared by its engine (sim.c) and its transport
+ * (sim_tl.c). */
+#ifndef SHOAL_SIM_PRIV_H
+#define SHOAL_SIM_PRIV_H
+
+#include "core/comm.h"
+#include "fiber.h"
+#include "sim.h"
+
+#include <stdint.h>
+
+/* One slot of a channel: when its piece arrived, when the receiver freed
+ * it, and the piece's length. */
+typedef struct {
+    double arrive;
+    double freed;
+    uint32_t len;
+} shoal_sim_slot_t;
+
+/* Every rank's transport context: the simulation it belongs to. */
+typedef struct {
+    shoal_tl_ctx_t base;
+    struct shoal_sim *sim;
+} shoal_sim_ctx_t;
+
+enum { SIM_READY, SIM_RUNNING, SIM_PARKED, SIM_DONE };
+
+struct shoal_sim {
+    shoal_sim_config_t cfg;
+    int n;
+    size_t depth_intra, depth_inter; /* slots of a channel inside / between hosts */
+    size_t depth;                    /* slots reserved per channel: the larger */
+    int *host_of;
+    shoal_cluster_t cluster;         /* shared by every rank's communicator */
+    struct shoal_comm *comms;        /* comms[r] */
+    shoal_sim_ctx_t *ctxs;           /* ctxs[r] */
+    shoal_ep_t *eps;                 /* eps[a * n + b]: a's endpoint to b */
+    shoal_ep_t **ep_ptrs;            /* the eps arrays of the communicators */
+
+    /* Channel a -> b is index a * n + b: pieces posted and released, and
+     * its slots. */
+    uint32_t *posted;
+    uint32_t *released;
+    shoal_sim_slot_t *slots;         /* depth per channel */
+
+    double *clock;                   /* per rank */
+    double *out_free, *in_free;      /* per host: when its link out / in is idle */
+
+    shoal_fibers_t *fibers;
+    unsigned char *state;            /* SIM_* per rank */
+    unsigned char *active;           /* moved something since its last progress */
+    int *heap;                       /* ready ranks, earliest clock first */
+    int nheap;
+    int deadlock;                    /* every rank left waits: they fail */
+    void *nomem;                     /* what every slot points at: no access */
+    size_t nomem_bytes;
+};
+
+extern const shoal_transport_ops_t shoal_sim_ops;
+
+/* Make rank r ready to run if it waits. */
+void shoal_sim_wake(shoal_sim_t *sim, int r);
+
+/* Move rank r's clock past the passes over memory its schedule made since
+ * the last charge (comm->dry_bytes), each at the bandwidth of the links
+ * inside a host: a copy into or out of a slot costs what the real
+ * transport's copy does. */
+static inline void shoal_sim_charge(shoal_sim_t *sim, int r)
+{
+    struct shoal_comm *c = &sim->comms[r];
+    if (c->dry_bytes) {
+        sim->clock[r] += (double)c->dry_bytes / sim->cfg.links.cls[sim->cfg.links.intra].bw_Bps;
+        c->dry_bytes = 0;
+    }
+}
+
+/* Called by the running rank r before it takes a shared link: while a ready
+ * rank's clock is behind r's, let it run first, so that the links are
+ * taken in the order of virtual time, not of the scheduler's turns. */
+void shoal_sim_defer(shoal_sim_t *sim, int r);
+
+#endif

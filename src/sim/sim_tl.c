@@ -1,0 +1,211 @@
+/* The simulated transport: the slot FIFOs of transport.h with virtual
+ * clocks instead of data (sim.h says what each move costs). A rank that
+ * finds nothing to do parks its fiber in progress() until a peer posts to
+ * it or frees one of its slots. */
+#include "sim_priv.h"
+
+#include "core/fault.h"
+#include "core/log.h"
+
+static inline shoal_sim_t *ep_sim(const shoal_ep_t *ep)
+{
+    return ((const shoal_sim_ctx_t *)ep->ctx)->sim;
+}
+
+static inline double max2(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+static inline int ep_rank(const shoal_ep_t *ep)
+{
+    return ep->ctx->comm->rank;
+}
+
+static inline int same_host(const shoal_sim_t *sim, int a, int b)
+{
+    return sim->host_of[a] == sim->host_of[b];
+}
+
+static inline size_t chan_depth(const shoal_sim_t *sim, int a, int b)
+{
+    return same_host(sim, a, b) ? sim->depth_intra : sim->depth_inter;
+}
+
+static inline shoal_sim_slot_t *chan_slot(const shoal_sim_t *sim, size_t ch, uint32_t seq,
+                                          size_t depth)
+{
+    return &sim->slots[ch * sim->depth + seq % depth];
+}
+
+
+static shoal_status_t sim_send_slot(shoal_ep_t *ep, void **buf_p, size_t *cap_p)
+{
+    shoal_sim_t *sim = ep_sim(ep);
+    int a = ep_rank(ep), b = ep->peer;
+    size_t ch = (size_t)a * sim->n + b, depth = chan_depth(sim, a, b);
+    uint32_t seq = sim->posted[ch];
+    shoal_sim_charge(sim, a);
+    if (seq - sim->released[ch] >= depth)
+        return SHOAL_INPROGRESS;
+    if (!same_host(sim, a, b))
+        shoal_sim_defer(sim, a);
+    /* The slot is free since its last reader let it go. */
+    sim->clock[a] = max2(sim->clock[a], chan_slot(sim, ch, seq, depth)->freed);
+    sim->active[a] = 1;
+    *buf_p = sim->nomem;
+    *cap_p = ep->ctx->comm->chunk_size;
+    return SHOAL_OK;
+}
+
+static shoal_status_t sim_send_post(shoal_ep_t *ep, size_t len, const shoal_sig_t *sig)
+{
+    (void)sig;
+    shoal_sim_t *sim = ep_sim(ep);
+    int a = ep_rank(ep), b = ep->peer;
+    size_t ch = (size_t)a * sim->n + b, depth = chan_depth(sim, a, b);
+    uint32_t seq = sim->posted[ch];
+    const shoal_links_t *l = &sim->cfg.links;
+    shoal_sim_charge(sim, a); /* the piece written into the slot */
+    double t = sim->clock[a];
+    double arrive;
+    if (same_host(sim, a, b)) {
+        arrive = t + l->cls[l->intra].lat_s;
+    } else {
+        /* Out through the host's link, in through the peer host's. */
+        const shoal_link_cost_t *net = &l->cls[l->inter];
+        double wire = (double)len / net->bw_Bps;
+        int ha = sim->host_of[a], hb = sim->host_of[b];
+        double out_start = max2(t, sim->out_free[ha]);
+        sim->out_free[ha] = out_start + wire;
+        double in_end = max2(out_start, sim->in_free[hb]) + wire;
+        sim->in_free[hb] = in_end;
+        arrive = in_end + net->lat_s;
+    }
+    shoal_sim_slot_t *slot = chan_slot(sim, ch, seq, depth);
+    slot->arrive = arrive;
+    slot->len = (uint32_t)len;
+    sim->posted[ch] = seq + 1;
+    atomic_fetch_add_explicit(&ep->tx_bytes, len, memory_order_relaxed);
+    sim->active[a] = 1;
+    shoal_sim_wake(sim, b);
+    return SHOAL_OK;
+}
+
+static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *len_p,
+                                    shoal_sig_t *sig_p)
+{
+    shoal_sim_t *sim = ep_sim(ep);
+    int b = ep_rank(ep), a = ep->peer;
+    size_t ch = (size_t)a * sim->n + b;
+    uint32_t seq = sim->released[ch];
+    shoal_sim_charge(sim, b);
+    if (seq == sim->posted[ch])
+        return SHOAL_INPROGRESS;
+    const shoal_sim_slot_t *slot = chan_slot(sim, ch, seq, chan_depth(sim, a, b));
+    sim->clock[b] = max2(sim->clock[b], slot->arrive);
+    sim->active[b] = 1;
+    *buf_p = sim->nomem;
+    *len_p = slot->len;
+    /* One operation runs at a time on every rank: the signatures agree. */
+    if (sig_p)
+        *sig_p = ep->ctx->comm->sig;
+    return SHOAL_OK;
+}
+
+static shoal_status_t sim_recv_release(shoal_ep_t *ep)
+{
+    shoal_sim_t *sim = ep_sim(ep);
+    int b = ep_rank(ep), a = ep->peer;
+    size_t ch = (size_t)a * sim->n + b;
+    uint32_t seq = sim->released[ch];
+    shoal_sim_slot_t *slot = chan_slot(sim, ch, seq, chan_depth(sim, a, b));
+    shoal_sim_charge(sim, b); /* the piece read out, copied or reduced */
+    slot->freed = sim->clock[b];
+    sim->released[ch] = seq + 1;
+    atomic_fetch_add_explicit(&ep->rx_bytes, slot->len, memory_order_relaxed);
+    sim->active[b] = 1;
+    shoal_sim_wake(sim, a);
+    return SHOAL_OK;
+}
+
+/* Nothing moved since the last call: the rank waits for a peer, so its
+ * fiber parks until one posts to it or frees its slot. */
+static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
+{
+    shoal_sim_t *sim = ((shoal_sim_ctx_t *)ctx)->sim;
+    int r = ctx->comm->rank;
+    shoal_sim_charge(sim, r);
+    if (!sim->deadlock) {
+        if (sim->active[r]) {
+            sim->active[r] = 0;
+            return SHOAL_OK;
+        }
+        sim->state[r] = SIM_PARKED;
+        shoal_fiber_yield(sim->fibers);
+        if (!sim->deadlock)
+            return SHOAL_OK;
+    }
+    shoal_fault_cause(ctx->comm, "rank %d waits for a peer that never sends (the schedule "
+                      "deadlocks)", r);
+    return SHOAL_ERR_TIMEOUT;
+}
+
+static shoal_status_t sim_query(struct shoal_comm *comm, int peer, shoal_tl_caps_t *caps_p)
+{
+    (void)comm, (void)peer;
+    caps_p->reachable = 0;
+    return SHOAL_OK;
+}
+
+static shoal_status_t sim_no_open(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p)
+{
+    (void)comm, (void)ctx_p;
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+static shoal_status_t sim_no_addr(shoal_tl_ctx_t *ctx, void *blob, size_t *len_p)
+{
+    (void)ctx, (void)blob, (void)len_p;
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+static shoal_status_t sim_no_connect(shoal_tl_ctx_t *ctx, int peer, const void *blob,
+                                     size_t len, uint64_t deadline_ns, shoal_ep_t **ep_p)
+{
+    (void)ctx, (void)peer, (void)blob, (void)len, (void)deadline_ns, (void)ep_p;
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+/* The simulation owns endpoints and contexts (sim.c frees them). */
+static void sim_disconnect(shoal_ep_t *ep)
+{
+    (void)ep;
+}
+
+static void sim_close(shoal_tl_ctx_t *ctx)
+{
+    (void)ctx;
+}
+
+/* Never in the transport list: the simulation wires its ranks itself. */
+const shoal_transport_ops_t shoal_sim_ops = {
+    .size = sizeof(shoal_transport_ops_t),
+    .name = "sim",
+    .query = sim_query,
+    .open = sim_no_open,
+    .addr_pack = sim_no_addr,
+    .connect = sim_no_connect,
+    .ready = shoal_tl_stub_ready,
+    .send_slot = sim_send_slot,
+    .send_post = sim_send_post,
+    .recv_slot = sim_recv_slot,
+    .recv_release = sim_recv_release,
+    .flush = shoal_tl_stub_flush,
+    .progress = sim_progress,
+    .mem_reg = shoal_tl_host_mem_reg,
+    .mem_dereg = shoal_tl_host_mem_dereg,
+    .put_signal = shoal_tl_stub_put_signal,
+    .disconnect = sim_disconnect,
+    .close = sim_close,
+};

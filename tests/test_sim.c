@@ -1,0 +1,300 @@
+/* The simulator (src/sim/): every schedule of every collective runs dry to
+ * its end on made-up clusters of 1..8 ranks and 64 ranks, without touching
+ * a byte of its buffers (they are mapped without access, so a copy the dry
+ * mode missed faults); the clocks follow the documented cost rules exactly
+ * on a stream of pieces between two ranks; a ring moves the bytes its
+ * schedule says and approaches the bound of the links between hosts; a
+ * deadlocked schedule is an error naming the ranks, not a hang; and the
+ * cost model's choice stays near the best schedule the simulator finds. */
+#include "harness.h"
+
+#include "algos/algo.h"
+#include "core/dtype.h"
+#include "sim/sim.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define TEST_CHUNK 4096
+
+static shoal_sim_t *make_sim(int nhosts, int per_host, int numa, size_t chunk,
+                             const char *links)
+{
+    shoal_sim_config_t cfg;
+    assert_int_equal(shoal_sim_config_init(&cfg, nhosts, per_host), SHOAL_OK);
+    if (links)
+        assert_int_equal(shoal_links_parse(links, &cfg.links), SHOAL_OK);
+    cfg.numa_per_host = numa;
+    cfg.chunk_size = chunk;
+    shoal_sim_t *sim = NULL;
+    assert_int_equal(shoal_sim_create(&cfg, &sim), SHOAL_OK);
+    return sim;
+}
+
+/* Every algorithm of every collective the simulator runs, for rank counts
+ * 1..8 (hosts x ranks, uneven splits of hosts too), counts 0, 1, odd and
+ * several pieces. */
+static void test_every_schedule(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{1, 1, 0}, {1, 2, 0}, {3, 1, 0}, {2, 2, 0}, {5, 1, 0},
+                                    {3, 2, 0}, {7, 1, 0}, {2, 4, 2}, {4, 2, 0}, {1, 6, 2}};
+    static const size_t counts[] = {0, 1, 19, 2 * TEST_CHUNK / 4 + 7};
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], shapes[sh][2], TEST_CHUNK,
+                                    NULL);
+        int n = shoal_sim_nranks(sim);
+        for (int k = 0; k < SHOAL_COLL_SEND; k++) {
+            if (k == SHOAL_COLL_ALLTOALLV)
+                continue;
+            for (int i = 0; shoal_algo_at((shoal_coll_kind_t)k, i); i++) {
+                const shoal_algo_ops_t *a = shoal_algo_at((shoal_coll_kind_t)k, i);
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+                    shoal_coll_args_t args = {.kind = (shoal_coll_kind_t)k,
+                                              .count = counts[ci], .dtype = SHOAL_FLOAT32,
+                                              .op = SHOAL_SUM};
+                    if (a->cost(shoal_sim_comm(sim, 0), &args) < 0)
+                        continue;
+                    double t = -1;
+                    shoal_status_t s = shoal_sim_run(sim, (shoal_coll_kind_t)k, counts[ci],
+                                                     SHOAL_FLOAT32, a, &t, NULL);
+                    if (s != SHOAL_OK || t < 0 || (n > 1 && counts[ci] > 0 && t <= 0))
+                        fail_msg("%d x %d ranks: %s %s count %zu: %s, %g s", shapes[sh][0],
+                                 shapes[sh][1], shoal_coll_kind_name((shoal_coll_kind_t)k),
+                                 a->name, counts[ci], shoal_status_string(s), t);
+                }
+            }
+        }
+        shoal_sim_destroy(sim);
+    }
+}
+
+/* A made-up algorithm: rank 0 streams count elements to rank 1 in pieces
+ * (or, with deadlock, both ranks wait to receive first). */
+static int deadlock;
+
+static double stream_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    (void)comm, (void)args;
+    return 0;
+}
+
+static shoal_status_t stream_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                  shoal_plan_t *plan)
+{
+    return shoal_plan_init(comm, args, 0, plan);
+}
+
+static shoal_status_t stream_run(shoal_plan_t *plan)
+{
+    shoal_prims_t *p = &plan->prims;
+    struct shoal_comm *comm = p->comm;
+    int me = comm->rank;
+    if (me > 1)
+        return SHOAL_OK;
+    p->deadline_ns = UINT64_MAX;
+    p->send_ep = me == 0 ? shoal_comm_ep(comm, 1) : NULL;
+    p->recv_ep = me == 1 ? shoal_comm_ep(comm, 0) : NULL;
+    if (deadlock) {
+        p->recv_ep = shoal_comm_ep(comm, 1 - me);
+        return shoal_prim_recv(p, (char *)plan->args.recvbuf, plan->esize);
+    }
+    size_t bytes = plan->args.count * plan->esize, piece = plan->piece_elems * plan->esize;
+    for (size_t off = 0; off < bytes; off += piece) {
+        size_t len = bytes - off < piece ? bytes - off : piece;
+        shoal_status_t s = me == 0
+                               ? shoal_prim_send(p, (const char *)plan->args.sendbuf + off, len)
+                               : shoal_prim_recv(p, (char *)plan->args.recvbuf + off, len);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    return me == 0 ? shoal_prim_flush(p) : SHOAL_OK;
+}
+
+static const shoal_algo_ops_t stream_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "stream",
+    .cost = stream_cost,
+    .plan = stream_plan,
+    .run = stream_run,
+};
+
+/* k pieces of B bytes: c = B / copy bandwidth (a pass over memory), w = B /
+ * link bandwidth. Inside a host the receiver follows the writer, one
+ * piece behind: (k + 1) c + latency. Between hosts the link is slower than
+ * the copies, so the pieces queue on it: c + k w + latency + c. */
+static void test_stream_closed_form(void **state)
+{
+    (void)state;
+    const double B = 16384, bwc = 10e9, bwn = 1e9, lat_in = 0.5e-6, lat_net = 5e-6;
+    const char *links = "shm:0.5us:10000000000,tcp:5us:1000000000";
+    const int k = 37;
+    double c = B / bwc, w = B / bwn, t = 0;
+    deadlock = 0;
+
+    shoal_sim_t *sim = make_sim(1, 2, 0, (size_t)B, links);
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_BROADCAST, (size_t)(k * B / 4),
+                                   SHOAL_FLOAT32, &stream_ops, &t, NULL), SHOAL_OK);
+    double want = (k + 1) * c + lat_in;
+    if (fabs(t - want) > 1e-9 * want)
+        fail_msg("inside a host: %.9g s predicted, %.9g s by the rules", t, want);
+    /* A second run starts from a clean slate: the same time. */
+    double again = 0;
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_BROADCAST, (size_t)(k * B / 4),
+                                   SHOAL_FLOAT32, &stream_ops, &again, NULL), SHOAL_OK);
+    assert_true(fabs(again - t) <= 1e-9 * t);
+    shoal_sim_destroy(sim);
+
+    sim = make_sim(2, 1, 0, (size_t)B, links);
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_BROADCAST, (size_t)(k * B / 4),
+                                   SHOAL_FLOAT32, &stream_ops, &t, NULL), SHOAL_OK);
+    want = 2 * c + k * w + lat_net;
+    if (fabs(t - want) > 1e-9 * want)
+        fail_msg("between hosts: %.9g s predicted, %.9g s by the rules", t, want);
+    shoal_sim_destroy(sim);
+}
+
+/* A deadlocked schedule ends with SHOAL_ERR_TIMEOUT; the simulation still
+ * runs the next call. */
+static void test_deadlock(void **state)
+{
+    (void)state;
+    shoal_sim_t *sim = make_sim(2, 2, 0, TEST_CHUNK, NULL);
+    double t;
+    deadlock = 1;
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_BROADCAST, 16, SHOAL_FLOAT32, &stream_ops,
+                                   &t, NULL),
+                     SHOAL_ERR_TIMEOUT);
+    deadlock = 0;
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_BROADCAST, 16, SHOAL_FLOAT32, &stream_ops,
+                                   &t, NULL),
+                     SHOAL_OK);
+    assert_true(t > 0);
+    shoal_sim_destroy(sim);
+}
+
+static unsigned long long sent_bytes(shoal_sim_t *sim)
+{
+    unsigned long long sum = 0;
+    for (int r = 0; r < shoal_sim_nranks(sim); r++) {
+        struct shoal_comm *c = shoal_sim_comm(sim, r);
+        for (int peer = 0; peer < c->nranks; peer++)
+            if (c->eps[peer])
+                sum += atomic_load(&c->eps[peer]->tx_bytes);
+    }
+    return sum;
+}
+
+/* The ring all-reduce sends 2 (n - 1) blocks of S / n per rank. On N hosts
+ * of one rank it cannot beat the links between hosts, 2 (N - 1) / N x S /
+ * bandwidth; and since each step of a loop of N pieces waits for the
+ * piece its neighbour sent in the step before, every step costs a piece's
+ * wire time w, the latency and the two passes over memory 2c on the
+ * critical path: 2 (N - 1) x loops x (w + L + 2c), which the prediction
+ * must meet (within 2 %, for the first and last pieces). */
+static void test_ring_bound(void **state)
+{
+    (void)state;
+    const size_t S = (size_t)16 << 20, chunk = (size_t)128 << 10;
+    const double bw = (double)(1u << 30), lat = 30e-6, copy = 10e9;
+    const double w = (double)chunk / bw, c = (double)chunk / copy;
+    for (int hosts = 2; hosts <= 5; hosts++) {
+        shoal_sim_t *sim = make_sim(hosts, 1, 0, chunk, "shm:0.5us:10000000000,tcp:30us:1G");
+        const shoal_algo_ops_t *ring = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "ring");
+        unsigned long long before = sent_bytes(sim);
+        double t;
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, S / 4, SHOAL_FLOAT32, ring, &t,
+                                       NULL),
+                         SHOAL_OK);
+        unsigned long long moved = sent_bytes(sim) - before;
+        assert_true(moved == 2ull * (unsigned long long)(hosts - 1) * S);
+        double bound = 2.0 * (hosts - 1) / hosts * (double)S / bw;
+        size_t loops = (S + (size_t)hosts * chunk - 1) / ((size_t)hosts * chunk);
+        double steps = 2.0 * (hosts - 1) * (double)loops * (w + lat + 2 * c);
+        if (t < bound || t > 1.02 * steps)
+            fail_msg("%d hosts: ring %.6f s, link bound %.6f s, step bound %.6f s", hosts, t,
+                     bound, steps);
+        shoal_sim_destroy(sim);
+    }
+}
+
+/* On made-up clusters up to 64 ranks, for every collective and sizes 8 B
+ * to 64 MiB, the algorithm the cost model picks is predicted within 2.5x
+ * of the fastest one the simulator finds. */
+static void test_cost_model_choice(void **state)
+{
+    (void)state;
+    static const int shapes[][2] = {{2, 1}, {2, 2}, {2, 4}, {4, 2}, {1, 8}, {3, 3}, {8, 8}};
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], 0, 0, NULL);
+        int n = shoal_sim_nranks(sim);
+        for (int k = 0; k < SHOAL_COLL_SEND; k++) {
+            if (k == SHOAL_COLL_ALLTOALLV)
+                continue;
+            int per_rank = k != SHOAL_COLL_ALLREDUCE && k != SHOAL_COLL_BROADCAST &&
+                           k != SHOAL_COLL_REDUCE;
+            for (size_t bytes = 8; bytes <= ((size_t)64 << 20); bytes *= 16) {
+                size_t count = bytes / 4 / (per_rank ? (size_t)n : 1);
+                if (count == 0)
+                    continue;
+                shoal_coll_args_t args = {.kind = (shoal_coll_kind_t)k, .count = count,
+                                          .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
+                double best = INFINITY, chosen = 0, t;
+                const char *best_name = "", *auto_name = "";
+                for (int i = 0; shoal_algo_at((shoal_coll_kind_t)k, i); i++) {
+                    const shoal_algo_ops_t *a = shoal_algo_at((shoal_coll_kind_t)k, i);
+                    if (a->cost(shoal_sim_comm(sim, 0), &args) < 0)
+                        continue;
+                    assert_int_equal(shoal_sim_run(sim, (shoal_coll_kind_t)k, count,
+                                                   SHOAL_FLOAT32, a, &t, NULL),
+                                     SHOAL_OK);
+                    if (t < best) {
+                        best = t;
+                        best_name = a->name;
+                    }
+                }
+                assert_int_equal(shoal_sim_run(sim, (shoal_coll_kind_t)k, count, SHOAL_FLOAT32,
+                                               NULL, &chosen, &auto_name),
+                                 SHOAL_OK);
+                if (chosen > 2.5 * best)
+                    fail_msg("%d x %d ranks, %s of %zu B: the cost model picks %s (%.1f us), "
+                             "%s takes %.1f us", shapes[sh][0], shapes[sh][1],
+                             shoal_coll_kind_name((shoal_coll_kind_t)k), bytes, auto_name,
+                             chosen * 1e6, best_name, best * 1e6);
+            }
+        }
+        shoal_sim_destroy(sim);
+    }
+}
+
+static void test_bad_config(void **state)
+{
+    (void)state;
+    shoal_sim_config_t cfg;
+    shoal_sim_t *sim = NULL;
+    assert_int_equal(shoal_sim_config_init(&cfg, 0, 4), SHOAL_OK);
+    assert_int_equal(shoal_sim_create(&cfg, &sim), SHOAL_ERR_INVALID_ARG);
+    assert_null(sim);
+    sim = make_sim(2, 2, 0, TEST_CHUNK, NULL);
+    double t;
+    /* Send, recv and all-to-all-v are not collectives it runs. */
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_SEND, 4, SHOAL_FLOAT32, NULL, &t, NULL),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLTOALLV, 4, SHOAL_FLOAT32, NULL, &t, NULL),
+                     SHOAL_ERR_INVALID_ARG);
+    shoal_sim_destroy(sim);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_schedule),
+        cmocka_unit_test(test_stream_closed_form),
+        cmocka_unit_test(test_deadlock),
+        cmocka_unit_test(test_ring_bound),
+        cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_bad_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
