@@ -84,10 +84,12 @@ static double tree_cost(const struct shoal_comm *comm, const shoal_coll_args_t *
     size_t windows = div_up(div_up(ca, pe) + div_up(cb, pe), TREE_WINDOW);
     if (windows == 0)
         windows = 1;
-    /* Each window: the tree's depth up and down. Data: an interior rank
-     * takes in two halves and passes on one going up, and the reverse going
-     * down, for its half of the message. */
-    return (double)windows * 2 * tree_depth(comm->nranks) * shoal_algo_lat(comm) +
+    /* Each window: the tree's depth up and down, each level a latency and
+     * a piece's time on the link before the next level can pass it on.
+     * Data: an interior rank takes in two halves and passes on one going
+     * up, and the reverse going down, for its half of the message. */
+    double piece = bytes < (double)comm->chunk_size ? bytes : (double)comm->chunk_size;
+    return (double)windows * 2 * tree_depth(comm->nranks) * (shoal_algo_lat(comm) + piece / bw) +
            2 * bytes / bw;
 }
 
