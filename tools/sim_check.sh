@@ -88,7 +88,7 @@ measure() {
         fi
     done | times_of >"$TMP/$name.all"
     local size
-    for size in $(awk '{ print $1 }' "$TMP/$name.all" | sort -un); do
+    awk '{ print $1 }' "$TMP/$name.all" | sort -un | while read -r size; do
         echo "$size $(awk -v s="$size" '$1 == s { print $2 }' "$TMP/$name.all" | median)"
     done >"$TMP/$name"
 }
@@ -115,7 +115,9 @@ for c in "${CASES[@]}"; do
     predict "$name" "$hosts" "$ranks" "$algo"
     while read -r size meas; do
         pred=$(awk -v s="$size" '$1 == s { print $2 }' "$TMP/$name.sim")
-        [ -n "$pred" ] && [ -n "$meas" ] || continue
+        if [ -z "$pred" ] || [ -z "$meas" ]; then
+            continue
+        fi
         ratio=$(awk -v m="$meas" -v p="$pred" 'BEGIN { printf "%.2f", m / p }')
         printf '%-8s %-6s %10s %12.1f %12.1f %8s\n' "${hosts}x$ranks" "${algo#allreduce:}" \
             "$size" "$meas" "$pred" "$ratio"
