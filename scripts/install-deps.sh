@@ -1,7 +1,8 @@
 #!/bin/sh
-# Install the Debian 12 packages that shoal's build and tests need.
+# Install the Debian 12 packages that shoal's build and tests need. MPICH and
+# gnuplot serve tools/compare_mpi and tools/plot_bench (shoal against MPI).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""
@@ -10,5 +11,16 @@ for p in $PKGS; do
 done
 if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
+    # shellcheck disable=SC2086 # one word per package
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+# MPICH registers mpicc and mpirun as alternatives next to Open MPI's. The
+# tests start ranks with plain `mpirun` and expect Open MPI's, whose PMIx
+# server hands shoal the rank id. On Debian 12 Open MPI's priority (50) is
+# above MPICH's (40), so auto mode keeps it; pinning it keeps `mpirun` Open
+# MPI's whatever another package's priority or an earlier manual choice.
+# tools/compare_mpi calls each MPI by its suffixed name (mpirun.mpich).
+if command -v update-alternatives >/dev/null 2>&1; then
+    [ ! -x /usr/bin/mpicc.openmpi ] || $SUDO update-alternatives --quiet --set mpi /usr/bin/mpicc.openmpi
+    [ ! -x /usr/bin/mpirun.openmpi ] || $SUDO update-alternatives --quiet --set mpirun /usr/bin/mpirun.openmpi
 fi

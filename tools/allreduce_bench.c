@@ -8,7 +8,9 @@
  * made in the parent before forking) or from the launcher's environment
  * through shoal_comm_init_env (mpirun, srun, torchrun, SHOAL_RANK...).
  * Rank 0 prints; every rank checks its own results (-c 1) and the counts of
- * wrong elements and clobbered guard bytes are summed over ranks. */
+ * wrong elements and clobbered guard bytes are summed over ranks. With -J
+ * rank 0 also writes the settings and the rows as JSON, for
+ * tools/compare_mpi and tools/plot_bench. */
 #include "shoal.h"
 
 #include "algos/reduce.h"
@@ -150,6 +152,7 @@ typedef struct {
     shoal_op_t ops[SHOAL_OP_COUNT];
     int nprocs;        /* -np; 0 = ranks from the environment */
     double memcpy_gbs; /* measured baseline; < 0 when it could not be */
+    const char *json_path; /* -J: rank 0 writes the results there as JSON */
 } shoal_bench_opts_t;
 
 /* Buffers of one rank, sized for the largest row. */
@@ -160,12 +163,15 @@ typedef struct {
     unsigned char *tmp;
 } shoal_bench_bufs_t;
 
-/* Totals of a run, summed over ranks on every rank. */
+/* Totals of a run, summed over ranks on every rank; and on rank 0 with -J
+ * the JSON file the rows go to. */
 typedef struct {
     double busbw_sum;
     long busbw_count;
     long long wrong;
     long long out_of_bounds;
+    FILE *json; /* NULL unless rank 0 with -J */
+    long json_rows;
 } shoal_bench_totals_t;
 
 static double shoal_bench_now_s(void)
@@ -403,6 +409,8 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                           (default 0; -1: every rank in turn)\n"
             "  -z,--blocking <0/1>      accepted for compatibility: shoal calls always\n"
             "                           complete before they return\n"
+            "  -J,--json <file>         rank 0 also writes the settings and results as\n"
+            "                           JSON to <file>\n"
             "  -h,--help                this text\n"
             "SHOAL_ALGO picks the algorithm (shoal_info -a lists them); the header shows it.\n",
             prog);
@@ -500,7 +508,7 @@ static const shoal_bench_flag_t shoal_bench_flags[] = {
     {'f', 1, "stepfactor"}, {'n', 1, "iters"},   {'m', 1, "agg_iters"},
     {'w', 1, "warmup_iters"}, {'c', 1, "check"}, {'o', 1, "op"},
     {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
-    {'K', 0, "coll"},     {'h', 1, "help"},
+    {'K', 0, "coll"},     {'J', 1, "json"},      {'h', 1, "help"},
 };
 
 #define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
@@ -553,6 +561,7 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
     case 'o': return shoal_bench_parse_op(val, o);
     case 'd': return shoal_bench_parse_dtype(val, o);
     case 'K': return shoal_bench_parse_coll(val, o);
+    case 'J': o->json_path = val; return 0;
     }
     return -1;
 }
@@ -1096,10 +1105,14 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_
      * times nranks for the collectives of blocks, the count otherwise. */
     size_t shown = row->total_bytes;
     double factor = shoal_bench_bus_factor(row->coll->bus, row->nranks);
+    const char *redop = row->coll->reduces ? shoal_bench_op_names[row->op] : "none";
     if (row->rank == 0)
         printf("%12zu  %12zu  %8s  %6s  %6d", shown, row->count,
-               shoal_bench_types[row->dtype].name,
-               row->coll->reduces ? shoal_bench_op_names[row->op] : "none", row->root);
+               shoal_bench_types[row->dtype].name, redop, row->root);
+    if (tot->json) /* the table's figures unrounded, null where it reads N/A */
+        fprintf(tot->json, "%s\n    {\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", "
+                "\"op\": \"%s\", \"root\": %d", tot->json_rows++ ? "," : "", shown,
+                row->count, shoal_bench_types[row->dtype].name, redop, row->root);
     for (int p = 0; p < 2; p++) {
         double algbw = us[p] > 0 ? (double)shown / us[p] / 1e3 : 0.0;
         double busbw = algbw * factor;
@@ -1109,12 +1122,19 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_
             continue;
         char tbuf[32], wbuf[32];
         shoal_bench_fmt_time(us[p], tbuf);
-        if (shoal_bench_checked(o, row, p))
+        int checked = shoal_bench_checked(o, row, p);
+        if (checked)
             snprintf(wbuf, sizeof(wbuf), "%lld", counts[p]);
         else
             snprintf(wbuf, sizeof(wbuf), "N/A");
         printf("  %7s  %6.2f  %6.2f  %6s", tbuf, algbw, busbw, wbuf);
+        if (tot->json)
+            fprintf(tot->json, ",\n     \"%s\": {\"time_us\": %.6g, \"algbw\": %.6g, "
+                    "\"busbw\": %.6g, \"wrong\": %s}", p ? "in_place" : "out_of_place",
+                    us[p], algbw, busbw, checked ? wbuf : "null");
     }
+    if (tot->json)
+        fprintf(tot->json, "}");
     if (row->rank == 0) {
         printf("\n");
         fflush(stdout);
@@ -1185,6 +1205,77 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
     return SHOAL_OK;
 }
 
+/* A JSON string member; host names and SHOAL_ALGO are free text. */
+static void shoal_bench_json_str(FILE *f, const char *key, const char *text)
+{
+    fprintf(f, "  \"%s\": \"", key);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    }
+    fprintf(f, "\",\n");
+}
+
+/* -J on rank 0: the settings the header shows, then the results array
+ * left open for the rows. NULL, said why, when the file cannot be made. */
+static FILE *shoal_bench_json_open(const shoal_bench_opts_t *o, int nranks)
+{
+    FILE *f = fopen(o->json_path, "w");
+    if (!f) {
+        fprintf(stderr, "allreduce_bench: cannot write %s: %s\n", o->json_path,
+                strerror(errno));
+        return NULL;
+    }
+    char host[SHOAL_BENCH_HOST_MAX] = "?", date[32] = "?", dtypes[256] = "", ops[64] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "?");
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm))
+        strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    for (int t = 0; t < o->ndtypes; t++)
+        snprintf(dtypes + strlen(dtypes), sizeof(dtypes) - strlen(dtypes), "%s%s",
+                 t ? "," : "", shoal_bench_types[o->dtypes[t]].name);
+    for (int p = 0; p < (o->coll->reduces ? o->nops : 0); p++)
+        snprintf(ops + strlen(ops), sizeof(ops) - strlen(ops), "%s%s", p ? "," : "",
+                 shoal_bench_op_names[o->ops[p]]);
+    fprintf(f, "{\n  \"tool\": \"allreduce_bench\",\n  \"library\": \"shoal %d.%d.%d\",\n",
+            SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH);
+    shoal_bench_json_str(f, "collective", o->coll->name);
+    fprintf(f, "  \"ranks\": %d,\n", nranks);
+    shoal_bench_json_str(f, "dtype", dtypes);
+    shoal_bench_json_str(f, "op", o->coll->reduces ? ops : "none");
+    shoal_bench_json_str(f, "algorithm", shoal_config_get()->algo.algo);
+    fprintf(f, "  \"iterations\": %d,\n  \"warmup\": %d,\n  \"agg_iters\": %d,\n"
+            "  \"check\": %d,\n", o->iters, o->warmup, o->agg_iters, o->check);
+    if (o->memcpy_gbs > 0)
+        fprintf(f, "  \"memcpy_gbs\": %.6g,\n", o->memcpy_gbs);
+    else
+        fprintf(f, "  \"memcpy_gbs\": null,\n");
+    shoal_bench_json_str(f, "host", host);
+    shoal_bench_json_str(f, "date", date);
+    fprintf(f, "  \"results\": [");
+    return f;
+}
+
+/* Closes the results and the document, with the run's outcome (a failed
+ * run keeps the rows it had); returns code, or an error if writing failed. */
+static int shoal_bench_json_close(FILE *f, const char *path, int code)
+{
+    static const char *const outcome[] = {"ok", "wrong", "error"};
+    fprintf(f, "\n  ],\n  \"status\": \"%s\"\n}\n", outcome[code]);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        fprintf(stderr, "allreduce_bench: writing %s failed: %s\n", path, strerror(errno));
+        return SHOAL_BENCH_EXIT_ERROR;
+    }
+    return code;
+}
+
 static void shoal_bench_bufs_free(shoal_bench_bufs_t *b)
 {
     free(b->send);
@@ -1251,10 +1342,14 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
         fprintf(stderr, "# rank %d: cannot allocate buffers of %zu bytes\n", rank, o->max_bytes);
         return SHOAL_BENCH_EXIT_ERROR;
     }
-    shoal_bench_totals_t tot = {0, 0, 0, 0};
+    shoal_bench_totals_t tot = {0, 0, 0, 0, NULL, 0};
     int code = SHOAL_BENCH_EXIT_ERROR;
-    if (shoal_bench_header(comm, rank, nranks, o) != SHOAL_OK)
+    /* A file that cannot be written fails rank 0, whose abort stops the
+     * others; the header's all-reduce is the first call they wait in. */
+    if (rank == 0 && o->json_path && !(tot.json = shoal_bench_json_open(o, nranks)))
         goto out_free;
+    if (shoal_bench_header(comm, rank, nranks, o) != SHOAL_OK)
+        goto out_close_json;
     int nops = o->coll->reduces ? o->nops : 1;
     int root_first = !o->coll->rooted ? -1 : o->root < 0 ? 0 : o->root;
     int root_last = !o->coll->rooted ? -1 : o->root < 0 ? nranks - 1 : o->root;
@@ -1263,7 +1358,7 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
             for (int root = root_first; root <= root_last; root++) {
                 if (shoal_bench_sizes(comm, rank, nranks, o, &b, o->dtypes[t], o->ops[p], root,
                                       &tot) != SHOAL_OK)
-                    goto out_free;
+                    goto out_close_json;
             }
         }
     }
@@ -1278,6 +1373,9 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
         fflush(stdout);
     }
     code = tot.wrong || tot.out_of_bounds ? SHOAL_BENCH_EXIT_WRONG : SHOAL_BENCH_EXIT_OK;
+out_close_json:
+    if (tot.json)
+        code = shoal_bench_json_close(tot.json, o->json_path, code);
 out_free:
     shoal_bench_bufs_free(&b);
     return code;

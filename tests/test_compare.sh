@@ -1,0 +1,183 @@
+#!/bin/sh
+# The tooling that sets shoal against MPI, as TAP for prove: allreduce_bench
+# -J (the JSON parses, one result per size with nccl-tests' byte counts,
+# none wrong), tools/compare_mpi on tiny sizes (a row per size with shoal's
+# and Open MPI's figures, numeric ratios, MPI's results checked, the JSON
+# kept) and tools/plot_bench (an SVG drawn from the JSON). Run from the
+# repository root (make test does).
+# shellcheck disable=SC2016 # the perl programs in single quotes are perl's
+
+# The bench to test: tools/ for the default build; a build elsewhere (the
+# Makefile puts other BUILD directories' tools in $(BUILD)/bin) passes its own.
+# compare_mpi and plot_bench are scripts and stay in tools/.
+BENCH=${BENCH:-tools/allreduce_bench}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_compare.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+# The runs choose their launcher themselves; a launcher around this script
+# must not leak into them.
+unset SHOAL_RANK SHOAL_SIZE SHOAL_LOCAL_RANK SHOAL_ADDR SHOAL_PORT SHOAL_SECRET \
+    PMIX_NAMESPACE PMIX_RANK RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT \
+    TORCHELASTIC_RUN_ID OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
+    OMPI_COMM_WORLD_LOCAL_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID
+
+# A hung run must end as a failure, not hang prove.
+if command -v timeout >/dev/null 2>&1; then
+    LIMIT="timeout 300"
+else
+    LIMIT=
+fi
+
+n=0
+pass() { n=$((n + 1)); echo "ok $n - $1"; }
+fail() { n=$((n + 1)); echo "not ok $n - $1"; }
+skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+# check DESCRIPTION COMMAND...: one TAP line from the command's status.
+check() {
+    desc=$1
+    shift
+    if "$@"; then
+        pass "$desc"
+    else
+        fail "$desc"
+        return 1
+    fi
+}
+show() {
+    sed 's/^/# /' "$1"
+}
+
+# json_ok FILE NRANKS BYTES...: FILE parses, says status ok and ranks
+# NRANKS, and holds one result per size, these byte counts in order, with
+# no wrong element in either placement.
+json_ok() {
+    f=$1
+    np=$2
+    shift 2
+    perl -MJSON::PP -e '
+        my ($f, $np, @bytes) = @ARGV;
+        open(my $fh, "<", $f) or die "$f: $!\n";
+        my $d = decode_json(do { local $/; <$fh> });
+        die "status $d->{status}\n" unless $d->{status} eq "ok";
+        die "ranks $d->{ranks}\n" unless $d->{ranks} == $np;
+        my @r = @{ $d->{results} };
+        die scalar(@r) . " results\n" unless @r == @bytes;
+        for my $i (0 .. $#r) {
+            die "result $i: $r[$i]{bytes} B, not $bytes[$i]\n" unless $r[$i]{bytes} == $bytes[$i];
+            for my $p ("out_of_place", "in_place") {
+                my $w = $r[$i]{$p}{wrong};
+                die "result $i $p: wrong $w\n" unless defined $w && $w == 0;
+                die "result $i $p: no time\n" unless $r[$i]{$p}{time_us} > 0;
+            }
+        }' "$f" "$np" "$@"
+}
+# col FILE NAME: the column NAME has in compare_mpi's table (from its
+# header line, "#np size ..."), empty if none.
+col() {
+    awk -v name="$2" '/^#np / { for (i = 1; i <= NF; i++) if ($i == name) print i }' "$1"
+}
+# numeric FILE NAME: every row of the table has a number in column NAME.
+numeric() {
+    c=$(col "$1" "$2")
+    [ -n "$c" ] && awk -v c="$c" '!/^#/ && NF > 2 { rows++; if ($c !~ /^[0-9]+(\.[0-9]+)?$/) bad++ }
+        END { exit !(rows > 0 && !bad) }' "$1"
+}
+# sizes FILE NP: the size column of the rows of NP ranks, on one line.
+sizes() {
+    awk -v np="$2" '!/^#/ && $1 == np { printf "%s%s", sep, $2; sep = " " }' "$1"
+}
+
+if [ ! -x "$BENCH" ]; then
+    echo "Bail out! $BENCH is not built (make builds it)"
+    exit 1
+fi
+
+# allreduce_bench -J: sizes 8, 64, 512, 4096, 32768 bytes.
+"$BENCH" -h >"$TMP/help.out" 2>&1
+check "-h lists -J,--json" grep -q -- '-J,--json <file>' "$TMP/help.out"
+$LIMIT "$BENCH" -np 2 -b 8 -e 32K -f 8 -c 1 -n 2 -w 1 -J "$TMP/shoal.json" >"$TMP/bench.out" 2>&1
+rc=$?
+check "-np 2 -J exits 0" [ $rc -eq 0 ] || show "$TMP/bench.out"
+check "-J: the JSON parses, 5 results of 8..32768 B, none wrong" \
+    json_ok "$TMP/shoal.json" 2 8 64 512 4096 32768
+check "-J: the settings name the collective, type, op and algorithm" \
+    perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>);
+        exit !($d->{collective} eq "allreduce" && $d->{dtype} eq "float" &&
+               $d->{op} eq "sum" && $d->{algorithm} eq "auto" && $d->{iterations} == 2 &&
+               $d->{warmup} == 1 && length $d->{host} && $d->{date} =~ /^\d{4}-/)' \
+    <"$TMP/shoal.json"
+# The table still prints as before, beside the file.
+check "-J: the table keeps its 5 rows" \
+    sh -c "[ \$(awk '!/^#/ && NF == 13' '$TMP/bench.out' | wc -l) -eq 5 ]"
+$LIMIT "$BENCH" -np 2 -b 8 -e 8 -J "$TMP/no/such/dir.json" >"$TMP/badjson.out" 2>&1
+rc=$?
+check "-J into a missing directory fails the run, saying so" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'cannot write' '$TMP/badjson.out'"
+# sendrecv in place has no defined result: N/A in the table, null in JSON.
+$LIMIT "$BENCH" -np 2 --coll sendrecv -b 8 -e 64 -f 8 -J "$TMP/sendrecv.json" >/dev/null 2>&1
+check "-J: an unchecked placement is null" \
+    perl -MJSON::PP -e 'local $/; my $d = decode_json(<STDIN>);
+        exit !(@{ $d->{results} } == 2 && !defined $d->{results}[0]{in_place}{wrong} &&
+               $d->{results}[0]{out_of_place}{wrong} == 0)' <"$TMP/sendrecv.json"
+
+# compare_mpi on tiny sizes; Open MPI's columns where it can run.
+ompi=
+if ! command -v mpicc.openmpi >/dev/null 2>&1 || ! command -v mpirun.openmpi >/dev/null 2>&1; then
+    reason="Open MPI (mpicc.openmpi, mpirun.openmpi) is not installed"
+elif ! $LIMIT mpirun.openmpi --allow-run-as-root --oversubscribe -np 1 true \
+    >"$TMP/mpi_probe.out" 2>&1; then
+    reason="mpirun.openmpi cannot start a process here: $(head -n 1 "$TMP/mpi_probe.out")"
+else
+    ompi=y
+fi
+BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 64K -f 8 -n 5 -r 1 -c 1 -J "$TMP/cmp" \
+    >"$TMP/cmp.out" 2>&1
+rc=$?
+check "compare_mpi exits 0 (every checked result right)" [ $rc -eq 0 ] || show "$TMP/cmp.out"
+check "compare_mpi: one row per size, 8B to 32K" \
+    [ "$(sizes "$TMP/cmp.out" 2)" = "8B 64B 512B 4K 32K" ] || show "$TMP/cmp.out"
+# memcpy comes from mpi_allreduce --memcpy, or without an MPI compiler from
+# the bench's own figure: a number either way.
+for c in shoal_us shoal_GB/s memcpy_GB/s shoal/memcpy; do
+    check "compare_mpi: a number in column $c of every row" numeric "$TMP/cmp.out" "$c"
+done
+check "compare_mpi -J: shoal_np2.json holds the median rows" \
+    json_ok "$TMP/cmp/shoal_np2.json" 2 8 64 512 4096 32768
+if [ -n "$ompi" ]; then
+    for c in OMPI_us OMPI_GB/s shoal/OMPI; do
+        check "compare_mpi: a number in column $c of every row" numeric "$TMP/cmp.out" "$c"
+    done
+    check "compare_mpi -J: ompi_np2.json (mpi_allreduce) parses, 5 results, none wrong" \
+        json_ok "$TMP/cmp/ompi_np2.json" 2 8 64 512 4096 32768
+else
+    for what in OMPI_us OMPI_GB/s shoal/OMPI ompi_np2.json; do
+        skip "compare_mpi $what: $reason"
+    done
+fi
+BENCH=$BENCH tools/compare_mpi -np 2 -q 1 >"$TMP/cmp_bad.out" 2>&1
+rc=$?
+check "compare_mpi refuses an unknown flag" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'unknown argument' '$TMP/cmp_bad.out'"
+
+# plot_bench: an SVG from the bench's JSON and compare_mpi's.
+if ! command -v gnuplot >/dev/null 2>&1; then
+    for what in svg label png; do skip "plot_bench $what: gnuplot is not installed"; done
+else
+    tools/plot_bench -o "$TMP/bw.svg" "$TMP/shoal.json" >"$TMP/plot.out" 2>&1
+    rc=$?
+    check "plot_bench writes an SVG with an <svg element" \
+        sh -c "[ $rc -eq 0 ] && [ -s '$TMP/bw.svg' ] && grep -q '<svg' '$TMP/bw.svg'" ||
+        show "$TMP/plot.out"
+    tools/plot_bench -o "$TMP/two.svg" "mine=$TMP/shoal.json" "$TMP"/cmp/*_np2.json \
+        >"$TMP/plot2.out" 2>&1
+    rc=$?
+    check "plot_bench: label=file names the line; sizes label the x axis" \
+        sh -c "[ $rc -eq 0 ] && grep -q '>mine<' '$TMP/two.svg' && grep -q '>32K<' '$TMP/two.svg'" ||
+        show "$TMP/plot2.out"
+    tools/plot_bench -o "$TMP/bw.pdf" "$TMP/shoal.json" >"$TMP/plot3.out" 2>&1
+    rc=$?
+    check "plot_bench refuses an output that is neither .svg nor .png" \
+        sh -c "[ $rc -ne 0 ] && [ ! -e '$TMP/bw.pdf' ]"
+fi
+
+echo "1..$n"
