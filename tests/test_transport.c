@@ -382,6 +382,105 @@ static void test_flush_then_destroy(void **state)
     assert_int_equal(harness_run_ranks(2, rank_flush, NULL, TEST_TIMEOUT_S), 0);
 }
 
+/* The shm doorbell: rank 0 sleeps in the transport (shoal_transport_sleep,
+ * long past any spin budget, with a 20 s timeout) waiting for something
+ * rank 1 does only 20 ms later: a post (rank 0 waits to receive) and a
+ * released slot (rank 0 waits for room). Each sleep must end when rank 1
+ * acts, long before its timeout: a peer that forgot to ring would leave it
+ * asleep for the whole 20 s. */
+#define BELL_ROUNDS 6
+#define BELL_DELAY_US 20000
+#define BELL_SLEEP_NS (20ull * 1000000000ull)
+#define BELL_LATE_NS (5ull * 1000000000ull)
+
+/* Sleep until ready() says so; fails on a sleep that outlived BELL_LATE_NS
+ * or a transport that would not sleep at all. */
+static int bell_wait(struct shoal_comm *comm, shoal_ep_t *ep, int for_room)
+{
+    int slept = 0;
+    for (;;) {
+        shoal_status_t s;
+        if (for_room) {
+            void *buf;
+            size_t cap;
+            s = ep->ops->send_slot(ep, &buf, &cap);
+        } else {
+            const void *buf;
+            size_t len;
+            s = ep->ops->recv_slot(ep, &buf, &len, NULL);
+        }
+        if (s == SHOAL_OK)
+            break;
+        RANK_CHECK(s == SHOAL_INPROGRESS, "slot: %s", shoal_status_string(s));
+        uint64_t t0 = shoal_now_ns();
+        s = shoal_transport_sleep(comm, BELL_SLEEP_NS, BELL_SLEEP_NS);
+        RANK_CHECK(s == SHOAL_OK, "the transport would not sleep: %s", shoal_status_string(s));
+        RANK_CHECK(shoal_now_ns() - t0 < BELL_LATE_NS, "slept %.1f s: rank 1 never rang",
+                   (double)(shoal_now_ns() - t0) / 1e9);
+        slept++;
+    }
+    RANK_CHECK(slept > 0, "the wait never slept (rank 1 acted too soon)");
+    return 0;
+}
+
+static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    shoal_ep_t *ep = comm->eps[1 - rank];
+    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, "reached over %s", ep->ops->name);
+    uint64_t seq = 0;
+    for (int round = 0; round < BELL_ROUNDS; round++) {
+        /* Rank 0 waits for data, then fills rank 1's FIFO and waits for room. */
+        if (rank == 1) {
+            usleep(BELL_DELAY_US);
+            if (send_msg(comm, 0, seq))
+                return 1;
+        } else if (bell_wait(comm, ep, 0) || recv_msg(comm, 1, seq)) {
+            return 1;
+        }
+        seq++;
+        uint64_t filled = 0;
+        if (rank == 0) {
+            void *buf;
+            size_t cap;
+            while (ep->ops->send_slot(ep, &buf, &cap) == SHOAL_OK) {
+                s = ep->ops->send_post(ep, 0, NULL);
+                RANK_CHECK(s == SHOAL_OK, "send_post: %s", shoal_status_string(s));
+                filled++;
+            }
+            s = shoal_bootstrap_bcast(comm->bootstrap, &filled, sizeof(filled), 0);
+            RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+            if (bell_wait(comm, ep, 1))
+                return 1;
+        } else {
+            s = shoal_bootstrap_bcast(comm->bootstrap, &filled, sizeof(filled), 0);
+            RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+            usleep(BELL_DELAY_US);
+            for (uint64_t i = 0; i < filled; i++) {
+                const void *buf;
+                size_t len;
+                s = wait_recv(comm, ep, &buf, &len, shoal_deadline_after(WAIT_NS));
+                RANK_CHECK(s == SHOAL_OK && len == 0, "empty message %llu: %s",
+                           (unsigned long long)i, shoal_status_string(s));
+                s = ep->ops->recv_release(ep);
+                RANK_CHECK(s == SHOAL_OK, "recv_release: %s", shoal_status_string(s));
+            }
+        }
+        s = shoal_bootstrap_barrier(comm->bootstrap);
+        RANK_CHECK(s == SHOAL_OK, "barrier: %s", shoal_status_string(s));
+    }
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    return 0;
+}
+
+static void test_shm_doorbell(void **state)
+{
+    assert_int_equal(harness_run_ranks(2, rank_doorbell, NULL, TEST_TIMEOUT_S), 0);
+}
+
 /* Rank 1 runs with different transport settings (the variable and value
  * passed), so wireup fails; whatever it had created must be gone. */
 static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
@@ -587,6 +686,7 @@ int main(void)
         cmocka_unit_test_setup(test_mixed_hosts, setup_small_chunks),
         cmocka_unit_test_setup(test_large_chunks, setup_small_chunks),
         cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),
+        cmocka_unit_test_setup(test_shm_doorbell, setup_small_chunks),
         cmocka_unit_test_setup(test_mismatched_settings, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_peer_leaves, setup_small_chunks),
     };

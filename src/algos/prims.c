@@ -13,36 +13,47 @@
 /* Busy-poll this many times before yielding the core: ranks may outnumber
  * cores, and a spinning rank would starve the one it waits for. */
 #define PRIMS_SPINS 64
+/* The longest sleep of a wait: aborts, deaths and deadlines are seen
+ * within it. */
+#define PRIMS_SLEEP_NS 1000000u
 
-shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, unsigned *spins)
+shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, shoal_idle_t *w)
 {
     shoal_status_t s = shoal_transport_progress(comm);
     if (s != SHOAL_OK)
         return s;
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return SHOAL_ERR_ABORTED;
-    if (++*spins >= PRIMS_SPINS) {
-        *spins = 0;
-        if (shoal_deadline_passed(deadline_ns))
-            return SHOAL_ERR_TIMEOUT;
-        /* A long wait may be for a rank that died or failed elsewhere. */
-        s = shoal_fault_watch(comm, 0);
-        if (s != SHOAL_OK)
-            return s;
-        sched_yield();
-    }
+    if (++w->spins < PRIMS_SPINS)
+        return SHOAL_OK;
+    w->spins = 0;
+    if (shoal_deadline_passed(deadline_ns))
+        return SHOAL_ERR_TIMEOUT;
+    /* A long wait may be for a rank that died or failed elsewhere. */
+    s = shoal_fault_watch(comm, 0);
+    if (s != SHOAL_OK)
+        return s;
+    uint64_t now = shoal_now_ns();
+    if (w->since_ns == 0)
+        w->since_ns = now;
+    s = shoal_transport_sleep(comm, now - w->since_ns, PRIMS_SLEEP_NS);
+    if (s == SHOAL_OK)
+        return SHOAL_OK;
+    if (s != SHOAL_INPROGRESS && s != SHOAL_ERR_UNSUPPORTED)
+        return s;
+    sched_yield();
     return SHOAL_OK;
 }
 
-static shoal_status_t prims_idle(shoal_prims_t *p, unsigned *spins)
+static shoal_status_t prims_idle(shoal_prims_t *p, shoal_idle_t *w)
 {
-    return shoal_prims_idle(p->comm, p->deadline_ns, spins);
+    return shoal_prims_idle(p->comm, p->deadline_ns, w);
 }
 
 static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)
 {
     shoal_ep_t *ep = p->send_ep;
-    unsigned spins = 0;
+    shoal_idle_t wait = {0, 0};
     for (;;) {
         size_t cap;
         shoal_status_t s = ep->ops->send_slot(ep, buf_p, &cap);
@@ -54,7 +65,7 @@ static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf
             }
             return SHOAL_OK;
         }
-        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_fault_cause(p->comm, "rank %d waited for rank %d to make room for "
                                   "more data until the deadline", p->comm->rank, ep->peer);
@@ -66,7 +77,7 @@ static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf
 static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p)
 {
     shoal_ep_t *ep = p->recv_ep;
-    unsigned spins = 0;
+    shoal_idle_t wait = {0, 0};
     for (;;) {
         size_t len;
         shoal_sig_t sig;
@@ -82,7 +93,7 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
             }
             return SHOAL_OK;
         }
-        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_fault_cause(p->comm, "rank %d waited for data from rank %d until the "
                                   "deadline", p->comm->rank, ep->peer);
@@ -165,10 +176,10 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)
 {
     shoal_ep_t *ep = p->send_ep;
-    unsigned spins = 0;
+    shoal_idle_t wait = {0, 0};
     for (;;) {
         shoal_status_t s = ep ? ep->ops->flush(ep) : SHOAL_OK;
-        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &spins)) != SHOAL_OK) {
+        if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_error(ALGO, "rank %d: data for rank %d still unsent at the deadline",
                             p->comm->rank, ep->peer);

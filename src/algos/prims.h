@@ -53,10 +53,17 @@ typedef struct {
     uint64_t deadline_ns;
 } shoal_prims_t;
 
+/* One wait's state for shoal_prims_idle; start it zeroed. */
+typedef struct {
+    unsigned spins;    /* turns since the last yield */
+    uint64_t since_ns; /* when the wait first yielded; 0 before */
+} shoal_idle_t;
+
 /* One idle turn of a wait: drive transport progress, poll the abort flag,
- * and every few calls check the deadline and yield the core. *spins counts
- * the turns (start it at 0). SHOAL_OK to go on waiting. */
-shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, unsigned *spins);
+ * and every few calls check the deadline, then yield the core or, once the
+ * wait has gone on long enough for the transport, sleep until a peer
+ * rings. SHOAL_OK to go on waiting. */
+shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, shoal_idle_t *w);
 
 /* Piece out to send_ep. */
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes);

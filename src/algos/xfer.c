@@ -188,7 +188,7 @@ static void owed_peers(char *out, size_t cap, const shoal_xfer_t *msgs, size_t f
 static shoal_status_t xfer_flush(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
                                  uint64_t deadline_ns, size_t *unflushed_p)
 {
-    unsigned spins = 0;
+    shoal_idle_t wait = {0, 0};
     size_t i = 0;
     while (i < nsends) {
         shoal_ep_t *ep = sends[i].ep;
@@ -198,7 +198,7 @@ static shoal_status_t xfer_flush(struct shoal_comm *comm, shoal_xfer_t *sends, s
             continue;
         }
         if (s == SHOAL_INPROGRESS)
-            s = shoal_prims_idle(comm, deadline_ns, &spins);
+            s = shoal_prims_idle(comm, deadline_ns, &wait);
         if (s != SHOAL_OK) {
             *unflushed_p = i;
             return s;
@@ -301,13 +301,13 @@ shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size
         return s;
 
     size_t sfirst = 0, rfirst = 0, sleft = 1, rleft = 1;
-    unsigned spins = 0;
+    shoal_idle_t wait = {0, 0};
     while (sleft + rleft > 0) {
         int moved = 0;
         s = xfer_passes(comm, &f, sends, nsends, &sfirst, &sleft, recvs, nrecvs, &rfirst,
                         &rleft, &moved);
         if (s == SHOAL_OK && !moved && sleft + rleft > 0)
-            s = shoal_prims_idle(comm, deadline_ns, &spins);
+            s = shoal_prims_idle(comm, deadline_ns, &wait);
         if (s != SHOAL_OK)
             break;
     }

@@ -44,6 +44,9 @@ struct shoal_comm {
 
     shoal_tl_ctx_t *tl_ctx[SHOAL_MAX_TRANSPORTS]; /* open transports, NULL-terminated */
     int ntl;
+    /* The one transport every endpoint uses, when there is one (waits may
+     * then sleep in it); NULL when endpoints span transports. */
+    shoal_tl_ctx_t *tl_sole;
     shoal_ep_t **eps;         /* eps[peer]; NULL for self */
 
     /* Cost model inputs: the link classes (topo/links.h), and the slowest

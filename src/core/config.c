@@ -546,6 +546,10 @@ static const shoal_config_entry_t shm_entries[] = {
     {.name = "SHOAL_SHM_NSLOTS", .def = "8",
      .doc = "slots of SHOAL_CHUNK_SIZE bytes in each shared-memory FIFO",
      .parse = parse_size, .offset = FIELD(shm.nslots)},
+    {.name = "SHOAL_SHM_SPIN", .def = "100us",
+     .doc = "how long a rank waiting on local peers polls (yielding the CPU now and "
+            "then) before it sleeps until one of them rings it",
+     .parse = parse_time, .offset = FIELD(shm.spin_ns)},
 };
 
 /* NCCL_IB_HCA will alias the device list of the ibverbs transport's table. */

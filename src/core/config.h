@@ -34,6 +34,7 @@ typedef struct {
 typedef struct {
     int enable;      /* SHOAL_SHM_ENABLE */
     size_t nslots;   /* SHOAL_SHM_NSLOTS */
+    uint64_t spin_ns; /* SHOAL_SHM_SPIN: polling before a wait sleeps */
 } shoal_shm_config_t;
 
 typedef struct {

@@ -203,6 +203,7 @@ const shoal_transport_ops_t shoal_sim_ops = {
     .recv_release = sim_recv_release,
     .flush = shoal_tl_stub_flush,
     .progress = sim_progress,
+    .sleep = shoal_tl_stub_sleep, /* progress parks the fiber instead */
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
     .put_signal = shoal_tl_stub_put_signal,

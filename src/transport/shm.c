@@ -9,6 +9,12 @@
  * the receiver alone writes tail, and release/acquire ordering on those two
  * counters publishes the slot contents.
  *
+ * A rank that has waited longer than SHOAL_SHM_SPIN sleeps on the futex
+ * word in its segment's first page (its doorbell) instead of polling, so
+ * that more ranks than cores do not starve the ones they wait for; a peer
+ * that posts into its FIFO or frees a slot it sends into rings it while
+ * the flag beside the word says it sleeps.
+ *
  * The segment's name lives in /dev/shm only until every local peer has
  * mapped it: the last one to map unlinks it, ready makes sure of it, and
  * close and every error path unlink it too. Names are made of the owner's
@@ -24,6 +30,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -31,6 +39,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SHOAL_SHM_MAGIC 0x73686f616c73686dull /* "shoalshm" */
@@ -77,6 +87,11 @@ typedef struct {
     uint64_t chunk_size;
     /* Local peers that mapped their FIFO; the last one unlinks the name. */
     atomic_ullong mapped;
+    /* The owner's doorbell, a futex word: a peer that posts into one of the
+     * owner's FIFOs, or frees a slot of a FIFO the owner sends into, bumps
+     * it and wakes the owner if asleep says it sleeps on it. */
+    _Alignas(SHOAL_SHM_LINE) atomic_uint bell;
+    atomic_uint asleep;
 } shoal_shm_seg_t;
 
 /* Address blob: everything a peer needs to find and check our segment. */
@@ -102,6 +117,8 @@ typedef struct {
     size_t stride;         /* bytes of one FIFO: control block + slots */
     size_t nslots;
     size_t chunk;
+    uint64_t spin_ns;      /* how long a wait polls before it sleeps */
+    uint64_t seen;         /* FIFO activity when the last sleep call returned */
 } shoal_shm_ctx_t;
 
 /* One endpoint carries both directions; the two halves never share state. */
@@ -119,6 +136,7 @@ typedef struct {
     size_t tx_idx;         /* tx_head % nslots, kept to avoid a division */
     void *tx_map;
     size_t tx_map_len;
+    shoal_shm_seg_t *peer_hdr; /* the peer's first page: its doorbell */
 
     /* Receiving: the peer's FIFO inside our segment. */
     shoal_shm_fifo_t *rx;
@@ -223,6 +241,8 @@ static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const struct shoal_comm *co
     hdr->nslots = ctx->nslots;
     hdr->chunk_size = ctx->chunk;
     atomic_init(&hdr->mapped, 0);
+    atomic_init(&hdr->bell, 0);
+    atomic_init(&hdr->asleep, 0);
     size_t idx = 0;
     for (int q = 0; q < comm->nranks; q++) {
         if (q == comm->rank || comm->host_of[q] != comm->host_of[comm->rank])
@@ -261,6 +281,7 @@ static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
     ctx->base.ops = &shoal_shm_ops;
     ctx->nslots = cfg->shm.nslots;
     ctx->chunk = comm->chunk_size;
+    ctx->spin_ns = cfg->shm.spin_ns;
     s = shoal_shm_layout(ctx, nfifo);
     if (s != SHOAL_OK)
         goto err_free_ctx;
@@ -355,7 +376,8 @@ static shoal_status_t shoal_shm_check_addr(const shoal_shm_ctx_t *ctx, int peer,
 /* Map our FIFO inside peer's segment, after checking the segment is the
  * size the blob announced and laid out as ours. */
 static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
-                                         const shoal_shm_addr_t *addr, void **map_p)
+                                         const shoal_shm_addr_t *addr, void **map_p,
+                                         shoal_shm_seg_t **hdr_p)
 {
     struct shoal_comm *comm = ctx->base.comm;
     int fd = shm_open(addr->name, O_RDWR | O_CLOEXEC, 0);
@@ -411,7 +433,9 @@ static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
         shm_unlink(addr->name) != 0 && errno != ENOENT)
         shoal_warn(SHM, "shm_unlink(%s): %s", addr->name, strerror(errno));
     *map_p = map;
-    s = SHOAL_OK;
+    *hdr_p = hdr;
+    close(fd);
+    return SHOAL_OK;
 out_unmap_hdr:
     munmap(hdr, ctx->page);
 out_close_fd:
@@ -440,7 +464,7 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
         shoal_error(SHM, "shm connect: out of memory");
         return SHOAL_ERR_NO_MEMORY;
     }
-    s = shoal_shm_map_peer(ctx, peer, &addr, &ep->tx_map);
+    s = shoal_shm_map_peer(ctx, peer, &addr, &ep->tx_map, &ep->peer_hdr);
     if (s != SHOAL_OK)
         goto err_free_ep;
     ep->base.ops = &shoal_shm_ops;
@@ -472,6 +496,60 @@ static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *base)
         return SHOAL_ERR_SYSTEM;
     }
     ctx->linked = 0;
+    return SHOAL_OK;
+}
+
+/* Wake the owner of hdr if it sleeps, after a sequentially consistent
+ * store of head or tail it may wait for. With shoal_shm_sleep's store of
+ * asleep and loads of head and tail, also sequentially consistent, either
+ * the sleeper sees our store or we see its flag. */
+static inline void shoal_shm_ring(shoal_shm_seg_t *hdr)
+{
+    if (atomic_load_explicit(&hdr->asleep, memory_order_seq_cst)) {
+        atomic_fetch_add_explicit(&hdr->bell, 1, memory_order_relaxed);
+        syscall(SYS_futex, &hdr->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+/* Everything peers have done to this rank's FIFOs, as one number that
+ * only grows: pieces posted to it plus slots it sent into freed. */
+static uint64_t shoal_shm_activity(const shoal_shm_ctx_t *ctx)
+{
+    const struct shoal_comm *comm = ctx->base.comm;
+    uint64_t sum = 0;
+    for (int q = 0; q < comm->nranks; q++) {
+        const shoal_ep_t *base = comm->eps ? comm->eps[q] : NULL;
+        if (!base || base->ops != &shoal_shm_ops)
+            continue;
+        const shoal_shm_ep_t *ep = (const shoal_shm_ep_t *)base;
+        sum += atomic_load_explicit(&ep->rx->head, memory_order_seq_cst) +
+               atomic_load_explicit(&ep->tx->tail, memory_order_seq_cst);
+    }
+    return sum;
+}
+
+/* Sleep on the doorbell unless a peer did something since the last call
+ * returned (the caller's last check may not have seen it). A peer that
+ * acts after we raise asleep either shows in the activity we read next,
+ * or sees the flag and rings (shoal_shm_ring). */
+static shoal_status_t shoal_shm_sleep(shoal_tl_ctx_t *base, uint64_t waited_ns,
+                                      uint64_t timeout_ns)
+{
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
+    if (waited_ns < ctx->spin_ns)
+        return SHOAL_INPROGRESS;
+    shoal_shm_seg_t *hdr = (shoal_shm_seg_t *)ctx->seg;
+    atomic_store_explicit(&hdr->asleep, 1, memory_order_seq_cst);
+    unsigned token = atomic_load_explicit(&hdr->bell, memory_order_relaxed);
+    uint64_t now = shoal_shm_activity(ctx);
+    if (now == ctx->seen) {
+        struct timespec ts = {.tv_sec = (time_t)(timeout_ns / 1000000000u),
+                              .tv_nsec = (long)(timeout_ns % 1000000000u)};
+        syscall(SYS_futex, &hdr->bell, FUTEX_WAIT, token, &ts, NULL, 0);
+        now = shoal_shm_activity(ctx);
+    }
+    atomic_store_explicit(&hdr->asleep, 0, memory_order_relaxed);
+    ctx->seen = now;
     return SHOAL_OK;
 }
 
@@ -509,10 +587,12 @@ static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len,
     else
         memset(&meta->sig, 0, sizeof(meta->sig));
     atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
-    /* Release: the slot's bytes and metadata are visible before the count. */
-    atomic_store_explicit(&ep->tx->head, ++ep->tx_head, memory_order_release);
+    /* Release: the slot's bytes and metadata are visible before the count;
+     * sequentially consistent for the doorbell (shoal_shm_ring). */
+    atomic_store_explicit(&ep->tx->head, ++ep->tx_head, memory_order_seq_cst);
     if (++ep->tx_idx == ep->nslots)
         ep->tx_idx = 0;
+    shoal_shm_ring(ep->peer_hdr);
     return SHOAL_OK;
 }
 
@@ -548,10 +628,12 @@ static shoal_status_t shoal_shm_recv_release(shoal_ep_t *base)
     }
     atomic_store_explicit(&base->rx_bytes, base->rx_bytes + ep->rx_meta[ep->rx_idx].len,
                           memory_order_relaxed);
-    /* Release: our reads of the slot finish before the sender may reuse it. */
-    atomic_store_explicit(&ep->rx->tail, ++ep->rx_tail, memory_order_release);
+    /* Release: our reads of the slot finish before the sender may reuse it;
+     * sequentially consistent for the doorbell (shoal_shm_ring). */
+    atomic_store_explicit(&ep->rx->tail, ++ep->rx_tail, memory_order_seq_cst);
     if (++ep->rx_idx == ep->nslots)
         ep->rx_idx = 0;
+    shoal_shm_ring(ep->peer_hdr);
     return SHOAL_OK;
 }
 
@@ -559,6 +641,7 @@ static void shoal_shm_disconnect(shoal_ep_t *base)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     munmap(ep->tx_map, ep->tx_map_len);
+    munmap(ep->peer_hdr, ((shoal_shm_ctx_t *)base->ctx)->page);
     free(ep);
 }
 
@@ -598,6 +681,7 @@ const shoal_transport_ops_t shoal_shm_ops = {
     .recv_release = shoal_shm_recv_release,
     .flush = shoal_tl_stub_flush, /* posted bytes already sit in the peer's memory */
     .progress = shoal_tl_stub_progress,
+    .sleep = shoal_shm_sleep,
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
     .put_signal = shoal_tl_stub_put_signal,

@@ -35,6 +35,11 @@ shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx)
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_tl_stub_sleep(shoal_tl_ctx_t *ctx, uint64_t waited_ns, uint64_t timeout_ns)
+{
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
 shoal_status_t shoal_tl_stub_flush(shoal_ep_t *ep)
 {
     return SHOAL_OK;

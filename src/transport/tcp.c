@@ -970,6 +970,7 @@ const shoal_transport_ops_t shoal_tcp_ops = {
     .recv_release = shoal_tcp_recv_release,
     .flush = shoal_tcp_flush,
     .progress = shoal_tcp_progress,
+    .sleep = shoal_tl_stub_sleep, /* polled: its sockets need progress calls */
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
     .put_signal = shoal_tl_stub_put_signal,

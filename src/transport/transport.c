@@ -91,6 +91,16 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
     }
     if (s == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
+    comm->tl_sole = NULL;
+    for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
+        shoal_tl_ctx_t *ctx = comm->eps[peer] ? comm->eps[peer]->ctx : NULL;
+        if (ctx && comm->tl_sole && ctx != comm->tl_sole) {
+            comm->tl_sole = NULL;
+            break;
+        }
+        if (ctx)
+            comm->tl_sole = ctx;
+    }
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
         if (comm->tl_ctx[t])
             s = transports[t]->ready(comm->tl_ctx[t]);
@@ -113,8 +123,16 @@ shoal_status_t shoal_transport_progress(struct shoal_comm *comm)
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_transport_sleep(struct shoal_comm *comm, uint64_t waited_ns,
+                                     uint64_t timeout_ns)
+{
+    shoal_tl_ctx_t *ctx = comm->tl_sole;
+    return ctx ? ctx->ops->sleep(ctx, waited_ns, timeout_ns) : SHOAL_ERR_UNSUPPORTED;
+}
+
 void shoal_transport_teardown(struct shoal_comm *comm)
 {
+    comm->tl_sole = NULL;
     for (int peer = 0; comm->eps && peer < comm->nranks; peer++) {
         if (comm->eps[peer]) {
             comm->eps[peer]->ops->disconnect(comm->eps[peer]);

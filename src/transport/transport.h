@@ -104,6 +104,12 @@ struct shoal_transport_ops {
     /* Advance I/O of every endpoint; SHOAL_ERR_PEER names the lost peer in
      * the log. SHOAL_OK when nothing failed (whether or not anything moved). */
     shoal_status_t (*progress)(shoal_tl_ctx_t *ctx);
+    /* A wait of waited_ns so far found nothing to do: SHOAL_OK after
+     * sleeping until a peer may have moved something for this rank (or
+     * timeout_ns); SHOAL_INPROGRESS when it would rather the caller poll on
+     * (the wait is young); SHOAL_ERR_UNSUPPORTED when it cannot sleep. The
+     * caller checks its condition again either way. */
+    shoal_status_t (*sleep)(shoal_tl_ctx_t *ctx, uint64_t waited_ns, uint64_t timeout_ns);
 
     /* Memory registration, for transports that write remote memory. */
     shoal_status_t (*mem_reg)(shoal_tl_ctx_t *ctx, void *addr, size_t len,
@@ -120,6 +126,7 @@ struct shoal_transport_ops {
 
 /* Shared stubs for transports without the capability. */
 shoal_status_t shoal_tl_stub_ready(shoal_tl_ctx_t *ctx);
+shoal_status_t shoal_tl_stub_sleep(shoal_tl_ctx_t *ctx, uint64_t waited_ns, uint64_t timeout_ns);
 shoal_status_t shoal_tl_stub_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len,
                                      shoal_mem_kind_t kind, shoal_mem_t **mem_p);
 shoal_status_t shoal_tl_stub_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
@@ -145,6 +152,13 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm);
 
 /* Progress every open transport context of comm. */
 shoal_status_t shoal_transport_progress(struct shoal_comm *comm);
+/* A wait that has found nothing for waited_ns: let the transport sleep
+ * until a peer may have moved something (see the sleep op). Only a
+ * communicator whose endpoints all use one transport sleeps (another one
+ * that needs polling would stall meanwhile); SHOAL_ERR_UNSUPPORTED
+ * otherwise. */
+shoal_status_t shoal_transport_sleep(struct shoal_comm *comm, uint64_t waited_ns,
+                                     uint64_t timeout_ns);
 
 /* Disconnect every endpoint and close every context. */
 void shoal_transport_teardown(struct shoal_comm *comm);
