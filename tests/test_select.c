@@ -323,11 +323,54 @@ static void test_select_rules(void **state)
         assert_string_not_equal(a->name, "ring");
 }
 
+/* The communicator's memo of the last choice: a repeated call gets the
+ * choice the cost model would make, a call with other arguments or after
+ * the settings change is chosen afresh, and a stale memo is never used. */
+static void test_choice_memo(void **state)
+{
+    (void)state;
+    struct shoal_comm comm;
+    memset(&comm, 0, sizeof(comm));
+    comm.nranks = 8;
+    comm.nhosts = 1;
+    comm.chunk_size = 128 << 10;
+    comm.link_lat_s = 2e-6;
+    comm.link_bw_Bps = 10e9;
+    harness_setenv("SHOAL_ALGO", NULL);
+    shoal_coll_args_t big = {.kind = SHOAL_COLL_ALLREDUCE, .count = 64 << 20,
+                             .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
+    shoal_coll_args_t small = big;
+    small.count = 1;
+    const shoal_algo_ops_t *want_big = shoal_algo_select(&comm, &big);
+    const shoal_algo_ops_t *want_small = shoal_algo_select(&comm, &small);
+    assert_ptr_not_equal(want_big, want_small);
+    for (int i = 0; i < 3; i++) {
+        assert_ptr_equal(shoal_algo_choose(&comm, &big), want_big);
+        assert_ptr_equal(comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo, want_big);
+        assert_ptr_equal(shoal_algo_choose(&comm, &small), want_small);
+    }
+    /* A memo planted by hand stands for a repeated call... */
+    comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
+    assert_ptr_equal(shoal_algo_choose(&comm, &small), want_big);
+    /* ...but not for other arguments, nor after the settings change. */
+    shoal_coll_args_t other = small;
+    other.dtype = SHOAL_FLOAT64;
+    assert_ptr_equal(shoal_algo_choose(&comm, &other), shoal_algo_select(&comm, &other));
+    comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
+    harness_setenv("SHOAL_ALGO", "allreduce:tree");
+    const shoal_algo_ops_t *tree = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "tree");
+    assert_non_null(tree);
+    assert_ptr_equal(shoal_algo_choose(&comm, &other), tree);
+    harness_setenv("SHOAL_ALGO", NULL);
+    assert_ptr_equal(shoal_algo_choose(&comm, &other), shoal_algo_select(&comm, &other));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_setting),
         cmocka_unit_test(test_select_rules),
+        cmocka_unit_test(test_choice_memo),
         cmocka_unit_test(test_every_algorithm_shm),
         cmocka_unit_test(test_every_algorithm_tcp),
     };

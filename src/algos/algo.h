@@ -217,6 +217,11 @@ shoal_status_t shoal_algo_check_setting(void);
  * only when no algorithm can serve the call. */
 const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
                                           const shoal_coll_args_t *args);
+/* shoal_algo_select for a call about to run: the communicator remembers the
+ * last choice per collective, and a call with the same count, type, op and
+ * root takes it without asking the cost model again. */
+const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm,
+                                          const shoal_coll_args_t *args);
 
 /* The i-th algorithm of kind (NULL past the last), for listings. */
 const shoal_algo_ops_t *shoal_algo_at(shoal_coll_kind_t kind, int i);

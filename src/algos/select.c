@@ -210,3 +210,26 @@ const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
                     comm->nranks);
     return best;
 }
+
+_Static_assert(SHOAL_COLL_KIND_COUNT <= SHOAL_ALGO_MEMO_KINDS, "raise SHOAL_ALGO_MEMO_KINDS");
+
+const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    /* While choices are logged each call makes its own, so that the log
+     * says what every call runs; the -v collectives' costs read their
+     * count arrays. */
+    int logged = SHOAL_LOG_INFO <= shoal_log_level && (SHOAL_SUBSYS(ALGO) & shoal_log_subsys);
+    if ((unsigned)args->kind >= SHOAL_COLL_KIND_COUNT || args->sendcounts || logged)
+        return shoal_algo_select(comm, args);
+    shoal_algo_memo_t *m = &comm->algo_memo[args->kind];
+    unsigned settings = shoal_config_generation();
+    if (m->algo && m->count == args->count && m->dtype == (int)args->dtype &&
+        m->op == (int)args->op && m->root == args->root && m->settings == settings)
+        return m->algo;
+    const shoal_algo_ops_t *a = shoal_algo_select(comm, args);
+    if (a)
+        *m = (shoal_algo_memo_t){.algo = a, .count = args->count, .dtype = (int)args->dtype,
+                                 .op = (int)args->op, .root = args->root,
+                                 .settings = settings};
+    return a;
+}

@@ -86,7 +86,7 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
                                    const shoal_coll_args_t *args, unsigned sig_kind)
 {
     begin_sig(comm, args, sig_kind);
-    const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
+    const shoal_algo_ops_t *algo = shoal_algo_choose(comm, args);
     shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",

@@ -20,6 +20,16 @@
 
 struct shoal_reg;
 
+/* The cost model's last choice for one collective and the arguments it
+ * was made for (select.c). */
+typedef struct {
+    const void *algo; /* const shoal_algo_ops_t *; NULL before the first */
+    size_t count;
+    int dtype, op, root;
+    unsigned settings; /* shoal_config_generation() then */
+} shoal_algo_memo_t;
+#define SHOAL_ALGO_MEMO_KINDS 16
+
 struct shoal_comm {
     int rank;
     int nranks;
@@ -94,6 +104,7 @@ struct shoal_comm {
      * executor only. cause says why the running operation failed, set
      * where that was found; the watch state is guarded by watch_lock. */
     shoal_sig_t sig;
+    shoal_algo_memo_t algo_memo[SHOAL_ALGO_MEMO_KINDS]; /* per collective kind */
     uint64_t nseq;
     char cause[SHOAL_ERROR_MAX];
     pthread_mutex_t watch_lock;

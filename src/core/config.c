@@ -764,6 +764,11 @@ const shoal_config_t *shoal_config_get(void)
     return &config;
 }
 
+unsigned shoal_config_generation(void)
+{
+    return atomic_load_explicit(&config_loads, memory_order_acquire);
+}
+
 void shoal_config_reload(void)
 {
     pthread_once(&config_once, config_load);

@@ -74,6 +74,9 @@ const shoal_config_t *shoal_config_get(void);
 /* Parse the environment again (tests change settings between cases).
  * Not thread-safe: no other shoal call may run concurrently. */
 void shoal_config_reload(void);
+/* How many times the settings were parsed: what was derived from them
+ * holds while this stays the same. */
+unsigned shoal_config_generation(void);
 
 /* Honour the NCCL_* aliases of the settings from now on (NCCL_DEBUG for
  * SHOAL_DEBUG, NCCL_SOCKET_IFNAME for SHOAL_SOCKET_IFNAME...), then parse the
