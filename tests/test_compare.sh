@@ -14,38 +14,9 @@ BENCH=${BENCH:-tools/allreduce_bench}
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_compare.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
-# The runs choose their launcher themselves; a launcher around this script
-# must not leak into them.
-unset SHOAL_RANK SHOAL_SIZE SHOAL_LOCAL_RANK SHOAL_ADDR SHOAL_PORT SHOAL_SECRET \
-    PMIX_NAMESPACE PMIX_RANK RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT \
-    TORCHELASTIC_RUN_ID OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE \
-    OMPI_COMM_WORLD_LOCAL_RANK SLURM_PROCID SLURM_NTASKS SLURM_LOCALID SLURM_JOB_ID
-
-# A hung run must end as a failure, not hang prove.
-if command -v timeout >/dev/null 2>&1; then
-    LIMIT="timeout 300"
-else
-    LIMIT=
-fi
-
-n=0
-pass() { n=$((n + 1)); echo "ok $n - $1"; }
-fail() { n=$((n + 1)); echo "not ok $n - $1"; }
-skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
-# check DESCRIPTION COMMAND...: one TAP line from the command's status.
-check() {
-    desc=$1
-    shift
-    if "$@"; then
-        pass "$desc"
-    else
-        fail "$desc"
-        return 1
-    fi
-}
-show() {
-    sed 's/^/# /' "$1"
-}
+TAP_LIMIT_S=300
+# shellcheck source=tests/tap.sh
+. tests/tap.sh
 
 # json_ok FILE NRANKS BYTES...: FILE parses, says status ok and ranks
 # NRANKS, and holds one result per size, these byte counts in order, with

@@ -287,6 +287,18 @@ static void test_bad_setting(void **state)
     harness_setenv("SHOAL_ALGO", NULL);
 }
 
+/* A communicator for the cost model alone: 8 ranks on one host, 2 us and
+ * 10 GB/s links, nothing connected. */
+static void fake_comm(struct shoal_comm *comm)
+{
+    memset(comm, 0, sizeof(*comm));
+    comm->nranks = 8;
+    comm->nhosts = 1;
+    comm->chunk_size = 128 << 10;
+    comm->link_lat_s = 2e-6;
+    comm->link_bw_Bps = 10e9;
+}
+
 /* The selection itself: a bare name forces every collective that has it;
  * the cost model prefers few steps for tiny messages and the ring for
  * large ones (where it has a choice). */
@@ -294,12 +306,7 @@ static void test_select_rules(void **state)
 {
     (void)state;
     struct shoal_comm comm;
-    memset(&comm, 0, sizeof(comm));
-    comm.nranks = 8;
-    comm.nhosts = 1;
-    comm.chunk_size = 128 << 10;
-    comm.link_lat_s = 2e-6;
-    comm.link_bw_Bps = 10e9;
+    fake_comm(&comm);
     shoal_coll_args_t big = {.kind = SHOAL_COLL_ALLREDUCE, .count = 64 << 20,
                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
     harness_setenv("SHOAL_ALGO", "auto");
@@ -330,12 +337,7 @@ static void test_choice_memo(void **state)
 {
     (void)state;
     struct shoal_comm comm;
-    memset(&comm, 0, sizeof(comm));
-    comm.nranks = 8;
-    comm.nhosts = 1;
-    comm.chunk_size = 128 << 10;
-    comm.link_lat_s = 2e-6;
-    comm.link_bw_Bps = 10e9;
+    fake_comm(&comm);
     harness_setenv("SHOAL_ALGO", NULL);
     shoal_coll_args_t big = {.kind = SHOAL_COLL_ALLREDUCE, .count = 64 << 20,
                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};

@@ -13,6 +13,8 @@
  * tools/compare_mpi and tools/plot_bench. */
 #include "shoal.h"
 
+#include "bench_text.h"
+
 #include "algos/reduce.h"
 #include "core/config.h"
 #include "core/dtype.h"
@@ -1067,16 +1069,6 @@ static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench
     return SHOAL_OK;
 }
 
-static void shoal_bench_fmt_time(double us, char out[32])
-{
-    if (us >= 10000.0)
-        snprintf(out, 32, "%7.0f", us);
-    else if (us >= 100.0)
-        snprintf(out, 32, "%7.1f", us);
-    else
-        snprintf(out, 32, "%7.2f", us);
-}
-
 /* One line of the table: both placements of one size, type, op and root. */
 static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_t *o,
                                       const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
@@ -1121,7 +1113,7 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_
         if (row->rank != 0)
             continue;
         char tbuf[32], wbuf[32];
-        shoal_bench_fmt_time(us[p], tbuf);
+        bench_fmt_time(us[p], tbuf);
         int checked = shoal_bench_checked(o, row, p);
         if (checked)
             snprintf(wbuf, sizeof(wbuf), "%lld", counts[p]);
@@ -1205,21 +1197,6 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
     return SHOAL_OK;
 }
 
-/* A JSON string member; host names and SHOAL_ALGO are free text. */
-static void shoal_bench_json_str(FILE *f, const char *key, const char *text)
-{
-    fprintf(f, "  \"%s\": \"", key);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fprintf(f, "\",\n");
-}
-
 /* -J on rank 0: the settings the header shows, then the results array
  * left open for the rows. NULL, said why, when the file cannot be made. */
 static FILE *shoal_bench_json_open(const shoal_bench_opts_t *o, int nranks)
@@ -1245,19 +1222,19 @@ static FILE *shoal_bench_json_open(const shoal_bench_opts_t *o, int nranks)
                  shoal_bench_op_names[o->ops[p]]);
     fprintf(f, "{\n  \"tool\": \"allreduce_bench\",\n  \"library\": \"shoal %d.%d.%d\",\n",
             SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH);
-    shoal_bench_json_str(f, "collective", o->coll->name);
+    bench_json_str(f, "collective", o->coll->name);
     fprintf(f, "  \"ranks\": %d,\n", nranks);
-    shoal_bench_json_str(f, "dtype", dtypes);
-    shoal_bench_json_str(f, "op", o->coll->reduces ? ops : "none");
-    shoal_bench_json_str(f, "algorithm", shoal_config_get()->algo.algo);
+    bench_json_str(f, "dtype", dtypes);
+    bench_json_str(f, "op", o->coll->reduces ? ops : "none");
+    bench_json_str(f, "algorithm", shoal_config_get()->algo.algo);
     fprintf(f, "  \"iterations\": %d,\n  \"warmup\": %d,\n  \"agg_iters\": %d,\n"
             "  \"check\": %d,\n", o->iters, o->warmup, o->agg_iters, o->check);
     if (o->memcpy_gbs > 0)
         fprintf(f, "  \"memcpy_gbs\": %.6g,\n", o->memcpy_gbs);
     else
         fprintf(f, "  \"memcpy_gbs\": null,\n");
-    shoal_bench_json_str(f, "host", host);
-    shoal_bench_json_str(f, "date", date);
+    bench_json_str(f, "host", host);
+    bench_json_str(f, "date", date);
     fprintf(f, "  \"results\": [");
     return f;
 }

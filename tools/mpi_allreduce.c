@@ -14,6 +14,8 @@
  * that compare_mpi divides by. */
 #include <mpi.h>
 
+#include "bench_text.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
@@ -199,21 +201,6 @@ static size_t mpib_next_size(const mpib_opts_t *o, size_t size)
 
 /* ---- JSON ------------------------------------------------------------ */
 
-/* A JSON string member of free text (a library's version, a host name). */
-static void mpib_json_str(FILE *f, const char *key, const char *text)
-{
-    fprintf(f, "  \"%s\": \"", key);
-    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
-        if (*c == '"' || *c == '\\')
-            fprintf(f, "\\%c", *c);
-        else if (*c < 0x20)
-            fprintf(f, "\\u%04x", *c);
-        else
-            fputc(*c, f);
-    }
-    fprintf(f, "\",\n");
-}
-
 /* The settings, as allreduce_bench writes them, then the results array
  * left open for the rows. NULL, said why, when the file cannot be made. */
 static FILE *mpib_json_open(const mpib_opts_t *o, const char *library, int nranks)
@@ -231,7 +218,7 @@ static FILE *mpib_json_open(const mpib_opts_t *o, const char *library, int nrank
     if (gmtime_r(&now, &tm))
         strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", &tm);
     fprintf(f, "{\n  \"tool\": \"mpi_allreduce\",\n");
-    mpib_json_str(f, "library", library);
+    bench_json_str(f, "library", library);
     if (o->memcpy_mode) {
         fprintf(f, "  \"collective\": \"memcpy\",\n  \"runs\": %d,\n", MPIB_MEMCPY_RUNS);
     } else {
@@ -240,8 +227,8 @@ static FILE *mpib_json_open(const mpib_opts_t *o, const char *library, int nrank
                 "  \"algorithm\": \"MPI_Allreduce\",\n  \"iterations\": %d,\n"
                 "  \"warmup\": %d,\n  \"check\": %d,\n", o->iters, o->warmup, o->check);
     }
-    mpib_json_str(f, "host", host);
-    mpib_json_str(f, "date", date);
+    bench_json_str(f, "host", host);
+    bench_json_str(f, "date", date);
     fprintf(f, "  \"results\": [");
     return f;
 }
@@ -376,16 +363,6 @@ static long long mpib_check(mpib_bufs_t *b, size_t count, int in_place, int rank
     return wrong;
 }
 
-static void mpib_fmt_time(double us, char out[32])
-{
-    if (us >= 10000.0)
-        snprintf(out, 32, "%7.0f", us);
-    else if (us >= 100.0)
-        snprintf(out, 32, "%7.1f", us);
-    else
-        snprintf(out, 32, "%7.2f", us);
-}
-
 /* One line of the table (and of the JSON): both placements of one size. */
 static long long mpib_row(const mpib_opts_t *o, mpib_bufs_t *b, size_t bytes, int rank,
                           int nranks, FILE *json, long row)
@@ -426,7 +403,7 @@ static long long mpib_row(const mpib_opts_t *o, mpib_bufs_t *b, size_t bytes, in
         double algbw = us_max[p] > 0 ? (double)shown / us_max[p] / 1e3 : 0.0;
         double busbw = algbw * factor;
         char tbuf[32], wbuf[32];
-        mpib_fmt_time(us_max[p], tbuf);
+        bench_fmt_time(us_max[p], tbuf);
         if (o->check)
             snprintf(wbuf, sizeof(wbuf), "%lld", wrong_sum[p]);
         else
