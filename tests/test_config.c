@@ -181,9 +181,15 @@ static void test_config_reload_other_types(void **state)
 
     set_env("SHOAL_CHUNK_SIZE", "1M");
     assert_int_equal(shoal_config_get()->algo.chunk_size, 1u << 20);
+    assert_int_equal(shoal_config_chunk(shoal_config_get(), 0), 1u << 20);
+    assert_int_equal(shoal_config_chunk(shoal_config_get(), 1), 1u << 20);
     set_env("SHOAL_CHUNK_SIZE", "lots");
-    assert_int_equal(shoal_config_get()->algo.chunk_size, 128u << 10);
+    assert_int_equal(shoal_config_get()->algo.chunk_size, 0);
+    set_env("SHOAL_CHUNK_SIZE", "12k");
+    assert_int_equal(shoal_config_get()->algo.chunk_size, 0);
     set_env("SHOAL_CHUNK_SIZE", NULL);
+    assert_int_equal(shoal_config_chunk(shoal_config_get(), 0), 128u << 10);
+    assert_int_equal(shoal_config_chunk(shoal_config_get(), 1), 512u << 10);
 
     set_env("SHOAL_ALGO", "ring");
     assert_string_equal(shoal_config_get()->algo.algo, "ring");

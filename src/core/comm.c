@@ -368,7 +368,6 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     comm->rdv_fd = -1;
     pthread_mutex_init(&comm->watch_lock, NULL);
     comm->timeout_ns = cfg->core.timeout_ns;
-    comm->chunk_size = cfg->algo.chunk_size;
     comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
     shoal_status_t s = comm->eps ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
     if (s != SHOAL_OK)
@@ -380,6 +379,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     s = comm_exchange_cards(comm);
     if (s != SHOAL_OK)
         goto err_free;
+    comm->chunk_size = shoal_config_chunk(cfg, comm->nhosts > 1 || !cfg->shm.enable);
     s = shoal_transport_wireup(comm);
     if (s == SHOAL_OK)
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);

@@ -560,14 +560,15 @@ static const shoal_config_entry_t tcp_entries[] = {
     {.name = "SHOAL_TCP_NSOCKS", .def = "2",
      .doc = "sockets per peer; each message is striped across them",
      .parse = parse_int, .offset = FIELD(tcp.nsocks)},
-    {.name = "SHOAL_TCP_NSLOTS", .def = "4",
+    {.name = "SHOAL_TCP_NSLOTS", .def = "2",
      .doc = "slots of SHOAL_CHUNK_SIZE bytes buffered per peer and direction",
      .parse = parse_size, .offset = FIELD(tcp.nslots)},
 };
 
 static const shoal_config_entry_t algo_entries[] = {
-    {.name = "SHOAL_CHUNK_SIZE", .def = "128k",
-     .doc = "bytes moved per pipeline step and per transport slot",
+    {.name = "SHOAL_CHUNK_SIZE", .def = "0",
+     .doc = "bytes moved per pipeline step and per transport slot (0: 128k when shared "
+            "memory joins every rank, 512k when the communicator spans hosts)",
      .parse = parse_size, .offset = FIELD(algo.chunk_size)},
     {.name = "SHOAL_ALGO", .def = "auto",
      .doc = "algorithm: auto (cost model), a name for every collective that has it, or "
@@ -632,10 +633,11 @@ static atomic_uint config_loads;
 /* Checks the table's invariants that a parser cannot: called after parsing. */
 static void config_sanitize(shoal_config_t *c)
 {
-    if (c->algo.chunk_size < 4096 || (c->algo.chunk_size & (c->algo.chunk_size - 1))) {
-        shoal_warn(INIT, "SHOAL_CHUNK_SIZE=%zu must be a power of two >= 4096; using 128k",
-                   c->algo.chunk_size);
-        c->algo.chunk_size = 128 << 10;
+    size_t chunk = c->algo.chunk_size;
+    if (chunk != 0 && (chunk < 4096 || (chunk & (chunk - 1)))) {
+        shoal_warn(INIT, "SHOAL_CHUNK_SIZE=%zu must be 0 or a power of two >= 4096; "
+                   "using 0 (chosen per communicator)", chunk);
+        c->algo.chunk_size = 0;
     }
     if (c->shm.nslots < 2)
         c->shm.nslots = 2;
@@ -813,4 +815,11 @@ void shoal_config_print(FILE *out)
             fputc('\n', out);
         }
     }
+}
+
+size_t shoal_config_chunk(const shoal_config_t *c, int networked)
+{
+    if (c->algo.chunk_size)
+        return c->algo.chunk_size;
+    return networked ? SHOAL_CHUNK_NET : SHOAL_CHUNK_LOCAL;
 }

@@ -44,7 +44,8 @@ typedef struct {
 } shoal_tcp_config_t;
 
 typedef struct {
-    size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece */
+    size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece; 0 =
+                                           shoal_config_chunk() picks */
     char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto", a name or coll:name,... */
     uint64_t latency_ns;                /* SHOAL_ALGO_LATENCY, 0 = from the transports */
     size_t bandwidth;                   /* SHOAL_ALGO_BANDWIDTH B/s, 0 = from the transports */
@@ -92,6 +93,16 @@ const char *shoal_config_env(const char *name);
 
 /* Print every setting: name, default, current value, documentation. */
 void shoal_config_print(FILE *out);
+
+/* Pipeline piece of a communicator: SHOAL_CHUNK_SIZE when set, else
+ * SHOAL_CHUNK_LOCAL when shared memory joins every rank and
+ * SHOAL_CHUNK_NET when some piece crosses a network (networked: the
+ * communicator spans hosts, or shared memory is off). A network pays a
+ * system call and a round of its window per piece, so it wants them larger
+ * than memory does, whose pieces should stay in the caches. */
+#define SHOAL_CHUNK_LOCAL ((size_t)128 << 10)
+#define SHOAL_CHUNK_NET ((size_t)512 << 10)
+size_t shoal_config_chunk(const shoal_config_t *c, int networked);
 
 /* Typed parsers, exposed for tests. Return 0 on success, -1 on bad text. */
 int shoal_config_parse_size(const char *text, size_t *out_p);

@@ -135,7 +135,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     sim->cfg = *cfg;
     int n = sim->n = cfg->nhosts * cfg->per_host;
     size_t nn = (size_t)n * n;
-    size_t chunk = cfg->chunk_size ? cfg->chunk_size : conf->algo.chunk_size;
+    size_t chunk = cfg->chunk_size ? cfg->chunk_size : shoal_config_chunk(conf, cfg->nhosts > 1);
     sim->depth_intra = conf->shm.nslots;
     sim->depth_inter = conf->tcp.nslots;
     sim->depth = sim->depth_intra > sim->depth_inter ? sim->depth_intra : sim->depth_inter;
