@@ -1,10 +1,11 @@
 #!/bin/sh
 # The tooling that sets shoal against MPI, as TAP for prove: allreduce_bench
 # -J (the JSON parses, one result per size with nccl-tests' byte counts,
-# none wrong), tools/compare_mpi on tiny sizes (a row per size with shoal's
-# and Open MPI's figures, numeric ratios, MPI's results checked, the JSON
-# kept) and tools/plot_bench (an SVG drawn from the JSON). Run from the
-# repository root (make test does).
+# none wrong), tools/compare_mpi on tiny sizes (a row per size with shoal's,
+# Open MPI's and Gloo's figures, numeric ratios, the baselines' results
+# checked, the JSON kept; Gloo where /usr/bin/python3 has torch) and
+# tools/plot_bench (an SVG drawn from the JSON). Run from the repository
+# root (make test does).
 # shellcheck disable=SC2016 # the perl programs in single quotes are perl's
 
 # The bench to test: tools/ for the default build; a build elsewhere (the
@@ -52,6 +53,11 @@ numeric() {
     c=$(col "$1" "$2")
     [ -n "$c" ] && awk -v c="$c" '!/^#/ && NF > 2 { rows++; if ($c !~ /^[0-9]+(\.[0-9]+)?$/) bad++ }
         END { exit !(rows > 0 && !bad) }' "$1"
+}
+# cell FILE NAME SIZE: the figure in column NAME of the row of SIZE.
+cell() {
+    c=$(col "$1" "$2")
+    awk -v c="$c" -v s="$3" '!/^#/ && $2 == s { print $c }' "$1"
 }
 # sizes FILE NP: the size column of the rows of NP ranks, on one line.
 sizes() {
@@ -101,6 +107,13 @@ elif ! $LIMIT mpirun.openmpi --allow-run-as-root --oversubscribe -np 1 true \
 else
     ompi=y
 fi
+gloo=
+if ! /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_available()' \
+    >"$TMP/gloo_probe.out" 2>&1; then
+    gloo_reason="/usr/bin/python3 has no torch.distributed with gloo (apt-get install python3-torch)"
+else
+    gloo=y
+fi
 BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 64K -f 8 -n 5 -r 1 -c 1 -J "$TMP/cmp" \
     >"$TMP/cmp.out" 2>&1
 rc=$?
@@ -125,6 +138,59 @@ else
         skip "compare_mpi $what: $reason"
     done
 fi
+# Gloo: in the default baselines where torch has it, with its columns, ratio
+# and checked JSON (tools/gloo_allreduce.py under /usr/bin/python3).
+if [ -n "$gloo" ]; then
+    check "compare_mpi: gloo among the default baselines" \
+        grep -q '^# shoal: .*baselines: .*gloo' "$TMP/cmp.out" || show "$TMP/cmp.out"
+    for c in Gloo_us Gloo_GB/s shoal/Gloo; do
+        check "compare_mpi: a number in column $c of every row" numeric "$TMP/cmp.out" "$c"
+    done
+    check "compare_mpi -J: gloo_np2.json (gloo_allreduce) parses, 5 results, none wrong" \
+        json_ok "$TMP/cmp/gloo_np2.json" 2 8 64 512 4096 32768
+    check "compare_mpi -J: gloo_np2.json is Gloo's, with a positive time per row" \
+        perl -MJSON::PP -e 'local $/; open(my $fh, "<", $ARGV[0]) or die "$ARGV[0]: $!\n";
+            my $d = decode_json(<$fh>);
+            my @t = map { $_->{out_of_place}{time_us} } @{ $d->{results} };
+            exit !($d->{tool} eq "gloo_allreduce" && $d->{library} =~ /^Gloo \(torch / &&
+                   $d->{label} eq "Gloo" && @t == 5 && !grep { !($_ > 0) } @t)' \
+        "$TMP/cmp/gloo_np2.json"
+    # The table's Gloo time of the 8B row is the JSON's, as the table prints it.
+    t8=$(perl -MJSON::PP -e 'local $/; open(my $fh, "<", $ARGV[0]) or exit 1;
+        my $t = decode_json(<$fh>)->{results}[0]{out_of_place}{time_us};
+        printf($t >= 10000 ? "%.0f" : $t >= 100 ? "%.1f" : "%.2f", $t)' "$TMP/cmp/gloo_np2.json")
+    c8=$(cell "$TMP/cmp.out" Gloo_us 8B)
+    check "compare_mpi: Gloo_us of the 8B row ($c8) is gloo_np2.json's time" \
+        [ "${c8:-none}" = "${t8:-no JSON}" ]
+else
+    for what in "default baselines" Gloo_us Gloo_GB/s shoal/Gloo gloo_np2.json "gloo time"; do
+        skip "compare_mpi gloo $what: $gloo_reason"
+    done
+fi
+# Without torch, gloo leaves the defaults with a one-line note on stderr,
+# and -B gloo is refused.
+GLOO_PYTHON=/nonexistent/python3 BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 8 \
+    -n 1 -w 0 -r 1 >"$TMP/nogloo.out" 2>"$TMP/nogloo.err"
+rc=$?
+check "compare_mpi without torch: runs, gloo left out, one note on stderr" \
+    sh -c "[ $rc -eq 0 ] && ! grep -q '^# shoal:.* gloo' '$TMP/nogloo.out' &&
+        [ -n \"\$(awk '!/^#/ && \$2 == \"8B\"' '$TMP/nogloo.out')\" ] &&
+        [ \$(wc -l <'$TMP/nogloo.err') -eq 1 ] && grep -q '^# Gloo: skipped' '$TMP/nogloo.err'" ||
+    { show "$TMP/nogloo.out"; show "$TMP/nogloo.err"; }
+GLOO_PYTHON=/nonexistent/python3 BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 8 \
+    -n 1 -w 0 -r 1 -B gloo >"$TMP/nogloo.out" 2>&1
+rc=$?
+check "compare_mpi -B gloo without torch fails, saying why" \
+    sh -c "[ $rc -eq 2 ] && grep -q 'asks for gloo.*/nonexistent/python3' '$TMP/nogloo.out'" ||
+    show "$TMP/nogloo.out"
+BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 8 -n 1 -w 0 -r 1 -B "" >"$TMP/alone.out" 2>&1
+rc=$?
+check "compare_mpi -B \"\" runs shoal alone" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'baselines: none' '$TMP/alone.out'" || show "$TMP/alone.out"
+BENCH=$BENCH tools/compare_mpi -np 2 -B nccl >"$TMP/cmp_bad.out" 2>&1
+rc=$?
+check "compare_mpi -B refuses an unknown baseline" \
+    sh -c "[ $rc -eq 2 ] && grep -q 'unknown baseline' '$TMP/cmp_bad.out'"
 BENCH=$BENCH tools/compare_mpi -np 2 -q 1 >"$TMP/cmp_bad.out" 2>&1
 rc=$?
 check "compare_mpi refuses an unknown flag" \
