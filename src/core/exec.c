@@ -228,7 +228,7 @@ static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
         s = SHOAL_ERR_ABORTED;
     pthread_mutex_lock(&exec_lock);
     if (s == SHOAL_OK && !moved) {
-        uint64_t now = shoal_deadline_now_ns();
+        uint64_t now = shoal_coarse_now_ns();
         if (list_overdue(&ex->sends, 1, now, comm) || list_overdue(&ex->recvs, 0, now, comm))
             s = SHOAL_ERR_TIMEOUT;
     }

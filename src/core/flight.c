@@ -151,7 +151,7 @@ uint64_t shoal_flight_queue(shoal_flight_t *f, const char *what, size_t bytes)
 {
     if (!f)
         return 0;
-    uint64_t now = shoal_now_ns();
+    uint64_t now = shoal_coarse_now_ns();
     pthread_mutex_lock(&f->lock);
     uint64_t id = ++f->nqueued;
     size_t i = id % f->depth;
@@ -173,7 +173,7 @@ void shoal_flight_start(shoal_flight_t *f, uint64_t id, const char *algo, const 
 {
     if (!f || id == 0)
         return;
-    uint64_t now = shoal_now_ns();
+    uint64_t now = shoal_coarse_now_ns();
     pthread_mutex_lock(&f->lock);
     size_t i = flight_find(f, id);
     if (i == FLIGHT_NONE) {
@@ -208,7 +208,7 @@ void shoal_flight_finish(shoal_flight_t *f, uint64_t id, shoal_status_t status)
 {
     if (!f || id == 0)
         return;
-    uint64_t now = shoal_now_ns();
+    uint64_t now = shoal_coarse_now_ns();
     pthread_mutex_lock(&f->lock);
     size_t i = flight_find(f, id);
     if (i != FLIGHT_NONE) {
@@ -397,7 +397,7 @@ size_t shoal_flight_format(shoal_flight_t *f, char *buf, size_t cap)
         return 0;
     flight_text_t t = {.buf = buf, .cap = cap, .len = 0};
     pthread_mutex_lock(&f->lock);
-    uint64_t now = shoal_now_ns();
+    uint64_t now = shoal_coarse_now_ns();
     size_t k = flight_sort(f);
     for (size_t i = 0; i < k; i++) {
         flight_put_rec(f, &f->recs[f->order[i]], now, &t);
@@ -412,7 +412,7 @@ void shoal_flight_dump(shoal_flight_t *f, const char *reason)
     if (!f || shoal_log_level < SHOAL_LOG_ERROR || !(shoal_log_subsys & SHOAL_SUBSYS(INIT)))
         return;
     pthread_mutex_lock(&f->lock);
-    uint64_t now = shoal_now_ns();
+    uint64_t now = shoal_coarse_now_ns();
     size_t k = flight_sort(f);
     shoal_error(INIT, "rank %d flight recorder (%s): last %zu of %llu operations", f->rank,
                 reason ? reason : "dump", k, (unsigned long long)f->nqueued);

@@ -403,7 +403,7 @@ shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadlin
             shoal_error(BOOT, "connect to %s: %s", shoal_sock_str(addr, text), strerror(err));
             return SHOAL_ERR_SYSTEM;
         }
-        uint64_t now = shoal_deadline_now_ns();
+        uint64_t now = shoal_coarse_now_ns();
         if (now >= deadline_ns) {
             shoal_error(BOOT, "connect to %s: %s; gave up at the deadline",
                         shoal_sock_str(addr, text), strerror(err));
