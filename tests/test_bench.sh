@@ -202,6 +202,22 @@ for coll in $COLLS; do
         run_ok $coll "$out" $rc $nrows || show "$out"
 done
 
+# Outputs written with streaming stores (SHOAL_STREAM_MIN=4096: every
+# output of 4 KiB and more), over shared memory with 4 ranks and over tcp
+# with 3; the check covers every byte and the guards around the buffers.
+for coll in $COLLS; do
+    for np in 3 4; do
+        shm=y
+        [ $np -eq 3 ] && shm=n
+        out="$TMP/$coll.stream$np.out"
+        SHOAL_STREAM_MIN=4096 SHOAL_SHM_ENABLE=$shm SHOAL_CHUNK_SIZE=4096 $LIMIT $BENCH \
+            -np $np --coll $coll $SIZES -n 1 -w 1 >"$out" 2>&1
+        rc=$?
+        check "--coll $coll -np $np (shm $shm) streaming its output: exits 0, none wrong" \
+            run_ok $coll "$out" $rc $NSIZES || show "$out"
+    done
+done
+
 # Groups: -m 10 operations per timed iteration, each in its own slice of
 # the buffers; the check runs one group over all the slices. All-reduces of
 # one group are fused, so their slices must come back apart.

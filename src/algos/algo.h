@@ -110,16 +110,18 @@ void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p)
  *   (blocks of the loop, whatever the layout);
  * - rs: block p of src reduced over the team; the caller's block lands at
  *   dst (which may be its block in src);
- * - ag: every block of dst from its position's owner, whose own block is
- *   in place already.
+ * - ag: every block of dst from its position's owner; the caller's own
+ *   block is read from own and copied into place piece by piece as it
+ *   goes out (one pass over the input instead of two), or is in place
+ *   already when own is NULL.
  * A team of one copies (and finishes AVG when p->avg_n > 1). */
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
                                         const char *src, char *dst, size_t count,
                                         size_t piece_elems);
 shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
                                  char *dst, size_t piece_elems);
-shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
-                                 size_t piece_elems);
+shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
+                                 char *dst, size_t piece_elems);
 
 #define SHOAL_PLAN_NBRS 16
 

@@ -118,7 +118,7 @@ static void a2a_copy_own(const shoal_plan_t *plan)
     a2a_block(plan, r, 0, &out);
     /* The core stages an in-place call's input, so the blocks never overlap. */
     if (in.bytes)
-        shoal_move(plan->prims.comm, out.buf, in.buf, in.bytes);
+        shoal_move_out(plan->prims.comm, out.buf, in.buf, in.bytes);
 }
 
 static shoal_status_t pairwise_run(shoal_plan_t *plan)

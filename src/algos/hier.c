@@ -94,7 +94,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     /* 3. Every segment to every rank of the host. */
     p->avg_n = 0;
     if (s == SHOAL_OK)
-        s = shoal_ring_ag_run(p, local, dst, plan->piece_elems);
+        s = shoal_ring_ag_run(p, local, NULL, dst, plan->piece_elems);
     return s;
 }
 
@@ -208,7 +208,7 @@ static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
         s = bcast_chain(plan, &rail, c->host_of[a->root], dst + so * es, sl);
     }
     if (s == SHOAL_OK)
-        s = shoal_ring_ag_run(p, local, dst, plan->piece_elems);
+        s = shoal_ring_ag_run(p, local, NULL, dst, plan->piece_elems);
     return s;
 }
 

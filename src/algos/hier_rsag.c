@@ -125,15 +125,11 @@ static shoal_status_t hier_ag_run(shoal_plan_t *plan)
         shoal_ring_t rail;
         hier_rail_of(comm, j, a->count, &rail);
         char *buf = stage + (size_t)shoal_cluster_stage_off(c, local->host, j) * block;
-        if (j == local->me) {
-            size_t off, len;
-            shoal_ring_block(&rail, rail.me, &off, &len);
-            shoal_move(comm, buf + off * es, a->sendbuf, block);
-        }
-        s = shoal_ring_ag_run(p, &rail, buf, plan->piece_elems);
+        s = shoal_ring_ag_run(p, &rail, j == local->me ? a->sendbuf : NULL, buf,
+                              plan->piece_elems);
     }
     if (s == SHOAL_OK)
-        s = shoal_ring_ag_run(p, local, stage, plan->piece_elems);
+        s = shoal_ring_ag_run(p, local, NULL, stage, plan->piece_elems);
     if (s == SHOAL_OK)
         hier_stage(comm, stage, a->recvbuf, block, 0);
     return s;

@@ -118,7 +118,7 @@ shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
     shoal_status_t s = prims_wait_recv(p, bytes, &in);
     if (s != SHOAL_OK)
         return s;
-    shoal_move(p->comm, dst, in, bytes);
+    shoal_move_out(p->comm, dst, in, bytes);
     return p->recv_ep->ops->recv_release(p->recv_ep);
 }
 
@@ -164,7 +164,7 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
         s = prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    shoal_move(p->comm, dst, in, bytes);
+    shoal_move_out(p->comm, dst, in, bytes);
     if (out)
         shoal_move(p->comm, out, in, bytes);
     s = p->recv_ep->ops->recv_release(p->recv_ep);

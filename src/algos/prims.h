@@ -24,6 +24,24 @@ static inline void shoal_move(struct shoal_comm *comm, void *dst, const void *sr
         memcpy(dst, src, bytes);
 }
 
+/* memcpy with streaming stores (copy.c), for destinations not read again soon. */
+void shoal_copy_stream(void *dst, const void *src, size_t bytes);
+
+/* A copy into the operation's output that nothing reads again before it
+ * returns: streamed past the caches when the operation's output is too
+ * large for them (comm->stream_out, set per operation), where a plain copy
+ * would read every line in first and push the inputs out. */
+static inline void shoal_move_out(struct shoal_comm *comm, void *dst, const void *src,
+                                  size_t bytes)
+{
+    if (comm->dry)
+        comm->dry_bytes += bytes;
+    else if (comm->stream_out)
+        shoal_copy_stream(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
 static inline void shoal_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
                                  const void *a, const void *b, size_t count, size_t esize)
 {

@@ -47,11 +47,10 @@ static shoal_status_t ag_run(shoal_plan_t *plan)
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
     struct shoal_comm *comm = p->comm;
-    char *own = (char *)a->recvbuf + (size_t)comm->rank * a->count * plan->esize;
-    if (own != a->sendbuf)
-        shoal_move(comm, own, a->sendbuf, a->count * plan->esize);
+    const char *place = (char *)a->recvbuf + (size_t)comm->rank * a->count * plan->esize;
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    return shoal_ring_ag_run(p, &plan->ring, a->recvbuf, plan->piece_elems);
+    return shoal_ring_ag_run(p, &plan->ring, place == a->sendbuf ? NULL : a->sendbuf,
+                             a->recvbuf, plan->piece_elems);
 }
 
 const shoal_algo_ops_t shoal_ring_reduce_scatter_ops = {

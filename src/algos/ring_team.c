@@ -197,21 +197,31 @@ shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, con
 
 /* Each rank sends its own piece, forwards the n-2 pieces that reach it
  * before they come back round, and keeps the last: step k brings the block
- * of position (me - k) mod n. */
-shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
-                                 size_t piece_elems)
+ * of position (me - k) mod n. An own piece read from own is copied into
+ * dst right after it went out, while it is still in the cache. */
+shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
+                                 char *dst, size_t piece_elems)
 {
     int n = ring->n, r = ring->me;
-    size_t es = p->esize, at;
-    if (n == 1)
+    size_t es = p->esize, at, own_at, own_len;
+    shoal_ring_block(ring, r, &own_at, &own_len);
+    own_at *= es;
+    if (n == 1) {
+        if (own)
+            shoal_move_out(p->comm, dst + own_at, own, own_len * es);
         return SHOAL_OK;
+    }
     shoal_ring_bind(p, ring);
     size_t most = ring_max_len(ring);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
 #define STEP(k) ring_piece(ring, (r - (k) + n) % n, off, piece_elems, es, &at)
         size_t bytes = STEP(0);
-        s = shoal_prim_send(p, dst + at, bytes);
+        if (!own) {
+            s = shoal_prim_send(p, dst + at, bytes);
+        } else if ((s = shoal_prim_send(p, own + (at - own_at), bytes)) == SHOAL_OK && bytes) {
+            shoal_move_out(p->comm, dst + at, own + (at - own_at), bytes);
+        }
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
             bytes = STEP(k);
             s = shoal_prim_recv_copy_send(p, dst + at, bytes);

@@ -117,7 +117,7 @@ static shoal_status_t xfer_recv_some(struct shoal_comm *comm, shoal_xfer_t *x, i
             if (x->reduce)
                 shoal_combine(comm, x->reduce, dst, in, dst, len / x->esize, x->esize);
             else
-                shoal_move(comm, dst, in, len);
+                shoal_move_out(comm, dst, in, len);
         }
         s = ep->ops->recv_release(ep);
         if (s != SHOAL_OK)

@@ -79,13 +79,30 @@ static void begin_sig(struct shoal_comm *comm, const shoal_coll_args_t *args, un
 void shoal_coll_begin_p2p(struct shoal_comm *comm)
 {
     comm->sig = (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P, .root = -1};
+    comm->stream_out = 0;
     shoal_fault_reset(comm);
+}
+
+/* Bytes of output a call writes on this rank (the root's, for rooted ones). */
+static size_t output_bytes(const struct shoal_comm *comm, const shoal_coll_args_t *a)
+{
+    size_t n = a->count;
+    if (a->kind == SHOAL_COLL_ALLGATHER || a->kind == SHOAL_COLL_ALLTOALL ||
+        a->kind == SHOAL_COLL_GATHER) {
+        n *= (size_t)comm->nranks;
+    } else if (a->kind == SHOAL_COLL_ALLTOALLV) {
+        n = 0;
+        for (int j = 0; j < comm->nranks; j++)
+            n += a->recvcounts[j];
+    }
+    return n * shoal_dtype_bytes(a->dtype);
 }
 
 static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
                                    const shoal_coll_args_t *args, unsigned sig_kind)
 {
     begin_sig(comm, args, sig_kind);
+    comm->stream_out = output_bytes(comm, args) >= comm->stream_min;
     const shoal_algo_ops_t *algo = shoal_algo_choose(comm, args);
     shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)

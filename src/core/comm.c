@@ -380,6 +380,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
     comm->chunk_size = shoal_config_chunk(cfg, comm->nhosts > 1 || !cfg->shm.enable);
+    comm->stream_min = shoal_config_stream_min(
+        cfg, shoal_cluster_nlocal(&comm->cluster, comm->host_of[comm->rank]));
     s = shoal_transport_wireup(comm);
     if (s == SHOAL_OK)
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);

@@ -35,6 +35,11 @@ struct shoal_comm {
     int nranks;
     uint64_t timeout_ns;      /* deadline length of every blocking wait */
     size_t chunk_size;        /* bytes per pipeline piece and transport slot */
+    /* An operation whose output on this rank reaches stream_min bytes
+     * writes it with streaming stores (stream_out set while it runs; see
+     * shoal_move_out in algos/prims.h). */
+    size_t stream_min;
+    int stream_out;
     shoal_bootstrap_t *bootstrap;
 
     /* Host identity of every rank, from the bootstrap exchange. */

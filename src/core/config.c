@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 typedef int (*shoal_config_parse_fn_t)(const char *text, void *field);
@@ -570,6 +571,11 @@ static const shoal_config_entry_t algo_entries[] = {
      .doc = "bytes moved per pipeline step and per transport slot (0: 128k when shared "
             "memory joins every rank, 512k when the communicator spans hosts)",
      .parse = parse_size, .offset = FIELD(algo.chunk_size)},
+    {.name = "SHOAL_STREAM_MIN", .def = "0",
+     .doc = "output bytes per rank from which an operation writes its output with "
+            "streaming stores, past the caches (0: half the last-level cache shared "
+            "among this host's ranks)",
+     .parse = parse_size, .offset = FIELD(algo.stream_min)},
     {.name = "SHOAL_ALGO", .def = "auto",
      .doc = "algorithm: auto (cost model), a name for every collective that has it, or "
             "coll:name,... (shoal_info -a lists them)",
@@ -822,4 +828,17 @@ size_t shoal_config_chunk(const shoal_config_t *c, int networked)
     if (c->algo.chunk_size)
         return c->algo.chunk_size;
     return networked ? SHOAL_CHUNK_NET : SHOAL_CHUNK_LOCAL;
+}
+
+size_t shoal_config_stream_min(const shoal_config_t *c, int nlocal)
+{
+    if (c->algo.stream_min)
+        return c->algo.stream_min;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0)
+        llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (llc <= 0)
+        llc = 8l << 20;
+    size_t min = (size_t)llc / 2 / (size_t)(nlocal > 0 ? nlocal : 1);
+    return min > SHOAL_CHUNK_LOCAL ? min : SHOAL_CHUNK_LOCAL;
 }

@@ -44,6 +44,7 @@ typedef struct {
 } shoal_tcp_config_t;
 
 typedef struct {
+    size_t stream_min;                  /* SHOAL_STREAM_MIN; 0 = shoal_config_stream_min() */
     size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece; 0 =
                                            shoal_config_chunk() picks */
     char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto", a name or coll:name,... */
@@ -103,6 +104,13 @@ void shoal_config_print(FILE *out);
 #define SHOAL_CHUNK_LOCAL ((size_t)128 << 10)
 #define SHOAL_CHUNK_NET ((size_t)512 << 10)
 size_t shoal_config_chunk(const shoal_config_t *c, int networked);
+
+/* Output bytes per rank from which an operation streams its output past the
+ * caches: SHOAL_STREAM_MIN when set, else half the last-level cache shared
+ * by the nlocal ranks of this host (every rank's input and output compete
+ * for it; from there on the lines written are gone before anyone reads
+ * them, and a plain store's read of each line only costs bandwidth). */
+size_t shoal_config_stream_min(const shoal_config_t *c, int nlocal);
 
 /* Typed parsers, exposed for tests. Return 0 on success, -1 on bad text. */
 int shoal_config_parse_size(const char *text, size_t *out_p);
