@@ -1,8 +1,9 @@
 #!/bin/sh
 # Install the Debian 12 packages that shoal's build and tests need. MPICH and
-# gnuplot serve tools/compare_mpi and tools/plot_bench (shoal against MPI).
+# gnuplot serve tools/compare_mpi and tools/plot_bench (shoal against MPI);
+# iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""
@@ -11,8 +12,10 @@ for p in $PKGS; do
 done
 if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
+    # Through env: sudo would drop a DEBIAN_FRONTEND set before it, and
+    # iperf3's debconf question (run it as a daemon?) would stop the install.
     # shellcheck disable=SC2086 # one word per package
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
 fi
 # MPICH registers mpicc and mpirun as alternatives next to Open MPI's. The
 # tests start ranks with plain `mpirun` and expect Open MPI's, whose PMIx

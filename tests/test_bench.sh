@@ -238,4 +238,68 @@ m1000_ok() { run_ok allreduce "$1" "$2" 6 && grep -q 'agg iters: 1000 ' "$1"; }
 check "-m 1000 small all-reduces: exits 0, 6 rows, none wrong, agg iters in the header" \
     m1000_ok "$out" $rc || show "$out"
 
+# tools/netns_bench.sh --iperf3: iperf3's TCP figure between the first two
+# namespaces before the run, and each size row's busbw over it after. Needs
+# root (network namespaces), iperf3 and bash 5.1.
+NB_SERVER="iperf3 -s -1 -B 10.231.79.2 -p 29602"
+iperf_line() { # FILE: the figure line, with a positive Gbit/s figure
+    grep -Eq '^# iperf3 shoal_nb0 -> shoal_nb1: [0-9.]+ Gbit/s = [0-9.]+ GB/s \([0-9.]+ s\)$' "$1" &&
+        awk '/^# iperf3 shoal_nb0 -> / { if ($6 + 0 > 0) f = 1 } END { exit !f }' "$1"
+}
+ratio_lines() { # FILE SIZE...: one ratio line per size row, in order, none else
+    f=$1
+    shift
+    [ "$(awk '/^# busbw \/ iperf3: / { print $5 }' "$f" | tr '\n' ' ')" = "$* " ] &&
+        [ "$(awk '/^# busbw \/ iperf3: / && $6 ~ /^[0-9]+\.[0-9][0-9]$/' "$f" | wc -l)" -eq $# ] &&
+        [ "$(rows "$f")" -eq $# ]
+}
+no_server() { # no iperf3 server left behind
+    if command -v pgrep >/dev/null 2>&1; then ! pgrep -f "$NB_SERVER" >/dev/null; fi
+}
+reason=
+if ! command -v iperf3 >/dev/null 2>&1; then
+    reason="iperf3 is not installed (apt-get install iperf3)"
+elif [ "$(id -u)" -ne 0 ]; then
+    reason="not root (network namespaces)"
+elif ! bash -c '((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1)))'; then
+    reason="bash older than 5.1"
+fi
+if [ -n "$reason" ]; then
+    for what in "exits 0" "iperf3 line" "ratio lines" "no server left" "HOSTS=1" \
+        "failure: exits 0" "failure: reported" "failure: no server left"; do
+        skip "netns_bench.sh --iperf3 $what: $reason"
+    done
+else
+    out="$TMP/nb_iperf.out"
+    BENCH="$BENCH" $LIMIT bash tools/netns_bench.sh --iperf3 --algo ring 2 1 -- \
+        -b 1M -e 2M -f 2 -n 2 -w 1 -c 1 >"$out" 2>&1
+    rc=$?
+    check "netns_bench.sh --iperf3 2 1 exits 0" [ $rc -eq 0 ] || show "$out"
+    check "netns_bench.sh --iperf3: the iperf3 line with a positive figure" iperf_line "$out"
+    check "netns_bench.sh --iperf3: a busbw / iperf3 line for each size row (1M 2M)" \
+        ratio_lines "$out" 1M 2M
+    check "netns_bench.sh --iperf3: no iperf3 server left" no_server
+    out="$TMP/nb_iperf1.out"
+    BENCH="$BENCH" $LIMIT bash tools/netns_bench.sh --iperf3 1 1 >"$out" 2>&1
+    rc=$?
+    check "netns_bench.sh --iperf3 with HOSTS=1 exits 2 naming the reason" \
+        sh -c "[ $rc -eq 2 ] && grep -q 'needs 2 HOSTS' '$out'" || show "$out"
+    # A measurement that fails (an iperf3 whose client only reports an
+    # error) is reported, the run goes on and the server is ended.
+    mkdir -p "$TMP/fakebin"
+    printf '#!/bin/sh\ncase " $* " in *" -s "*) exec %s "$@" ;; esac\n%s\nexit 1\n' \
+        "$(command -v iperf3)" "echo '{\"error\": \"fake failure\"}'" >"$TMP/fakebin/iperf3"
+    chmod +x "$TMP/fakebin/iperf3"
+    out="$TMP/nb_iperf_fail.out"
+    PATH="$TMP/fakebin:$PATH" BENCH="$BENCH" $LIMIT bash tools/netns_bench.sh --iperf3 \
+        --algo ring 2 1 -- -b 1M -e 1M -n 2 -w 1 -c 1 >"$out" 2>&1
+    rc=$?
+    check "netns_bench.sh --iperf3, iperf3 failing: exits 0 with the table" \
+        sh -c "[ $rc -eq 0 ] && [ \$(awk '!/^#/ && NF == 13' '$out' | wc -l) -eq 1 ]" || show "$out"
+    check "netns_bench.sh --iperf3, iperf3 failing: reported, no ratio line" \
+        sh -c "grep -q '^# iperf3 shoal_nb0 -> shoal_nb1: failed: fake failure' '$out' &&
+            ! grep -q '^# busbw / iperf3' '$out'" || show "$out"
+    check "netns_bench.sh --iperf3, iperf3 failing: no iperf3 server left" no_server
+fi
+
 echo "1..$n"

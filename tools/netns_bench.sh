@@ -7,6 +7,9 @@
 # optionally shaped to a NIC's rate with tbf. For each SHOAL_ALGO setting,
 # every rank is started by hand through shoal_comm_init_env (SHOAL_RANK,
 # SHOAL_SIZE, SHOAL_ADDR, SHOAL_SECRET) and rank 0's table is printed.
+# With --iperf3, iperf3 measures the raw TCP throughput from shoal_nb0 to
+# shoal_nb1 over the same links just before each run, and each size row's
+# busbw is printed divided by it.
 # Everything it creates is removed on exit. Needs root.
 #
 # The names (shoal_nb*, 10.231.79.0/24) differ from those of the tests
@@ -25,6 +28,13 @@ usage: $0 [options] [HOSTS [RANKS]] [-- bench flags]
   --algo SETTING   SHOAL_ALGO of one run; repeat for more
                    (default: ring, then allreduce:hier)
   --port PORT      rendezvous port of rank 0 (default 29601)
+  --iperf3         before each run, measure the raw TCP throughput from
+                   ${PREFIX}0 to ${PREFIX}1 (the same veths and --rate) with
+                   iperf3 -t $IPERF_TIME, its server on port PORT+1 (PORT-1 for 65535),
+                   and print it as "# iperf3 ..."; after the run, each size
+                   row's out-of-place busbw over it: "# busbw / iperf3: SIZE R".
+                   Needs 2 HOSTS or more, iperf3 and perl's JSON::PP; a failed
+                   measurement is reported and the run goes on
   --timeout SEC    limit of each run (default 900)
   -h, --help       this text
 Bench flags after -- replace the default: $DEFAULT_FLAGS
@@ -36,6 +46,7 @@ EOF
 
 DEFAULT_FLAGS="-b 1M -e 64M -f 4 -n 5 -w 2 -c 1"
 PREFIX=shoal_nb
+IPERF_TIME=3
 NS_BRIDGE=${PREFIX}br
 SUBNET=10.231.79
 HOSTS=2
@@ -43,6 +54,7 @@ RANKS=2
 RATE=
 PORT=29601
 LIMIT=900
+IPERF=0
 ALGOS=()
 FLAGS=()
 npos=0
@@ -58,6 +70,7 @@ while [ $# -gt 0 ]; do
     --algo) [ $# -ge 2 ] || die "--algo needs a value"; ALGOS+=("$2"); shift 2 ;;
     --port) [ $# -ge 2 ] || die "--port needs a value"; PORT=$2; shift 2 ;;
     --timeout) [ $# -ge 2 ] || die "--timeout needs a value"; LIMIT=$2; shift 2 ;;
+    --iperf3) IPERF=1; shift ;;
     -h | --help) usage; exit 0 ;;
     --) shift; FLAGS=("$@"); break ;;
     -*) usage >&2; die "unknown option $1" ;;
@@ -86,6 +99,17 @@ check_int --timeout "$LIMIT" 1 999999999
 [ ${#ALGOS[@]} -gt 0 ] || ALGOS=(ring allreduce:hier)
 # shellcheck disable=SC2206 # the default flags are words on purpose
 [ ${#FLAGS[@]} -gt 0 ] || FLAGS=($DEFAULT_FLAGS)
+if [ "$IPERF" -eq 1 ]; then
+    [ "$HOSTS" -ge 2 ] ||
+        die "--iperf3 needs 2 HOSTS or more: it measures ${PREFIX}0 -> ${PREFIX}1, and HOSTS is $HOSTS"
+    command -v iperf3 >/dev/null 2>&1 ||
+        die "--iperf3 needs iperf3, which is not installed (apt-get install iperf3)"
+    perl -MJSON::PP -e 1 >/dev/null 2>&1 ||
+        die "--iperf3 needs perl's JSON::PP to read iperf3's JSON (apt-get install perl)"
+    # PORT+1 (PORT-1 for the last port): never the rendezvous port. The server
+    # lives in ${PREFIX}1 and only while a measurement runs, before the ranks.
+    IPERF_PORT=$((PORT < 65535 ? PORT + 1 : PORT - 1))
+fi
 ((BASH_VERSINFO[0] > 5 || (BASH_VERSINFO[0] == 5 && BASH_VERSINFO[1] >= 1))) ||
     die "needs bash 5.1 or later (wait -p)"
 [ "$(id -u)" -eq 0 ] || die "run as root: network namespaces need CAP_SYS_ADMIN"
@@ -109,6 +133,8 @@ flock -n 9 || die "another netns_bench.sh is running (lock $LOCK)"
 
 TMP=
 PIDS=()
+IPERF_PID=
+TEE_PID=
 
 remove_topology() {
     local ns
@@ -130,9 +156,20 @@ stop_ranks() {
     PIDS=()
 }
 
+# The iperf3 server runs under timeout(1) too: end its group.
+stop_iperf() {
+    [ -n "$IPERF_PID" ] || return 0
+    kill -KILL -- "-$IPERF_PID" 2>/dev/null || kill -KILL "$IPERF_PID" 2>/dev/null
+    wait "$IPERF_PID" 2>/dev/null
+    IPERF_PID=
+}
+
 cleanup() {
     trap - EXIT INT TERM
+    stop_iperf
     stop_ranks
+    # rank 0's tee ends once the ranks are gone
+    [ -n "$TEE_PID" ] && { kill "$TEE_PID" 2>/dev/null; wait "$TEE_PID" 2>/dev/null; }
     remove_topology
     [ -n "$TMP" ] && rm -rf "$TMP"
 }
@@ -171,8 +208,89 @@ secret() {
     od -An -tx1 -N16 /dev/urandom | tr -d ' \n'
 }
 
-# One run: every rank in its namespace, rank 0's output to stdout, the
-# others' kept and shown only if the run fails.
+# iperf_measure: the TCP throughput from ${PREFIX}0 to ${PREFIX}1 into
+# IPERF_GBS (GB/s; empty if the measurement failed) and one comment line
+# on stdout either way. The server takes one client (-1) and is ended in
+# any case before this returns.
+iperf_measure() {
+    local what="# iperf3 ${PREFIX}0 -> ${PREFIX}1:" i line why=
+    IPERF_GBS=
+    timeout -k 2 $((IPERF_TIME + 60)) ip netns exec "${PREFIX}1" \
+        iperf3 -s -1 -B "$SUBNET.2" -p "$IPERF_PORT" >"$TMP/iperf3_server.out" 2>&1 9>&- &
+    IPERF_PID=$!
+    # Ready once it listens; the client does not retry a refused connection.
+    for ((i = 0; i < 50; i++)); do
+        if [ -n "$(ip netns exec "${PREFIX}1" ss -Hltn "sport = :$IPERF_PORT" 2>/dev/null)" ]; then
+            break
+        fi
+        kill -0 "$IPERF_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$(ip netns exec "${PREFIX}1" ss -Hltn "sport = :$IPERF_PORT" 2>/dev/null)" ]; then
+        why="the server did not listen on $SUBNET.2:$IPERF_PORT"
+    else
+        timeout -k 2 $((IPERF_TIME + 30)) ip netns exec "${PREFIX}0" \
+            iperf3 -c "$SUBNET.2" -p "$IPERF_PORT" -t "$IPERF_TIME" -J \
+            >"$TMP/iperf3.json" 2>"$TMP/iperf3_client.err" 9>&-
+        # "GBS TEXT" (GBS in GB/s, TEXT for the comment line), or "error: WHY"
+        line=$(perl -MJSON::PP -e '
+            local $/;
+            my $j = eval { JSON::PP->new->decode(<STDIN>) };
+            if (!$j) { print "error: no JSON from the client\n"; exit 1 }
+            if ($j->{error}) { print "error: $j->{error}\n"; exit 1 }
+            my $s = $j->{end}{sum_received};
+            my $bps = $s ? $s->{bits_per_second} : undef;
+            if (!defined $bps || $bps <= 0) { print "error: no receiver figure\n"; exit 1 }
+            printf "%.6g %.3g Gbit/s = %.2f GB/s (%.3g s)\n", $bps / 8e9, $bps / 1e9,
+                $bps / 8e9, $s->{seconds};
+        ' <"$TMP/iperf3.json" 2>&1)
+        if [[ $line =~ ^([0-9.e+-]+)\ ([0-9.e+-]+\ Gbit/s.*)$ ]]; then
+            IPERF_GBS=${BASH_REMATCH[1]}
+            echo "$what ${BASH_REMATCH[2]}"
+        else
+            why=${line#error: }
+            [ -s "$TMP/iperf3_client.err" ] && why="$why; $(head -n 1 "$TMP/iperf3_client.err")"
+        fi
+    fi
+    stop_iperf
+    if [ -z "$IPERF_GBS" ]; then
+        echo "$what failed: ${why:-no figure}"
+        echo "netns_bench: the iperf3 measurement failed (${why:-no figure}); the run goes on" >&2
+        [ -s "$TMP/iperf3_server.out" ] && sed 's/^/# iperf3 server: /' "$TMP/iperf3_server.out" >&2
+        return 1
+    fi
+    return 0
+}
+
+# iperf_ratios FILE GBS: each table row's out-of-place busbw (column 8 of
+# nccl-tests' 13) over GBS, the size in K/M/G where it is a whole number of
+# them; type and redop (and root) added where the table has several rows of
+# one size (-d all, -o all, -r -1).
+iperf_ratios() {
+    awk -v gbs="$2" '
+        function label(b) {
+            if (b > 0 && b % 1073741824 == 0) return b / 1073741824 "G"
+            if (b > 0 && b % 1048576 == 0) return b / 1048576 "M"
+            if (b > 0 && b % 1024 == 0) return b / 1024 "K"
+            return b
+        }
+        !/^#/ && NF == 13 && $1 ~ /^[0-9]+$/ {
+            n++; size[n] = $1; type[n] = $3; op[n] = $4; root[n] = $5; bw[n] = $8
+            if (seen[$1]++) several = 1
+        }
+        END {
+            if (!n) { print "# busbw / iperf3: no table rows"; exit }
+            for (i = 1; i <= n; i++) {
+                what = label(size[i])
+                if (several) what = what " " type[i] " " op[i] (root[i] >= 0 ? " root " root[i] : "")
+                printf "# busbw / iperf3: %s %.2f\n", what, bw[i] / gbs
+            }
+        }' "$1"
+}
+
+# One run: every rank in its namespace, rank 0's output to stdout (and, with
+# --iperf3, through tee into $TMP/rank0.out), the others' kept and shown only
+# if the run fails.
 run_algo() {
     local algo=$1 key r ns failed=0 rc
     key=$(secret)
@@ -180,7 +298,13 @@ run_algo() {
     PIDS=()
     for ((r = 0; r < NRANKS; r++)); do
         ns=$PREFIX$((r / RANKS))
-        if [ "$r" -eq 0 ]; then
+        if [ "$r" -eq 0 ] && [ "$IPERF" -eq 1 ]; then
+            rm -f "$TMP/rank0.out" "$TMP/rank0.fifo"
+            mkfifo "$TMP/rank0.fifo" || { echo "netns_bench: mkfifo failed" >&2; return 1; }
+            tee "$TMP/rank0.out" <"$TMP/rank0.fifo" 9>&- &
+            TEE_PID=$!
+            exec 3>"$TMP/rank0.fifo"
+        elif [ "$r" -eq 0 ]; then
             exec 3>&1
         else
             exec 3>"$TMP/rank$r.out"
@@ -212,6 +336,10 @@ run_algo() {
         fi
     done
     stop_ranks
+    if [ -n "$TEE_PID" ]; then
+        wait "$TEE_PID" 2>/dev/null
+        TEE_PID=
+    fi
     if [ "$failed" -ne 0 ]; then
         for ((r = 1; r < NRANKS; r++)); do
             [ -s "$TMP/rank$r.out" ] && sed "s/^/# rank $r: /" "$TMP/rank$r.out" >&2
@@ -229,12 +357,19 @@ for algo in "${ALGOS[@]}"; do
     echo
     echo "######## SHOAL_ALGO=$algo: $HOSTS hosts x $RANKS ranks, links ${RATE:-unlimited}"
     echo "######## $BENCH ${FLAGS[*]}"
+    note=
+    if [ "$IPERF" -eq 1 ]; then
+        iperf_measure || note=", iperf3 failed"
+    fi
     start=$SECONDS
     if run_algo "$algo"; then
-        summary+=("ok      SHOAL_ALGO=$algo ($((SECONDS - start)) s)")
+        summary+=("ok      SHOAL_ALGO=$algo ($((SECONDS - start)) s)$note")
     else
-        summary+=("FAILED  SHOAL_ALGO=$algo ($((SECONDS - start)) s)")
+        summary+=("FAILED  SHOAL_ALGO=$algo ($((SECONDS - start)) s)$note")
         status=1
+    fi
+    if [ "$IPERF" -eq 1 ] && [ -n "$IPERF_GBS" ] && [ -s "$TMP/rank0.out" ]; then
+        iperf_ratios "$TMP/rank0.out" "$IPERF_GBS"
     fi
 done
 echo
