@@ -30,7 +30,7 @@ ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(P
 LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
-                              src/sim/*.c))
+                              src/sim/*.c src/compress/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
@@ -39,7 +39,8 @@ NCCL_LIB := $(BUILD)/libnccl.so.2
 # The default build puts the tools where the README runs them; another
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
-TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info $(TOOLS_DIR)/shoal_sim
+TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info $(TOOLS_DIR)/shoal_sim \
+            $(TOOLS_DIR)/codec_bench
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o

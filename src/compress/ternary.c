@@ -1,0 +1,510 @@
+/* The ternary codec (TernGrad): every value travels as one signed integer,
+ * its stochastic rounding to {-1, 0, +1} times a scale that all ranks share.
+ *
+ * Scales. c->scales[b] is the scale of block b of the whole tensor, where
+ * b = (first + i) / c->block, and every rank holds the same array: the
+ * collective computes it before the reduction as a max all-reduce of each
+ * rank's shoal_codec_block_absmax. Scales must be finite; a scale that is
+ * not > 0 (0 in particular) encodes every value of its block as 0.
+ *
+ * Clipping (optional). shoal_codec_clip_bound gives k standard deviations
+ * of a rank's input; a rank clips its block maxima to it before the max
+ * all-reduce, so that each scale is min(block max, bound) (a bound of 0
+ * means no clipping). Values beyond a block's scale encode as if they were
+ * +-scale; what clipping loses lands in the residual.
+ *
+ * Wire form. One integer per value, no header and no scales (they are
+ * shared): int8 when c->wide == 0, int16 when c->wide != 0, stored in the
+ * machine's byte order at any alignment. wire_bytes = count * (1 or 2).
+ *
+ * encode. With p = |x_i| / scale (the clipped value's fraction of the
+ * scale, in [0, 1]) and u = shoal_codec_uniform(shoal_codec_key(c->seed,
+ * c->step), first + i), code_i = sign(x_i) * (u < p). Its expectation is
+ * x_i / scale (clipped): decoding is unbiased, and ranks that use different
+ * seeds round independently. With c->round == SHOAL_ROUND_NEAREST instead,
+ * code_i = sign(x_i) * (p >= 0.5): deterministic, half away from zero,
+ * and biased (every value below half a scale is lost, to the residual).
+ * NaN encodes as 0.
+ *
+ * add_encode. wire_out_i = wire_in_i + encode(local)_i, an exact integer
+ * add, so a reduction's result does not depend on the order of the hops.
+ * A sum beyond +-127 (int8) or +-32767 (int16) saturates there: the caller
+ * must set `wide` for more than 127 ranks, and keep to 32767 ranks with it.
+ *
+ * decode. dst_i = code_i * scale: the integer sum times the shared scale.
+ *
+ * Residual (when not NULL). encode: x_i - code_i * scale. add_encode: the
+ * part of local_i that this call did not add, local_i - (wire_out_i -
+ * wire_in_i) * scale, which is local_i - encode(local)_i * scale unless
+ * the sum saturated. Summed over the ranks of a reduction, the residuals
+ * are the exact sum minus the decoded result, up to the rounding of each
+ * subtraction. (codec.h's (decode(wire_in) + local) - decode(wire_out) is
+ * the same quantity in exact arithmetic; this form rounds once, not three
+ * times.) code_i * scale is exact, as code_i is -1, 0 or 1.
+ *
+ * Kernels. Each operation has a scalar reference, written value by value
+ * as above, that runs when shoal_codec_simd_enabled() is 0, and kernels
+ * made of plain loops that the compiler vectorises (built for AVX2 and the
+ * baseline, as in algos/reduce.c). The kernels walk a run in segments in
+ * which the scale and the top 32 bits of the value's index are constant,
+ * so that the random numbers come from 32-bit vector arithmetic. Both do
+ * the same IEEE operations on each value (one division, one compare, one
+ * multiply and one subtraction, never fused), so they agree bit for bit.
+ *
+ * Calls. c->block is 32, 64 or 128 (codec.h). Outputs may alias inputs
+ * only element for element: wire_out == wire_in, residual == src or
+ * local. Nothing is kept between calls: every function is thread-safe. */
+
+/* As in algos/reduce.c: gcc's -O2 vectorizes only loops that need no
+ * scalar epilogue, and trapping math keeps the float selects scalar. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math")
+#endif
+/* Never fuse a multiply and an add: the reference and the kernels must
+ * round the same way. (gcc does not fuse in ISO C mode, -std=c11.) */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#include "compress/codec.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* "Iterations are independent": outputs alias inputs only element for
+ * element (wire_out == wire_in, residual == src), as in algos/reduce.c. */
+#if defined(__clang__)
+/* The loop pragma only asks: a build that cannot vectorize a loop
+ * (sanitizers) must still compile without warning. */
+#pragma clang diagnostic ignored "-Wpass-failed"
+#define SHOAL_TERNARY_VEC_LOOP _Pragma("clang loop vectorize(assume_safety) interleave(enable)")
+#elif defined(__GNUC__)
+#define SHOAL_TERNARY_VEC_LOOP _Pragma("GCC ivdep")
+#else
+#define SHOAL_TERNARY_VEC_LOOP
+#endif
+
+/* Each kernel is built for AVX2 and for the baseline and picked at load
+ * time; ThreadSanitizer builds go without (see algos/reduce.c). */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SHOAL_TERNARY_NO_IFUNC 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SHOAL_TERNARY_NO_IFUNC 1
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHOAL_TERNARY_NO_IFUNC)
+#define SHOAL_TERNARY_KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define SHOAL_TERNARY_KERNEL
+#endif
+
+#define SHOAL_TERNARY_INLINE static inline __attribute__((always_inline))
+
+/* Saturation bounds of the wire's sums, symmetric so that negating every
+ * input negates the result. */
+#define SHOAL_TERNARY_MAX8 127
+#define SHOAL_TERNARY_MAX16 32767
+
+/* ---- wire access ---- */
+
+/* Wire values through memcpy, so that an int16 wire may sit at any
+ * address; compilers turn these into plain (vector) loads and stores. */
+SHOAL_TERNARY_INLINE int32_t shoal_ternary_load(const unsigned char *w, size_t i, int wide)
+{
+    if (wide) {
+        int16_t v;
+        memcpy(&v, w + 2 * i, sizeof(v));
+        return v;
+    }
+    return (int8_t)w[i];
+}
+
+SHOAL_TERNARY_INLINE void shoal_ternary_store(unsigned char *w, size_t i, int32_t v, int wide)
+{
+    if (wide) {
+        int16_t s = (int16_t)v;
+        memcpy(w + 2 * i, &s, sizeof(s));
+    } else {
+        w[i] = (unsigned char)(int8_t)v;
+    }
+}
+
+/* ---- scalar reference ---- */
+
+static float shoal_ternary_scale(const shoal_codec_t *c, size_t index)
+{
+    return c->scales[index / c->block];
+}
+
+/* The code of value x of the block with this scale, as the file's comment
+ * defines it. */
+static int32_t shoal_ternary_code_ref(const shoal_codec_t *c, uint32_t key, float x,
+                                      float scale, uint64_t index)
+{
+    if (!(scale > 0.0f))
+        return 0;
+    float p = fabsf(x) / scale; /* x clipped to +-scale: p clamped to 1 */
+    if (p > 1.0f)
+        p = 1.0f;
+    int up;
+    if (c->round == SHOAL_ROUND_NEAREST)
+        up = p >= 0.5f;
+    else
+        up = shoal_codec_uniform(key, index) < p;
+    if (!up)
+        return 0; /* 0 and NaN always end here: the sign is a number's */
+    return x < 0.0f ? -1 : 1;
+}
+
+static void shoal_ternary_encode_ref(const shoal_codec_t *c, void *wire, const float *src,
+                                     float *residual, size_t count, size_t first)
+{
+    const uint32_t key = shoal_codec_key(c->seed, c->step);
+    for (size_t i = 0; i < count; i++) {
+        float scale = shoal_ternary_scale(c, first + i);
+        int32_t k = shoal_ternary_code_ref(c, key, src[i], scale, first + i);
+        shoal_ternary_store(wire, i, k, c->wide);
+        if (residual)
+            residual[i] = src[i] - (float)k * scale;
+    }
+}
+
+static void shoal_ternary_add_encode_ref(const shoal_codec_t *c, void *wire_out,
+                                         const void *wire_in, const float *local,
+                                         float *residual, size_t count, size_t first)
+{
+    const uint32_t key = shoal_codec_key(c->seed, c->step);
+    const int32_t max = c->wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
+    for (size_t i = 0; i < count; i++) {
+        float scale = shoal_ternary_scale(c, first + i);
+        int32_t k = shoal_ternary_code_ref(c, key, local[i], scale, first + i);
+        int32_t in = shoal_ternary_load(wire_in, i, c->wide);
+        int32_t sum = in + k;
+        if (sum > max)
+            sum = max;
+        if (sum < -max)
+            sum = -max;
+        shoal_ternary_store(wire_out, i, sum, c->wide);
+        if (residual)
+            residual[i] = local[i] - (float)(sum - in) * scale;
+    }
+}
+
+static void shoal_ternary_decode_ref(const shoal_codec_t *c, float *dst, const void *wire,
+                                     size_t count, size_t first)
+{
+    for (size_t i = 0; i < count; i++)
+        dst[i] = (float)shoal_ternary_load(wire, i, c->wide) * shoal_ternary_scale(c, first + i);
+}
+
+static void shoal_ternary_absmax_ref(float *out, const float *src, size_t count, size_t block)
+{
+    for (size_t b = 0; b * block < count; b++) {
+        float m = 0.0f;
+        for (size_t i = b * block; i < count && i < (b + 1) * block; i++)
+            if (fabsf(src[i]) > m) /* false for NaN: ignored */
+                m = fabsf(src[i]);
+        out[b] = m;
+    }
+}
+
+/* ---- kernels ---- */
+
+/* shoal_codec_uniform(key, index) for index = hi * 2^32 + lo, with
+ * hiterm = hi * 0x9e3779b9 computed once per segment: the same mix in
+ * 32-bit arithmetic only. The top 24 bits convert through a signed int,
+ * which x86 converts in vector registers (unsigned needs AVX-512). The
+ * tests check it against the header's function. */
+SHOAL_TERNARY_INLINE float shoal_ternary_uniform(uint32_t key, uint32_t lo, uint32_t hiterm)
+{
+    uint32_t x = lo ^ key;
+    x += hiterm;
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return (float)(int32_t)(x >> 8) * (1.0f / 16777216.0f);
+}
+
+/* One segment of a run: n values (at most a block) whose scale and whose
+ * index's top half are constant; lo is the low half of the first value's
+ * index. The flags are constants in every caller, so each kernel gets a
+ * loop of its own without tests inside.
+ *
+ * The division uses div, which is the scale or, for a scale that is not
+ * > 0, infinity: |x| / inf is 0 (NaN for an infinite x), and so is the
+ * code, as the reference has it. p is not clamped: u < 1 and 0.5 <= 1 make
+ * the comparisons the same with and without. The code is up (0 or 1) with
+ * x's sign bit applied in integer arithmetic, which differs from the
+ * reference's x < 0 only for -0 and NaN, whose up is 0. The counter is
+ * 32 bits wide (n <= block), as is the random numbers' index, so that the
+ * vector loop carries no 64-bit lanes. */
+SHOAL_TERNARY_INLINE void shoal_ternary_segment(unsigned char *out,
+                                                const unsigned char *in, const float *x,
+                                                float *res, size_t n, float scale,
+                                                uint32_t key, uint32_t lo, uint32_t hiterm,
+                                                int wide, int add, int nearest, int has_res)
+{
+    const float div = scale > 0.0f ? scale : INFINITY;
+    const int32_t max = wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
+    uint32_t n32 = (uint32_t)n;
+    SHOAL_TERNARY_VEC_LOOP
+    for (uint32_t i = 0; i < n32; i++) {
+        float p = fabsf(x[i]) / div;
+        int32_t up = nearest ? p >= 0.5f : shoal_ternary_uniform(key, lo + i, hiterm) < p;
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof(bits));
+        int32_t neg = (int32_t)(bits >> 31);
+        int32_t k = (up ^ -neg) + neg;
+        int32_t q = k;
+        if (add) {
+            int32_t w = shoal_ternary_load(in, i, wide);
+            int32_t sum = w + k;
+            sum = sum > max ? max : sum;
+            sum = sum < -max ? -max : sum;
+            shoal_ternary_store(out, i, sum, wide);
+            q = sum - w;
+        } else {
+            shoal_ternary_store(out, i, k, wide);
+        }
+        if (has_res)
+            res[i] = x[i] - (float)q * scale;
+    }
+}
+
+/* A whole run of encode (add = 0) or add_encode (add = 1), cut into
+ * segments at block boundaries and where the low 32 bits of the index
+ * wrap around. The block of the first value is found by one division;
+ * the others follow by counting (a division per block would cost as much
+ * as a quarter of the work). */
+SHOAL_TERNARY_INLINE void shoal_ternary_run(const shoal_codec_t *c, void *wire_out,
+                                            const void *wire_in, const float *x, float *res,
+                                            size_t count, size_t first, int wide, int add,
+                                            int nearest, int has_res)
+{
+    const uint32_t key = shoal_codec_key(c->seed, c->step);
+    const size_t block = c->block;
+    const size_t width = wide ? 2 : 1;
+    unsigned char *out = wire_out;
+    const unsigned char *in = wire_in;
+    size_t b = first / block, at = first % block; /* block and place in it */
+    for (size_t i = 0; i < count;) {
+        uint64_t index = (uint64_t)first + i;
+        size_t n = block - at;
+        uint64_t to_wrap = ((uint64_t)1 << 32) - (uint32_t)index;
+        if (n > to_wrap)
+            n = (size_t)to_wrap;
+        if (n > count - i)
+            n = count - i;
+        shoal_ternary_segment(out + i * width, add ? in + i * width : NULL, x + i,
+                              has_res ? res + i : NULL, n, c->scales[b], key, (uint32_t)index,
+                              (uint32_t)(index >> 32) * 0x9e3779b9u, wide, add, nearest,
+                              has_res);
+        i += n;
+        at += n;
+        if (at == block) {
+            at = 0;
+            b++;
+        }
+    }
+}
+
+typedef void (*shoal_ternary_kernel_t)(const shoal_codec_t *c, void *wire_out,
+                                       const void *wire_in, const float *x, float *res,
+                                       size_t count, size_t first);
+
+#define SHOAL_TERNARY_KERNEL_DEFINE(name, wide, add, nearest, has_res)                 \
+    SHOAL_TERNARY_KERNEL static void name(const shoal_codec_t *c, void *wire_out,      \
+                                          const void *wire_in, const float *x,         \
+                                          float *res, size_t count, size_t first)      \
+    {                                                                                  \
+        shoal_ternary_run(c, wire_out, wire_in, x, res, count, first, wide, add,       \
+                          nearest, has_res);                                           \
+    }
+
+/* Indexed [wide][add][nearest][has_res]. */
+#define SHOAL_TERNARY_KERNELS_DEFINE(w, a)                                             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##00, w, a, 0, 0)                 \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##01, w, a, 0, 1)                 \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##10, w, a, 1, 0)                 \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##11, w, a, 1, 1)
+
+SHOAL_TERNARY_KERNELS_DEFINE(0, 0)
+SHOAL_TERNARY_KERNELS_DEFINE(0, 1)
+SHOAL_TERNARY_KERNELS_DEFINE(1, 0)
+SHOAL_TERNARY_KERNELS_DEFINE(1, 1)
+
+#define SHOAL_TERNARY_KERNEL_ROW(w, a)                                                 \
+    {                                                                                  \
+        {shoal_ternary_k##w##a##00, shoal_ternary_k##w##a##01},                        \
+        {shoal_ternary_k##w##a##10, shoal_ternary_k##w##a##11},                        \
+    }
+
+static const shoal_ternary_kernel_t shoal_ternary_kernels[2][2][2][2] = {
+    {SHOAL_TERNARY_KERNEL_ROW(0, 0), SHOAL_TERNARY_KERNEL_ROW(0, 1)},
+    {SHOAL_TERNARY_KERNEL_ROW(1, 0), SHOAL_TERNARY_KERNEL_ROW(1, 1)},
+};
+
+static shoal_ternary_kernel_t shoal_ternary_kernel(const shoal_codec_t *c, int add,
+                                                   const float *residual)
+{
+    return shoal_ternary_kernels[c->wide != 0][add][c->round == SHOAL_ROUND_NEAREST]
+                                [residual != NULL];
+}
+
+SHOAL_TERNARY_INLINE void shoal_ternary_decode_run(const shoal_codec_t *c, float *dst,
+                                                   const unsigned char *w, size_t count,
+                                                   size_t first, int wide)
+{
+    const size_t block = c->block;
+    size_t b = first / block, n = block - first % block;
+    for (size_t i = 0; i < count; i += n, n = block, b++) {
+        if (n > count - i)
+            n = count - i;
+        const float scale = c->scales[b];
+        float *d = dst + i;
+        const unsigned char *s = w + i * (wide ? 2 : 1);
+        SHOAL_TERNARY_VEC_LOOP
+        for (size_t j = 0; j < n; j++)
+            d[j] = (float)shoal_ternary_load(s, j, wide) * scale;
+    }
+}
+
+SHOAL_TERNARY_KERNEL static void shoal_ternary_decode8(const shoal_codec_t *c, float *dst,
+                                                       const void *wire, size_t count,
+                                                       size_t first)
+{
+    shoal_ternary_decode_run(c, dst, wire, count, first, 0);
+}
+
+SHOAL_TERNARY_KERNEL static void shoal_ternary_decode16(const shoal_codec_t *c, float *dst,
+                                                        const void *wire, size_t count,
+                                                        size_t first)
+{
+    shoal_ternary_decode_run(c, dst, wire, count, first, 1);
+}
+
+/* The maximum of |x| over the bit patterns: for numbers, the order of
+ * |x|'s bits as unsigned integers is the order of |x|, and integer maxima
+ * vectorize where float ones (NaN, signed zeros) do not. NaN counts as 0,
+ * as the reference's comparison ignores it. */
+SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax(float *out, const float *src,
+                                                      size_t count, size_t block)
+{
+    for (size_t b = 0, i = 0; i < count; b++, i += block) {
+        size_t n = count - i < block ? count - i : block;
+        const float *s = src + i;
+        uint32_t m = 0;
+        SHOAL_TERNARY_VEC_LOOP
+        for (size_t j = 0; j < n; j++) {
+            uint32_t u;
+            memcpy(&u, s + j, sizeof(u));
+            u &= 0x7fffffffu;
+            u &= -(uint32_t)(u <= 0x7f800000u); /* a mask, not a branch */
+            m = u > m ? u : m;
+        }
+        memcpy(out + b, &m, sizeof(m));
+    }
+}
+
+/* ---- the codec ---- */
+
+static size_t shoal_ternary_wire_bytes(const shoal_codec_t *c, size_t count)
+{
+    return count * (c->wide ? 2 : 1);
+}
+
+static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
+                                 float *residual, size_t count, size_t first)
+{
+    if (shoal_codec_simd_enabled())
+        shoal_ternary_kernel(c, 0, residual)(c, wire, NULL, src, residual, count, first);
+    else
+        shoal_ternary_encode_ref(c, wire, src, residual, count, first);
+}
+
+static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
+                                     const void *wire_in, const float *local, float *residual,
+                                     size_t count, size_t first)
+{
+    if (shoal_codec_simd_enabled())
+        shoal_ternary_kernel(c, 1, residual)(c, wire_out, wire_in, local, residual, count,
+                                             first);
+    else
+        shoal_ternary_add_encode_ref(c, wire_out, wire_in, local, residual, count, first);
+}
+
+static void shoal_ternary_decode(const shoal_codec_t *c, float *dst, const void *wire,
+                                 size_t count, size_t first)
+{
+    if (!shoal_codec_simd_enabled())
+        shoal_ternary_decode_ref(c, dst, wire, count, first);
+    else if (c->wide)
+        shoal_ternary_decode16(c, dst, wire, count, first);
+    else
+        shoal_ternary_decode8(c, dst, wire, count, first);
+}
+
+const shoal_codec_ops_t shoal_codec_ternary = {
+    .size = sizeof(shoal_codec_ops_t),
+    .name = "ternary",
+    .wire_bytes = shoal_ternary_wire_bytes,
+    .encode = shoal_ternary_encode,
+    .decode = shoal_ternary_decode,
+    .add_encode = shoal_ternary_add_encode,
+};
+
+void shoal_codec_block_absmax(float *out, const float *src, size_t count, size_t block)
+{
+    if (shoal_codec_simd_enabled())
+        shoal_ternary_absmax(out, src, count, block);
+    else
+        shoal_ternary_absmax_ref(out, src, count, block);
+}
+
+/* Two passes in double: the mean, then the mean square of the deviations,
+ * so that a large mean does not cancel the deviations away. Each pass sums
+ * into SHOAL_TERNARY_LANES accumulators (value i into lane i % LANES, then
+ * the lanes in order): independent additions run in parallel, in vector
+ * registers, and the order is fixed, so the result is the same on every
+ * machine and in every build of the kernel. */
+#define SHOAL_TERNARY_LANES 8
+
+SHOAL_TERNARY_KERNEL static double shoal_ternary_sum(const float *src, size_t count,
+                                                    double mean, int square)
+{
+    double lane[SHOAL_TERNARY_LANES] = {0.0};
+    size_t i = 0;
+    for (; i + SHOAL_TERNARY_LANES <= count; i += SHOAL_TERNARY_LANES)
+        for (size_t j = 0; j < SHOAL_TERNARY_LANES; j++) {
+            double d = src[i + j] - mean;
+            lane[j] += square ? d * d : d;
+        }
+    for (size_t j = 0; i + j < count; j++) {
+        double d = src[i + j] - mean;
+        lane[j] += square ? d * d : d;
+    }
+    double sum = 0.0;
+    for (size_t j = 0; j < SHOAL_TERNARY_LANES; j++)
+        sum += lane[j];
+    return sum;
+}
+
+float shoal_codec_clip_bound(const float *src, size_t count, float k)
+{
+    if (!(k > 0.0f) || count == 0)
+        return 0.0f;
+    const double mean = shoal_ternary_sum(src, count, 0.0, 0) / (double)count;
+    const double var = shoal_ternary_sum(src, count, mean, 1) / (double)count;
+    const double bound = (double)k * sqrt(var);
+    /* No clipping when there is nothing sensible to clip to (NaN or
+     * infinite input, or a bound beyond any float). */
+    if (!(bound <= FLT_MAX))
+        return 0.0f;
+    return (float)bound;
+}
