@@ -55,6 +55,11 @@ typedef struct {
     shoal_op_t op;
     int root;             /* rooted collectives; the peer of send/recv; 0 elsewhere */
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
+    /* A compressed all-reduce (core/compress_call.h; fp32, SUM or AVG):
+     * the codec, and the error-feedback residual of count floats or NULL.
+     * NULL codec for every other call. */
+    const shoal_codec_t *codec;
+    float *residual;
 } shoal_coll_args_t;
 
 /*
@@ -122,6 +127,21 @@ shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, con
                                  char *dst, size_t piece_elems);
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                  char *dst, size_t piece_elems);
+
+/* Element range [*off_p, *off_p + *len_p) of block b in a ring loop of
+ * real elements cut into blocks of bs (the last ones may be short or empty). */
+void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p);
+/* The ring all-reduce of shoal_ring_allreduce_run with a codec stage
+ * (ring_codec.c): fp32 values travel in p->codec's wire form, p->residual
+ * (or NULL) gets the error feedback of every value. Loop blocks are whole
+ * codec blocks and pieces hold piece_elems values (a multiple of the
+ * block whose wire fits a slot; see shoal_ring_codec_piece). */
+shoal_status_t shoal_ring_allreduce_codec_run(shoal_prims_t *p, const shoal_ring_t *ring,
+                                              const float *src, float *dst, size_t count,
+                                              size_t piece_elems);
+/* The most values, a multiple of codec->block, whose wire fits slot bytes;
+ * 0 when not even one block does. */
+size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot);
 
 #define SHOAL_PLAN_NBRS 16
 
@@ -203,6 +223,9 @@ extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall
     shoal_hier_alltoall_ops; /* SHOAL_COLL_ALLTOALL only */
 extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_ring_gather_ops;
 extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
+/* The compressed ring all-reduce: never selected by cost, run for a call
+ * whose args carry a codec. */
+extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
 extern const shoal_algo_ops_t shoal_p2p_ops;
 

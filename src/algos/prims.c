@@ -173,6 +173,113 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
     return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
 }
 
+/* The codec stage's local work. Like shoal_combine, each call is one pass
+ * over n values, which a dry communicator only counts. */
+static size_t codec_wire(const shoal_prims_t *p, size_t n)
+{
+    return p->codec->ops->wire_bytes(p->codec, n);
+}
+
+static float *codec_residual(const shoal_prims_t *p, size_t first)
+{
+    return p->residual ? p->residual + first : NULL;
+}
+
+static void codec_encode(shoal_prims_t *p, void *wire, const float *src, size_t first, size_t n)
+{
+    if (p->comm->dry)
+        p->comm->dry_bytes += n * sizeof(float);
+    else if (n)
+        p->codec->ops->encode(p->codec, wire, src, codec_residual(p, first), n, first);
+}
+
+static void codec_add_encode(shoal_prims_t *p, void *out, const void *in, const float *src,
+                             size_t first, size_t n)
+{
+    if (p->comm->dry)
+        p->comm->dry_bytes += n * sizeof(float);
+    else if (n)
+        p->codec->ops->add_encode(p->codec, out, in, src, codec_residual(p, first), n, first);
+}
+
+/* dst = decode(wire), AVG finished: the same bits on every rank that
+ * decodes the same wire. */
+static void codec_decode(shoal_prims_t *p, float *dst, const void *wire, size_t first, size_t n)
+{
+    if (p->comm->dry)
+        p->comm->dry_bytes += n * sizeof(float);
+    else if (n)
+        p->codec->ops->decode(p->codec, dst, wire, n, first);
+    if (p->avg_n > 0 && n)
+        shoal_finish_avg(p->comm, dst, n, SHOAL_FLOAT32, p->avg_n);
+}
+
+shoal_status_t shoal_prim_send_enc(shoal_prims_t *p, const float *src, size_t first, size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    void *out;
+    shoal_status_t s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    codec_encode(p, out, src, first, n);
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+}
+
+/* Received (+) src encoded into the send slot and sent on; with dst, also
+ * dst = decode of that wire, read back from the slot before it is posted
+ * (the gather phase's first send then needs no copy of it). */
+static shoal_status_t recv_addenc(shoal_prims_t *p, const float *src, float *dst, size_t first,
+                                  size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    const void *in;
+    void *out;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s == SHOAL_OK)
+        s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    codec_add_encode(p, out, in, src, first, n);
+    s = p->recv_ep->ops->recv_release(p->recv_ep);
+    if (s != SHOAL_OK)
+        return s;
+    if (dst)
+        codec_decode(p, dst, out, first, n);
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+}
+
+shoal_status_t shoal_prim_recv_addenc_send(shoal_prims_t *p, const float *src, size_t first,
+                                           size_t n)
+{
+    return recv_addenc(p, src, NULL, first, n);
+}
+
+shoal_status_t shoal_prim_recv_addenc_copy_send(shoal_prims_t *p, const float *src, float *dst,
+                                                size_t first, size_t n)
+{
+    return recv_addenc(p, src, dst, first, n);
+}
+
+shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_t first,
+                                             size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    const void *in;
+    void *out = NULL;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s == SHOAL_OK && p->send_ep)
+        s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    codec_decode(p, dst, in, first, n);
+    if (out)
+        shoal_move(p->comm, out, in, bytes);
+    s = p->recv_ep->ops->recv_release(p->recv_ep);
+    if (s != SHOAL_OK || !out)
+        return s;
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+}
+
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)
 {
     shoal_ep_t *ep = p->send_ep;

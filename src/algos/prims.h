@@ -5,6 +5,7 @@
 #ifndef SHOAL_PRIMS_H
 #define SHOAL_PRIMS_H
 
+#include "compress/codec.h"
 #include "core/comm.h"
 #include "core/dtype.h"
 #include "reduce.h"
@@ -69,6 +70,11 @@ typedef struct {
     size_t esize;             /* bytes per element */
     int avg_n;                /* > 0: recv_reduce_copy_send finishes AVG over avg_n ranks */
     uint64_t deadline_ns;
+    /* Codec stage (the *_enc/_addenc/_dec primitives): fp32 values travel
+     * in codec's wire form, and residual, when not NULL, is the error
+     * feedback array of the whole tensor (value i at residual[i]). */
+    const shoal_codec_t *codec;
+    float *residual;
 } shoal_prims_t;
 
 /* One wait's state for shoal_prims_idle; start it zeroed. */
@@ -95,6 +101,32 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
                                                 size_t bytes);
 /* dst = received; sent on (send_ep may be NULL). */
 shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes);
+
+/*
+ * The codec stage: the same moves for fp32 values that travel compressed.
+ * These take n, a count of values, and first, the index in the whole tensor
+ * of the piece's first value (the codec's block boundaries, random stream
+ * and residual are indexed by it); a piece is p->codec->ops->wire_bytes(n)
+ * bytes on the wire, which must fit a slot, and a received piece of any
+ * other length is an error. Each quantisation writes p->residual[first ..
+ * first + n) when p->residual is set. On a dry communicator they count one
+ * pass over the n values per codec operation and move no data.
+ */
+/* Encoded src out to send_ep. */
+shoal_status_t shoal_prim_send_enc(shoal_prims_t *p, const float *src, size_t first, size_t n);
+/* Received (+) src, encoded again, sent on (codec add_encode). */
+shoal_status_t shoal_prim_recv_addenc_send(shoal_prims_t *p, const float *src, size_t first,
+                                           size_t n);
+/* The last hop of a reduction: received (+) src encoded into the send slot,
+ * dst = its decoded value (AVG finished when avg_n > 0), and the wire sent
+ * on unchanged (send_ep must be set): the same bytes every other rank will
+ * decode. */
+shoal_status_t shoal_prim_recv_addenc_copy_send(shoal_prims_t *p, const float *src, float *dst,
+                                                size_t first, size_t n);
+/* dst = decoded received piece (AVG finished when avg_n > 0); the wire
+ * forwarded unchanged (send_ep may be NULL). */
+shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_t first,
+                                             size_t n);
 
 /* Wait until everything posted to send_ep has left this process, so the
  * operation may return without leaving a peer waiting on unpushed bytes. */

@@ -76,7 +76,7 @@ static void ring_alone(shoal_prims_t *p, const char *src, char *dst, size_t coun
 
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real
  * elements split into n blocks of bs (the last ones may be short or empty). */
-static void loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p)
+void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p)
 {
     size_t off = (size_t)b * bs;
     *off_p = off < real ? off : real;
@@ -106,25 +106,25 @@ shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ri
 #define AT(buf, o) ((buf) + (base + (o)) * es)
         /* Reduce-scatter: block b starts at position b and ends, reduced,
          * at b-1. */
-        loop_block(real, bs, r, &off, &len);
+        shoal_ring_loop_block(real, bs, r, &off, &len);
         s = shoal_prim_send(p, AT(src, off), len * es);
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            loop_block(real, bs, (r - k + n) % n, &off, &len);
+            shoal_ring_loop_block(real, bs, (r - k + n) % n, &off, &len);
             s = shoal_prim_recv_reduce_send(p, AT(src, off), len * es);
         }
         if (s != SHOAL_OK)
             break;
-        loop_block(real, bs, (r + 1) % n, &off, &len);
+        shoal_ring_loop_block(real, bs, (r + 1) % n, &off, &len);
         s = shoal_prim_recv_reduce_copy_send(p, AT(src, off), AT(dst, off), len * es);
         /* All-gather: pass each finished block on until it reaches its
          * owner's predecessor. */
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            loop_block(real, bs, (r + 1 - k + n) % n, &off, &len);
+            shoal_ring_loop_block(real, bs, (r + 1 - k + n) % n, &off, &len);
             s = shoal_prim_recv_copy_send(p, AT(dst, off), len * es);
         }
         if (s != SHOAL_OK)
             break;
-        loop_block(real, bs, (r + 2) % n, &off, &len);
+        shoal_ring_loop_block(real, bs, (r + 2) % n, &off, &len);
         s = shoal_prim_recv(p, AT(dst, off), len * es);
 #undef AT
     }

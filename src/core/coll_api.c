@@ -1,10 +1,10 @@
 /* The public collective and point-to-point calls, blocking and not: each
- * builds a call record and hands it to issue(), which checks it, then
+ * builds a call record and hands it to shoal_call_issue(), which checks it, then
  * records it in the thread's group, queues it, or runs it and waits. */
 #include "exec.h"
 
-static shoal_status_t issue(shoal_comm_t comm, shoal_call_t *call, int nb,
-                            shoal_request_t *req_p)
+shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
+                                shoal_request_t *req_p)
 {
     shoal_status_t s = shoal_comm_enter(comm, call->what);
     if (s != SHOAL_OK)
@@ -50,7 +50,7 @@ shoal_status_t shoal_allreduce(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = call_of("shoal_allreduce", SHOAL_COLL_ALLREDUCE, sendbuf, recvbuf, count,
                              dtype, op, 0);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -59,7 +59,7 @@ shoal_status_t shoal_iallreduce(const void *sendbuf, void *recvbuf, size_t count
 {
     shoal_call_t c = call_of("shoal_iallreduce", SHOAL_COLL_ALLREDUCE, sendbuf, recvbuf, count,
                              dtype, op, 0);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -67,7 +67,7 @@ shoal_status_t shoal_reduce_scatter(const void *sendbuf, void *recvbuf, size_t r
 {
     shoal_call_t c = call_of("shoal_reduce_scatter", SHOAL_COLL_REDUCE_SCATTER, sendbuf,
                              recvbuf, recvcount, dtype, op, 0);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -76,7 +76,7 @@ shoal_status_t shoal_ireduce_scatter(const void *sendbuf, void *recvbuf, size_t 
 {
     shoal_call_t c = call_of("shoal_ireduce_scatter", SHOAL_COLL_REDUCE_SCATTER, sendbuf,
                              recvbuf, recvcount, dtype, op, 0);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -84,7 +84,7 @@ shoal_status_t shoal_allgather(const void *sendbuf, void *recvbuf, size_t sendco
 {
     shoal_call_t c = call_of("shoal_allgather", SHOAL_COLL_ALLGATHER, sendbuf, recvbuf,
                              sendcount, dtype, SHOAL_SUM, 0);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -92,7 +92,7 @@ shoal_status_t shoal_iallgather(const void *sendbuf, void *recvbuf, size_t sendc
 {
     shoal_call_t c = call_of("shoal_iallgather", SHOAL_COLL_ALLGATHER, sendbuf, recvbuf,
                              sendcount, dtype, SHOAL_SUM, 0);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 /* Rooted calls leave the buffers a rank does not use out of the call, so
@@ -115,7 +115,7 @@ shoal_status_t shoal_broadcast(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = rooted_call("shoal_broadcast", SHOAL_COLL_BROADCAST, comm, sendbuf,
                                  recvbuf, count, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count,
@@ -124,7 +124,7 @@ shoal_status_t shoal_ibroadcast(const void *sendbuf, void *recvbuf, size_t count
 {
     shoal_call_t c = rooted_call("shoal_ibroadcast", SHOAL_COLL_BROADCAST, comm, sendbuf,
                                  recvbuf, count, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -132,7 +132,7 @@ shoal_status_t shoal_reduce(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = rooted_call("shoal_reduce", SHOAL_COLL_REDUCE, comm, sendbuf, recvbuf,
                                  count, dtype, op, root);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
@@ -141,7 +141,7 @@ shoal_status_t shoal_ireduce(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = rooted_call("shoal_ireduce", SHOAL_COLL_REDUCE, comm, sendbuf, recvbuf,
                                  count, dtype, op, root);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_gather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -149,7 +149,7 @@ shoal_status_t shoal_gather(const void *sendbuf, void *recvbuf, size_t sendcount
 {
     shoal_call_t c = rooted_call("shoal_gather", SHOAL_COLL_GATHER, comm, sendbuf, recvbuf,
                                  sendcount, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_igather(const void *sendbuf, void *recvbuf, size_t sendcount,
@@ -158,7 +158,7 @@ shoal_status_t shoal_igather(const void *sendbuf, void *recvbuf, size_t sendcoun
 {
     shoal_call_t c = rooted_call("shoal_igather", SHOAL_COLL_GATHER, comm, sendbuf, recvbuf,
                                  sendcount, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_scatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -166,7 +166,7 @@ shoal_status_t shoal_scatter(const void *sendbuf, void *recvbuf, size_t recvcoun
 {
     shoal_call_t c = rooted_call("shoal_scatter", SHOAL_COLL_SCATTER, comm, sendbuf, recvbuf,
                                  recvcount, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_iscatter(const void *sendbuf, void *recvbuf, size_t recvcount,
@@ -175,7 +175,7 @@ shoal_status_t shoal_iscatter(const void *sendbuf, void *recvbuf, size_t recvcou
 {
     shoal_call_t c = rooted_call("shoal_iscatter", SHOAL_COLL_SCATTER, comm, sendbuf, recvbuf,
                                  recvcount, dtype, SHOAL_SUM, root);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
@@ -183,7 +183,7 @@ shoal_status_t shoal_alltoall(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = call_of("shoal_alltoall", SHOAL_COLL_ALLTOALL, sendbuf, recvbuf, count,
                              dtype, SHOAL_SUM, 0);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
@@ -191,7 +191,7 @@ shoal_status_t shoal_ialltoall(const void *sendbuf, void *recvbuf, size_t count,
 {
     shoal_call_t c = call_of("shoal_ialltoall", SHOAL_COLL_ALLTOALL, sendbuf, recvbuf, count,
                              dtype, SHOAL_SUM, 0);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 static shoal_call_t alltoallv_call(const char *what, const void *sendbuf,
@@ -213,7 +213,7 @@ shoal_status_t shoal_alltoallv(const void *sendbuf, const size_t *sendcounts,
 {
     shoal_call_t c = alltoallv_call("shoal_alltoallv", sendbuf, sendcounts, sdispls, recvbuf,
                                     recvcounts, rdispls, dtype);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ialltoallv(const void *sendbuf, const size_t *sendcounts,
@@ -223,7 +223,7 @@ shoal_status_t shoal_ialltoallv(const void *sendbuf, const size_t *sendcounts,
 {
     shoal_call_t c = alltoallv_call("shoal_ialltoallv", sendbuf, sendcounts, sdispls, recvbuf,
                                     recvcounts, rdispls, dtype);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
@@ -231,7 +231,7 @@ shoal_status_t shoal_send(const void *sendbuf, size_t count, shoal_dtype_t dtype
 {
     shoal_call_t c = call_of("shoal_send", SHOAL_COLL_SEND, sendbuf, NULL, count, dtype,
                              SHOAL_SUM, peer);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_isend(const void *sendbuf, size_t count, shoal_dtype_t dtype, int peer,
@@ -239,7 +239,7 @@ shoal_status_t shoal_isend(const void *sendbuf, size_t count, shoal_dtype_t dtyp
 {
     shoal_call_t c = call_of("shoal_isend", SHOAL_COLL_SEND, sendbuf, NULL, count, dtype,
                              SHOAL_SUM, peer);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
@@ -247,7 +247,7 @@ shoal_status_t shoal_recv(void *recvbuf, size_t count, shoal_dtype_t dtype, int 
 {
     shoal_call_t c = call_of("shoal_recv", SHOAL_COLL_RECV, NULL, recvbuf, count, dtype,
                              SHOAL_SUM, peer);
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
@@ -255,17 +255,17 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
 {
     shoal_call_t c = call_of("shoal_irecv", SHOAL_COLL_RECV, NULL, recvbuf, count, dtype,
                              SHOAL_SUM, peer);
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }
 
 shoal_status_t shoal_barrier(shoal_comm_t comm)
 {
     shoal_call_t c = {.what = "shoal_barrier", .barrier = 1};
-    return issue(comm, &c, 0, NULL);
+    return shoal_call_issue(comm, &c, 0, NULL);
 }
 
 shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p)
 {
     shoal_call_t c = {.what = "shoal_ibarrier", .barrier = 1};
-    return issue(comm, &c, 1, req_p);
+    return shoal_call_issue(comm, &c, 1, req_p);
 }

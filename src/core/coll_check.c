@@ -53,6 +53,37 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
     return SHOAL_OK;
 }
 
+/* A compressed all-reduce: fp32 SUM or AVG (before check_op turns a
+ * pre-multiplied sum into SUM), a valid codec, a slot that holds at least
+ * one codec block. */
+static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    const shoal_coll_args_t *a = &call->args;
+    const shoal_codec_t *c = a->codec;
+    if (a->kind != SHOAL_COLL_ALLREDUCE)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: only all-reduce compresses",
+                               call->what);
+    if (a->dtype != SHOAL_FLOAT32)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: compression takes float32 only, not %s", call->what,
+                               shoal_dtype_name(a->dtype));
+    if (a->op != SHOAL_SUM && a->op != SHOAL_AVG)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: compression takes sum and avg only, not op %d", call->what,
+                               (int)a->op);
+    if (!c->ops || c->ops->size != sizeof(shoal_codec_ops_t) ||
+        c->ops->wire_bytes(c, c->block) == 0)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: invalid codec (block %zu, rounding %d; blocks of 32, 64 "
+                               "or 128 values)", call->what, c->block, (int)c->round);
+    if (shoal_ring_codec_piece(c, comm->chunk_size) == 0)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: one %s block of %zu values (%zu B) exceeds the %zu B "
+                               "pipeline piece (SHOAL_CHUNK_SIZE)", call->what, c->ops->name,
+                               c->block, c->ops->wire_bytes(c, c->block), comm->chunk_size);
+    return SHOAL_OK;
+}
+
 typedef struct {
     size_t idx, off, len;
 } vblock_t;
@@ -122,6 +153,11 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
     if (es == 0)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown dtype %d", what,
                                (int)a->dtype);
+    if (a->codec) {
+        shoal_status_t s = check_codec(comm, call);
+        if (s != SHOAL_OK)
+            return s;
+    }
     if (reduces(a->kind)) {
         shoal_status_t s = check_op(comm, call);
         if (s != SHOAL_OK)
@@ -176,6 +212,10 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
     /* In place means exactly the layout NCCL defines; any other overlap
      * would read what the call already wrote. */
     span_t sin = {a->sendbuf, in * es}, sout = {a->recvbuf, out * es};
+    span_t res = {(const char *)a->residual, a->residual ? a->count * sizeof(float) : 0};
+    if (spans_overlap(res, sin) || spans_overlap(res, sout))
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the residual array overlaps sendbuf or recvbuf", what);
     if (!spans_overlap(sin, sout))
         return SHOAL_OK;
     const char *sp = a->sendbuf, *rp = a->recvbuf;

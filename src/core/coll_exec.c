@@ -103,7 +103,9 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
 {
     begin_sig(comm, args, sig_kind);
     comm->stream_out = output_bytes(comm, args) >= comm->stream_min;
-    const shoal_algo_ops_t *algo = shoal_algo_choose(comm, args);
+    /* A compressed all-reduce has one algorithm, the codec ring. */
+    const shoal_algo_ops_t *algo =
+        args->codec ? &shoal_ring_codec_allreduce_ops : shoal_algo_choose(comm, args);
     shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
@@ -179,7 +181,9 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
             goto err_nomem;
         memcpy(staged, args.sendbuf, n * es);
     } else {
-        return run_selected(comm, call->what, &args, args.kind);
+        /* Its own kind: against a plain all-reduce, a mismatch. */
+        return run_selected(comm, call->what, &args,
+                            args.codec ? SHOAL_SIG_ALLREDUCE_CODEC : args.kind);
     }
     args.sendbuf = staged;
     return run_selected(comm, call->what, &args, args.kind);
@@ -192,7 +196,7 @@ err_nomem:
 /* Whether b can join an all-reduce fused with a. */
 static int fusable(const shoal_call_t *a, const shoal_call_t *b)
 {
-    return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE &&
+    return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE && !b->args.codec &&
            b->args.dtype == a->args.dtype && b->args.op == a->args.op &&
            b->premul == a->premul && b->scalar_ref == a->scalar_ref &&
            !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
@@ -340,7 +344,8 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
             i++;
             continue;
         }
-        if (shoal_call_is_empty(comm, c) || c->barrier || c->args.kind != SHOAL_COLL_ALLREDUCE) {
+        if (shoal_call_is_empty(comm, c) || c->barrier || c->args.kind != SHOAL_COLL_ALLREDUCE ||
+            c->args.codec) {
             s = shoal_call_run(comm, c);
             i++;
             continue;

@@ -57,6 +57,12 @@ shoal_status_t shoal_exec_wait(shoal_task_t *task);
 shoal_status_t shoal_request_new(shoal_request_t *req_p);
 void shoal_request_complete(shoal_request_t req, shoal_status_t status);
 
+/* Enter comm, check call, then record it in the thread's group, queue it
+ * (nb: with a new request at *req_p) or run it and wait; comm left again.
+ * The path of every public collective and point-to-point call. */
+shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
+                                shoal_request_t *req_p);
+
 /* Run one call on comm now (the executor's side): pre-multiplied sums and
  * staged in-place inputs, algorithm selection, plan and run, the sticky
  * error on failure. */

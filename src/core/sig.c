@@ -36,7 +36,7 @@ static void sig_put(sig_text_t *t, const char *fmt, ...)
 static int sig_reduces(unsigned kind)
 {
     return kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
-           kind == SHOAL_COLL_REDUCE;
+           kind == SHOAL_COLL_REDUCE || kind == SHOAL_SIG_ALLREDUCE_CODEC;
 }
 
 static void sig_put_count(sig_text_t *t, const shoal_sig_t *sig)
@@ -62,6 +62,8 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
     int p2p = kind == SHOAL_SIG_P2P || kind == SHOAL_COLL_SEND || kind == SHOAL_COLL_RECV;
     if (kind == SHOAL_SIG_P2P)
         sig_put(&t, "send/recv");
+    else if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
+        sig_put(&t, "compressed allreduce");
     else if (kind < SHOAL_COLL_KIND_COUNT)
         sig_put(&t, "%s", shoal_coll_kind_name((shoal_coll_kind_t)kind));
     else

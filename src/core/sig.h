@@ -13,6 +13,7 @@
  * shoal_coll_kind_t (algo.h), whose values it shares. */
 #define SHOAL_SIG_P2P 0xf0u     /* point to point (and groups of them) */
 #define SHOAL_SIG_BARRIER 0xf1u
+#define SHOAL_SIG_ALLREDUCE_CODEC 0xf2u /* compressed all-reduce (compress_call.h) */
 /* count of a call whose per-peer counts differ (all-to-all-v): not compared */
 #define SHOAL_SIG_COUNT_ANY UINT64_MAX
 
