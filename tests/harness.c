@@ -151,6 +151,34 @@ int harness_run_ranks_victim(int nranks, harness_rank_fn_t fn, void *arg, int ti
     return failed ? -1 : 0;
 }
 
+void *harness_alloc_guarded(size_t bytes)
+{
+    unsigned char *p = malloc(bytes + HARNESS_GUARD);
+    assert_non_null(p);
+    memset(p, HARNESS_GUARD_BYTE, bytes + HARNESS_GUARD);
+    return p;
+}
+
+void harness_assert_guard(const void *buf, size_t bytes, const char *what)
+{
+    const unsigned char *p = (const unsigned char *)buf + bytes;
+    for (size_t i = 0; i < HARNESS_GUARD; i++)
+        if (p[i] != HARNESS_GUARD_BYTE)
+            fail_msg("%s: wrote past the end (byte %zu)", what, i);
+}
+
+int harness_same_bytes(shoal_comm_t comm, const void *buf, size_t len)
+{
+    const unsigned char *p = buf;
+    uint64_t h = 1469598103934665603ull, mx, mn;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    if (shoal_allreduce(&h, &mx, 1, SHOAL_UINT64, SHOAL_MAX, comm) != SHOAL_OK ||
+        shoal_allreduce(&h, &mn, 1, SHOAL_UINT64, SHOAL_MIN, comm) != SHOAL_OK)
+        return 0;
+    return mx == mn && mx == h;
+}
+
 uint32_t harness_mix(uint32_t x)
 {
     x ^= x >> 16;

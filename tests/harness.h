@@ -47,8 +47,20 @@ void harness_use_transport(const char *transport, size_t chunk);
 int harness_check_untouched(const unsigned char *buf, size_t from, size_t to, unsigned char v,
                             int rank, const char *what);
 
+/* For unit tests (cmocka asserts): a malloc'd buffer of bytes followed by
+ * HARNESS_GUARD bytes, all set to HARNESS_GUARD_BYTE; and the check that
+ * nothing was written into the guard after the first bytes. */
+#define HARNESS_GUARD 64
+#define HARNESS_GUARD_BYTE 0xa5
+void *harness_alloc_guarded(size_t bytes);
+void harness_assert_guard(const void *buf, size_t bytes, const char *what);
+
 /* A well-mixed 32-bit hash. */
 uint32_t harness_mix(uint32_t x);
+
+/* Inside a rank, collective: 1 when buf[0..len) holds the same bytes on
+ * every rank of comm (a hash compared by a max and a min all-reduce). */
+int harness_same_bytes(shoal_comm_t comm, const void *buf, size_t len);
 
 /* Rank's input element i for dtype and op: values whose sums, products,
  * minima and maxima over up to 8 ranks are exact in dtype, so the expected

@@ -16,25 +16,6 @@
 
 #define TEST_CHUNK 4096
 
-static uint64_t hash_bytes(const void *buf, size_t len)
-{
-    const unsigned char *p = buf;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-/* Every rank holds the same hash iff the max and min over ranks agree. */
-static int same_on_all_ranks(shoal_comm_t comm, uint64_t h)
-{
-    uint64_t mx, mn;
-    if (shoal_allreduce(&h, &mx, 1, SHOAL_UINT64, SHOAL_MAX, comm) != SHOAL_OK ||
-        shoal_allreduce(&h, &mn, 1, SHOAL_UINT64, SHOAL_MIN, comm) != SHOAL_OK)
-        return 0;
-    return mx == mn && mx == h;
-}
-
 static int check_one(shoal_comm_t comm, int rank, int nranks, size_t count, shoal_dtype_t dt,
                      shoal_op_t op, int in_place, unsigned char *a, unsigned char *b,
                      unsigned char *want, unsigned char *tmp)
@@ -93,7 +74,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
         f[i] = (float)harness_mix((uint32_t)(rank * 7919 + (int)i)) / 4294967296.0f - 0.5f;
     s = shoal_allreduce(f, b, n, SHOAL_FLOAT32, SHOAL_SUM, comm);
     RANK_CHECK(s == SHOAL_OK, "random allreduce: %s", shoal_status_string(s));
-    RANK_CHECK(same_on_all_ranks(comm, hash_bytes(b, n * sizeof(float))),
+    RANK_CHECK(harness_same_bytes(comm, b, n * sizeof(float)),
                "rank %d: results differ between ranks", rank);
     free(a);
     free(b);

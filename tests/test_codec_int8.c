@@ -13,8 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GUARD 64 /* bytes after each output that must stay untouched */
-#define GUARD_BYTE 0xa5
 #define SCALE_BYTES 4
 
 static const size_t blocks[] = {32, 64, 128};
@@ -97,22 +95,6 @@ static double err_bound(float scale, shoal_round_t round)
 {
     double step = round == SHOAL_ROUND_NEAREST ? 0.5 : 1.0;
     return (double)scale * (step + 0x1p-15) + 0x1p-142;
-}
-
-static void *alloc_guarded(size_t bytes)
-{
-    unsigned char *p = malloc(bytes + GUARD);
-    assert_non_null(p);
-    memset(p, GUARD_BYTE, bytes + GUARD);
-    return p;
-}
-
-static void check_guard(const void *buf, size_t bytes, const char *what)
-{
-    const unsigned char *p = (const unsigned char *)buf + bytes;
-    for (size_t i = 0; i < GUARD; i++)
-        if (p[i] != GUARD_BYTE)
-            fail_msg("%s: wrote past the end (byte %zu)", what, i);
 }
 
 /* Kinds of block in the random inputs. */
@@ -208,17 +190,17 @@ static void test_invalid_codec(void **state)
         assert_int_equal(c.ops->wire_bytes(&c, N), 0);
         for (int simd = 0; simd <= 1; simd++) {
             shoal_codec_simd_enable(simd);
-            memset(wire, GUARD_BYTE, sizeof(wire));
-            memset(dst, GUARD_BYTE, sizeof(dst));
-            memset(res, GUARD_BYTE, sizeof(res));
+            memset(wire, HARNESS_GUARD_BYTE, sizeof(wire));
+            memset(dst, HARNESS_GUARD_BYTE, sizeof(dst));
+            memset(res, HARNESS_GUARD_BYTE, sizeof(res));
             c.ops->encode(&c, wire, src, res, N, 0);
             c.ops->add_encode(&c, wire, wire, src, res, N, 0);
             c.ops->decode(&c, dst, wire, N, 0);
             for (size_t i = 0; i < sizeof(wire); i++)
-                assert_int_equal(wire[i], GUARD_BYTE);
+                assert_int_equal(wire[i], HARNESS_GUARD_BYTE);
             for (size_t i = 0; i < sizeof(dst); i++) {
-                assert_int_equal(((unsigned char *)dst)[i], GUARD_BYTE);
-                assert_int_equal(((unsigned char *)res)[i], GUARD_BYTE);
+                assert_int_equal(((unsigned char *)dst)[i], HARNESS_GUARD_BYTE);
+                assert_int_equal(((unsigned char *)res)[i], HARNESS_GUARD_BYTE);
             }
         }
     }
@@ -238,17 +220,17 @@ static void check_roundtrip(size_t block, shoal_round_t round, size_t count, siz
     shoal_codec_t c = make_codec(block, round, 7, 3);
     size_t wb = c.ops->wire_bytes(&c, count);
     float *src = malloc(count * sizeof(float) + 1);
-    float *res = alloc_guarded(count * sizeof(float));
-    float *dec = alloc_guarded(count * sizeof(float));
-    unsigned char *wire = alloc_guarded(wb);
+    float *res = harness_alloc_guarded(count * sizeof(float));
+    float *dec = harness_alloc_guarded(count * sizeof(float));
+    unsigned char *wire = harness_alloc_guarded(wb);
     assert_non_null(src);
     fill(src, count, block, 0);
 
     c.ops->encode(&c, wire, src, res, count, first);
     c.ops->decode(&c, dec, wire, count, first);
-    check_guard(wire, wb, what);
-    check_guard(res, count * sizeof(float), what);
-    check_guard(dec, count * sizeof(float), what);
+    harness_assert_guard(wire, wb, what);
+    harness_assert_guard(res, count * sizeof(float), what);
+    harness_assert_guard(dec, count * sizeof(float), what);
 
     for (size_t b = 0, base = 0; base < count; b++, base += block) {
         size_t n = count - base < block ? count - base : block;
@@ -615,11 +597,11 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
     fill(local, count, block, 1);
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
-        memset(wire[simd], GUARD_BYTE, wb + GUARD);
-        memset(res[simd], GUARD_BYTE, fb + GUARD);
+        memset(wire[simd], HARNESS_GUARD_BYTE, wb + HARNESS_GUARD);
+        memset(res[simd], HARNESS_GUARD_BYTE, fb + HARNESS_GUARD);
         c.ops->encode(&c, wire[simd], src, res[simd], count, first);
-        check_guard(wire[simd], wb, what);
-        check_guard(res[simd], fb, what);
+        harness_assert_guard(wire[simd], wb, what);
+        harness_assert_guard(res[simd], fb, what);
     }
     assert_memory_equal(wire[0], wire[1], wb);
     assert_memory_equal(res[0], res[1], fb);
@@ -630,17 +612,17 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
 
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
-        memset(out[simd], GUARD_BYTE, fb + GUARD);
+        memset(out[simd], HARNESS_GUARD_BYTE, fb + HARNESS_GUARD);
         c.ops->decode(&c, out[simd], wire[simd], count, first);
-        check_guard(out[simd], fb, what);
+        harness_assert_guard(out[simd], fb, what);
     }
     assert_memory_equal(out[0], out[1], fb);
 
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
-        memset(sum[simd], GUARD_BYTE, wb + GUARD);
+        memset(sum[simd], HARNESS_GUARD_BYTE, wb + HARNESS_GUARD);
         c.ops->add_encode(&c, sum[simd], wire[simd], local, res[simd], count, first);
-        check_guard(sum[simd], wb, what);
+        harness_assert_guard(sum[simd], wb, what);
     }
     assert_memory_equal(sum[0], sum[1], wb);
     assert_memory_equal(res[0], res[1], fb);
@@ -663,11 +645,11 @@ static void test_simd_matches_ref(void **state)
     unsigned char *wire[2], *sum[2];
     assert_true(src && local);
     for (int i = 0; i < 2; i++) {
-        out[i] = alloc_guarded(MAX_COUNT * sizeof(float));
-        res[i] = alloc_guarded(MAX_COUNT * sizeof(float));
+        out[i] = harness_alloc_guarded(MAX_COUNT * sizeof(float));
+        res[i] = harness_alloc_guarded(MAX_COUNT * sizeof(float));
         /* An odd address: the wire has no alignment. */
-        wire[i] = (unsigned char *)alloc_guarded(2 * MAX_COUNT + 1) + 1;
-        sum[i] = (unsigned char *)alloc_guarded(2 * MAX_COUNT + 1) + 1;
+        wire[i] = (unsigned char *)harness_alloc_guarded(2 * MAX_COUNT + 1) + 1;
+        sum[i] = (unsigned char *)harness_alloc_guarded(2 * MAX_COUNT + 1) + 1;
     }
     for (size_t k = 0; k < NBLOCKS; k++)
         for (size_t r = 0; r < NROUNDS; r++)

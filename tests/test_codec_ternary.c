@@ -15,8 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define GUARD 64          /* bytes after each output that must stay untouched */
-#define GUARD_BYTE 0xa5
 #define BIG_COUNT (((size_t)1 << 20) + 3)
 
 static const size_t counts[] = {0, 1, 31, 64, 65, 1000, 4099, BIG_COUNT};
@@ -119,22 +117,6 @@ static int32_t wire_at(const void *wire, size_t i, int wide)
     return ((const int8_t *)wire)[i];
 }
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes + GUARD);
-    assert_non_null(p);
-    memset(p, GUARD_BYTE, bytes + GUARD);
-    return p;
-}
-
-static void check_guard(const void *buf, size_t bytes, const char *what)
-{
-    const unsigned char *p = (const unsigned char *)buf + bytes;
-    for (size_t i = 0; i < GUARD; i++)
-        if (p[i] != GUARD_BYTE)
-            fail_msg("%s: wrote past the end (byte %zu)", what, i);
-}
-
 static void check_bytes(const void *got, const void *want, size_t bytes, const char *what)
 {
     if (memcmp(got, want, bytes) == 0)
@@ -185,10 +167,10 @@ static void check_codes(size_t count, size_t block, size_t first, int wide, shoa
     scales_t s;
     scales_init(&s, first, count, block, 1);
     shoal_codec_t c = make_codec(block, wide, round, 7, 3, s.scales);
-    float *x = xmalloc(count * sizeof(float));
-    float *res = xmalloc(count * sizeof(float));
+    float *x = harness_alloc_guarded(count * sizeof(float));
+    float *res = harness_alloc_guarded(count * sizeof(float));
     size_t wb = c.ops->wire_bytes(&c, count);
-    void *wire = xmalloc(wb);
+    void *wire = harness_alloc_guarded(wb);
     fill_input(x, count, 1);
     shoal_codec_simd_enable(simd);
     c.ops->encode(&c, wire, x, res, count, first);
@@ -206,8 +188,8 @@ static void check_codes(size_t count, size_t block, size_t first, int wide, shoa
         if (scale > 0.0f && fabsf(x[i]) >= scale && k != (x[i] < 0.0f ? -1 : 1))
             fail_msg("%s: value %zu (%a) beyond scale %a: code %d", what, i, x[i], scale, k);
     }
-    check_guard(wire, wb, what);
-    check_guard(res, count * sizeof(float), what);
+    harness_assert_guard(wire, wb, what);
+    harness_assert_guard(res, count * sizeof(float), what);
     shoal_codec_simd_enable(1);
     free(x);
     free(res);
@@ -292,10 +274,10 @@ static void test_nearest(void **state)
 static void test_unbiased(void **state)
 {
     enum { N = 1000, STEPS = 4000, BLOCK = 64 };
-    float *x = xmalloc(N * sizeof(float)), *out = xmalloc(N * sizeof(float));
+    float *x = harness_alloc_guarded(N * sizeof(float)), *out = harness_alloc_guarded(N * sizeof(float));
     float scales[N / BLOCK + 1];
     double *sum = calloc(N, sizeof(double));
-    int8_t *wire = xmalloc(N);
+    int8_t *wire = harness_alloc_guarded(N);
     assert_non_null(sum);
     for (size_t b = 0; b < N / BLOCK + 1; b++)
         scales[b] = 0.25f + (float)b * 0.125f;
@@ -369,10 +351,10 @@ static void check_chain(int nranks, size_t count, size_t block, size_t first, in
     scales_t s;
     scales_init(&s, first, count, block, 0);
     size_t width = wide ? 2 : 1;
-    float *x = xmalloc(count * sizeof(float)), *res = xmalloc(count * sizeof(float));
-    float *out = xmalloc(count * sizeof(float));
-    unsigned char *wire = xmalloc(count * width), *wire2 = xmalloc(count * width);
-    unsigned char *own = xmalloc(count * width);
+    float *x = harness_alloc_guarded(count * sizeof(float)), *res = harness_alloc_guarded(count * sizeof(float));
+    float *out = harness_alloc_guarded(count * sizeof(float));
+    unsigned char *wire = harness_alloc_guarded(count * width), *wire2 = harness_alloc_guarded(count * width);
+    unsigned char *own = harness_alloc_guarded(count * width);
     int32_t *want = calloc(count + 1, sizeof(int32_t));
     double *xsum = calloc(count + 1, sizeof(double)), *rsum = calloc(count + 1, sizeof(double));
     double *bound = calloc(count + 1, sizeof(double));
@@ -417,10 +399,10 @@ static void check_chain(int nranks, size_t count, size_t block, size_t first, in
             fail_msg("%s: value %zu: inputs - residuals = %.9g, decoded %.9g (tolerance %.3g)",
                      what, i, xsum[i] - rsum[i], out[i], tol);
     }
-    check_guard(wire, count * width, what);
-    check_guard(wire2, count * width, what);
-    check_guard(res, count * sizeof(float), what);
-    check_guard(out, count * sizeof(float), what);
+    harness_assert_guard(wire, count * width, what);
+    harness_assert_guard(wire2, count * width, what);
+    harness_assert_guard(res, count * sizeof(float), what);
+    harness_assert_guard(out, count * sizeof(float), what);
     shoal_codec_simd_enable(1);
     free(x);
     free(res);
@@ -497,10 +479,10 @@ static void check_pieces(size_t count, size_t block, size_t first, int wide, int
     scales_t s;
     scales_init(&s, first, count, block, 1);
     size_t width = wide ? 2 : 1, wb = count * width;
-    float *x = xmalloc(count * sizeof(float)), *y = xmalloc(count * sizeof(float));
-    float *res = xmalloc(count * sizeof(float)), *res2 = xmalloc(count * sizeof(float));
-    float *out = xmalloc(count * sizeof(float)), *out2 = xmalloc(count * sizeof(float));
-    unsigned char *w = xmalloc(wb), *w2 = xmalloc(wb), *sum = xmalloc(wb), *sum2 = xmalloc(wb);
+    float *x = harness_alloc_guarded(count * sizeof(float)), *y = harness_alloc_guarded(count * sizeof(float));
+    float *res = harness_alloc_guarded(count * sizeof(float)), *res2 = harness_alloc_guarded(count * sizeof(float));
+    float *out = harness_alloc_guarded(count * sizeof(float)), *out2 = harness_alloc_guarded(count * sizeof(float));
+    unsigned char *w = harness_alloc_guarded(wb), *w2 = harness_alloc_guarded(wb), *sum = harness_alloc_guarded(wb), *sum2 = harness_alloc_guarded(wb);
     fill_input(x, count, 1);
     fill_input(y, count, 1);
     shoal_codec_simd_enable(simd);
@@ -571,8 +553,8 @@ static void test_block_absmax(void **state)
             for (size_t bi = 0; bi < NBLOCKS; bi++) {
                 size_t count = counts[ci], block = blocks[bi];
                 size_t nb = (count + block - 1) / block;
-                float *x = xmalloc(count * sizeof(float));
-                float *out = xmalloc(nb * sizeof(float));
+                float *x = harness_alloc_guarded(count * sizeof(float));
+                float *out = harness_alloc_guarded(nb * sizeof(float));
                 fill_input(x, count, 1);
                 if (count > 3 * block) /* a block of NaN and zeros only */
                     for (size_t i = 2 * block; i < 3 * block; i++)
@@ -588,7 +570,7 @@ static void test_block_absmax(void **state)
                         fail_msg("absmax count %zu block %zu simd %d: block %zu: %a, want %a",
                                  count, block, simd, b, out[b], m);
                 }
-                check_guard(out, nb * sizeof(float), "absmax");
+                harness_assert_guard(out, nb * sizeof(float), "absmax");
                 free(x);
                 free(out);
             }
@@ -599,7 +581,7 @@ static void test_clip_bound(void **state)
 {
     for (size_t ci = 0; ci < NCOUNTS; ci++) {
         size_t count = counts[ci];
-        float *x = xmalloc(count * sizeof(float));
+        float *x = harness_alloc_guarded(count * sizeof(float));
         for (size_t i = 0; i < count; i++)
             x[i] = 10.0f + rng_float(3.0f); /* a mean far from 0 */
         long double mean = 0.0L, var = 0.0L;
@@ -657,8 +639,8 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
     scales_init(&s, first, count, block, 1);
     size_t width = wide ? 2 : 1, wb = count * width, fb = count * sizeof(float);
     shoal_codec_t c = make_codec(block, wide, round, 11, 13, s.scales);
-    float *x0 = xmalloc(fb + 4), *y0 = xmalloc(fb + 4);
-    unsigned char *in0 = xmalloc(wb + 1);
+    float *x0 = harness_alloc_guarded(fb + 4), *y0 = harness_alloc_guarded(fb + 4);
+    unsigned char *in0 = harness_alloc_guarded(wb + 1);
     /* one float off for the floats, one byte off for the wire */
     float *x = x0 + off, *y = y0 + off;
     unsigned char *in = in0 + off;
@@ -670,18 +652,18 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
     unsigned char *w[2], *sum[2];
     for (int simd = 0; simd < 2; simd++) {
         shoal_codec_simd_enable(simd);
-        xs[simd] = xmalloc(fb + 4);
-        ys[simd] = xmalloc(fb + 4);
+        xs[simd] = harness_alloc_guarded(fb + 4);
+        ys[simd] = harness_alloc_guarded(fb + 4);
         xs[simd] += off;
         ys[simd] += off;
         memcpy(xs[simd], x, fb);
         memcpy(ys[simd], y, fb);
-        rx[simd] = with_res ? (mode ? xs[simd] : xmalloc(fb)) : NULL;
-        ry[simd] = with_res ? (mode ? ys[simd] : xmalloc(fb)) : NULL;
-        w[simd] = (unsigned char *)xmalloc(wb + 1) + off;
-        sum[simd] = mode ? w[simd] : (unsigned char *)xmalloc(wb + 1) + off;
-        out[simd] = (float *)xmalloc(fb + 4) + off;
-        memset(w[simd], GUARD_BYTE, wb);
+        rx[simd] = with_res ? (mode ? xs[simd] : harness_alloc_guarded(fb)) : NULL;
+        ry[simd] = with_res ? (mode ? ys[simd] : harness_alloc_guarded(fb)) : NULL;
+        w[simd] = (unsigned char *)harness_alloc_guarded(wb + 1) + off;
+        sum[simd] = mode ? w[simd] : (unsigned char *)harness_alloc_guarded(wb + 1) + off;
+        out[simd] = (float *)harness_alloc_guarded(fb + 4) + off;
+        memset(w[simd], HARNESS_GUARD_BYTE, wb);
         memcpy(w[simd], in, wb);
         c.ops->encode(&c, w[simd], xs[simd], rx[simd], count, first);
         /* add onto the random wire, not onto the codes just made */
@@ -704,14 +686,14 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
     shoal_codec_simd_enable(1);
     check_bytes(w[1], w[0], wb, what);
     for (int simd = 0; simd < 2; simd++) {
-        check_guard(w[simd], wb, what);
-        check_guard(sum[simd], wb, what);
-        check_guard(out[simd], fb, what);
-        check_guard(xs[simd], fb, what);
-        check_guard(ys[simd], fb, what);
+        harness_assert_guard(w[simd], wb, what);
+        harness_assert_guard(sum[simd], wb, what);
+        harness_assert_guard(out[simd], fb, what);
+        harness_assert_guard(xs[simd], fb, what);
+        harness_assert_guard(ys[simd], fb, what);
         if (with_res && !mode) {
-            check_guard(rx[simd], fb, what);
-            check_guard(ry[simd], fb, what);
+            harness_assert_guard(rx[simd], fb, what);
+            harness_assert_guard(ry[simd], fb, what);
             free(rx[simd]);
             free(ry[simd]);
         }

@@ -33,25 +33,6 @@
 
 #define TEST_CHUNK 4096
 
-static uint64_t hash_bytes(const void *buf, size_t len)
-{
-    const unsigned char *p = buf;
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < len; i++)
-        h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-/* Every rank holds the same hash iff the max and min over ranks agree. */
-static int same_on_all_ranks(shoal_comm_t comm, uint64_t h)
-{
-    uint64_t mx, mn;
-    if (shoal_allreduce(&h, &mx, 1, SHOAL_UINT64, SHOAL_MAX, comm) != SHOAL_OK ||
-        shoal_allreduce(&h, &mn, 1, SHOAL_UINT64, SHOAL_MIN, comm) != SHOAL_OK)
-        return 0;
-    return mx == mn && mx == h;
-}
-
 /* Rank r's input value i: random signs and magnitudes that vary from block
  * to block by up to 2^12, so that scales differ. */
 static float input(int r, size_t i)
@@ -102,7 +83,7 @@ static int check_codec(shoal_comm_t comm, int rank, int nranks, bufs_t *b,
                                              c, b->res);
     RANK_CHECK(s == SHOAL_OK, "rank %d: codec allreduce of %zu (block %zu %s): %s (%s)", rank,
                count, c->block, rn, shoal_status_string(s), shoal_comm_last_error(comm));
-    RANK_CHECK(same_on_all_ranks(comm, hash_bytes(b->y, count * sizeof(float))),
+    RANK_CHECK(harness_same_bytes(comm, b->y, count * sizeof(float)),
                "rank %d: results differ between ranks (count %zu block %zu %s)", rank, count,
                c->block, rn);
     /* In place, no residual: the same bits. */

@@ -131,6 +131,9 @@ shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, con
 /* Element range [*off_p, *off_p + *len_p) of block b in a ring loop of
  * real elements cut into blocks of bs (the last ones may be short or empty). */
 void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p);
+/* Block size of a ring loop of real elements over n positions: a share
+ * rounded up to align elements, at most piece_elems. */
+size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems);
 /* The ring all-reduce of shoal_ring_allreduce_run with a codec stage
  * (ring_codec.c): fp32 values travel in p->codec's wire form, p->residual
  * (or NULL) gets the error feedback of every value. Loop blocks are whole

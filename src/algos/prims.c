@@ -102,6 +102,27 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
     }
 }
 
+/* A piece in from recv_ep and, when send_ep is set, a free slot to it
+ * (*out_p NULL otherwise). */
+static shoal_status_t prims_wait_pair(shoal_prims_t *p, size_t bytes, const void **in_p,
+                                      void **out_p)
+{
+    *out_p = NULL;
+    shoal_status_t s = prims_wait_recv(p, bytes, in_p);
+    if (s == SHOAL_OK && p->send_ep)
+        s = prims_wait_send(p, bytes, out_p);
+    return s;
+}
+
+/* The piece in is done with; the slot out (if any) goes to send_ep. */
+static shoal_status_t prims_pass_on(shoal_prims_t *p, size_t bytes, void *out)
+{
+    shoal_status_t s = p->recv_ep->ops->recv_release(p->recv_ep);
+    if (s != SHOAL_OK || !out)
+        return s;
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+}
+
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
 {
     void *out;
@@ -126,16 +147,11 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
 {
     const void *in;
     void *out;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
-    if (s == SHOAL_OK)
-        s = prims_wait_send(p, bytes, &out);
+    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize, p->esize);
-    s = p->recv_ep->ops->recv_release(p->recv_ep);
-    if (s != SHOAL_OK)
-        return s;
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *src, void *dst,
@@ -158,19 +174,14 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
 shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes)
 {
     const void *in;
-    void *out = NULL;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
-    if (s == SHOAL_OK && p->send_ep)
-        s = prims_wait_send(p, bytes, &out);
+    void *out;
+    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     shoal_move_out(p->comm, dst, in, bytes);
     if (out)
         shoal_move(p->comm, out, in, bytes);
-    s = p->recv_ep->ops->recv_release(p->recv_ep);
-    if (s != SHOAL_OK || !out)
-        return s;
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_pass_on(p, bytes, out);
 }
 
 /* The codec stage's local work. Like shoal_combine, each call is one pass
@@ -234,18 +245,13 @@ static shoal_status_t recv_addenc(shoal_prims_t *p, const float *src, float *dst
     size_t bytes = codec_wire(p, n);
     const void *in;
     void *out;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
-    if (s == SHOAL_OK)
-        s = prims_wait_send(p, bytes, &out);
+    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     codec_add_encode(p, out, in, src, first, n);
-    s = p->recv_ep->ops->recv_release(p->recv_ep);
-    if (s != SHOAL_OK)
-        return s;
     if (dst)
         codec_decode(p, dst, out, first, n);
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_recv_addenc_send(shoal_prims_t *p, const float *src, size_t first,
@@ -265,19 +271,14 @@ shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_
 {
     size_t bytes = codec_wire(p, n);
     const void *in;
-    void *out = NULL;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
-    if (s == SHOAL_OK && p->send_ep)
-        s = prims_wait_send(p, bytes, &out);
+    void *out;
+    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     codec_decode(p, dst, in, first, n);
     if (out)
         shoal_move(p->comm, out, in, bytes);
-    s = p->recv_ep->ops->recv_release(p->recv_ep);
-    if (s != SHOAL_OK || !out)
-        return s;
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)

@@ -73,10 +73,7 @@ shoal_status_t shoal_ring_allreduce_codec_run(shoal_prims_t *p, const shoal_ring
     shoal_status_t s = SHOAL_OK;
     for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
         size_t real = count - base < loop ? count - base : loop;
-        size_t bs = (real + (size_t)n - 1) / (size_t)n;
-        bs = (bs + block - 1) / block * block;
-        if (bs > piece_elems)
-            bs = piece_elems;
+        size_t bs = shoal_ring_loop_bs(real, n, block, piece_elems);
         size_t off, len;
 #define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
         /* Reduce-scatter: block b starts at position b and ends, reduced

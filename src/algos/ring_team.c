@@ -83,6 +83,13 @@ void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t 
     *len_p = off < real ? (real - off < bs ? real - off : bs) : 0;
 }
 
+size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems)
+{
+    size_t bs = (real + (size_t)n - 1) / (size_t)n;
+    bs = (bs + align - 1) / align * align;
+    return bs < piece_elems ? bs : piece_elems;
+}
+
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
                                         const char *src, char *dst, size_t count,
                                         size_t piece_elems)
@@ -98,10 +105,7 @@ shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ri
     shoal_status_t s = SHOAL_OK;
     for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
         size_t real = count - base < loop ? count - base : loop;
-        size_t bs = (real + (size_t)n - 1) / (size_t)n;
-        bs = (bs + RING_ALIGN_ELEMS - 1) / RING_ALIGN_ELEMS * RING_ALIGN_ELEMS;
-        if (bs > piece_elems)
-            bs = piece_elems;
+        size_t bs = shoal_ring_loop_bs(real, n, RING_ALIGN_ELEMS, piece_elems);
         size_t off, len;
 #define AT(buf, o) ((buf) + (base + (o)) * es)
         /* Reduce-scatter: block b starts at position b and ends, reduced,
