@@ -27,7 +27,7 @@ endif
 # Sanitizer runtimes resolve in the executable, not in the shared library.
 NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
-LIBS     := $(PKG_LIBS) -lpthread -lm -lrt
+LIBS     := $(PKG_LIBS) -lopenblas -lpthread -lm -lrt
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
                               src/sim/*.c src/compress/*.c))
@@ -71,10 +71,16 @@ $(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
 
 $(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libshoal.a $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libshoal.a $(LIBS)
+
+# allreduce_bench's compressed rows live in a file of their own.
+$(TOOLS_DIR)/allreduce_bench: $(BUILD)/tools/bench_compress.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
+
+# The training test reads the digits data set (python3-sklearn) through zlib.
+$(BUILD)/tests/test_train_digits: LIBS += -lz
 
 # test_nccl_abi checks include/nccl.h against a header generated from the
 # vendor's; where there is no vendor nccl.h it skips itself.

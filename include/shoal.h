@@ -403,6 +403,151 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
                            shoal_comm_t comm, shoal_request_t *req_p);
 
 /*
+ * Compression (issue: compressed collectives). A compressor is a handle per
+ * logical tensor or bucket of count values: it owns that tensor's error
+ * feedback (each rank's residual), PowerSGD's Q matrices, the random
+ * streams' step counter. shoal_allreduce_compressed reduces a buffer of the
+ * compressor's count and dtype (float32, float16 or bfloat16; the latter two
+ * are widened to float32 for the reduction) with SHOAL_SUM or SHOAL_AVG
+ * only; every rank ends with bitwise the same result.
+ *
+ * Kinds:
+ * - INT8: one fp32 scale per block of `block` values (32, 64, 128), round
+ *   to nearest or stochastic; each hop of the ring dequantises, adds and
+ *   requantises; the two-shot variant quantises each contribution once and
+ *   the sum once.
+ * - TERNARY: a scale per block shared by all ranks (a max all-reduce of the
+ *   blocks' largest values first, optionally clipped at clip_sigma standard
+ *   deviations), stochastic rounding to {-1, 0, +1} x scale, exact integer
+ *   sums on the wire.
+ * - POWERSGD: each matrix of the layout (rows x cols > 1) becomes P Q^T of
+ *   rank min(rank, rows, cols) (two all-reduces of P and Q); vectors, and
+ *   matrices that would not shrink, are reduced in full precision. Q is
+ *   common to all ranks (seeded) and warm-started from the previous call.
+ *   The first warmup_steps calls are plain all-reduces.
+ *
+ * Error feedback (error_feedback = 1): the part of this rank's input that
+ * the compression lost is kept and added to the next call's input; it is
+ * updated only when the call succeeds. Summed over the ranks, the residuals
+ * after a call are the exact sum of the inputs (plus the earlier residuals)
+ * minus the result (for AVG, nranks times the result).
+ */
+typedef struct shoal_compressor *shoal_compressor_t;
+
+typedef enum {
+    SHOAL_COMPRESS_INT8 = 1,
+    SHOAL_COMPRESS_TERNARY = 2,
+    SHOAL_COMPRESS_POWERSGD = 3,
+} shoal_compress_kind_t;
+
+/* The schedule of INT8 and TERNARY; POWERSGD ignores it. AUTO: the ring on
+ * up to 8 ranks, two-shot beyond (the ring's per-hop error grows with the
+ * ranks); with more than one host, full precision inside each host and
+ * the compressed schedule across hosts only. */
+typedef enum {
+    SHOAL_COMPRESS_ALGO_AUTO = 0,
+    SHOAL_COMPRESS_ALGO_RING = 1,
+    SHOAL_COMPRESS_ALGO_TWO_SHOT = 2,
+} shoal_compress_algo_t;
+
+typedef struct {
+    size_t size;                /* sizeof(shoal_compress_options_t) */
+    shoal_compress_kind_t kind;
+    int error_feedback;         /* 1: keep residuals (see above) */
+    unsigned block;             /* INT8, TERNARY: values per scale; 32, 64, 128 */
+    int stochastic;             /* INT8: stochastic rounding (TERNARY always is) */
+    float clip_sigma;           /* TERNARY: clip at k standard deviations; 0: none */
+    unsigned rank;              /* POWERSGD: the approximation's rank */
+    unsigned warmup_steps;      /* POWERSGD: plain all-reduces first */
+    uint64_t seed;              /* stochastic rounding and PowerSGD's first Q */
+    shoal_compress_algo_t algo;
+} shoal_compress_options_t;
+
+/* The tensors of a bucket, in order: tensor t is rows[t] x cols[t] values,
+ * row-major; the products add up to the compressor's count. NULL layout:
+ * one vector of count values. */
+typedef struct {
+    size_t ntensors;
+    const size_t *rows;
+    const size_t *cols;
+} shoal_compress_layout_t;
+
+/* What one compressed call did on this rank. */
+typedef struct {
+    uint64_t bytes_sent;     /* bytes this rank put on its links */
+    uint64_t bytes_received; /* bytes it took off them */
+    /* The bytes a full-precision ring all-reduce of the input sends per
+     * rank (2 (n-1)/n x count x dtype size) over bytes_sent; 0 when nothing
+     * was sent (one rank, count 0). */
+    double ratio;
+    uint64_t step;           /* the compressor's call count before this call */
+} shoal_compress_info_t;
+
+/* Defaults for kind: error feedback on, block 64, nearest rounding (INT8),
+ * no clipping, rank 4, no warm-up, seed 0, AUTO. Returns
+ * SHOAL_ERR_INVALID_ARG for a NULL options or an unknown kind. */
+shoal_status_t shoal_compress_options_init(shoal_compress_options_t *options,
+                                           shoal_compress_kind_t kind);
+
+/*
+ * A compressor for tensors of count values of dtype on comm. Collective over
+ * comm: every rank passes the same options, count, dtype and layout, or
+ * every rank gets SHOAL_ERR_INVALID_ARG naming a rank that differs. Also
+ * SHOAL_ERR_INVALID_ARG for a NULL pointer, an options size this library
+ * does not know, an unknown kind or algo, a block other than 32/64/128, a
+ * negative or non-finite clip_sigma, rank 0, a layout whose sizes do not add
+ * up to count, or a dtype other than float32/float16/bfloat16;
+ * SHOAL_ERR_NO_MEMORY; the codes of a failed all-gather on comm.
+ */
+shoal_status_t shoal_compressor_create(shoal_comm_t comm, const shoal_compress_options_t *options,
+                                       size_t count, shoal_dtype_t dtype,
+                                       const shoal_compress_layout_t *layout,
+                                       shoal_compressor_t *comp_p);
+/* Free a compressor with no call in flight (SHOAL_ERR_INVALID_ARG if one
+ * is). Local. */
+shoal_status_t shoal_compressor_destroy(shoal_compressor_t comp);
+
+/*
+ * Checkpoints. The state (step counter, residuals, Q matrices) is a byte
+ * string of shoal_compressor_state_size bytes that only a compressor with
+ * the same options, count, dtype, layout and rank count accepts (set_state
+ * says SHOAL_ERR_INVALID_ARG otherwise, and changes nothing). Each rank
+ * saves and restores its own. reset returns to the state of a new
+ * compressor. Local; not while a call is in flight.
+ */
+shoal_status_t shoal_compressor_state_size(shoal_compressor_t comp, size_t *bytes_p);
+shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, size_t bytes);
+shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *buf,
+                                          size_t bytes);
+shoal_status_t shoal_compressor_reset(shoal_compressor_t comp);
+
+/*
+ * Compressed all-reduce of the compressor's count values of its dtype, in
+ * place when sendbuf == recvbuf; op SHOAL_SUM or SHOAL_AVG. info (may be
+ * NULL) is written when the call succeeds. One call per compressor at a
+ * time. The non-blocking form returns a request (shoal_test, shoal_wait);
+ * its buffers and info belong to the operation until it completes. Calls
+ * go through the communicator's queue like any other collective, may be
+ * used in groups, and a plain collective against them on another rank is
+ * SHOAL_ERR_MISMATCH.
+ */
+shoal_status_t shoal_allreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_op_t op,
+                                          shoal_compress_info_t *info);
+shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                           void *recvbuf, shoal_op_t op,
+                                           shoal_compress_info_t *info, shoal_request_t *req_p);
+
+/*
+ * Stateless int8 all-reduce: INT8 with the default block, nearest
+ * rounding and no error feedback, for any float32/float16/bfloat16
+ * buffer, without a compressor. info may be NULL.
+ */
+shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t count,
+                                    shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                    shoal_compress_info_t *info);
+
+/*
  * Requests. shoal_test sets *done_p to 1 and frees the request (setting
  * *req to NULL) once the operation completed, returning its status; else
  * *done_p = 0 and SHOAL_OK. shoal_wait blocks until completion (bounded by

@@ -3,7 +3,7 @@
 # gnuplot serve tools/compare_mpi and tools/plot_bench (shoal against MPI);
 # iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""

@@ -4,7 +4,8 @@
 # and sizes that are no multiple of the element, ranks started by mpirun
 # (through PMIx) and by torchrun-style variables; then every collective of
 # --coll at 1..8 ranks over shm and tcp, every type of each, and groups of
-# operations (-m). Run from the repository root (make test does).
+# operations (-m); the compressed all-reduces of --compress. Run from the
+# repository root (make test does).
 
 # The bench to test: tools/ for the default build; a build elsewhere (the
 # Makefile puts other BUILD directories' tools in $(BUILD)/bin) passes its own.
@@ -237,6 +238,138 @@ rc=$?
 m1000_ok() { run_ok allreduce "$1" "$2" 6 && grep -q 'agg iters: 1000 ' "$1"; }
 check "-m 1000 small all-reduces: exits 0, 6 rows, none wrong, agg iters in the header" \
     m1000_ok "$out" $rc || show "$out"
+
+# --compress: shoal_allreduce_compressed instead of the plain all-reduce.
+# Rows of 15 columns: the relative error against the exact sum in 9 and 13
+# (out of place, in place), the bytes each rank sent in 14, the ratio to a
+# full-precision ring in 15 (N/A with one rank, which sends nothing).
+# Sizes 4 bytes to 1.07 MB in steps of x23: counts 1, 23, 23^2, 23^3 and
+# 23^4, none a multiple of a block, and PowerSGD matrices 1x1, 1x23, 23x23,
+# 23x529 and 529x529.
+CSIZES="-b 4 -e 1200000 -f 23"
+CNSIZES=5
+crows() { awk '!/^#/ && NF == 15' "$1" | wc -l | tr -d ' '; }
+# crun_ok FILE STATUS: exited 0 with the rows, guards intact, none wrong.
+crun_ok() {
+    [ "$2" -eq 0 ] && [ "$(crows "$1")" -eq $CNSIZES ] && oob_ok "$1" &&
+        ! grep -q '^# Wrong elements' "$1"
+}
+# cerr_ok FILE MAX: every row's two errors are numbers below MAX (MAX "any":
+# numbers at all).
+cerr_ok() {
+    [ "$(crows "$1")" -gt 0 ] &&
+        awk -v max="$2" '
+            function num(x) { return x ~ /^[0-9]\.[0-9][0-9]e[-+][0-9]+$/ }
+            !/^#/ && NF == 15 && (!num($9) || !num($13) ||
+                (max != "any" && ($9 + 0 >= max || $13 + 0 >= max))) { bad = 1 }
+            END { exit bad }' "$1"
+}
+# cwire_ok FILE NP MINRATIO: one rank sends nothing (ratio N/A); more send
+# bytes in every row of elements, and the largest row's ratio is above
+# MINRATIO ("any": a number).
+cwire_ok() {
+    [ "$(crows "$1")" -gt 0 ] &&
+        awk -v np="$2" -v min="$3" '
+            !/^#/ && NF == 15 { last_ratio = $15
+                if (np == 1 && ($14 != "0" || $15 != "N/A")) bad = 1
+                if (np > 1 && ($14 + 0 <= 0 || $15 !~ /^[0-9]+\.[0-9][0-9]$/)) bad = 1 }
+            END { if (np > 1 && min != "any" && last_ratio + 0 <= min) bad = 1
+                  exit bad }' "$1"
+}
+for kind in int8 ternary powersgd:4; do
+    for np in 1 2 3; do
+        for shm in y n; do
+            out="$TMP/comp.$kind.$np.$shm.out"
+            # shellcheck disable=SC2086 # CSIZES is several flags
+            SHOAL_SHM_ENABLE=$shm SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np $np \
+                --compress $kind $CSIZES -n 2 -w 1 >"$out" 2>&1
+            rc=$?
+            transport=shm
+            [ $shm = n ] && transport=tcp
+            check "--compress $kind -np $np ($transport): exits 0, $CNSIZES rows of 15 columns, guards intact" \
+                crun_ok "$out" $rc || show "$out"
+            case $kind in
+            int8) maxerr=1e-2 minratio=3 ;;
+            ternary) maxerr=any minratio=3 ;;
+            *) maxerr=any minratio=any ;;
+            esac
+            check "--compress $kind -np $np ($transport): relerr columns below $maxerr" \
+                cerr_ok "$out" $maxerr || show "$out"
+            check "--compress $kind -np $np ($transport): bytes sent and ratio (above $minratio at 1.07 MB)" \
+                cwire_ok "$out" $np $minratio || show "$out"
+        done
+    done
+done
+check "--compress: the header names the compression and the new columns" \
+    sh -c "grep -q '^# Compression: int8, block 64, nearest rounding, algo auto, error feedback on, seed 0$' '$TMP/comp.int8.2.y.out' &&
+        grep -Eq '^# +size .* relerr .* relerr +sent +ratio$' '$TMP/comp.int8.2.y.out'"
+check "--compress powersgd:4: each row's matrix, the squarest one (529x529 for 279841)" \
+    grep -q '^# 1119364 bytes: powersgd matrix 529x529$' "$TMP/comp.powersgd:4.2.y.out"
+
+# Half and bfloat16, averages, the options, JSON.
+crun_err_ok() { crun_ok "$1" "$2" && cerr_ok "$1" "$3"; }
+for dtype in half bfloat16; do
+    out="$TMP/comp.$dtype.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 3 --compress int8 -d $dtype -o avg $CSIZES -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--compress int8 -d $dtype -o avg -np 3: exits 0, relerr below 2e-2" \
+        crun_err_ok "$out" $rc 2e-2 || show "$out"
+done
+out="$TMP/comp.opts.out"
+$LIMIT "$BENCH" -np 2 --compress int8 --compress-opts block=32,stochastic,noef,seed=7 \
+    -b 1M -e 1M -n 2 -w 1 -J "$TMP/comp.json" >"$out" 2>&1
+rc=$?
+check "--compress-opts block=32,stochastic,noef,seed=7: exits 0, shown in the header" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^# Compression: int8, block 32, stochastic rounding, algo auto, error feedback off, seed 7$' '$out'" ||
+    show "$out"
+check "--compress -J: the settings and each row's error, wire bytes and ratio" \
+    sh -c "grep -q '\"compression\": {\"kind\": \"int8\", \"error_feedback\": false, \"block\": 32, \"stochastic\": true' '$TMP/comp.json' &&
+        grep -Eq '\"rel_error\": [0-9.e+-]+\\}' '$TMP/comp.json' &&
+        grep -Eq '\"bytes_sent\": [1-9][0-9]*, \"bytes_received\": [1-9][0-9]*, \"ratio\": [0-9.]+, \"wrong\": 0\\}' '$TMP/comp.json' &&
+        grep -q '\"status\": \"ok\"' '$TMP/comp.json'" || show "$TMP/comp.json"
+out="$TMP/comp.64m.out"
+$LIMIT "$BENCH" -np 1 --compress powersgd:4 -b 64M -e 64M -n 1 -w 0 -c 0 >"$out" 2>&1
+rc=$?
+check "--compress powersgd:4, 64 MiB of float: a 4096x4096 matrix, relerr N/A with -c 0" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^# 67108864 bytes: powersgd matrix 4096x4096$' '$out' &&
+        awk '!/^#/ && NF == 15 && \$9 == \"N/A\" && \$13 == \"N/A\" {f = 1} END {exit !f}' '$out'" ||
+    show "$out"
+out="$TMP/comp.shape.out"
+$LIMIT "$BENCH" -np 2 --compress powersgd --shape 32x128 -b 16K -e 16K -n 2 -w 1 >"$out" 2>&1
+rc=$?
+check "--shape 32x128 for 4096 floats: exits 0 with that matrix" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^# 16384 bytes: powersgd matrix 32x128$' '$out'" || show "$out"
+out="$TMP/comp.badshape.out"
+$LIMIT "$BENCH" -np 2 --compress powersgd --shape 32x128 -b 8K -e 8K -n 2 -w 1 >"$out" 2>&1
+rc=$?
+check "--shape that does not hold the row's elements: refused, saying so" \
+    sh -c "[ $rc -ne 0 ] && grep -q 'shape 32x128 is not the 2048 elements' '$out'" || show "$out"
+
+# Flags --compress refuses, each with its reason.
+bad_comp() { # WHAT PATTERN FLAGS...
+    what=$1
+    pattern=$2
+    shift 2
+    $LIMIT "$BENCH" -np 2 -b 1K -e 1K "$@" >"$TMP/comp.bad.out" 2>&1
+    rc=$?
+    check "--compress refuses $what" \
+        sh -c "[ $rc -eq 2 ] && grep -q -- '$pattern' '$TMP/comp.bad.out'" || show "$TMP/comp.bad.out"
+}
+bad_comp "an unknown kind" 'unknown --compress kind "int4"' --compress int4
+bad_comp "another collective" 'all-reduce only, not --coll allgather' --compress int8 --coll allgather
+bad_comp "an integer type" 'takes -d float, half or bfloat16, not int32' --compress int8 -d int32
+bad_comp "-d all" 'takes -d float, half or bfloat16, not int8' --compress int8 -d all
+bad_comp "an op other than sum and avg" 'takes -o sum or avg, not max' --compress ternary -o max
+bad_comp "-m" 'takes no -m' --compress int8 -m 4
+bad_comp ":RANK on int8" 'only powersgd takes :RANK' --compress int8:4
+bad_comp "rank 0" 'powersgd:RANK wants an integer in 1..65536, not "0"' --compress powersgd:0
+bad_comp "a block of 48" 'block is 32, 64 or 128, not 48' --compress int8 --compress-opts block=48
+bad_comp "an unknown option" 'unknown --compress-opts item "fast"' --compress int8 --compress-opts fast
+bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress int8 --compress-opts clip=2
+bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
+bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
+bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
 
 # tools/netns_bench.sh --iperf3: iperf3's TCP figure between the first two
 # namespaces before the run, and each size row's busbw over it after. Needs

@@ -710,6 +710,67 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
     scales_free(&s);
 }
 
+/* The packed wire (4-bit codes) against the 8-bit one: a ring of 1..7 ranks
+ * (encode, add_encode at each hop, decode) over both wires gives bitwise
+ * the same decoded values and residuals, for every count (odd ones end in
+ * half a byte), block, rounding and first; the packed wire is
+ * (count + 1) / 2 bytes; packed with wide is invalid. */
+static void test_packed(void **state)
+{
+    (void)state;
+    size_t most = 4099;
+    float *x = malloc(most * sizeof(float)), *d8 = malloc(most * sizeof(float));
+    float *d4 = malloc(most * sizeof(float)), *r8 = malloc(most * sizeof(float));
+    float *r4 = malloc(most * sizeof(float));
+    unsigned char *w8 = malloc(most), *w4 = malloc(most / 2 + 1);
+    assert_true(x && d8 && d4 && r8 && r4 && w8 && w4);
+    for (size_t k = 0; k < NCOUNTS; k++) {
+        size_t count = counts[k];
+        if (count > most)
+            continue;
+        for (size_t b = 0; b < NBLOCKS; b++) {
+            for (int rd = 0; rd < 2; rd++) {
+                size_t first = firsts[(k + b) % NFIRSTS] / blocks[b] * blocks[b];
+                scales_t sc;
+                scales_init(&sc, first, count, blocks[b], 1);
+                shoal_round_t round = rd ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC;
+                shoal_codec_t c8 = make_codec(blocks[b], 0, round, 9, k, sc.scales);
+                shoal_codec_t c4 = c8;
+                c4.packed = 1;
+                assert_int_equal(c4.ops->wire_bytes(&c4, count), (count + 1) / 2);
+                for (int n = 1; n <= 7; n++) {
+                    for (int r = 0; r < n; r++) {
+                        fill_input(x, count, 0);
+                        c8.seed = c4.seed = 100 + (uint64_t)r;
+                        if (r == 0) {
+                            c8.ops->encode(&c8, w8, x, r8, count, first);
+                            c4.ops->encode(&c4, w4, x, r4, count, first);
+                        } else {
+                            c8.ops->add_encode(&c8, w8, w8, x, r8, count, first);
+                            c4.ops->add_encode(&c4, w4, w4, x, r4, count, first);
+                        }
+                        assert_memory_equal(r8, r4, count * sizeof(float));
+                    }
+                    c8.ops->decode(&c8, d8, w8, count, first);
+                    c4.ops->decode(&c4, d4, w4, count, first);
+                    assert_memory_equal(d8, d4, count * sizeof(float));
+                }
+                scales_free(&sc);
+            }
+        }
+    }
+    shoal_codec_t bad = make_codec(64, 1, SHOAL_ROUND_STOCHASTIC, 0, 0, NULL);
+    bad.packed = 1;
+    assert_int_equal(bad.ops->wire_bytes(&bad, 64), 0);
+    free(x);
+    free(d8);
+    free(d4);
+    free(r8);
+    free(r4);
+    free(w8);
+    free(w4);
+}
+
 static void test_simd_matches_scalar(void **state)
 {
     for (size_t ci = 0; ci + 1 < NCOUNTS; ci++)
@@ -749,6 +810,7 @@ int main(void)
         cmocka_unit_test_teardown(test_block_absmax, simd_default),
         cmocka_unit_test(test_clip_bound),
         cmocka_unit_test_teardown(test_simd_matches_scalar, simd_default),
+        cmocka_unit_test_teardown(test_packed, simd_default),
     };
     return cmocka_run_group_tests_name("codec_ternary", tests, NULL, NULL);
 }

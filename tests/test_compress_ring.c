@@ -1,149 +1,27 @@
 /* The compressed ring all-reduce (core/compress_call.h, algos/ring_codec.c)
- * with the int8 codec, over shared memory and over tcp, rank counts 1..8,
- * counts 0, 1, 63, 64, 65, odd and several pipeline loops (4 KiB pieces,
- * and one run with the default piece size), blocks of 32, 64 and 128,
- * nearest and stochastic rounding:
- * - every rank's result (and its in-place twin) is bitwise the same;
- * - the result is within the codec's error of the exact sum, computed in
- *   double by a scalar reference from every rank's input. Tolerance: value
- *   i is quantised once per rank, each time with an error below its
- *   block's scale (half of it for nearest), and a block's scale at any hop
- *   is amax / 127 of a partial sum, whose magnitude is at most
- *   A = sum over ranks of the block's largest |input| (plus the errors so
- *   far, at most n / 127 of A): so |result - exact| <= n * 1.1 * A / 127;
- * - the residuals, summed over the ranks, are the exact sum minus the
- *   result, up to fp32 rounding (one rounding of a partial sum per hop,
- *   tolerance 4 n A 2^-24);
- * - AVG is the SUM result times 1/n in fp32, bit for bit;
- * - a compressed all-reduce against a plain one fails with
- *   SHOAL_ERR_MISMATCH and never hangs;
- * - bad arguments are SHOAL_ERR_INVALID_ARG and leave the communicator usable.
+ * with the int8 and ternary codecs, over shared memory and over tcp, rank
+ * counts 1..8, counts 0, 1, 63, 64, 65, odd and several pipeline loops
+ * (4 KiB pieces, and one run with the default piece size), blocks of 32,
+ * 64 and 128, nearest and stochastic rounding, each through the reference
+ * check of compress_ref.h (bitwise the same result on every rank and in
+ * place, within the ring's error bound of a double reference, residuals
+ * that add up to the error, AVG as SUM / n). The ternary codec's shared
+ * scales are the max over ranks of each rank's block maxima. Also:
+ * - a compressed all-reduce against a plain one, and ranks whose codecs
+ *   differ in rounding, block or schedule, fail with SHOAL_ERR_MISMATCH
+ *   on some rank and never succeed or hang;
+ * - bad arguments are SHOAL_ERR_INVALID_ARG and leave the communicator
+ *   usable;
+ * - the codec id of the signature changes with each setting it covers, and
+ *   a signature prints it in place of a root.
  * The dry simulator is not covered here yet. */
-#include "harness.h"
+#include "compress_ref.h"
 
-#include "algos/reduce.h"
-#include "compress/codec.h"
-#include "core/compress_call.h"
+#include "core/sig.h"
 
-#include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 
 #define TEST_CHUNK 4096
-
-/* Rank r's input value i: random signs and magnitudes that vary from block
- * to block by up to 2^12, so that scales differ. */
-static float input(int r, size_t i)
-{
-    uint32_t h = harness_mix((uint32_t)(r * 1000003) ^ (uint32_t)i * 2654435761u);
-    float mag = ldexpf(1.0f, (int)((i / 40) % 13) - 6);
-    return ((float)(h >> 8) / 16777216.0f - 0.5f) * mag;
-}
-
-typedef struct {
-    size_t count, cap;
-    float *x, *y, *y2, *res, *all_res;
-    double *exact, *absmax;
-} bufs_t;
-
-/* The exact sum and, per value, A of its block (see the header). */
-static void reference(bufs_t *b, int nranks, size_t block)
-{
-    for (size_t i = 0; i < b->count; i++)
-        b->exact[i] = 0;
-    for (size_t s = 0; s < b->count; s += block) {
-        size_t e = s + block < b->count ? s + block : b->count;
-        double a = 0;
-        for (int r = 0; r < nranks; r++) {
-            double m = 0;
-            for (size_t i = s; i < e; i++) {
-                double v = input(r, i);
-                b->exact[i] += v;
-                m = fabs(v) > m ? fabs(v) : m;
-            }
-            a += m;
-        }
-        for (size_t i = s; i < e; i++)
-            b->absmax[i] = a;
-    }
-}
-
-static int check_codec(shoal_comm_t comm, int rank, int nranks, bufs_t *b,
-                       const shoal_codec_t *c)
-{
-    size_t count = b->count;
-    const char *rn = c->round == SHOAL_ROUND_NEAREST ? "nearest" : "stochastic";
-    for (size_t i = 0; i < count; i++)
-        b->x[i] = input(rank, i);
-    for (size_t i = 0; i < count; i++)
-        b->res[i] = NAN;
-    shoal_status_t s = shoal_allreduce_codec(comm, b->x, b->y, count, SHOAL_FLOAT32, SHOAL_SUM,
-                                             c, b->res);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: codec allreduce of %zu (block %zu %s): %s (%s)", rank,
-               count, c->block, rn, shoal_status_string(s), shoal_comm_last_error(comm));
-    RANK_CHECK(harness_same_bytes(comm, b->y, count * sizeof(float)),
-               "rank %d: results differ between ranks (count %zu block %zu %s)", rank, count,
-               c->block, rn);
-    /* In place, no residual: the same bits. */
-    memcpy(b->y2, b->x, count * sizeof(float));
-    s = shoal_allreduce_codec(comm, b->y2, b->y2, count, SHOAL_FLOAT32, SHOAL_SUM, c, NULL);
-    RANK_CHECK(s == SHOAL_OK, "in-place: %s", shoal_status_string(s));
-    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
-               "rank %d: in-place result differs (count %zu)", rank, count);
-
-    reference(b, nranks, c->block);
-    s = shoal_allgather(b->res, b->all_res, count, SHOAL_FLOAT32, comm);
-    RANK_CHECK(s == SHOAL_OK, "allgather of residuals: %s", shoal_status_string(s));
-    double n = nranks;
-    for (size_t i = 0; i < count; i++) {
-        double a = b->absmax[i], err = (double)b->y[i] - b->exact[i];
-        RANK_CHECK(fabs(err) <= n * 1.1 * a / 127,
-                   "rank %d/%d count %zu block %zu %s: value %zu is %.9g, exact %.9g, "
-                   "A %.9g", rank, nranks, count, c->block, rn, i, b->y[i], b->exact[i], a);
-        double sum_res = 0;
-        for (int r = 0; r < nranks; r++)
-            sum_res += b->all_res[(size_t)r * count + i];
-        RANK_CHECK(nranks > 1 || sum_res == 0, "single rank: residual %zu is %g", i, sum_res);
-        RANK_CHECK(fabs(sum_res + err) <= 4 * n * a * 0x1p-24,
-                   "rank %d/%d count %zu block %zu %s: value %zu: residuals sum to %.9g, "
-                   "exact - result is %.9g", rank, nranks, count, c->block, rn, i, sum_res,
-                   -err);
-    }
-
-    /* AVG: the same wire, the sum times 1/n. */
-    s = shoal_allreduce_codec(comm, b->x, b->y2, count, SHOAL_FLOAT32, SHOAL_AVG, c, NULL);
-    RANK_CHECK(s == SHOAL_OK, "avg: %s", shoal_status_string(s));
-    shoal_avg_finish_ref(b->y, b->y, count, SHOAL_FLOAT32, nranks);
-    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
-               "rank %d: AVG is not SUM / %d (count %zu)", rank, nranks, count);
-    return 0;
-}
-
-static int alloc_bufs(bufs_t *b, size_t cap, int nranks)
-{
-    b->cap = cap;
-    b->x = malloc(cap * sizeof(float));
-    b->y = malloc(cap * sizeof(float));
-    b->y2 = malloc(cap * sizeof(float));
-    b->res = malloc(cap * sizeof(float));
-    b->all_res = malloc(cap * (size_t)nranks * sizeof(float));
-    b->exact = malloc(cap * sizeof(double));
-    b->absmax = malloc(cap * sizeof(double));
-    return b->x && b->y && b->y2 && b->res && b->all_res && b->exact && b->absmax;
-}
-
-static void free_bufs(bufs_t *b)
-{
-    free(b->x);
-    free(b->y);
-    free(b->y2);
-    free(b->res);
-    free(b->all_res);
-    free(b->exact);
-    free(b->absmax);
-}
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
@@ -154,22 +32,22 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     size_t most = 0;
     for (size_t k = 0; counts[k] != SIZE_MAX; k++)
         most = counts[k] > most ? counts[k] : most;
-    bufs_t b;
-    RANK_CHECK(alloc_bufs(&b, most ? most : 1, nranks), "out of memory");
+    cref_bufs_t b;
+    RANK_CHECK(cref_alloc(&b, most, nranks), "out of memory");
     static const size_t blocks[] = {32, 64, 128};
     for (size_t k = 0; counts[k] != SIZE_MAX; k++) {
-        for (size_t bl = 0; bl < 3; bl++) {
-            for (int rd = 0; rd < 2; rd++) {
-                shoal_codec_t c = {.ops = &shoal_codec_int8, .block = blocks[bl],
-                                   .round = rd ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
-                                   .seed = 42, .step = counts[k]};
-                b.count = counts[k];
-                if (check_codec(comm, rank, nranks, &b, &c))
-                    return 1;
+        b.count = counts[k];
+        for (int tern = 0; tern < 2; tern++) {
+            for (size_t bl = 0; bl < 3; bl++) {
+                for (int rd = 0; rd < 2; rd++) {
+                    shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
+                    if (cref_check(comm, rank, &b, &c, SHOAL_COMPRESS_ALGO_RING, CREF_RING, 1))
+                        return 1;
+                }
             }
         }
     }
-    free_bufs(&b);
+    cref_free(&b);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
     return 0;
 }
@@ -209,53 +87,108 @@ static void test_default_chunk(void **state)
     assert_int_equal(harness_run_ranks(2, rank_matrix, (void *)large_counts, 600), 0);
 }
 
-/* Rank 0 runs a plain all-reduce, the others the compressed one: each
- * rank's status lands in shared memory for the parent to look at. */
+/* How rank 0's call differs from the others' in a mismatch case. */
+enum { MIS_PLAIN, MIS_ROUND, MIS_BLOCK, MIS_ALGO, MIS_MODES };
+static const char *const mis_names[MIS_MODES] = {"plain allreduce", "rounding", "block",
+                                                  "algo"};
+
+/* Shared with the ranks: the case, and each rank's status. */
+typedef struct {
+    int mode;
+    int status[8];
+} mismatch_t;
+
+/* Rank 0 runs a plain all-reduce or a codec that differs from the others'
+ * in one setting; each rank's status lands in shared memory for the
+ * parent to look at. */
 static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
-    int *status = arg;
+    mismatch_t *m = arg;
     shoal_comm_t comm;
     RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
     size_t count = 5000;
     float *x = calloc(count, sizeof(float)), *y = calloc(count, sizeof(float));
     RANK_CHECK(x && y, "out of memory");
-    shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64, .round = SHOAL_ROUND_NEAREST};
+    for (size_t i = 0; i < count; i++)
+        x[i] = cref_input(rank, i);
+    shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64, .round = SHOAL_ROUND_STOCHASTIC};
+    shoal_compress_algo_t algo = SHOAL_COMPRESS_ALGO_RING;
+    if (rank == 0 && m->mode == MIS_ROUND)
+        c.round = SHOAL_ROUND_NEAREST;
+    if (rank == 0 && m->mode == MIS_BLOCK)
+        c.block = 32;
+    if (rank == 0 && m->mode == MIS_ALGO)
+        algo = SHOAL_COMPRESS_ALGO_TWO_SHOT;
     shoal_status_t s =
-        rank == 0 ? shoal_allreduce(x, y, count, SHOAL_FLOAT32, SHOAL_SUM, comm)
-                  : shoal_allreduce_codec(comm, x, y, count, SHOAL_FLOAT32, SHOAL_SUM, &c, NULL);
-    status[rank] = (int)s;
+        rank == 0 && m->mode == MIS_PLAIN
+            ? shoal_allreduce(x, y, count, SHOAL_FLOAT32, SHOAL_SUM, comm)
+            : shoal_allreduce_codec(comm, x, y, count, SHOAL_FLOAT32, SHOAL_SUM, &c, NULL, algo);
+    m->status[rank] = (int)s;
     free(x);
     free(y);
     shoal_comm_abort(comm);
     return 0;
 }
 
-static void run_mismatch(const char *transport, int nranks)
+static void run_mismatch(const char *transport, int nranks, int mode)
 {
-    int *status = mmap(NULL, 8 * sizeof(int), PROT_READ | PROT_WRITE,
-                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    assert_true(status != MAP_FAILED);
+    mismatch_t *m = mmap(NULL, sizeof(*m), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                         -1, 0);
+    assert_true(m != MAP_FAILED);
+    m->mode = mode;
     for (int r = 0; r < 8; r++)
-        status[r] = -1;
+        m->status[r] = -1;
     harness_use_transport(transport, TEST_CHUNK);
     harness_setenv("SHOAL_TIMEOUT", "5s");
-    assert_int_equal(harness_run_ranks(nranks, rank_mismatch, status, 60), 0);
+    assert_int_equal(harness_run_ranks(nranks, rank_mismatch, m, 60), 0);
     int mismatches = 0;
     for (int r = 0; r < nranks; r++) {
-        assert_int_not_equal(status[r], SHOAL_OK);
-        mismatches += status[r] == SHOAL_ERR_MISMATCH;
+        if (m->status[r] == SHOAL_OK)
+            fail_msg("%s, %d ranks, %s differs: rank %d succeeded", transport, nranks,
+                     mis_names[mode], r);
+        mismatches += m->status[r] == SHOAL_ERR_MISMATCH;
     }
-    assert_true(mismatches > 0);
-    munmap(status, 8 * sizeof(int));
+    if (mismatches == 0)
+        fail_msg("%s, %d ranks, %s differs: no rank saw a mismatch", transport, nranks,
+                 mis_names[mode]);
+    munmap(m, sizeof(*m));
 }
 
+/* A plain all-reduce against a compressed one, and compressed ones whose
+ * codecs differ in rounding, block or schedule (the codec id in their
+ * signatures). */
 static void test_mismatch(void **state)
 {
     (void)state;
-    run_mismatch("shm", 2);
-    run_mismatch("shm", 3);
-    run_mismatch("tcp", 2);
-    run_mismatch("tcp", 3);
+    for (int mode = 0; mode < MIS_MODES; mode++) {
+        run_mismatch("shm", 2, mode);
+        run_mismatch("shm", 3, mode);
+        run_mismatch("tcp", 2, mode);
+        run_mismatch("tcp", 3, mode);
+    }
+}
+
+/* The codec id: a function of exactly the settings it covers; printed as
+ * a codec, whatever its top bit. */
+static void test_sig_codec_id(void **state)
+{
+    (void)state;
+    uint32_t id = shoal_sig_codec_id("int8", 64, SHOAL_ROUND_NEAREST, 8, 1);
+    assert_int_equal(id, shoal_sig_codec_id("int8", 64, SHOAL_ROUND_NEAREST, 8, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("ternary", 64, SHOAL_ROUND_NEAREST, 8, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("int8", 32, SHOAL_ROUND_NEAREST, 8, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("int8", 64, SHOAL_ROUND_STOCHASTIC, 8, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("int8", 64, SHOAL_ROUND_NEAREST, 16, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("int8", 64, SHOAL_ROUND_NEAREST, 4, 1));
+    assert_int_not_equal(id, shoal_sig_codec_id("int8", 64, SHOAL_ROUND_NEAREST, 8, 2));
+    char buf[SHOAL_SIG_STR_MAX];
+    shoal_sig_t sig = {.seq = 3, .count = 100, .kind = SHOAL_SIG_ALLREDUCE_CODEC,
+                       .dtype = SHOAL_FLOAT32, .op = SHOAL_AVG, .root = 0x1234abcd};
+    assert_string_equal(shoal_sig_format(&sig, buf, sizeof(buf)),
+                        "compressed allreduce #3 of 100 x float avg codec 1234abcd");
+    sig.root = (int32_t)0xfedcba98u;
+    assert_string_equal(shoal_sig_format(&sig, buf, sizeof(buf)),
+                        "compressed allreduce #3 of 100 x float avg codec fedcba98");
 }
 
 static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -268,35 +201,54 @@ static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void
     for (int i = 0; i < 100; i++)
         x[i] = (float)(i + rank);
     shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 32, .round = SHOAL_ROUND_NEAREST};
-    shoal_codec_t bad_block = c, bad_round = c;
+    shoal_codec_t bad_block = c, bad_round = c, tern = c;
     bad_block.block = 48;
     bad_round.round = (shoal_round_t)7;
+    float scales[4] = {1, 1, 1, 1};
+    tern.ops = &shoal_codec_ternary;
+    tern.scales = scales;
+    const shoal_compress_algo_t ring = SHOAL_COMPRESS_ALGO_RING;
     struct {
         const char *what;
         shoal_status_t s;
     } cases[] = {
-        {"float64", shoal_allreduce_codec(comm, d, d, 100, SHOAL_FLOAT64, SHOAL_SUM, &c, NULL)},
-        {"int32", shoal_allreduce_codec(comm, x, y, 100, SHOAL_INT32, SHOAL_SUM, &c, NULL)},
-        {"max", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_MAX, &c, NULL)},
-        {"prod", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_PROD, &c, NULL)},
+        {"float64", shoal_allreduce_codec(comm, d, d, 100, SHOAL_FLOAT64, SHOAL_SUM, &c, NULL,
+                                          ring)},
+        {"int32", shoal_allreduce_codec(comm, x, y, 100, SHOAL_INT32, SHOAL_SUM, &c, NULL, ring)},
+        {"max", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_MAX, &c, NULL, ring)},
+        {"prod", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_PROD, &c, NULL,
+                                       ring)},
         {"block 48", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM,
-                                           &bad_block, NULL)},
+                                           &bad_block, NULL, ring)},
         {"round 7", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM,
-                                          &bad_round, NULL)},
+                                          &bad_round, NULL, ring)},
         {"NULL codec", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, NULL,
-                                             NULL)},
+                                             NULL, ring)},
         {"residual = recvbuf", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM,
-                                                     &c, y)},
+                                                     &c, y, ring)},
         {"NULL sendbuf", shoal_allreduce_codec(comm, NULL, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c,
-                                               NULL)},
+                                               NULL, ring)},
+        {"algo 7", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, NULL,
+                                         (shoal_compress_algo_t)7)},
+        {"algo -1", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, NULL,
+                                          (shoal_compress_algo_t)-1)},
+        {"ternary two-shot", shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM,
+                                                   &tern, NULL, SHOAL_COMPRESS_ALGO_TWO_SHOT)},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
         RANK_CHECK(cases[k].s == SHOAL_ERR_INVALID_ARG, "rank %d: %s gave %s", rank,
                    cases[k].what, shoal_status_string(cases[k].s));
-    /* Still usable: a good call, checked against its exact sum. */
-    shoal_status_t s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, res);
+    /* Still usable: good calls of every schedule, and a plain one. */
+    shoal_status_t s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, res,
+                                             ring);
     RANK_CHECK(s == SHOAL_OK, "good call after bad ones: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
+    s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, res,
+                              SHOAL_COMPRESS_ALGO_TWO_SHOT);
+    RANK_CHECK(s == SHOAL_OK, "two-shot after bad ones: %s", shoal_status_string(s));
+    s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &tern, res,
+                              SHOAL_COMPRESS_ALGO_AUTO);
+    RANK_CHECK(s == SHOAL_OK, "ternary auto after bad ones: %s", shoal_status_string(s));
     s = shoal_allreduce(x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, comm);
     RANK_CHECK(s == SHOAL_OK, "plain call after bad ones: %s", shoal_status_string(s));
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
@@ -316,6 +268,7 @@ static void test_bad_args(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sig_codec_id),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_mismatch),
         cmocka_unit_test(test_shm_1), cmocka_unit_test(test_shm_2),

@@ -8,8 +8,22 @@
  * pipeline pieces, in place and out of place; reductions are checked
  * element by element against the scalar reference, data moves against
  * the pattern each rank sent, with guard bytes behind the receive
- * buffers. Needs root (namespaces); each case is one cmocka test. */
+ * buffers.
+ *
+ * Compressed all-reduces (core/compress_call.h) on two hosts of 1, 2 and
+ * 3 ranks each, and 1 + 3: AUTO picks the hierarchical schedule
+ * (hier-codec: full precision inside a host, the codec ring across), with
+ * int8 and ternary codecs, blocks of 32 and 128, nearest and stochastic
+ * rounding, counts 0, 1, 1001 and several pipeline pieces of every rail,
+ * each through the reference check of compress_ref.h (bitwise the same on
+ * every rank and in place, within one quantisation per host of a double
+ * reference, residuals that add up to the error, AVG as SUM / n).
+ *
+ * Needs root (namespaces); each case is one cmocka test. */
 #include "harness.h"
+
+#include "compress_ref.h"
+#include "compress/compressor.h"
 
 #include "algos/algo.h"
 #include "core/comm.h"
@@ -92,9 +106,19 @@ static const struct {
 };
 #define NREDUCTIONS (sizeof(reductions) / sizeof(reductions[0]))
 
+/* The layouts of the compressed cases: two hosts. */
+static const layout_t codec_layouts[] = {
+    {"{1,1}", 2, {0, 1}},
+    {"{2,2}", 4, {0, 0, 1, 1}},
+    {"{3,3}", 6, {0, 0, 0, 1, 1, 1}},
+    {"{1,3}", 4, {0, 1, 1, 1}},
+};
+#define NCODEC_LAYOUTS (sizeof(codec_layouts) / sizeof(codec_layouts[0]))
+
 typedef struct {
     const layout_t *layout;
     const setting_t *setting;
+    int codec; /* the compressed all-reduces instead of the collectives */
 } case_t;
 
 static int topo_ready;
@@ -390,6 +414,95 @@ static int check_hosts(const rank_t *r, const layout_t *l, int nns)
     return 0;
 }
 
+/* The compressed all-reduces of this layout (see the header). */
+static int run_codec(rank_t *r, int nhosts)
+{
+    static const size_t ccounts[] = {0, 1, 1001, BIG};
+    static const size_t blocks[] = {32, 128};
+    shoal_codec_t probe = {.ops = &shoal_codec_int8, .block = 64};
+    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1000,
+                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &probe,
+                              .codec_algo = SHOAL_COMPRESS_ALGO_AUTO};
+    const shoal_algo_ops_t *a = shoal_codec_algo_select(r->comm, &args);
+    RANK_CHECK(a && !strcmp(a->name, "hier-codec"), "rank %d: AUTO picks %s across hosts",
+               r->rank, a ? a->name : "nothing");
+    cref_bufs_t b;
+    RANK_CHECK(cref_alloc(&b, BIG * (size_t)r->n, r->n), "out of memory");
+    for (size_t k = 0; k < sizeof(ccounts) / sizeof(ccounts[0]); k++) {
+        b.count = ccounts[k] == BIG ? BIG * (size_t)r->n : ccounts[k];
+        for (int tern = 0; tern < 2; tern++) {
+            for (size_t bl = 0; bl < sizeof(blocks) / sizeof(blocks[0]); bl++) {
+                for (int rd = 0; rd < 2; rd++) {
+                    shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
+                    if (cref_check(r->comm, r->rank, &b, &c, SHOAL_COMPRESS_ALGO_AUTO,
+                                   CREF_HIER, nhosts))
+                        return 1;
+                }
+            }
+        }
+    }
+    cref_free(&b);
+    return 0;
+}
+
+/* The compressor API across hosts (hier-codec under it): int8 and ternary
+ * with error feedback, 3 steps: every rank gets the same bytes, and the
+ * residuals summed over the ranks are the exact sum of the inputs minus
+ * the sum of the results. */
+static int run_compressor(rank_t *r)
+{
+    const size_t count = 70001;
+    float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
+    double *gap = calloc(count, sizeof(double));
+    RANK_CHECK(x && y && gap, "out of memory");
+    static const shoal_compress_kind_t kinds[] = {SHOAL_COMPRESS_INT8, SHOAL_COMPRESS_TERNARY};
+    for (int k = 0; k < 2; k++) {
+        shoal_compress_options_t o;
+        shoal_compress_options_init(&o, kinds[k]);
+        shoal_compressor_t comp;
+        RANK_CHECK(shoal_compressor_create(r->comm, &o, count, SHOAL_FLOAT32, NULL, &comp) ==
+                       SHOAL_OK, "create: %s", shoal_comm_last_error(r->comm));
+        memset(gap, 0, count * sizeof(double));
+        double most = 0;
+        for (int t = 0; t < 3; t++) {
+            for (size_t i = 0; i < count; i++) {
+                double e = 0;
+                for (int q = 0; q < r->n; q++) {
+                    uint32_t h = harness_mix((uint32_t)(q * 7919 + t * 104729) ^ (uint32_t)i);
+                    float v = ((float)(h >> 8) / 16777216.0f - 0.5f) * (float)(1 + i % 7);
+                    e += v;
+                    most = fabs(v) > most ? fabs(v) : most;
+                    if (q == r->rank)
+                        x[i] = v;
+                }
+                gap[i] += e;
+            }
+            RANK_CHECK(shoal_allreduce_compressed(comp, x, y, SHOAL_SUM, NULL) == SHOAL_OK,
+                       "compressed: %s", shoal_comm_last_error(r->comm));
+            RANK_CHECK(harness_same_bytes(r->comm, y, count * sizeof(float)), "ranks differ");
+            for (size_t i = 0; i < count; i++)
+                gap[i] -= y[i];
+        }
+        const float *res;
+        RANK_CHECK(shoal_compressor_residual(comp, &res) == SHOAL_OK, "residual");
+        double *all = malloc(count * sizeof(double));
+        RANK_CHECK(all, "out of memory");
+        for (size_t i = 0; i < count; i++)
+            all[i] = res[i];
+        RANK_CHECK(shoal_allreduce(all, all, count, SHOAL_FLOAT64, SHOAL_SUM, r->comm) ==
+                       SHOAL_OK, "sum of residuals");
+        for (size_t i = 0; i < count; i++)
+            RANK_CHECK(fabs(gap[i] - all[i]) <= 1e-5 * most * r->n * 3, "kind %d value %zu: "
+                       "inputs - results %g, residuals %g", k, i, gap[i], all[i]);
+        free(all);
+        RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK, "destroy");
+    }
+    free(x);
+    free(y);
+    free(gap);
+    return 0;
+}
+
 static int layout_hosts(const layout_t *l)
 {
     int nns = 0;
@@ -416,6 +529,13 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
                shoal_comm_last_error(NULL));
     if (check_hosts(&r, l, layout_hosts(l)))
         return 1;
+    if (tc->codec) {
+        if (run_codec(&r, layout_hosts(l)) || run_compressor(&r))
+            return 1;
+        s = shoal_comm_destroy(r.comm);
+        RANK_CHECK(s == SHOAL_OK, "rank %d: destroy: %s", rank, shoal_status_string(s));
+        return 0;
+    }
     r.cap = (size_t)l->nranks * BIG * 8 + GUARD;
     r.send = malloc(r.cap);
     r.recv = malloc(r.cap);
@@ -507,7 +627,8 @@ static void test_case(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = run_case_ranks(tc);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("# %s SHOAL_ALGO=%s: %.1f s\n", tc->layout->name, tc->setting->algo,
+    printf("# %s%s SHOAL_ALGO=%s: %.1f s\n", tc->codec ? "compressed " : "", tc->layout->name,
+           tc->setting->algo,
            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     assert_int_equal(rc, 0);
 }
@@ -534,9 +655,10 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-    static case_t cases[NSETTINGS * NLAYOUTS];
-    static char names[NSETTINGS * NLAYOUTS][160];
-    struct CMUnitTest tests[NSETTINGS * NLAYOUTS];
+#define NCASES (NSETTINGS * NLAYOUTS + NCODEC_LAYOUTS)
+    static case_t cases[NCASES];
+    static char names[NCASES][160];
+    struct CMUnitTest tests[NCASES];
     size_t k = 0;
     for (size_t s = 0; s < NSETTINGS; s++) {
         if (settings[s].needs && !shoal_algo_find(SHOAL_COLL_ALLREDUCE, settings[s].needs)) {
@@ -551,6 +673,12 @@ int main(void)
             tests[k] = (struct CMUnitTest){.name = names[k], .test_func = test_case,
                                            .initial_state = &cases[k]};
         }
+    }
+    for (size_t i = 0; i < NCODEC_LAYOUTS; i++, k++) {
+        cases[k] = (case_t){.layout = &codec_layouts[i], .setting = &settings[0], .codec = 1};
+        snprintf(names[k], sizeof(names[k]), "compressed allreduce %s", codec_layouts[i].name);
+        tests[k] = (struct CMUnitTest){.name = names[k], .test_func = test_case,
+                                       .initial_state = &cases[k]};
     }
     return _cmocka_run_group_tests("netns_hosts", tests, k, group_setup, group_teardown);
 }

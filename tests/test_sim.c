@@ -4,8 +4,11 @@
  * mode missed faults); the clocks follow the documented cost rules exactly
  * on a stream of pieces between two ranks; a ring moves the bytes its
  * schedule says and approaches the bound of the links between hosts; a
- * deadlocked schedule is an error naming the ranks, not a hang; and the
- * cost model's choice stays near the best schedule the simulator finds. */
+ * deadlocked schedule is an error naming the ranks, not a hang; the
+ * cost model's choice stays near the best schedule the simulator finds;
+ * and the compressed all-reduces (every codec schedule, int8 and ternary)
+ * run dry on the same clusters, moving exactly the wire bytes their
+ * schedules say. */
 #include "harness.h"
 
 #include "algos/algo.h"
@@ -268,6 +271,102 @@ static void test_cost_model_choice(void **state)
     }
 }
 
+/* Every codec schedule that can serve the shape (the two-shot not for
+ * ternary, the hierarchical one across hosts only), counts 0, 1, 19 and
+ * several pieces, dry: no byte of the buffers or the residual touched. */
+static void test_codec_schedules(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{1, 1, 0}, {1, 2, 0}, {3, 1, 0}, {2, 2, 0},
+                                    {1, 5, 0}, {2, 3, 0}, {3, 2, 0}, {2, 4, 2}};
+    static const size_t counts[] = {0, 1, 19, 5 * TEST_CHUNK + 7};
+    static const shoal_codec_ops_t *const codecs[] = {&shoal_codec_int8, &shoal_codec_ternary};
+    static const int algos[] = {SHOAL_COMPRESS_ALGO_AUTO, SHOAL_COMPRESS_ALGO_RING,
+                                SHOAL_COMPRESS_ALGO_TWO_SHOT};
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], shapes[sh][2], TEST_CHUNK,
+                                    NULL);
+        int n = shoal_sim_nranks(sim);
+        for (size_t ci = 0; ci < 2; ci++) {
+            shoal_codec_t c = {.ops = codecs[ci], .block = 64};
+            for (size_t ai = 0; ai < 3; ai++) {
+                if (codecs[ci] == &shoal_codec_ternary && algos[ai] == SHOAL_COMPRESS_ALGO_TWO_SHOT)
+                    continue;
+                shoal_sim_set_codec(sim, &c, algos[ai]);
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                    double t = -1;
+                    const char *name = "";
+                    shoal_status_t s = shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, counts[k],
+                                                     SHOAL_FLOAT32, NULL, &t, &name);
+                    if (s != SHOAL_OK || t < 0 || (n > 1 && counts[k] > 0 && t <= 0))
+                        fail_msg("%d x %d ranks: %s %s count %zu: %s, %g s", shapes[sh][0],
+                                 shapes[sh][1], codecs[ci]->name, name, counts[k],
+                                 shoal_status_string(s), t);
+                }
+            }
+        }
+        /* Only float32 compresses; plain calls again once the codec is gone. */
+        double t;
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, 100, SHOAL_FLOAT64, NULL, &t,
+                                       NULL),
+                         SHOAL_ERR_INVALID_ARG);
+        shoal_sim_set_codec(sim, NULL, 0);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, 100, SHOAL_FLOAT64, NULL, &t,
+                                       NULL),
+                         SHOAL_OK);
+        shoal_sim_destroy(sim);
+    }
+}
+
+/* On whole loops of whole pieces, the codec ring and the two-shot both
+ * send 2 (n - 1) pieces of wire per rank and loop; the hierarchical one
+ * sends less than the plain hierarchical all-reduce (only its rails carry
+ * compressed data), and more than nothing. */
+static void test_codec_bytes(void **state)
+{
+    (void)state;
+    shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 32};
+    size_t piece = shoal_ring_codec_piece(&c, TEST_CHUNK), wire = c.ops->wire_bytes(&c, piece);
+    for (int n = 2; n <= 6; n++) {
+        shoal_sim_t *sim = make_sim(1, n, 0, TEST_CHUNK, NULL);
+        size_t loops = 3, count = loops * (size_t)n * piece;
+        static const int algos[] = {SHOAL_COMPRESS_ALGO_RING, SHOAL_COMPRESS_ALGO_TWO_SHOT};
+        for (int ai = 0; ai < 2; ai++) {
+            shoal_sim_set_codec(sim, &c, algos[ai]);
+            unsigned long long before = sent_bytes(sim);
+            double t;
+            assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, NULL,
+                                           &t, NULL),
+                             SHOAL_OK);
+            unsigned long long moved = sent_bytes(sim) - before;
+            unsigned long long want = 2ull * (unsigned long long)(n * (n - 1)) * loops * wire;
+            if (moved != want)
+                fail_msg("%d ranks, algo %d: %llu B sent, %llu B by the schedule", n,
+                         algos[ai], moved, want);
+        }
+        shoal_sim_destroy(sim);
+    }
+    shoal_sim_t *sim = make_sim(2, 3, 0, TEST_CHUNK, NULL);
+    size_t count = 100003;
+    double t;
+    unsigned long long before = sent_bytes(sim);
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32,
+                                   &shoal_hier_allreduce_ops, &t, NULL),
+                     SHOAL_OK);
+    unsigned long long plain = sent_bytes(sim) - before;
+    shoal_sim_set_codec(sim, &c, SHOAL_COMPRESS_ALGO_AUTO);
+    const char *name = "";
+    before = sent_bytes(sim);
+    assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, NULL, &t,
+                                   &name),
+                     SHOAL_OK);
+    unsigned long long compressed = sent_bytes(sim) - before;
+    assert_string_equal(name, "hier-codec");
+    if (compressed == 0 || compressed >= plain)
+        fail_msg("2 x 3 ranks: hier-codec sent %llu B, hier %llu B", compressed, plain);
+    shoal_sim_destroy(sim);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -294,6 +393,8 @@ int main(void)
         cmocka_unit_test(test_deadlock),
         cmocka_unit_test(test_ring_bound),
         cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_codec_schedules),
+        cmocka_unit_test(test_codec_bytes),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,9 +10,12 @@
  * Rank 0 prints; every rank checks its own results (-c 1) and the counts of
  * wrong elements and clobbered guard bytes are summed over ranks. With -J
  * rank 0 also writes the settings and the rows as JSON, for
- * tools/compare_mpi and tools/plot_bench. */
+ * tools/compare_mpi and tools/plot_bench. --compress times the compressed
+ * all-reduce instead (bench_compress.c), with the wire bytes, the ratio and
+ * the error against the exact sum in the table. */
 #include "shoal.h"
 
+#include "bench_compress.h"
 #include "bench_text.h"
 
 #include "algos/reduce.h"
@@ -155,6 +158,11 @@ typedef struct {
     int nprocs;        /* -np; 0 = ranks from the environment */
     double memcpy_gbs; /* measured baseline; < 0 when it could not be */
     const char *json_path; /* -J: rank 0 writes the results there as JSON */
+    /* --compress, --compress-opts and --shape as given, and what they set. */
+    const char *comp_kind;
+    const char *comp_opts;
+    const char *comp_shape;
+    shoal_bench_comp_t comp;
 } shoal_bench_opts_t;
 
 /* Buffers of one rank, sized for the largest row. */
@@ -413,6 +421,16 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                           complete before they return\n"
             "  -J,--json <file>         rank 0 also writes the settings and results as\n"
             "                           JSON to <file>\n"
+            "  --compress <kind>        time the compressed all-reduce: int8, ternary,\n"
+            "                           powersgd or powersgd:RANK (error feedback on);\n"
+            "                           float, half or bfloat16, sum or avg, no -m. The\n"
+            "                           table adds the wire bytes per rank, the ratio and\n"
+            "                           ||result - exact|| / ||exact|| (with -c 1)\n"
+            "  --compress-opts <list>   block=32|64|128, stochastic, nearest, ef, noef,\n"
+            "                           clip=SIGMA, rank=N, warmup=N, seed=N,\n"
+            "                           algo=auto|ring|two-shot\n"
+            "  --shape <RxC>            PowerSGD's matrix (default: the squarest one of\n"
+            "                           each size; 64M of float is 4096x4096)\n"
             "  -h,--help                this text\n"
             "SHOAL_ALGO picks the algorithm (shoal_info -a lists them); the header shows it.\n",
             prog);
@@ -511,6 +529,7 @@ static const shoal_bench_flag_t shoal_bench_flags[] = {
     {'w', 1, "warmup_iters"}, {'c', 1, "check"}, {'o', 1, "op"},
     {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
     {'K', 0, "coll"},     {'J', 1, "json"},      {'h', 1, "help"},
+    {'X', 0, "compress"}, {'Y', 0, "compress-opts"}, {'S', 0, "shape"},
 };
 
 #define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
@@ -564,8 +583,61 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
     case 'd': return shoal_bench_parse_dtype(val, o);
     case 'K': return shoal_bench_parse_coll(val, o);
     case 'J': o->json_path = val; return 0;
+    case 'X': o->comp_kind = val; return 0;
+    case 'Y': o->comp_opts = val; return 0;
+    case 'S': o->comp_shape = val; return 0;
     }
     return -1;
+}
+
+static size_t shoal_bench_next_size(const shoal_bench_opts_t *o, size_t size);
+
+/* What --compress cannot time: another collective, a type or op that the
+ * compressors do not take, groups (one call per compressor at a time), a
+ * --shape that some row's count does not fill. */
+static int shoal_bench_comp_check(const shoal_bench_opts_t *o)
+{
+    if (o->coll != &shoal_bench_colls[0]) {
+        fprintf(stderr, "allreduce_bench: --compress times the all-reduce only, not --coll %s\n",
+                o->coll->name);
+        return -1;
+    }
+    for (int t = 0; t < o->ndtypes; t++) {
+        shoal_dtype_t d = o->dtypes[t];
+        if (d != SHOAL_FLOAT32 && d != SHOAL_FLOAT16 && d != SHOAL_BFLOAT16) {
+            fprintf(stderr, "allreduce_bench: --compress takes -d float, half or bfloat16, "
+                    "not %s\n", shoal_bench_types[d].name);
+            return -1;
+        }
+    }
+    for (int p = 0; p < o->nops; p++) {
+        if (o->ops[p] != SHOAL_SUM && o->ops[p] != SHOAL_AVG) {
+            fprintf(stderr, "allreduce_bench: --compress takes -o sum or avg, not %s\n",
+                    shoal_bench_op_names[o->ops[p]]);
+            return -1;
+        }
+    }
+    if (o->agg_iters != 1) {
+        fprintf(stderr, "allreduce_bench: --compress takes no -m: a compressor runs one call "
+                "at a time\n");
+        return -1;
+    }
+    if (!o->comp.shape_rows)
+        return 0;
+    size_t size = o->min_bytes; /* every row, as shoal_bench_sizes goes through them */
+    do {
+        for (int t = 0; t < o->ndtypes; t++) {
+            size_t count = size / shoal_dtype_bytes(o->dtypes[t]), rows, cols;
+            if (shoal_bench_comp_layout(&o->comp, count, &rows, &cols) != 0) {
+                fprintf(stderr, "allreduce_bench: --shape %zux%zu is not the %zu elements of "
+                        "the %zu-byte row of %s\n", o->comp.shape_rows, o->comp.shape_cols,
+                        count, size, shoal_bench_types[o->dtypes[t]].name);
+                return -1;
+            }
+        }
+        size = shoal_bench_next_size(o, size);
+    } while (size != 0);
+    return 0;
 }
 
 /* Flags as nccl-tests takes them: "-b 8", "-b8", "--minbytes 8",
@@ -635,6 +707,9 @@ static int shoal_bench_parse_args(int argc, char **argv, shoal_bench_opts_t *o)
         fprintf(stderr, "allreduce_bench: stepbytes must be > 0 without a step factor\n");
         return -1;
     }
+    if (shoal_bench_comp_setup(&o->comp, o->comp_kind, o->comp_opts, o->comp_shape) ||
+        (o->comp.on && shoal_bench_comp_check(o)))
+        return -1;
     return 0;
 }
 
@@ -1069,11 +1144,105 @@ static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench
     return SHOAL_OK;
 }
 
+/* A row of --compress: both placements, then the wire bytes per rank and
+ * the ratio of the check's call (of the last timed one with -c 0). The
+ * relative error replaces #wrong; elements of the send buffer changed,
+ * ranks whose results differ and clobbered guard bytes still count as
+ * wrong and out of bounds. */
+static shoal_status_t shoal_bench_comp_print(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                                             const shoal_bench_row_t *row,
+                                             shoal_bench_bufs_t *b, shoal_bench_totals_t *tot)
+{
+    shoal_bench_comp_row_t cr = {
+        .comm = comm,
+        .rank = row->rank,
+        .nranks = row->nranks,
+        .count = row->count,
+        .dtype = row->dtype,
+        .op = row->op,
+        .iters = o->iters,
+        .warmup = o->warmup,
+        .check = o->check,
+        .send = b->send,
+        .recv = b->recv,
+        .guard = SHOAL_BENCH_GUARD_BYTES,
+    };
+    shoal_bench_comp_result_t r;
+    shoal_status_t s = shoal_bench_comp_row(&o->comp, &cr, &r);
+    if (s != SHOAL_OK)
+        return s;
+    tot->wrong += r.wrong;
+    tot->out_of_bounds += r.out_of_bounds;
+    size_t shown = row->total_bytes;
+    double factor = shoal_bench_bus_factor(row->coll->bus, row->nranks);
+    const char *redop = shoal_bench_op_names[row->op];
+    const char *type = shoal_bench_types[row->dtype].name;
+    int psgd = o->comp.opt.kind == SHOAL_COMPRESS_POWERSGD;
+    if (row->rank == 0) {
+        if (psgd)
+            printf("# %zu bytes: powersgd matrix %zux%zu\n", shown, r.rows, r.cols);
+        printf("%12zu  %12zu  %8s  %6s  %6d", shown, row->count, type, redop, row->root);
+    }
+    if (tot->json) {
+        fprintf(tot->json, "%s\n    {\"bytes\": %zu, \"count\": %zu, \"type\": \"%s\", "
+                "\"op\": \"%s\", \"root\": %d", tot->json_rows++ ? "," : "", shown,
+                row->count, type, redop, row->root);
+        if (psgd)
+            fprintf(tot->json, ", \"shape\": \"%zux%zu\"", r.rows, r.cols);
+    }
+    for (int p = 0; p < 2; p++) {
+        double algbw = r.us[p] > 0 ? (double)shown / r.us[p] / 1e3 : 0.0;
+        double busbw = algbw * factor;
+        tot->busbw_sum += busbw;
+        tot->busbw_count++;
+        if (row->rank != 0)
+            continue;
+        char tbuf[32], ebuf[32];
+        bench_fmt_time(r.us[p], tbuf);
+        if (r.rel_error[p] >= 0)
+            snprintf(ebuf, sizeof(ebuf), "%.2e", r.rel_error[p]);
+        else
+            snprintf(ebuf, sizeof(ebuf), "N/A");
+        printf("  %7s  %6.2f  %6.2f  %8s", tbuf, algbw, busbw, ebuf);
+        if (tot->json) {
+            fprintf(tot->json, ",\n     \"%s\": {\"time_us\": %.6g, \"algbw\": %.6g, "
+                    "\"busbw\": %.6g, \"rel_error\": ", p ? "in_place" : "out_of_place",
+                    r.us[p], algbw, busbw);
+            if (r.rel_error[p] >= 0 && r.rel_error[p] <= 1e300)
+                fprintf(tot->json, "%.6g}", r.rel_error[p]);
+            else
+                fprintf(tot->json, "%s}", r.rel_error[p] >= 0 ? "\"inf\"" : "null");
+        }
+    }
+    if (row->rank == 0) {
+        char rbuf[32];
+        if (r.ratio > 0)
+            snprintf(rbuf, sizeof(rbuf), "%.2f", r.ratio);
+        else
+            snprintf(rbuf, sizeof(rbuf), "N/A");
+        printf("  %12llu  %6s\n", (unsigned long long)r.bytes_sent, rbuf);
+        fflush(stdout);
+    }
+    if (tot->json) {
+        fprintf(tot->json, ",\n     \"bytes_sent\": %llu, \"bytes_received\": %llu, "
+                "\"ratio\": ", (unsigned long long)r.bytes_sent,
+                (unsigned long long)r.bytes_received);
+        if (r.ratio > 0)
+            fprintf(tot->json, "%.6g", r.ratio);
+        else
+            fprintf(tot->json, "null");
+        fprintf(tot->json, ", \"wrong\": %lld}", r.wrong + r.out_of_bounds);
+    }
+    return SHOAL_OK;
+}
+
 /* One line of the table: both placements of one size, type, op and root. */
 static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_t *o,
                                       const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
                                       shoal_bench_totals_t *tot)
 {
+    if (o->comp.on)
+        return shoal_bench_comp_print(comm, o, row, b, tot);
     shoal_bench_input(row, row->rank, 0, row->send_count, b->send);
 
     double us[2] = {0, 0};
@@ -1172,6 +1341,14 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
          * can show is the setting that steers it. */
         printf("# Collective: %s  SHOAL_ALGO: %s\n", o->coll->name,
                shoal_config_get()->algo.algo);
+        if (o->comp.on) {
+            char desc[256];
+            shoal_bench_comp_describe(&o->comp, desc, sizeof(desc));
+            printf("# Compression: %s\n# inputs: values spread over [-1, 1); relerr = "
+                   "||result - exact|| / ||exact|| of one call from a reset compressor; "
+                   "sent: bytes per rank and call; ratio: a full-precision ring's bytes over "
+                   "them\n", desc);
+        }
         printf("#\n# Using ranks\n");
         for (int r = 0; r < nranks; r++)
             printf("#  Rank %2d Pid %6lld on %10s host memory\n", r, (long long)info[r].pid,
@@ -1184,6 +1361,18 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
         printf("#\n");
         /* Centred over their four columns: the row's first five columns
          * take 52 characters, each placement 33. */
+        if (o->comp.on) {
+            printf("#%62s%s%25s%s\n", "", "out-of-place", "", "in-place");
+            printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %8s  %7s  %6s  %6s  %8s  "
+                   "%12s  %6s\n", "size", "count", "type", "redop", "root", "time", "algbw",
+                   "busbw", "relerr", "time", "algbw", "busbw", "relerr", "sent", "ratio");
+            printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %8s  %7s  %6s  %6s  %8s  "
+                   "%12s  %6s\n", "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)",
+                   "", "(us)", "(GB/s)", "(GB/s)", "", "(B/rank)", "");
+            fflush(stdout);
+            free(info);
+            return SHOAL_OK;
+        }
         printf("#%61s%s%23s%s\n", "", "out-of-place", "", "in-place");
         printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size",
                "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
@@ -1227,6 +1416,8 @@ static FILE *shoal_bench_json_open(const shoal_bench_opts_t *o, int nranks)
     bench_json_str(f, "dtype", dtypes);
     bench_json_str(f, "op", o->coll->reduces ? ops : "none");
     bench_json_str(f, "algorithm", shoal_config_get()->algo.algo);
+    if (o->comp.on)
+        shoal_bench_comp_json(f, &o->comp);
     fprintf(f, "  \"iterations\": %d,\n  \"warmup\": %d,\n  \"agg_iters\": %d,\n"
             "  \"check\": %d,\n", o->iters, o->warmup, o->agg_iters, o->check);
     if (o->memcpy_gbs > 0)
@@ -1270,11 +1461,13 @@ static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, shoal_bench_bufs_
     memset(b, 0, sizeof(*b));
     b->send = calloc(1, len);
     b->recv = calloc(1, len + SHOAL_BENCH_GUARD_BYTES);
-    if (o->check) {
+    /* The compressed rows compute their exact sums as they go. */
+    int expect = o->check && !o->comp.on;
+    if (expect) {
         b->expect = malloc(len);
         b->tmp = malloc(len);
     }
-    if (!b->send || !b->recv || (o->check && (!b->expect || !b->tmp))) {
+    if (!b->send || !b->recv || (expect && (!b->expect || !b->tmp))) {
         shoal_bench_bufs_free(b);
         return -1;
     }

@@ -60,6 +60,7 @@ typedef struct {
      * NULL codec for every other call. */
     const shoal_codec_t *codec;
     float *residual;
+    int codec_algo; /* shoal_compress_algo_t; with codec */
 } shoal_coll_args_t;
 
 /*
@@ -87,6 +88,7 @@ typedef struct shoal_ring {
     int layout;
     size_t unit;
     size_t total;
+    size_t align; /* BY_SEG: segments start on multiples of align elements (0: 16) */
     int host;
     int rail;
     const shoal_cluster_t *cluster;
@@ -94,9 +96,10 @@ typedef struct shoal_ring {
 
 /* Block of position p, in elements. */
 void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *len_p);
-/* Start of segment s of total elements cut into nseg aligned segments
- * (s == nseg gives total). */
-size_t shoal_ring_seg_off(size_t total, int nseg, int s);
+/* Start of segment s of total elements cut into nseg segments that start
+ * on multiples of align elements (0: the kernels' alignment, 16; a codec's
+ * block for compressed schedules); s == nseg gives total. */
+size_t shoal_ring_seg_off(size_t total, int nseg, int s, size_t align);
 /* Point p's endpoints at ring's neighbours. */
 void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring);
 /* The ranks of this rank's host in local order, with layout (the caller
@@ -136,12 +139,25 @@ void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t 
 size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems);
 /* The ring all-reduce of shoal_ring_allreduce_run with a codec stage
  * (ring_codec.c): fp32 values travel in p->codec's wire form, p->residual
- * (or NULL) gets the error feedback of every value. Loop blocks are whole
- * codec blocks and pieces hold piece_elems values (a multiple of the
- * block whose wire fits a slot; see shoal_ring_codec_piece). */
+ * (or NULL) gets the error feedback of every value. src[0] and dst[0] are
+ * value `first` of the whole tensor (a multiple of the codec block; 0 for
+ * a whole tensor), which the codec's indices and p->residual (the whole
+ * tensor's) are offset by. Loop blocks are whole codec blocks and pieces
+ * hold piece_elems values (a multiple of the block whose wire fits a slot;
+ * see shoal_ring_codec_piece). A team of one copies, zeroes its residual
+ * and finishes AVG when p->avg_n > 1. */
 shoal_status_t shoal_ring_allreduce_codec_run(shoal_prims_t *p, const shoal_ring_t *ring,
                                               const float *src, float *dst, size_t count,
-                                              size_t piece_elems);
+                                              size_t first, size_t piece_elems);
+/* The all-gather half of one loop of a codec schedule over ring (its
+ * blocks as shoal_ring_loop_block cuts real values at base into blocks of
+ * bs): position q has just sent the final wire of loop block
+ * (q + shift) mod n to its successor; each wire goes round unchanged and
+ * every position decodes it into dst + base + off (tensor index first +
+ * base + off), the last hop sending nothing on. Endpoints bound to ring. */
+shoal_status_t shoal_ring_codec_gather(shoal_prims_t *p, const shoal_ring_t *ring, float *dst,
+                                       size_t first, size_t base, size_t real, size_t bs,
+                                       int shift);
 /* The most values, a multiple of codec->block, whose wire fits slot bytes;
  * 0 when not even one block does. */
 size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot);
@@ -153,10 +169,19 @@ typedef struct {
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */
+    size_t codec_elems;   /* codec schedules: values per piece on the wire
+                           * (shoal_ring_codec_piece) */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
     shoal_ring_t ring;        /* the ring algorithms' team */
 } shoal_plan_t;
+
+/* Cost and plan of the flat codec schedules (the ring and the two-shot):
+ * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec,
+ * the residual and the piece of shoal_ring_codec_piece. */
+double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args);
+shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                     shoal_plan_t *plan);
 
 typedef struct {
     size_t size; /* sizeof(shoal_algo_ops_t) */
@@ -226,9 +251,10 @@ extern const shoal_algo_ops_t shoal_pairwise_alltoall_ops, shoal_direct_alltoall
     shoal_hier_alltoall_ops; /* SHOAL_COLL_ALLTOALL only */
 extern const shoal_algo_ops_t shoal_direct_gather_ops, shoal_ring_gather_ops;
 extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
-/* The compressed ring all-reduce: never selected by cost, run for a call
- * whose args carry a codec. */
-extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops;
+/* The compressed all-reduces: never selected by cost, but by
+ * shoal_codec_algo_select for a call whose args carry a codec. */
+extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_codec_allreduce_ops,
+    shoal_hier_codec_allreduce_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
 extern const shoal_algo_ops_t shoal_p2p_ops;
 
@@ -250,6 +276,16 @@ const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
  * root takes it without asking the cost model again. */
 const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm,
                                           const shoal_coll_args_t *args);
+
+/* The schedule of a compressed all-reduce (args->codec set, checked):
+ * args->codec_algo RING the ring, TWO_SHOT the two-shot; AUTO the
+ * hierarchical one across several hosts, else the ring up to 8 ranks and
+ * the two-shot beyond (the ring requantises at every hop, so its error
+ * grows with its length), except for shared-scale codecs (ternary), whose
+ * ring sums are exact. Logs the choice at INFO (ALGO). NULL for an
+ * unknown codec_algo. */
+const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
+                                                const shoal_coll_args_t *args);
 
 /* The i-th algorithm of kind (NULL past the last), for listings. */
 const shoal_algo_ops_t *shoal_algo_at(shoal_coll_kind_t kind, int i);

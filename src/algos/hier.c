@@ -14,12 +14,25 @@
  * finished once, on its rail, and forwarded unchanged: every rank gets the
  * same bits.
  *
+ * Compressed all-reduce (a codec in the call; fp32 SUM or AVG): the same
+ * three phases, with the rails running the codec ring (ring_codec.c) on
+ * their segments, so that only the links between hosts carry compressed
+ * data and each value is quantised once per host. Segments then start on
+ * whole codec blocks and keep their place in the tensor for the codec
+ * (its random stream, shared scales and residual indices). A rank writes
+ * the residuals of the values it quantised, those of its own segments, and
+ * zeroes the rest: summed over the ranks they are the sum of the host sums
+ * (each exact up to fp32 rounding) minus the result. The local phases move
+ * fp32 values unchanged, so every rank gets the bits its rail decoded.
+ *
  * Broadcast: the root hands each segment to its owner on the root's host,
  * each rail broadcasts its segment across hosts (a chain from the root's
  * host), and every host all-gathers the segments. */
 #include "algo.h"
 
 #include "core/clock.h"
+
+#include <string.h>
 
 /* Both need the local ring over this host's ranks in segments of count. */
 static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
@@ -31,11 +44,13 @@ static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll
     return s;
 }
 
-/* Segment j of count elements cut into max_local: [*so_p, *so_p + *sl_p). */
-static void hier_seg(const shoal_cluster_t *c, size_t count, int j, size_t *so_p, size_t *sl_p)
+/* Segment j of count elements cut into max_local segments on multiples
+ * of align: [*so_p, *so_p + *sl_p). */
+static void hier_seg(const shoal_cluster_t *c, size_t count, int j, size_t align, size_t *so_p,
+                     size_t *sl_p)
 {
-    *so_p = shoal_ring_seg_off(count, c->max_local, j);
-    *sl_p = shoal_ring_seg_off(count, c->max_local, j + 1) - *so_p;
+    *so_p = shoal_ring_seg_off(count, c->max_local, j, align);
+    *sl_p = shoal_ring_seg_off(count, c->max_local, j + 1, align) - *so_p;
 }
 
 /* Cost of the parts inside a host: steps of the local ring, each moving
@@ -46,22 +61,42 @@ static double hier_local_cost(const struct shoal_comm *comm, double steps, doubl
     return steps * in->lat_s + bytes / in->bw_Bps;
 }
 
-static double hier_allreduce_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+/* The all-reduce of bytes whose rails carry wire bytes across hosts. */
+static double hier_allreduce_cost_of(const struct shoal_comm *comm, double bytes, double wire)
 {
     double l = comm->cluster.max_local, hs = comm->nhosts;
-    double bytes = shoal_algo_bytes(args, args->count);
     const shoal_link_cost_t *out = shoal_algo_inter(comm);
     /* Every host sends 2 (H-1)/H of the data across, its rails sharing its
      * link; the local phases are a ring reduce-scatter and all-gather. */
-    double cross = hs > 1 ? 2 * (hs - 1) * out->lat_s + 2 * (hs - 1) / hs * bytes / out->bw_Bps
+    double cross = hs > 1 ? 2 * (hs - 1) * out->lat_s + 2 * (hs - 1) / hs * wire / out->bw_Bps
                           : 0;
     return hier_local_cost(comm, 2 * (l - 1), 2 * (l - 1) / l * bytes) + cross;
+}
+
+static double hier_allreduce_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    double bytes = shoal_algo_bytes(args, args->count);
+    return hier_allreduce_cost_of(comm, bytes, bytes);
 }
 
 static shoal_status_t hier_allreduce_plan(struct shoal_comm *comm,
                                           const shoal_coll_args_t *args, shoal_plan_t *plan)
 {
     return hier_plan_common(comm, args, 1, plan);
+}
+
+/* A compressed run: zero the residuals of the values outside this rank's
+ * segments [off, off + len), which it does not quantise. */
+static void hier_codec_residual(shoal_prims_t *p, size_t count, size_t off, size_t len)
+{
+    if (!p->residual)
+        return;
+    if (p->comm->dry) {
+        p->comm->dry_bytes += (count - len) * sizeof(float);
+        return;
+    }
+    memset(p->residual, 0, off * sizeof(float));
+    memset(p->residual + off + len, 0, (count - off - len) * sizeof(float));
 }
 
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
@@ -79,17 +114,25 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     p->avg_n = 0;
     shoal_ring_block(local, local->me, &off, &len);
     shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
-    /* 2. Each of them reduced across hosts along its rail (AVG finished). */
+    /* 2. Each of them reduced across hosts along its rail (AVG finished),
+     * through the codec when the call compresses. */
     p->avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
+    if (p->codec && s == SHOAL_OK)
+        hier_codec_residual(p, a->count, off, len);
     int first, end;
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
     for (int j = first; j < end && s == SHOAL_OK; j++) {
         shoal_ring_t rail;
         size_t so, sl;
         shoal_ring_rail(comm, c->rail_ranks, j, &rail);
-        hier_seg(c, a->count, j, &so, &sl);
-        s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl,
-                                     plan->piece_elems);
+        hier_seg(c, a->count, j, local->align, &so, &sl);
+        if (p->codec)
+            s = shoal_ring_allreduce_codec_run(p, &rail, (float *)(dst + so * es),
+                                               (float *)(dst + so * es), sl, so,
+                                               plan->codec_elems);
+        else
+            s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl,
+                                         plan->piece_elems);
     }
     /* 3. Every segment to every rank of the host. */
     p->avg_n = 0;
@@ -103,6 +146,39 @@ const shoal_algo_ops_t shoal_hier_allreduce_ops = {
     .name = "hier",
     .cost = hier_allreduce_cost,
     .plan = hier_allreduce_plan,
+    .run = hier_allreduce_run,
+};
+
+/* Only between hosts: on one host there is no link to spare. */
+static double hier_codec_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    const shoal_codec_t *c = args->codec;
+    if (!c || comm->nhosts < 2)
+        return -1;
+    return hier_allreduce_cost_of(comm, shoal_algo_bytes(args, args->count),
+                                  (double)c->ops->wire_bytes(c, args->count));
+}
+
+static shoal_status_t hier_codec_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                      shoal_plan_t *plan)
+{
+    if (!args->codec || args->dtype != SHOAL_FLOAT32 || comm->nhosts < 2)
+        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = hier_plan_common(comm, args, 1, plan);
+    if (s != SHOAL_OK)
+        return s;
+    plan->ring.align = args->codec->block;
+    plan->prims.codec = args->codec;
+    plan->prims.residual = args->residual;
+    plan->codec_elems = shoal_ring_codec_piece(args->codec, comm->chunk_size);
+    return plan->codec_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+}
+
+const shoal_algo_ops_t shoal_hier_codec_allreduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "hier-codec",
+    .cost = hier_codec_cost,
+    .plan = hier_codec_plan,
     .run = hier_allreduce_run,
 };
 
@@ -144,7 +220,7 @@ static shoal_status_t bcast_scatter(shoal_plan_t *plan)
     for (int j = 0; j < m; j++) {
         int owner = c->rail_ranks[(size_t)j * (size_t)c->nhosts + (size_t)hr];
         size_t so, sl;
-        hier_seg(c, a->count, j, &so, &sl);
+        hier_seg(c, a->count, j, 0, &so, &sl);
         if (owner == a->root)
             continue;
         if (comm->rank == a->root)
@@ -204,7 +280,7 @@ static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
         shoal_ring_t rail;
         size_t so, sl;
         shoal_ring_rail(comm, c->rail_ranks, j, &rail);
-        hier_seg(c, a->count, j, &so, &sl);
+        hier_seg(c, a->count, j, 0, &so, &sl);
         s = bcast_chain(plan, &rail, c->host_of[a->root], dst + so * es, sl);
     }
     if (s == SHOAL_OK)

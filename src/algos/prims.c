@@ -45,6 +45,13 @@ shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, s
     return SHOAL_OK;
 }
 
+/* A filled slot goes to send_ep, counted in comm->tx_bytes. */
+static shoal_status_t prims_post(shoal_prims_t *p, size_t bytes)
+{
+    p->comm->tx_bytes += bytes;
+    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+}
+
 static shoal_status_t prims_idle(shoal_prims_t *p, shoal_idle_t *w)
 {
     return shoal_prims_idle(p->comm, p->deadline_ns, w);
@@ -91,6 +98,7 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
                             p->comm->rank, len, ep->peer, bytes);
                 return SHOAL_ERR_INTERNAL;
             }
+            p->comm->rx_bytes += len;
             return SHOAL_OK;
         }
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
@@ -120,7 +128,7 @@ static shoal_status_t prims_pass_on(shoal_prims_t *p, size_t bytes, void *out)
     shoal_status_t s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !out)
         return s;
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_post(p, bytes);
 }
 
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
@@ -130,7 +138,7 @@ shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
     if (s != SHOAL_OK)
         return s;
     shoal_move(p->comm, out, src, bytes);
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_post(p, bytes);
 }
 
 shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
@@ -233,7 +241,7 @@ shoal_status_t shoal_prim_send_enc(shoal_prims_t *p, const float *src, size_t fi
     if (s != SHOAL_OK)
         return s;
     codec_encode(p, out, src, first, n);
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    return prims_post(p, bytes);
 }
 
 /* Received (+) src encoded into the send slot and sent on; with dst, also
@@ -279,6 +287,35 @@ shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_
     if (out)
         shoal_move(p->comm, out, in, bytes);
     return prims_pass_on(p, bytes, out);
+}
+
+shoal_status_t shoal_prim_recv_dec_reduce(shoal_prims_t *p, const float *src, float *dst,
+                                          float *tmp, size_t first, size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    const void *in;
+    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    if (s != SHOAL_OK)
+        return s;
+    if (p->comm->dry)
+        p->comm->dry_bytes += n * sizeof(float);
+    else if (n)
+        p->codec->ops->decode(p->codec, tmp, in, n, first);
+    shoal_combine(p->comm, p->reduce, dst, tmp, src, n, sizeof(float));
+    return p->recv_ep->ops->recv_release(p->recv_ep);
+}
+
+shoal_status_t shoal_prim_enc_copy_send(shoal_prims_t *p, const float *src, float *dst,
+                                        size_t first, size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    void *out;
+    shoal_status_t s = prims_wait_send(p, bytes, &out);
+    if (s != SHOAL_OK)
+        return s;
+    codec_encode(p, out, src, first, n);
+    codec_decode(p, dst, out, first, n);
+    return prims_post(p, bytes);
 }
 
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)

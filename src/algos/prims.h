@@ -127,6 +127,17 @@ shoal_status_t shoal_prim_recv_addenc_copy_send(shoal_prims_t *p, const float *s
  * forwarded unchanged (send_ep may be NULL). */
 shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_t first,
                                              size_t n);
+/* The owner's part of a direct exchange: dst = decode(received) + src in
+ * fp32 (p->reduce, the SUM kernel; no AVG), nothing sent on. tmp holds n
+ * floats of scratch for the decoded piece; dst may equal src. */
+shoal_status_t shoal_prim_recv_dec_reduce(shoal_prims_t *p, const float *src, float *dst,
+                                          float *tmp, size_t first, size_t n);
+/* src encoded into the send slot (p->residual written), dst = its decoded
+ * value (AVG finished when avg_n > 0), the wire sent on: a final value
+ * quantised once, the same bytes every other rank will decode. dst may
+ * equal src. */
+shoal_status_t shoal_prim_enc_copy_send(shoal_prims_t *p, const float *src, float *dst,
+                                        size_t first, size_t n);
 
 /* Wait until everything posted to send_ep has left this process, so the
  * operation may return without leaving a peer waiting on unpushed bytes. */

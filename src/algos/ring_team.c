@@ -13,10 +13,11 @@
 /* Blocks are rounded to this many elements so kernels see aligned runs. */
 #define RING_ALIGN_ELEMS 16
 
-size_t shoal_ring_seg_off(size_t total, int nseg, int s)
+size_t shoal_ring_seg_off(size_t total, int nseg, int s, size_t align)
 {
     size_t bs = (total + (size_t)nseg - 1) / (size_t)nseg;
-    bs = (bs + RING_ALIGN_ELEMS - 1) / RING_ALIGN_ELEMS * RING_ALIGN_ELEMS;
+    align = align ? align : RING_ALIGN_ELEMS;
+    bs = (bs + align - 1) / align * align;
     size_t off = (size_t)s * bs;
     return off < total ? off : total;
 }
@@ -32,8 +33,8 @@ void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *le
         return;
     case SHOAL_RING_BY_SEG:
         shoal_cluster_owned_rails(c, ring->host, p, &first, &end);
-        *off_p = shoal_ring_seg_off(ring->total, c->max_local, first);
-        *len_p = shoal_ring_seg_off(ring->total, c->max_local, end) - *off_p;
+        *off_p = shoal_ring_seg_off(ring->total, c->max_local, first, ring->align);
+        *len_p = shoal_ring_seg_off(ring->total, c->max_local, end, ring->align) - *off_p;
         return;
     case SHOAL_RING_BY_RAIL: {
         /* Owner-major staging: position p's rails p, p + n, ... in a run. */

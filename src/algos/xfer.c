@@ -77,6 +77,7 @@ static shoal_status_t xfer_send_some(struct shoal_comm *comm, shoal_xfer_t *x, i
         /* An empty piece may come from a NULL buffer: no arithmetic on it. */
         if (len)
             shoal_move(comm, slot, (const char *)x->buf + x->done, len);
+        comm->tx_bytes += len;
         s = ep->ops->send_post(ep, len, &comm->sig);
         if (s != SHOAL_OK)
             return s;
@@ -112,6 +113,7 @@ static shoal_status_t xfer_recv_some(struct shoal_comm *comm, shoal_xfer_t *x, i
                               want, x->done, x->bytes);
             return SHOAL_ERR_MISMATCH;
         }
+        comm->rx_bytes += len;
         if (len) {
             char *dst = (char *)x->buf + x->done;
             if (x->reduce)

@@ -73,6 +73,10 @@ struct shoal_codec {
     /* Shared-scale codecs: wire values of 2 bytes instead of 1, for sums of
      * more than 127 ranks. */
     int wide;
+    /* Shared-scale codecs: wire values of 4 bits, two to a byte (value 2j
+     * in the low half of byte j), for sums within +-7: up to 7 ranks, each
+     * adding at most one to a value's magnitude. Not with wide. */
+    int packed;
 };
 
 extern const shoal_codec_ops_t shoal_codec_int8;

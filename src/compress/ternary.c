@@ -16,6 +16,8 @@
  * Wire form. One integer per value, no header and no scales (they are
  * shared): int8 when c->wide == 0, int16 when c->wide != 0, stored in the
  * machine's byte order at any alignment. wire_bytes = count * (1 or 2).
+ * With c->packed, 4 bits, two to a byte (see "the packed wire" below):
+ * wire_bytes = (count + 1) / 2, for sums within +-7.
  *
  * encode. With p = |x_i| / scale (the clipped value's fraction of the
  * scale, in [0, 1]) and u = shoal_codec_uniform(shoal_codec_key(c->seed,
@@ -412,17 +414,85 @@ SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax(float *out, const float *s
     }
 }
 
+/* ---- the packed wire ----
+ *
+ * Codes of 4 bits are the 8-bit codes, packed: each operation runs the
+ * 8-bit one over runs of SHOAL_TERNARY_RUN values (an even number, so a run
+ * starts on a whole byte) in a buffer on the stack, and packs or unpacks
+ * it. The results, residuals included, are thus bitwise those of the 8-bit
+ * wire whenever the sums fit 4 bits, and both kernels (SIMD or reference)
+ * agree as theirs do. A sum beyond +-7 (more than 7 ranks) saturates at the
+ * packing, after the residual was computed for the unsaturated code: the
+ * caller must not let that happen. */
+#define SHOAL_TERNARY_RUN 1024
+
+static void shoal_ternary_pack(unsigned char *w, const int8_t *codes, size_t n)
+{
+    for (size_t j = 0; j < n; j += 2) {
+        int lo = codes[j], hi = j + 1 < n ? codes[j + 1] : 0;
+        lo = lo > 7 ? 7 : lo < -7 ? -7 : lo;
+        hi = hi > 7 ? 7 : hi < -7 ? -7 : hi;
+        w[j / 2] = (unsigned char)((lo & 0xf) | (hi & 0xf) << 4);
+    }
+}
+
+static void shoal_ternary_unpack(int8_t *codes, const unsigned char *w, size_t n)
+{
+    for (size_t j = 0; j < n; j += 2) {
+        codes[j] = (int8_t)((int8_t)(w[j / 2] << 4) >> 4);
+        if (j + 1 < n)
+            codes[j + 1] = (int8_t)((int8_t)w[j / 2] >> 4);
+    }
+}
+
+static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
+                                 float *residual, size_t count, size_t first);
+static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
+                                     const void *wire_in, const float *local, float *residual,
+                                     size_t count, size_t first);
+static void shoal_ternary_decode(const shoal_codec_t *c, float *dst, const void *wire,
+                                 size_t count, size_t first);
+
+/* op: 0 encode, 1 add_encode, 2 decode, through the 8-bit wire. */
+static void shoal_ternary_packed(const shoal_codec_t *c, int op, void *wire_out,
+                                 const void *wire_in, const float *src, float *dst,
+                                 float *residual, size_t count, size_t first)
+{
+    shoal_codec_t c8 = *c;
+    c8.packed = 0;
+    c8.wide = 0;
+    int8_t codes[SHOAL_TERNARY_RUN];
+    for (size_t off = 0; off < count; off += SHOAL_TERNARY_RUN) {
+        size_t n = count - off < SHOAL_TERNARY_RUN ? count - off : SHOAL_TERNARY_RUN;
+        float *res = residual ? residual + off : NULL;
+        if (op != 0)
+            shoal_ternary_unpack(codes, (const unsigned char *)wire_in + off / 2, n);
+        if (op == 0)
+            shoal_ternary_encode(&c8, codes, src + off, res, n, first + off);
+        else if (op == 1)
+            shoal_ternary_add_encode(&c8, codes, codes, src + off, res, n, first + off);
+        else
+            shoal_ternary_decode(&c8, dst + off, codes, n, first + off);
+        if (op != 2)
+            shoal_ternary_pack((unsigned char *)wire_out + off / 2, codes, n);
+    }
+}
+
 /* ---- the codec ---- */
 
 static size_t shoal_ternary_wire_bytes(const shoal_codec_t *c, size_t count)
 {
-    return count * (c->wide ? 2 : 1);
+    if (c->packed && c->wide)
+        return 0;
+    return c->packed ? (count + 1) / 2 : count * (c->wide ? 2 : 1);
 }
 
 static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
                                  float *residual, size_t count, size_t first)
 {
-    if (shoal_codec_simd_enabled())
+    if (c->packed)
+        shoal_ternary_packed(c, 0, wire, NULL, src, NULL, residual, count, first);
+    else if (shoal_codec_simd_enabled())
         shoal_ternary_kernel(c, 0, residual)(c, wire, NULL, src, residual, count, first);
     else
         shoal_ternary_encode_ref(c, wire, src, residual, count, first);
@@ -432,7 +502,9 @@ static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
                                      const void *wire_in, const float *local, float *residual,
                                      size_t count, size_t first)
 {
-    if (shoal_codec_simd_enabled())
+    if (c->packed)
+        shoal_ternary_packed(c, 1, wire_out, wire_in, local, NULL, residual, count, first);
+    else if (shoal_codec_simd_enabled())
         shoal_ternary_kernel(c, 1, residual)(c, wire_out, wire_in, local, residual, count,
                                              first);
     else
@@ -442,7 +514,9 @@ static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
 static void shoal_ternary_decode(const shoal_codec_t *c, float *dst, const void *wire,
                                  size_t count, size_t first)
 {
-    if (!shoal_codec_simd_enabled())
+    if (c->packed)
+        shoal_ternary_packed(c, 2, NULL, wire, NULL, dst, NULL, count, first);
+    else if (!shoal_codec_simd_enabled())
         shoal_ternary_decode_ref(c, dst, wire, count, first);
     else if (c->wide)
         shoal_ternary_decode16(c, dst, wire, count, first);

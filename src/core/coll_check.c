@@ -55,7 +55,7 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
 
 /* A compressed all-reduce: fp32 SUM or AVG (before check_op turns a
  * pre-multiplied sum into SUM), a valid codec, a slot that holds at least
- * one codec block. */
+ * one codec block, a known schedule that exists for the codec. */
 static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *call)
 {
     const shoal_coll_args_t *a = &call->args;
@@ -81,6 +81,17 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
                                "%s: one %s block of %zu values (%zu B) exceeds the %zu B "
                                "pipeline piece (SHOAL_CHUNK_SIZE)", call->what, c->ops->name,
                                c->block, c->ops->wire_bytes(c, c->block), comm->chunk_size);
+    if (a->codec_algo != SHOAL_COMPRESS_ALGO_AUTO && a->codec_algo != SHOAL_COMPRESS_ALGO_RING &&
+        a->codec_algo != SHOAL_COMPRESS_ALGO_TWO_SHOT)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: unknown compression algo %d (auto, ring or two-shot)",
+                               call->what, a->codec_algo);
+    /* Shared scales make the ring's sums exact: quantising each
+     * contribution on its own gains nothing. */
+    if (a->codec_algo == SHOAL_COMPRESS_ALGO_TWO_SHOT && c->ops == &shoal_codec_ternary)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the ternary codec has no two-shot schedule (its ring sums "
+                               "are exact); use the ring or auto", call->what);
     return SHOAL_OK;
 }
 

@@ -5,6 +5,7 @@
 #include "exec.h"
 
 #include "clock.h"
+#include "compress/compressor.h"
 #include "dtype.h"
 #include "fault.h"
 #include "flight.h"
@@ -60,18 +61,26 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *a
 }
 
 /* The signature every piece of the next collective carries: the same on
- * every rank when their calls agree. */
+ * every rank when their calls agree. A compressed all-reduce has no root;
+ * its place holds the codec's id, so that ranks whose codecs would encode
+ * or decode differently (nearest against stochastic, another block) fail
+ * with a mismatch instead of mixing their wires. */
 static void begin_sig(struct shoal_comm *comm, const shoal_coll_args_t *args, unsigned kind)
 {
     int rooted = args->kind == SHOAL_COLL_BROADCAST || args->kind == SHOAL_COLL_REDUCE ||
                  args->kind == SHOAL_COLL_GATHER || args->kind == SHOAL_COLL_SCATTER;
+    const shoal_codec_t *c = args->codec;
+    int32_t root = rooted ? args->root : -1;
+    if (c)
+        root = (int32_t)shoal_sig_codec_id(c->ops->name, c->block, (int)c->round,
+                                           c->wide ? 16 : c->packed ? 4 : 8, args->codec_algo);
     comm->sig = (shoal_sig_t){
         .seq = comm->nseq++,
         .count = args->kind == SHOAL_COLL_ALLTOALLV ? SHOAL_SIG_COUNT_ANY : args->count,
         .kind = (uint8_t)kind,
         .dtype = (uint8_t)args->dtype,
         .op = (uint8_t)args->op,
-        .root = rooted ? args->root : -1,
+        .root = root,
     };
     shoal_fault_reset(comm);
 }
@@ -103,9 +112,9 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
 {
     begin_sig(comm, args, sig_kind);
     comm->stream_out = output_bytes(comm, args) >= comm->stream_min;
-    /* A compressed all-reduce has one algorithm, the codec ring. */
+    /* A compressed all-reduce runs the codec schedule its call asks for. */
     const shoal_algo_ops_t *algo =
-        args->codec ? &shoal_ring_codec_allreduce_ops : shoal_algo_choose(comm, args);
+        args->codec ? shoal_codec_algo_select(comm, args) : shoal_algo_choose(comm, args);
     shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
@@ -155,6 +164,8 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (shoal_call_is_empty(comm, call))
         return SHOAL_OK;
+    if (call->comp)
+        return shoal_compressor_run(comm, call);
     if (call->barrier) {
         /* A one-byte all-reduce through the data path rather than the
          * bootstrap: a dead or stalled peer shows up as in any collective,
@@ -182,8 +193,10 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
         memcpy(staged, args.sendbuf, n * es);
     } else {
         /* Its own kind: against a plain all-reduce, a mismatch. */
-        return run_selected(comm, call->what, &args,
-                            args.codec ? SHOAL_SIG_ALLREDUCE_CODEC : args.kind);
+        unsigned kind = call->sig_kind ? call->sig_kind
+                        : args.codec   ? SHOAL_SIG_ALLREDUCE_CODEC
+                                       : args.kind;
+        return run_selected(comm, call->what, &args, kind);
     }
     args.sendbuf = staged;
     return run_selected(comm, call->what, &args, args.kind);
@@ -196,7 +209,7 @@ err_nomem:
 /* Whether b can join an all-reduce fused with a. */
 static int fusable(const shoal_call_t *a, const shoal_call_t *b)
 {
-    return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE && !b->args.codec &&
+    return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE && !b->args.codec && !b->comp &&
            b->args.dtype == a->args.dtype && b->args.op == a->args.op &&
            b->premul == a->premul && b->scalar_ref == a->scalar_ref &&
            !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
@@ -345,7 +358,7 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
             continue;
         }
         if (shoal_call_is_empty(comm, c) || c->barrier || c->args.kind != SHOAL_COLL_ALLREDUCE ||
-            c->args.codec) {
+            c->args.codec || c->comp) {
             s = shoal_call_run(comm, c);
             i++;
             continue;

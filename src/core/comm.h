@@ -88,6 +88,10 @@ struct shoal_comm {
      * (prims.h), for the simulator to charge. */
     int dry;
     size_t dry_bytes;
+    /* Payload bytes this rank posted to and took from its endpoints, over
+     * the communicator's life (prims.c, xfer.c): a compressed call's
+     * shoal_compress_info_t is the difference across it. */
+    uint64_t tx_bytes, rx_bytes;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 

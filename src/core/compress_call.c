@@ -6,7 +6,8 @@
 
 shoal_status_t shoal_allreduce_codec(shoal_comm_t comm, const void *sendbuf, void *recvbuf,
                                      size_t count, shoal_dtype_t dtype, shoal_op_t op,
-                                     const shoal_codec_t *codec, float *residual)
+                                     const shoal_codec_t *codec, float *residual,
+                                     shoal_compress_algo_t algo)
 {
     /* A NULL codec must not turn the call into a plain all-reduce: it
      * stands in as a codec without ops, which the checks refuse. */
@@ -15,7 +16,7 @@ shoal_status_t shoal_allreduce_codec(shoal_comm_t comm, const void *sendbuf, voi
         .what = "shoal_allreduce_codec",
         .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
                  .count = count, .dtype = dtype, .op = op, .codec = codec ? codec : &none,
-                 .residual = residual},
+                 .residual = residual, .codec_algo = (int)algo},
     };
     return shoal_call_issue(comm, &c, 0, NULL);
 }

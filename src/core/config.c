@@ -143,6 +143,20 @@ static int parse_string(const char *text, void *field)
     return 0;
 }
 
+/* "off" or "int8": the door's compressions, which need no state of their
+ * own (the others keep error feedback per tensor, which only the caller
+ * can own). */
+static int parse_compress(const char *text, void *field)
+{
+    if (!strcasecmp(text, "off") || !strcasecmp(text, "none") || !text[0])
+        *(int *)field = 0;
+    else if (!strcasecmp(text, "int8"))
+        *(int *)field = SHOAL_COMPRESS_INT8;
+    else
+        return -1;
+    return 0;
+}
+
 static int parse_progress(const char *text, void *field)
 {
     if (!strcmp(text, "thread"))
@@ -618,12 +632,24 @@ static const shoal_config_entry_t topo_entries[] = {
      .parse = parse_bool, .offset = FIELD(topo.probe)},
 };
 
+static const shoal_config_entry_t compress_entries[] = {
+    {.name = "SHOAL_COMPRESS", .def = "off",
+     .doc = "NCCL door: all-reduces of float32, float16 and bfloat16 sums and averages "
+            "of SHOAL_COMPRESS_MIN bytes or more go through shoal_allreduce_int8 (int8 "
+            "with a scale per 64 values, no error feedback): off or int8",
+     .parse = parse_compress, .offset = FIELD(compress.kind)},
+    {.name = "SHOAL_COMPRESS_MIN", .def = "1M",
+     .doc = "NCCL door: the smallest all-reduce buffer that SHOAL_COMPRESS compresses",
+     .parse = parse_size, .offset = FIELD(compress.min_bytes)},
+};
+
 #define TABLE(name, entries) {name, entries, sizeof(entries) / sizeof(entries[0])}
 
 static const shoal_config_table_t tables[] = {
     TABLE("core", core_entries), TABLE("boot", boot_entries),
     TABLE("shm", shm_entries),   TABLE("tcp", tcp_entries),
     TABLE("algo", algo_entries), TABLE("topo", topo_entries),
+    TABLE("compress", compress_entries),
 };
 
 #define NTABLES (sizeof(tables) / sizeof(tables[0]))

@@ -61,6 +61,13 @@ typedef struct {
     int probe;                            /* SHOAL_TOPO_PROBE: measure links at init */
 } shoal_topo_config_t;
 
+/* Compression of the NCCL door's all-reduces (shoal.h's API takes its
+ * options from the caller, not from here). */
+typedef struct {
+    int kind;         /* SHOAL_COMPRESS: 0 off, or SHOAL_COMPRESS_INT8 */
+    size_t min_bytes; /* SHOAL_COMPRESS_MIN: smaller buffers go uncompressed */
+} shoal_compress_config_t;
+
 typedef struct {
     shoal_core_config_t core;
     shoal_boot_config_t boot;
@@ -68,6 +75,7 @@ typedef struct {
     shoal_tcp_config_t tcp;
     shoal_algo_config_t algo;
     shoal_topo_config_t topo;
+    shoal_compress_config_t compress;
 } shoal_config_t;
 
 /* The settings, parsed on first use. Thread-safe. Never NULL. */

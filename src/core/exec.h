@@ -21,6 +21,13 @@ typedef struct {
     shoal_dtype_t premul_dtype;
     unsigned char scalar[8];   /* ...this scalar (args.op is then SHOAL_SUM), */
     const void *scalar_ref;    /* or the one read here when the call runs */
+    /* A compressed all-reduce through a compressor (compress/compressor.h):
+     * it runs as several calls of its own; info is filled in on success. */
+    struct shoal_compressor *comp;
+    shoal_compress_info_t *info;
+    /* The signature kind when not the call's own (0): a compressor's inner
+     * full-precision all-reduces carry SHOAL_SIG_COMPRESSOR. */
+    unsigned sig_kind;
 } shoal_call_t;
 
 /* The scalar of a pre-multiplied call, as of now. */

@@ -7,6 +7,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 /* Appends to a bounded buffer; once it is full, later pieces are dropped
  * and the text stays NUL-terminated. */
@@ -36,7 +37,8 @@ static void sig_put(sig_text_t *t, const char *fmt, ...)
 static int sig_reduces(unsigned kind)
 {
     return kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
-           kind == SHOAL_COLL_REDUCE || kind == SHOAL_SIG_ALLREDUCE_CODEC;
+           kind == SHOAL_COLL_REDUCE || kind == SHOAL_SIG_ALLREDUCE_CODEC ||
+           kind == SHOAL_SIG_COMPRESSOR;
 }
 
 static void sig_put_count(sig_text_t *t, const shoal_sig_t *sig)
@@ -46,6 +48,24 @@ static void sig_put_count(sig_text_t *t, const shoal_sig_t *sig)
         sig_put(t, " of any count x %s", dtype);
     else
         sig_put(t, " of %llu x %s", (unsigned long long)sig->count, dtype);
+}
+
+/* FNV-1a, 32 bits, over bytes. */
+static uint32_t sig_fnv(uint32_t h, const void *bytes, size_t len)
+{
+    const unsigned char *b = bytes;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ b[i]) * 16777619u;
+    return h;
+}
+
+uint32_t shoal_sig_codec_id(const char *name, size_t block, int round, int bits, int algo)
+{
+    /* Fixed-width fields, so that the id is the same whatever the types'
+     * sizes; the name with its NUL, so that it cannot run into them. */
+    uint32_t fields[4] = {(uint32_t)block, (uint32_t)round, (uint32_t)bits, (uint32_t)algo};
+    uint32_t h = sig_fnv(2166136261u, name, strlen(name) + 1);
+    return sig_fnv(h, fields, sizeof(fields));
 }
 
 const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
@@ -64,6 +84,8 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
         sig_put(&t, "send/recv");
     else if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
         sig_put(&t, "compressed allreduce");
+    else if (kind == SHOAL_SIG_COMPRESSOR)
+        sig_put(&t, "compressor's allreduce");
     else if (kind < SHOAL_COLL_KIND_COUNT)
         sig_put(&t, "%s", shoal_coll_kind_name((shoal_coll_kind_t)kind));
     else
@@ -75,7 +97,9 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
     sig_put_count(&t, sig);
     if (sig_reduces(kind))
         sig_put(&t, " %s", shoal_op_name((shoal_op_t)sig->op));
-    if (sig->root >= 0)
+    if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
+        sig_put(&t, " codec %08x", (unsigned)(uint32_t)sig->root);
+    else if (sig->root >= 0)
         sig_put(&t, p2p ? " peer %d" : " root %d", (int)sig->root);
     return buf;
 }

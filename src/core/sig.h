@@ -14,6 +14,7 @@
 #define SHOAL_SIG_P2P 0xf0u     /* point to point (and groups of them) */
 #define SHOAL_SIG_BARRIER 0xf1u
 #define SHOAL_SIG_ALLREDUCE_CODEC 0xf2u /* compressed all-reduce (compress_call.h) */
+#define SHOAL_SIG_COMPRESSOR 0xf3u /* a compressor's inner all-reduce (compressor.h) */
 /* count of a call whose per-peer counts differ (all-to-all-v): not compared */
 #define SHOAL_SIG_COUNT_ANY UINT64_MAX
 
@@ -24,7 +25,9 @@ typedef struct {
     uint8_t dtype;
     uint8_t op;     /* shoal_op_t; pre-multiplied sums as SHOAL_SUM */
     uint8_t pad;
-    int32_t root;   /* -1 when the call has none */
+    /* The root or peer, -1 when the call has none; for
+     * SHOAL_SIG_ALLREDUCE_CODEC, the codec id (shoal_sig_codec_id). */
+    int32_t root;
 } shoal_sig_t;
 
 _Static_assert(sizeof(shoal_sig_t) == 24, "signatures travel in 24 bytes");
@@ -35,7 +38,13 @@ static inline int shoal_sig_equal(const shoal_sig_t *a, const shoal_sig_t *b)
            a->dtype == b->dtype && a->op == b->op && a->root == b->root;
 }
 
-/* "allreduce #12 of 100 x float32 sum" (root when it has one). Returns buf. */
+/* A 32-bit hash of the settings a compressed all-reduce must agree on
+ * across ranks: the codec's name, block, rounding, wire width in bits (4,
+ * 8 or 16) and the schedule asked for (shoal_compress_algo_t). */
+uint32_t shoal_sig_codec_id(const char *name, size_t block, int round, int bits, int algo);
+
+/* "allreduce #12 of 100 x float32 sum" (root when it has one; codec id for
+ * a compressed all-reduce). Returns buf. */
 const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap);
 
 #define SHOAL_SIG_STR_MAX 96

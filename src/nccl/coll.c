@@ -4,9 +4,16 @@
  * blocking communicator (inside a group: recorded for ncclGroupEnd), or
  * non-blocking with its request kept for ncclCommGetAsyncError. The stream
  * is not used: with host memory the call is complete when it returns, which
- * is what a stream-ordered program needs. */
+ * is what a stream-ordered program needs.
+ *
+ * With SHOAL_COMPRESS=int8, the all-reduces that a training program's
+ * gradients make (float sums and averages of SHOAL_COMPRESS_MIN bytes or
+ * more) go through shoal_allreduce_int8 on the same host buffers. Every
+ * rank reads the same settings and sees the same count, type and op, so
+ * all take the same path; a rank whose settings differ meets a mismatch. */
 #include "door.h"
 
+#include "core/config.h"
 #include "core/exec.h"
 #include "core/log.h"
 
@@ -75,6 +82,29 @@ static ncclResult_t check_host(struct ncclComm *comm, shoal_comm_t sc, const doo
                            c->what, which, bad, (which[0] == 's' ? send : recv) * es);
 }
 
+/* Whether SHOAL_COMPRESS takes c: the stateless int8 all-reduce has no
+ * error feedback to keep, so it is safe on any call of a supported type
+ * and op; what it loses is what the setting accepts. It cannot be recorded
+ * in a group, so between ncclGroupStart and ncclGroupEnd the all-reduces go
+ * the usual way (every rank is inside the group alike). */
+static int door_compressed(const door_call_t *c)
+{
+    const shoal_compress_config_t *cc = &shoal_config_get()->compress;
+    shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
+    shoal_op_t op = (shoal_op_t)c->op;
+    size_t es;
+    if (cc->kind != SHOAL_COMPRESS_INT8 || c->kind != SHOAL_COLL_ALLREDUCE || c->count == 0 ||
+        shoal_nccl_in_group())
+        return 0;
+    if (dt != SHOAL_FLOAT32 && dt != SHOAL_FLOAT16 && dt != SHOAL_BFLOAT16)
+        return 0;
+    if (op != SHOAL_SUM && op != SHOAL_AVG)
+        return 0;
+    if (shoal_dtype_size(dt, &es) != SHOAL_OK)
+        return 0;
+    return c->count >= cc->min_bytes / es + (cc->min_bytes % es != 0);
+}
+
 /* Run c on sc: blocking when req_p is NULL, else non-blocking. */
 static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request_t *req_p)
 {
@@ -86,6 +116,8 @@ static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request
     int root = c->root;
     switch (c->kind) {
     case SHOAL_COLL_ALLREDUCE:
+        if (door_compressed(c))
+            return shoal_allreduce_int8(sb, rb, n, dt, op, sc, NULL);
         return req_p ? shoal_iallreduce(sb, rb, n, dt, op, sc, req_p)
                      : shoal_allreduce(sb, rb, n, dt, op, sc);
     case SHOAL_COLL_REDUCE_SCATTER:
@@ -126,7 +158,9 @@ static ncclResult_t door_run(struct ncclComm *comm, const door_call_t *c)
         res = check_host(comm, sc, c);
     if (res != ncclSuccess)
         return res;
-    if (comm->blocking || shoal_nccl_in_group())
+    /* The compressed all-reduce has no non-blocking form: it completes
+     * before it returns, which a non-blocking communicator allows. */
+    if (comm->blocking || shoal_nccl_in_group() || door_compressed(c))
         return shoal_nccl_result(issue(sc, c, NULL));
     shoal_request_t req;
     shoal_status_t s = issue(sc, c, &req);

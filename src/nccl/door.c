@@ -19,6 +19,10 @@ static void door_setup(void)
     shoal_info(INIT, "NCCL version %d.%d.%d API served by shoal %d.%d.%d (host memory)",
                NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR,
                SHOAL_VERSION_PATCH);
+    const shoal_compress_config_t *cc = &shoal_config_get()->compress;
+    if (cc->kind == SHOAL_COMPRESS_INT8)
+        shoal_info(INIT, "SHOAL_COMPRESS=int8: float sum and average all-reduces of %zu bytes "
+                   "or more are compressed to int8", cc->min_bytes);
 }
 
 void shoal_nccl_once(void)

@@ -79,6 +79,12 @@ void shoal_sim_defer(shoal_sim_t *sim, int r)
     }
 }
 
+void shoal_sim_set_codec(shoal_sim_t *sim, const shoal_codec_t *codec, int algo)
+{
+    sim->codec = codec;
+    sim->codec_algo = algo;
+}
+
 int shoal_sim_nranks(const shoal_sim_t *sim)
 {
     return sim->n;
@@ -297,20 +303,35 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
     size_t es = shoal_dtype_bytes(dtype), sbytes, rbytes;
     if (es == 0 || kind >= SHOAL_COLL_SEND || kind == SHOAL_COLL_ALLTOALLV)
         return SHOAL_ERR_INVALID_ARG;
+    int compressed = sim->codec && kind == SHOAL_COLL_ALLREDUCE;
+    if (compressed && dtype != SHOAL_FLOAT32) {
+        shoal_error(ALGO, "simulation: compressed all-reduces take float32, not %s",
+                    shoal_dtype_name(dtype));
+        return SHOAL_ERR_INVALID_ARG;
+    }
     sim_buffers(kind, count * es, sim->n, &sbytes, &rbytes);
-    /* The buffers: reserved, never readable, so a schedule that touched
-     * data in a dry run would fault at once. */
-    size_t page = 4096, span = (sbytes + rbytes + 2 * page) / page * page;
+    /* The buffers (and a compressed call's residual, after them):
+     * reserved, never readable, so a schedule that touched data in a dry
+     * run would fault at once. */
+    size_t page = 4096, rbase = (sbytes + page) / page * page;
+    size_t resid = (rbase + rbytes + page) / page * page;
+    size_t span = resid + (compressed ? count * sizeof(float) + page : 0);
+    span = (span + page - 1) / page * page;
     char *mem = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) {
         shoal_error(MEM, "simulation: no address space for %zu B of buffers", span);
         return SHOAL_ERR_NO_MEMORY;
     }
-    shoal_coll_args_t args = {.kind = kind, .sendbuf = mem,
-                              .recvbuf = mem + (sbytes + page) / page * page, .count = count,
-                              .dtype = dtype, .op = SHOAL_SUM};
+    shoal_coll_args_t args = {.kind = kind, .sendbuf = mem, .recvbuf = mem + rbase,
+                              .count = count, .dtype = dtype, .op = SHOAL_SUM};
+    if (compressed) {
+        args.codec = sim->codec;
+        args.codec_algo = sim->codec_algo;
+        args.residual = (float *)(void *)(mem + resid);
+    }
     if (!ops)
-        ops = shoal_algo_select(&sim->comms[0], &args);
+        ops = compressed ? shoal_codec_algo_select(&sim->comms[0], &args)
+                         : shoal_algo_select(&sim->comms[0], &args);
     shoal_status_t s = SHOAL_OK;
     sim_task_t *tasks = NULL;
     if (!ops || ops->cost(&sim->comms[0], &args) < 0) {

@@ -53,6 +53,15 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
                              shoal_dtype_t dtype, const shoal_algo_ops_t *algo,
                              double *time_p, const char **algo_p);
 
+/* Compressed all-reduces: from now on, shoal_sim_run's all-reduces are
+ * compressed through codec (borrowed until this is called again; NULL
+ * goes back to plain ones) with schedule algo (shoal_compress_algo_t) and
+ * an error-feedback residual, as shoal_allreduce_codec runs them: with
+ * algo NULL, shoal_codec_algo_select picks the codec schedule. They take
+ * SHOAL_FLOAT32 only (SHOAL_ERR_INVALID_ARG otherwise). The codec's data
+ * (ternary scales) is never read: dry runs only count its passes. */
+void shoal_sim_set_codec(shoal_sim_t *sim, const shoal_codec_t *codec, int algo);
+
 /* Ranks and the communicator of rank 0 (for its cluster view and costs). */
 int shoal_sim_nranks(const shoal_sim_t *sim);
 struct shoal_comm *shoal_sim_comm(shoal_sim_t *sim, int rank);

@@ -54,6 +54,8 @@ struct shoal_sim {
     int deadlock;                    /* every rank left waits: they fail */
     void *nomem;                     /* what every slot points at: no access */
     size_t nomem_bytes;
+    const shoal_codec_t *codec;      /* shoal_sim_set_codec: compressed all-reduces */
+    int codec_algo;
 };
 
 extern const shoal_transport_ops_t shoal_sim_ops;

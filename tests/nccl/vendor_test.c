@@ -806,6 +806,12 @@ static void test_death(void **state)
         fail_msg("%d of %d ranks failed; only the killed one should have", bad, n);
 }
 
+static void test_compress(void **state)
+{
+    int n = (int)(intptr_t)*state;
+    expect_ranks_ok(run_ranks(n, vt_compress_rank, VT_ID_CONFIG + 1), n, "ranks");
+}
+
 static void test_single_process(void **state)
 {
     int n = (int)(intptr_t)*state;
@@ -826,8 +832,8 @@ int main(void)
         return 1;
     }
 
-    /* Four cases that need no ranks, then up to seven per rank count. */
-    enum { KINDS = 7 };
+    /* Four cases that need no ranks, then up to eight per rank count. */
+    enum { KINDS = 8 };
     static char names[KINDS][8][96];
     struct CMUnitTest tests[4 + KINDS * 8];
     size_t nt = 0;
@@ -851,6 +857,8 @@ int main(void)
         {"shrink with NCCL_SHRINK_ABORT, %d rank%s", test_shrink_abort, 2, 8},
         {"ncclCommInitAll and grouped init, %d comm%s in one process", test_single_process, 1, 8},
         {"a rank killed: ncclRemoteError on the others, %d rank%s", test_death, 2, 4},
+        {"SHOAL_COMPRESS: float all-reduces compressed or exact as it says, %d rank%s",
+         test_compress, 1, 4},
     };
     for (int n = 1; n <= 8; n++) {
         for (int k = 0; k < KINDS; k++) {

@@ -1,0 +1,47 @@
+/* Which schedule a compressed all-reduce runs. The cost model does not
+ * choose: the schedules differ in how often a value is quantised, which
+ * is the caller's trade (shoal_compress_algo_t), not only in time. Every
+ * input of the choice (the request, the rank and host counts, the codec)
+ * is the same on every rank, so all ranks run the same schedule. */
+#include "algo.h"
+
+#include "core/log.h"
+
+/* The ring requantises a partial sum at each of its n-1 hops; up to this
+ * many ranks its error stays within a few quantisations. */
+#define CODEC_RING_MAX_RANKS 8
+
+const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
+                                                const shoal_coll_args_t *args)
+{
+    const shoal_codec_t *c = args->codec;
+    const shoal_algo_ops_t *algo = NULL;
+    const char *why = "requested";
+    switch (args->codec_algo) {
+    case SHOAL_COMPRESS_ALGO_RING:
+        algo = &shoal_ring_codec_allreduce_ops;
+        break;
+    case SHOAL_COMPRESS_ALGO_TWO_SHOT:
+        algo = &shoal_twoshot_codec_allreduce_ops;
+        break;
+    case SHOAL_COMPRESS_ALGO_AUTO:
+        if (comm->nhosts > 1) {
+            algo = &shoal_hier_codec_allreduce_ops;
+            why = "several hosts";
+        } else if (c->ops == &shoal_codec_ternary) {
+            algo = &shoal_ring_codec_allreduce_ops;
+            why = "exact sums of shared scales";
+        } else {
+            int ring = comm->nranks <= CODEC_RING_MAX_RANKS;
+            algo = ring ? &shoal_ring_codec_allreduce_ops : &shoal_twoshot_codec_allreduce_ops;
+            why = ring ? "few ranks" : "many ranks";
+        }
+        break;
+    default:
+        shoal_error(ALGO, "compressed allreduce: unknown schedule %d", args->codec_algo);
+        return NULL;
+    }
+    shoal_info(ALGO, "compressed allreduce of %zu x %s on %d ranks (%d hosts): %s (%s)",
+               args->count, c->ops->name, comm->nranks, comm->nhosts, algo->name, why);
+    return algo;
+}

@@ -1,0 +1,117 @@
+/* Compressed two-shot all-reduce: each contribution is quantised once on
+ * its way to the value's owner, and the owner's sum once more, for int8
+ * (fp32 SUM and AVG); the ring requantises a partial sum at every hop
+ * instead, so its error grows with the number of ranks and this one's
+ * does not.
+ *
+ * Pieces and owners. The tensor is walked in the loops of the codec ring
+ * (ring_codec.c): a loop covers n * piece_elems values cut into n blocks
+ * of whole codec blocks, and block b of every loop belongs to ring
+ * position b. Every piece starts at a multiple of the codec block and
+ * holds whole blocks except at the tensor's end, so it encodes exactly as
+ * the whole tensor would (codec.h).
+ *
+ * Reduce (direct exchange, one piece per step): in step k = 1 .. n-1 of a
+ * loop, position r encodes its block r+k (send_enc, this rank's residual
+ * of those values written) and sends it straight to position r+k, and
+ * receives block r from position r-k, decodes it and adds it in fp32 to
+ * its own exact values (recv_dec_reduce). Each step is a perfect matching,
+ * so the sends never wait on a receive of the same step, and the owner
+ * adds the n-1 contributions in a fixed order, r-1 first: the sum does
+ * not depend on which piece arrived first.
+ *
+ * All-gather: the owner quantises its sum once into the send slot to its
+ * ring successor and decodes that wire into its result (enc_copy_send; its
+ * residual there is sum - decode, its own contribution having travelled
+ * exactly), and the wire goes round unchanged (shoal_ring_codec_gather,
+ * shared with the codec ring): every rank decodes the very same bytes, so
+ * all end with identical bits. AVG is the decoded sum divided by n.
+ *
+ * Error feedback. Every rank quantises every value exactly once (others'
+ * blocks on the way out, its own block as a sum), so one call writes the
+ * whole residual array of count floats on each rank. Summed over the
+ * ranks, the residuals are the exact sum minus the decoded sum (for AVG:
+ * minus n times the result), up to the fp32 rounding of the owner's sum.
+ *
+ * Shared-scale codecs (ternary) have no two-shot: their integer sums are
+ * exact in the ring already (the core refuses the combination). A rank
+ * alone runs the codec ring's single-rank path: its input, exactly. */
+#include "algo.h"
+
+#include "core/clock.h"
+
+/* Every peer this rank sent to: nothing it posted may stay behind. */
+static shoal_status_t twoshot_flush(shoal_prims_t *p, const shoal_ring_t *ring)
+{
+    shoal_status_t s = SHOAL_OK;
+    for (int k = 1; k < ring->n && s == SHOAL_OK; k++) {
+        p->send_ep = shoal_comm_ep(p->comm, ring->ranks[(ring->me + k) % ring->n]);
+        s = shoal_prim_flush(p);
+    }
+    return s;
+}
+
+static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ring,
+                                        const float *src, float *dst, size_t count,
+                                        size_t piece_elems, float *tmp)
+{
+    int n = ring->n, r = ring->me;
+    size_t block = p->codec->block, loop = (size_t)n * piece_elems;
+    shoal_status_t s = SHOAL_OK;
+    for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
+        size_t real = count - base < loop ? count - base : loop;
+        size_t bs = shoal_ring_loop_bs(real, n, block, piece_elems);
+        size_t off, len, at;
+#define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
+        for (int k = 1; k < n && s == SHOAL_OK; k++) {
+            p->send_ep = shoal_comm_ep(p->comm, ring->ranks[(r + k) % n]);
+            p->recv_ep = shoal_comm_ep(p->comm, ring->ranks[(r - k + n) % n]);
+            at = PIECE((r + k) % n);
+            s = shoal_prim_send_enc(p, src + at, at, len);
+            if (s != SHOAL_OK)
+                break;
+            /* The first contribution joins this rank's input; the others
+             * the partial sum in dst. */
+            at = PIECE(r);
+            s = shoal_prim_recv_dec_reduce(p, k == 1 ? src + at : dst + at, dst + at, tmp, at,
+                                           len);
+        }
+        if (s != SHOAL_OK)
+            break;
+        shoal_ring_bind(p, ring);
+        at = PIECE(r);
+#undef PIECE
+        s = shoal_prim_enc_copy_send(p, dst + at, dst + at, at, len);
+        if (s == SHOAL_OK)
+            s = shoal_ring_codec_gather(p, ring, dst, 0, base, real, bs, 0);
+    }
+    return s;
+}
+
+static shoal_status_t twoshot_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    struct shoal_comm *comm = p->comm;
+    const shoal_ring_t *ring = &plan->ring;
+    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    if (ring->n == 1)
+        return shoal_ring_allreduce_codec_run(p, ring, a->sendbuf, a->recvbuf, a->count, 0,
+                                              plan->codec_elems);
+    /* The decoded piece before it is added: working memory that stops
+     * growing after the first call. */
+    void *tmp;
+    shoal_status_t s = shoal_comm_scratch(comm, plan->codec_elems * sizeof(float), &tmp);
+    if (s != SHOAL_OK)
+        return s;
+    s = twoshot_run_loops(p, ring, a->sendbuf, a->recvbuf, a->count, plan->codec_elems, tmp);
+    return s == SHOAL_OK ? twoshot_flush(p, ring) : s;
+}
+
+const shoal_algo_ops_t shoal_twoshot_codec_allreduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "twoshot-codec",
+    .cost = shoal_codec_flat_cost,
+    .plan = shoal_codec_flat_plan,
+    .run = twoshot_run,
+};

@@ -1,0 +1,580 @@
+/* Compressors: options, creation (with the check that every rank agrees),
+ * checkpoints, and the compressed all-reduce (compressor.h). */
+#include "compressor.h"
+
+#include "codec.h"
+#include "powersgd.h"
+
+#include "core/dtype.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COMP_MAGIC 0x73686f616c636f6dull  /* "shoalcom" */
+#define STATE_MAGIC 0x73686f616c737431ull /* "shoalst1" */
+
+struct shoal_compressor {
+    uint64_t magic;
+    struct shoal_comm *comm;
+    shoal_compress_options_t opt;
+    size_t count;
+    shoal_dtype_t dtype;
+    uint64_t hash;     /* of everything that must agree across ranks */
+    int collective;    /* made by shoal_compressor_create (not per call) */
+    uint64_t step;     /* successful calls so far */
+    float *res, *res_next;  /* error feedback, count each (or NULL) */
+    float *x;          /* fp32 input (plus residual), when not sendbuf itself */
+    float *out;        /* fp32 result, when recvbuf is not fp32 */
+    float *scales;     /* TERNARY: one per block */
+    size_t nblocks;
+    shoal_psgd_t *psgd;
+    float *buf1, *buf2;
+    atomic_int busy;   /* a call issued and not yet run */
+};
+
+/* The inner state a checkpoint carries, after its header. */
+typedef struct {
+    uint64_t magic, hash, nranks, step, nres, nq;
+} state_head_t;
+
+shoal_status_t shoal_compress_options_init(shoal_compress_options_t *o,
+                                           shoal_compress_kind_t kind)
+{
+    if (!o || kind < SHOAL_COMPRESS_INT8 || kind > SHOAL_COMPRESS_POWERSGD)
+        return SHOAL_ERR_INVALID_ARG;
+    *o = (shoal_compress_options_t){
+        .size = sizeof(*o), .kind = kind, .error_feedback = 1, .block = 64, .rank = 4,
+    };
+    return SHOAL_OK;
+}
+
+/* FNV-1a over a run of bytes. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define FNV(h, v) fnv((h), &(v), sizeof(v))
+
+static uint64_t options_hash(const shoal_compress_options_t *o, size_t count,
+                             shoal_dtype_t dtype, const shoal_compress_layout_t *layout)
+{
+    uint64_t h = 0xcbf29ce484222325ull, v;
+    uint32_t clip;
+    memcpy(&clip, &o->clip_sigma, sizeof(clip));
+    v = (uint64_t)o->kind; h = FNV(h, v);
+    v = (uint64_t)!!o->error_feedback; h = FNV(h, v);
+    v = o->block; h = FNV(h, v);
+    v = (uint64_t)!!o->stochastic; h = FNV(h, v);
+    h = FNV(h, clip);
+    v = o->rank; h = FNV(h, v);
+    v = o->warmup_steps; h = FNV(h, v);
+    h = FNV(h, o->seed);
+    v = (uint64_t)o->algo; h = FNV(h, v);
+    v = count; h = FNV(h, v);
+    v = (uint64_t)dtype; h = FNV(h, v);
+    if (layout) {
+        v = layout->ntensors; h = FNV(h, v);
+        for (size_t t = 0; t < layout->ntensors; t++) {
+            v = layout->rows[t]; h = FNV(h, v);
+            v = layout->cols[t]; h = FNV(h, v);
+        }
+    }
+    return h | 1; /* 0 marks a rank whose arguments are invalid */
+}
+
+/* Why the arguments are invalid on this rank, or NULL. */
+static const char *options_problem(const shoal_compress_options_t *o, size_t count,
+                                   shoal_dtype_t dtype, const shoal_compress_layout_t *layout)
+{
+    if (!o)
+        return "options is NULL";
+    if (o->size != sizeof(*o))
+        return "options.size is not sizeof(shoal_compress_options_t) (use "
+               "shoal_compress_options_init)";
+    if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_POWERSGD)
+        return "unknown compression kind";
+    if (o->algo < SHOAL_COMPRESS_ALGO_AUTO || o->algo > SHOAL_COMPRESS_ALGO_TWO_SHOT)
+        return "unknown compression algo";
+    if (o->kind == SHOAL_COMPRESS_TERNARY && o->algo == SHOAL_COMPRESS_ALGO_TWO_SHOT)
+        return "ternary has no two-shot schedule (its ring sums are exact)";
+    if (o->kind != SHOAL_COMPRESS_POWERSGD && o->block != 32 && o->block != 64 &&
+        o->block != 128)
+        return "block must be 32, 64 or 128";
+    if (!isfinite(o->clip_sigma) || o->clip_sigma < 0)
+        return "clip_sigma must be finite and >= 0";
+    if (o->kind == SHOAL_COMPRESS_POWERSGD && o->rank == 0)
+        return "PowerSGD's rank must be at least 1";
+    if (dtype != SHOAL_FLOAT32 && dtype != SHOAL_FLOAT16 && dtype != SHOAL_BFLOAT16)
+        return "compression takes float32, float16 or bfloat16";
+    if (layout) {
+        if (layout->ntensors && (!layout->rows || !layout->cols))
+            return "layout has NULL rows or cols";
+        size_t sum = 0;
+        for (size_t t = 0; t < layout->ntensors; t++) {
+            size_t r = layout->rows[t], c = layout->cols[t];
+            if (c && r > SIZE_MAX / c)
+                return "layout sizes overflow";
+            if (sum + r * c < sum)
+                return "layout sizes overflow";
+            sum += r * c;
+        }
+        if (sum != count)
+            return "layout's tensors do not add up to count";
+    }
+    return NULL;
+}
+
+static void comp_free(shoal_compressor_t c)
+{
+    if (!c)
+        return;
+    c->magic = 0;
+    free(c->res);
+    free(c->res_next);
+    free(c->x);
+    free(c->out);
+    free(c->scales);
+    free(c->buf1);
+    free(c->buf2);
+    if (c->psgd)
+        shoal_psgd_destroy(c->psgd);
+    free(c);
+}
+
+static float *floats(size_t n)
+{
+    return malloc((n ? n : 1) * sizeof(float));
+}
+
+/* A compressor with its buffers; nothing collective. */
+static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_options_t *o,
+                               size_t count, shoal_dtype_t dtype,
+                               const shoal_compress_layout_t *layout, shoal_compressor_t *c_p)
+{
+    shoal_compressor_t c = calloc(1, sizeof(*c));
+    if (!c)
+        return SHOAL_ERR_NO_MEMORY;
+    c->magic = COMP_MAGIC;
+    c->comm = comm;
+    c->opt = *o;
+    c->count = count;
+    c->dtype = dtype;
+    c->hash = options_hash(o, count, dtype, layout);
+    int ok = 1;
+    if (o->error_feedback) {
+        ok &= (c->res = calloc(count ? count : 1, sizeof(float))) != NULL;
+        ok &= (c->res_next = floats(count)) != NULL;
+    }
+    if (o->error_feedback || dtype != SHOAL_FLOAT32)
+        ok &= (c->x = floats(count)) != NULL;
+    if (dtype != SHOAL_FLOAT32)
+        ok &= (c->out = floats(count)) != NULL;
+    if (o->kind == SHOAL_COMPRESS_TERNARY) {
+        c->nblocks = (count + o->block - 1) / o->block;
+        ok &= (c->scales = floats(c->nblocks)) != NULL;
+    }
+    if (ok && o->kind == SHOAL_COMPRESS_POWERSGD) {
+        /* Without a layout: one vector, which PowerSGD reduces plainly. */
+        size_t one_rows = 1, one_cols = count;
+        const size_t *rows = layout ? layout->rows : &one_rows;
+        const size_t *cols = layout ? layout->cols : &one_cols;
+        size_t nt = layout ? layout->ntensors : count > 0;
+        shoal_status_t s = shoal_psgd_create(nt, rows, cols, o->rank, o->seed, &c->psgd);
+        if (s != SHOAL_OK) {
+            comp_free(c);
+            return s;
+        }
+        ok &= (c->buf1 = floats(shoal_psgd_len1(c->psgd))) != NULL;
+        ok &= (c->buf2 = floats(shoal_psgd_len2(c->psgd))) != NULL;
+    }
+    if (!ok) {
+        comp_free(c);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    *c_p = c;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_compressor_create(shoal_comm_t comm, const shoal_compress_options_t *options,
+                                       size_t count, shoal_dtype_t dtype,
+                                       const shoal_compress_layout_t *layout,
+                                       shoal_compressor_t *comp_p)
+{
+    const char *what = "shoal_compressor_create";
+    shoal_status_t s = shoal_comm_enter(comm, what);
+    if (s != SHOAL_OK)
+        return s;
+    const char *problem = comp_p ? options_problem(options, count, dtype, layout)
+                                 : "comp_p is NULL";
+    /* Every rank takes part in the exchange, a rank with bad arguments
+     * too (with hash 0), so that all fail alike instead of some waiting. */
+    uint64_t mine = problem ? 0 : options_hash(options, count, dtype, layout);
+    int n = comm->nranks;
+    uint64_t *all = calloc((size_t)n, sizeof(*all));
+    shoal_comm_leave(comm);
+    if (!all)
+        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory", what);
+    s = shoal_allgather(&mine, all, 1, SHOAL_UINT64, comm);
+    int differs = -1, invalid_there = 0;
+    for (int r = 0; s == SHOAL_OK && r < n && differs < 0; r++) {
+        if (all[r] == 0 || all[r] != all[0]) {
+            differs = r;
+            invalid_there = all[r] == 0;
+        }
+    }
+    free(all);
+    if (s != SHOAL_OK)
+        return s;
+    if (problem)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %s", what, problem);
+    if (differs >= 0) {
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: rank %d's options, count, dtype or layout %s", what,
+                               differs,
+                               invalid_there ? "are invalid there" : "differ from rank 0's");
+    }
+    shoal_compressor_t c;
+    s = comp_new(comm, options, count, dtype, layout, &c);
+    if (s != SHOAL_OK)
+        return shoal_comm_fail(comm, s, "%s: %s", what,
+                               s == SHOAL_ERR_NO_MEMORY ? "no memory" : "invalid layout");
+    c->collective = 1;
+    *comp_p = c;
+    return SHOAL_OK;
+}
+
+static int comp_valid(shoal_compressor_t c)
+{
+    return c && c->magic == COMP_MAGIC;
+}
+
+shoal_status_t shoal_compressor_destroy(shoal_compressor_t comp)
+{
+    if (!comp_valid(comp) || atomic_load(&comp->busy))
+        return SHOAL_ERR_INVALID_ARG;
+    comp_free(comp);
+    return SHOAL_OK;
+}
+
+/* Floats of each part of the state. */
+static size_t state_nres(shoal_compressor_t c)
+{
+    return c->res ? c->count : 0;
+}
+
+static size_t state_nq(shoal_compressor_t c)
+{
+    return c->psgd ? shoal_psgd_len2(c->psgd) : 0;
+}
+
+shoal_status_t shoal_compressor_state_size(shoal_compressor_t comp, size_t *bytes_p)
+{
+    if (!comp_valid(comp) || !bytes_p)
+        return SHOAL_ERR_INVALID_ARG;
+    *bytes_p = sizeof(state_head_t) + (state_nres(comp) + state_nq(comp)) * sizeof(float);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, size_t bytes)
+{
+    size_t need;
+    if (shoal_compressor_state_size(comp, &need) != SHOAL_OK || !buf || bytes != need ||
+        atomic_load(&comp->busy))
+        return SHOAL_ERR_INVALID_ARG;
+    state_head_t h = {.magic = STATE_MAGIC, .hash = comp->hash,
+                      .nranks = (uint64_t)comp->comm->nranks, .step = comp->step,
+                      .nres = state_nres(comp), .nq = state_nq(comp)};
+    char *p = buf;
+    memcpy(p, &h, sizeof(h));
+    p += sizeof(h);
+    if (h.nres)
+        memcpy(p, comp->res, h.nres * sizeof(float));
+    p += h.nres * sizeof(float);
+    if (h.nq)
+        memcpy(p, shoal_psgd_state(comp->psgd), h.nq * sizeof(float));
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *buf,
+                                          size_t bytes)
+{
+    size_t need;
+    if (shoal_compressor_state_size(comp, &need) != SHOAL_OK || !buf || bytes != need ||
+        atomic_load(&comp->busy))
+        return SHOAL_ERR_INVALID_ARG;
+    state_head_t h;
+    const char *p = buf;
+    memcpy(&h, p, sizeof(h));
+    if (h.magic != STATE_MAGIC || h.hash != comp->hash ||
+        h.nranks != (uint64_t)comp->comm->nranks || h.nres != state_nres(comp) ||
+        h.nq != state_nq(comp))
+        return SHOAL_ERR_INVALID_ARG;
+    p += sizeof(h);
+    comp->step = h.step;
+    if (h.nres)
+        memcpy(comp->res, p, h.nres * sizeof(float));
+    p += h.nres * sizeof(float);
+    if (h.nq)
+        memcpy(shoal_psgd_state(comp->psgd), p, h.nq * sizeof(float));
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
+{
+    if (!comp_valid(comp) || atomic_load(&comp->busy))
+        return SHOAL_ERR_INVALID_ARG;
+    comp->step = 0;
+    if (comp->res)
+        memset(comp->res, 0, comp->count * sizeof(float));
+    if (comp->psgd)
+        shoal_psgd_reset(comp->psgd);
+    return SHOAL_OK;
+}
+
+/* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL. */
+static void widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype, const float *add)
+{
+    if (dtype == SHOAL_FLOAT32) {
+        const float *s = src;
+        for (size_t i = 0; i < n; i++)
+            dst[i] = add ? s[i] + add[i] : s[i];
+        return;
+    }
+    const uint16_t *h = src;
+    for (size_t i = 0; i < n; i++) {
+        float v = dtype == SHOAL_FLOAT16 ? shoal_f16_to_f32(h[i]) : shoal_bf16_to_f32(h[i]);
+        dst[i] = add ? v + add[i] : v;
+    }
+}
+
+static void narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype)
+{
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++)
+        h[i] = dtype == SHOAL_FLOAT16 ? shoal_f32_to_f16(src[i]) : shoal_f32_to_bf16(src[i]);
+}
+
+/* One inner all-reduce of fp32 values. */
+static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, const void *send,
+                            void *recv, size_t count, shoal_op_t op, const shoal_codec_t *codec,
+                            float *residual)
+{
+    shoal_call_t c = {
+        .what = call->what,
+        .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = send, .recvbuf = recv,
+                 .count = count, .dtype = SHOAL_FLOAT32, .op = op, .codec = codec,
+                 .residual = residual, .codec_algo = call->comp->opt.algo},
+        .sig_kind = codec ? 0 : SHOAL_SIG_COMPRESSOR,
+    };
+    return shoal_call_run(comm, &c);
+}
+
+/* This rank's stream of stochastic rounding: the seed mixed with the rank,
+ * so that ranks round independently. */
+static uint64_t rank_seed(const shoal_compressor_t c, int rank)
+{
+    return c->opt.seed ^ ((uint64_t)rank + 1) * 0xd1342543de82ef95ull;
+}
+
+static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *call,
+                                const float *x, float *out, float *res)
+{
+    shoal_compressor_t c = call->comp;
+    shoal_codec_t codec = {
+        .ops = &shoal_codec_int8, .block = c->opt.block,
+        .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+        .seed = rank_seed(c, comm->rank), .step = c->step,
+    };
+    if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
+        /* Shared scales: the largest (clipped) value of each block over the
+         * ranks. */
+        shoal_codec_block_absmax(c->scales, x, c->count, c->opt.block);
+        float bound = shoal_codec_clip_bound(x, c->count, c->opt.clip_sigma);
+        for (size_t b = 0; bound > 0 && b < c->nblocks; b++)
+            c->scales[b] = fminf(c->scales[b], bound);
+        shoal_status_t s = inner(comm, call, c->scales, c->scales, c->nblocks, SHOAL_MAX,
+                                 NULL, NULL);
+        if (s != SHOAL_OK)
+            return s;
+        /* Across hosts (hier-codec) each host compresses the sum of its
+         * ranks, up to max_local times a rank's largest value: scales that
+         * cover it, so that no host's sum is clipped. */
+        if (comm->nhosts > 1 && c->opt.algo == SHOAL_COMPRESS_ALGO_AUTO) {
+            for (size_t b = 0; b < c->nblocks; b++)
+                c->scales[b] *= (float)comm->cluster.max_local;
+        }
+        codec.ops = &shoal_codec_ternary;
+        codec.round = SHOAL_ROUND_STOCHASTIC;
+        codec.scales = c->scales;
+        /* A value's sum is within +-nranks: 4-bit codes up to 7 ranks,
+         * 8-bit up to 127, 16-bit beyond. */
+        codec.packed = comm->nranks <= 7;
+        codec.wide = comm->nranks > 127;
+    }
+    return inner(comm, call, x, out, c->count, call->args.op, &codec, res);
+}
+
+static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *call,
+                                   const float *x, float *out, float *res)
+{
+    shoal_compressor_t c = call->comp;
+    int n = comm->nranks;
+    if (c->step < c->opt.warmup_steps) {
+        shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL);
+        if (s == SHOAL_OK && res)
+            memset(res, 0, c->count * sizeof(float));
+        return s;
+    }
+    shoal_psgd_phase1(c->psgd, x, c->buf1);
+    shoal_status_t s = inner(comm, call, c->buf1, c->buf1, shoal_psgd_len1(c->psgd), SHOAL_SUM,
+                             NULL, NULL);
+    if (s != SHOAL_OK)
+        return s;
+    shoal_psgd_phase2(c->psgd, x, c->buf1, c->buf2);
+    s = inner(comm, call, c->buf2, c->buf2, shoal_psgd_len2(c->psgd), SHOAL_SUM, NULL, NULL);
+    if (s != SHOAL_OK)
+        return s;
+    float scale = call->args.op == SHOAL_AVG ? 1.0f / (float)n : 1.0f;
+    shoal_psgd_phase3(c->psgd, x, c->buf1, c->buf2, out, res, n, scale);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    shoal_compressor_t c = call->comp;
+    const shoal_coll_args_t *a = &call->args;
+    uint64_t tx0 = comm->tx_bytes, rx0 = comm->rx_bytes;
+    /* The input: the buffer itself, or a widened copy plus the residual. */
+    const float *x = a->sendbuf;
+    if (c->x) {
+        widen(c->x, a->sendbuf, c->count, c->dtype, c->res);
+        x = c->x;
+    }
+    float *out = c->out ? c->out : a->recvbuf;
+    float *res = c->res ? c->res_next : NULL;
+    shoal_status_t s = c->opt.kind == SHOAL_COMPRESS_POWERSGD
+                           ? run_powersgd(comm, call, x, out, res)
+                           : run_codec(comm, call, x, out, res);
+    if (s == SHOAL_OK) {
+        if (c->out)
+            narrow(a->recvbuf, c->out, c->count, c->dtype);
+        if (res) {
+            c->res_next = c->res;
+            c->res = res;
+        }
+        if (call->info) {
+            uint64_t sent = comm->tx_bytes - tx0;
+            double n = comm->nranks;
+            double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
+            *call->info = (shoal_compress_info_t){
+                .bytes_sent = sent, .bytes_received = comm->rx_bytes - rx0,
+                .ratio = sent ? plain / (double)sent : 0, .step = c->step};
+        }
+        c->step++;
+    }
+    atomic_store(&c->busy, 0);
+    return s;
+}
+
+/* Check and issue a call on comp (nb: with a request). */
+static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const void *sendbuf,
+                                 void *recvbuf, shoal_op_t op, shoal_compress_info_t *info,
+                                 int nb, shoal_request_t *req_p)
+{
+    if (!comp_valid(c))
+        return SHOAL_ERR_INVALID_ARG;
+    struct shoal_comm *comm = c->comm;
+    if (op != SHOAL_SUM && op != SHOAL_AVG) {
+        shoal_status_t s = shoal_comm_enter_any(comm, what);
+        if (s != SHOAL_OK)
+            return s;
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                            "%s: compression takes sum and avg only, not op %d", what, (int)op);
+        shoal_comm_leave(comm);
+        return s;
+    }
+    if (atomic_exchange(&c->busy, 1)) {
+        shoal_status_t s = shoal_comm_enter_any(comm, what);
+        if (s != SHOAL_OK)
+            return s;
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                            "%s: a call on this compressor is still in flight", what);
+        shoal_comm_leave(comm);
+        return s;
+    }
+    shoal_call_t call = {
+        .what = what,
+        .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+                 .count = c->count, .dtype = c->dtype, .op = op},
+        .comp = c,
+        .info = info,
+    };
+    shoal_status_t s = shoal_call_issue(comm, &call, nb, req_p);
+    /* A call that was refused, or that moves nothing, never runs. */
+    if (s != SHOAL_OK || c->count == 0) {
+        if (s == SHOAL_OK && info)
+            *info = (shoal_compress_info_t){.step = c->step};
+        c->step += s == SHOAL_OK;
+        atomic_store(&c->busy, 0);
+    }
+    return s;
+}
+
+shoal_status_t shoal_allreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_op_t op,
+                                          shoal_compress_info_t *info)
+{
+    return comp_issue("shoal_allreduce_compressed", comp, sendbuf, recvbuf, op, info, 0, NULL);
+}
+
+shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                           void *recvbuf, shoal_op_t op,
+                                           shoal_compress_info_t *info, shoal_request_t *req_p)
+{
+    return comp_issue("shoal_iallreduce_compressed", comp, sendbuf, recvbuf, op, info, 1,
+                      req_p);
+}
+
+shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t count,
+                                    shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                    shoal_compress_info_t *info)
+{
+    const char *what = "shoal_allreduce_int8";
+    shoal_compress_options_t o;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
+    o.error_feedback = 0;
+    const char *problem = options_problem(&o, count, dtype, NULL);
+    shoal_status_t s = shoal_comm_enter(comm, what);
+    if (s != SHOAL_OK)
+        return s;
+    if (problem)
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %s", what, problem);
+    else if (shoal_group_active())
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: not inside a group (use a "
+                            "compressor without error feedback there)", what);
+    shoal_comm_leave(comm);
+    if (s != SHOAL_OK)
+        return s;
+    /* A compressor for this call only: nothing to agree on, nothing kept. */
+    shoal_compressor_t c;
+    s = comp_new(comm, &o, count, dtype, NULL, &c);
+    if (s != SHOAL_OK)
+        return shoal_comm_fail(comm, s, "%s: no memory", what);
+    s = comp_issue(what, c, sendbuf, recvbuf, op, info, 0, NULL);
+    comp_free(c);
+    return s;
+}
+
+shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p)
+{
+    if (!comp_valid(comp) || !res_p)
+        return SHOAL_ERR_INVALID_ARG;
+    *res_p = comp->res;
+    return SHOAL_OK;
+}

@@ -1,0 +1,31 @@
+/* Compressors (shoal.h's shoal_compressor_*): the state of one logical
+ * tensor's compressed all-reduces, and the call that runs one.
+ *
+ * A compressed all-reduce is one call record (exec.h: call->comp set) that
+ * goes through the communicator's queue like any collective; when it runs,
+ * shoal_compressor_run carries it out as inner calls on the same
+ * communicator, every rank making the same ones:
+ * - INT8: one codec all-reduce (compress_call.h's kind of call);
+ * - TERNARY: a max all-reduce of the block scales, then the codec one;
+ * - POWERSGD: two sum all-reduces, of every P (with the vectors) and of
+ *   every Q (compress/powersgd.h); during warm-up one plain all-reduce.
+ * The inner full-precision all-reduces carry the signature kind
+ * SHOAL_SIG_COMPRESSOR, so a plain collective on another rank meets a
+ * mismatch rather than mixing with them.
+ *
+ * Error feedback: the input of a call is this rank's buffer plus its
+ * residual; the call writes the new residual aside and it replaces the old
+ * one only when every inner call succeeded. */
+#ifndef SHOAL_COMPRESSOR_H
+#define SHOAL_COMPRESSOR_H
+
+#include "core/exec.h"
+
+/* Run call (call->comp set) on comm: the executor's side. */
+shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call);
+
+/* This rank's error-feedback residual (count floats; NULL without error
+ * feedback), as of the last successful call: for tests. */
+shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p);
+
+#endif

@@ -1,0 +1,230 @@
+/* The reference check of a compressed all-reduce (core/compress_call.h),
+ * shared by the tests of its schedules: inside a rank, one codec and count
+ * through shoal_allreduce_codec, checked against a double reference built
+ * from every rank's input (each rank can compute every input).
+ *
+ * - every rank's result, and its in-place twin, is bitwise the same;
+ * - the result is within the schedule's error bound of the exact sum;
+ * - the residuals, summed over the ranks, are the exact sum minus the
+ *   result, up to fp32 rounding (tolerance 4 n A 2^-24), and exactly 0 on
+ *   a single rank;
+ * - AVG is the SUM result times 1/n in fp32, bit for bit.
+ *
+ * Error bounds, per value, with A = the sum over ranks of the largest
+ * |input| of the value's codec block, f = 1/2 for nearest rounding and 1
+ * for stochastic, and s = the ternary codec's shared scale of the block:
+ * - int8 ring: each of the n quantisations of a partial sum errs by at
+ *   most its block's scale, amax / 127 of a partial sum whose magnitude is
+ *   at most A plus the errors so far (at most n / 127 of A):
+ *   n * 1.1 * A / 127;
+ * - int8 two-shot: n - 1 contributions quantised once each (f amax_r /
+ *   127) and the sum once (f (A + A f / 127) / 127): f * 2.1 * A / 127;
+ * - int8 hierarchical over H hosts: the ring over the host sums, whose
+ *   block maxima add up to at most A: H * 1.1 * A / 127;
+ * - ternary ring: n codes, each within f s of a value no larger than s:
+ *   n * f * s (times 1.01 for the fp32 product of the code sum and s);
+ * - ternary hierarchical: a host's sum S may exceed s (the scales are the
+ *   ranks' maxima), and encodes clipped to +-s: within max(f s, |S| - s),
+ *   at most (ranks of the host) * s; over the hosts n * s (times 1.01).
+ *
+ * The helpers are static inline so that each test takes only what it
+ * uses. */
+#ifndef SHOAL_TEST_COMPRESS_REF_H
+#define SHOAL_TEST_COMPRESS_REF_H
+
+#include "harness.h"
+
+#include "algos/reduce.h"
+#include "compress/codec.h"
+#include "core/compress_call.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The schedule a check expects, for its error bound. */
+typedef enum { CREF_RING, CREF_TWO_SHOT, CREF_HIER } cref_sched_t;
+
+/* Rank r's input value i: random signs and magnitudes that vary from
+ * block to block by up to 2^12, so that scales differ. */
+static inline float cref_input(int r, size_t i)
+{
+    uint32_t h = harness_mix((uint32_t)(r * 1000003) ^ (uint32_t)i * 2654435761u);
+    float mag = ldexpf(1.0f, (int)((i / 40) % 13) - 6);
+    return ((float)(h >> 8) / 16777216.0f - 0.5f) * mag;
+}
+
+typedef struct {
+    size_t count, cap;
+    int nranks;
+    float *x, *y, *y2, *res, *all_res;
+    float *scales, *rank_scales; /* ternary: shared scales; one rank's maxima */
+    double *exact, *absmax;
+} cref_bufs_t;
+
+static inline int cref_alloc(cref_bufs_t *b, size_t cap, int nranks)
+{
+    memset(b, 0, sizeof(*b));
+    cap = cap ? cap : 1;
+    b->cap = cap;
+    b->nranks = nranks;
+    b->x = malloc(cap * sizeof(float));
+    b->y = malloc(cap * sizeof(float));
+    b->y2 = malloc(cap * sizeof(float));
+    b->res = malloc(cap * sizeof(float));
+    b->all_res = malloc(cap * (size_t)nranks * sizeof(float));
+    b->scales = malloc((cap / 32 + 1) * sizeof(float));
+    b->rank_scales = malloc((cap / 32 + 1) * sizeof(float));
+    b->exact = malloc(cap * sizeof(double));
+    b->absmax = malloc(cap * sizeof(double));
+    return b->x && b->y && b->y2 && b->res && b->all_res && b->scales && b->rank_scales &&
+           b->exact && b->absmax;
+}
+
+static inline void cref_free(cref_bufs_t *b)
+{
+    free(b->x);
+    free(b->y);
+    free(b->y2);
+    free(b->res);
+    free(b->all_res);
+    free(b->scales);
+    free(b->rank_scales);
+    free(b->exact);
+    free(b->absmax);
+}
+
+/* The ternary codec's shared scales of b->count values: per block, the
+ * max over ranks of shoal_codec_block_absmax of each rank's input (what a
+ * max all-reduce of the ranks' maxima gives). Uses b->y2 as scratch. */
+static inline void cref_scales(cref_bufs_t *b, size_t block)
+{
+    size_t nb = (b->count + block - 1) / block;
+    for (size_t k = 0; k < nb; k++)
+        b->scales[k] = 0;
+    for (int r = 0; r < b->nranks; r++) {
+        for (size_t i = 0; i < b->count; i++)
+            b->y2[i] = cref_input(r, i);
+        shoal_codec_block_absmax(b->rank_scales, b->y2, b->count, block);
+        for (size_t k = 0; k < nb; k++)
+            b->scales[k] = b->rank_scales[k] > b->scales[k] ? b->rank_scales[k] : b->scales[k];
+    }
+}
+
+/* The exact sum and, per value, A of its block. */
+static inline void cref_reference(cref_bufs_t *b, size_t block)
+{
+    for (size_t i = 0; i < b->count; i++)
+        b->exact[i] = 0;
+    for (size_t s = 0; s < b->count; s += block) {
+        size_t e = s + block < b->count ? s + block : b->count;
+        double a = 0;
+        for (int r = 0; r < b->nranks; r++) {
+            double m = 0;
+            for (size_t i = s; i < e; i++) {
+                double v = cref_input(r, i);
+                b->exact[i] += v;
+                m = fabs(v) > m ? fabs(v) : m;
+            }
+            a += m;
+        }
+        for (size_t i = s; i < e; i++)
+            b->absmax[i] = a;
+    }
+}
+
+/* The bound on |result - exact| of value i (see the header); nhosts for
+ * the hierarchical schedule. */
+static inline double cref_bound(const cref_bufs_t *b, const shoal_codec_t *c,
+                                cref_sched_t sched, int nhosts, size_t i)
+{
+    double n = b->nranks, a = b->absmax[i];
+    double f = c->round == SHOAL_ROUND_NEAREST ? 0.5 : 1;
+    if (c->ops == &shoal_codec_ternary) {
+        double s = c->scales[i / c->block];
+        return sched == CREF_HIER ? n * s * 1.01 : n * f * s * 1.01;
+    }
+    if (sched == CREF_TWO_SHOT)
+        return f * 2.1 * a / 127;
+    return (sched == CREF_HIER ? nhosts : n) * 1.1 * a / 127;
+}
+
+/* One codec and count (b->count) through shoal_allreduce_codec with algo
+ * on comm, checked as the header says. 0 when every check holds. */
+static inline int cref_check(shoal_comm_t comm, int rank, cref_bufs_t *b,
+                             const shoal_codec_t *c, shoal_compress_algo_t algo,
+                             cref_sched_t sched, int nhosts)
+{
+    size_t count = b->count;
+    int nranks = b->nranks;
+    const char *rn = c->round == SHOAL_ROUND_NEAREST ? "nearest" : "stochastic";
+    for (size_t i = 0; i < count; i++)
+        b->x[i] = cref_input(rank, i);
+    for (size_t i = 0; i < count; i++)
+        b->res[i] = NAN;
+    shoal_status_t s = shoal_allreduce_codec(comm, b->x, b->y, count, SHOAL_FLOAT32, SHOAL_SUM,
+                                             c, b->res, algo);
+    RANK_CHECK(s == SHOAL_OK, "rank %d: %s allreduce of %zu (block %zu %s): %s (%s)", rank,
+               c->ops->name, count, c->block, rn, shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    RANK_CHECK(harness_same_bytes(comm, b->y, count * sizeof(float)),
+               "rank %d: results differ between ranks (%s count %zu block %zu %s)", rank,
+               c->ops->name, count, c->block, rn);
+    /* In place, no residual: the same bits. */
+    memcpy(b->y2, b->x, count * sizeof(float));
+    s = shoal_allreduce_codec(comm, b->y2, b->y2, count, SHOAL_FLOAT32, SHOAL_SUM, c, NULL,
+                              algo);
+    RANK_CHECK(s == SHOAL_OK, "in-place: %s", shoal_status_string(s));
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
+               "rank %d: in-place result differs (%s count %zu)", rank, c->ops->name, count);
+
+    cref_reference(b, c->block);
+    s = shoal_allgather(b->res, b->all_res, count, SHOAL_FLOAT32, comm);
+    RANK_CHECK(s == SHOAL_OK, "allgather of residuals: %s", shoal_status_string(s));
+    double n = nranks;
+    for (size_t i = 0; i < count; i++) {
+        double a = b->absmax[i], err = (double)b->y[i] - b->exact[i];
+        double bound = cref_bound(b, c, sched, nhosts, i);
+        RANK_CHECK(fabs(err) <= bound,
+                   "rank %d/%d %s count %zu block %zu %s: value %zu is %.9g, exact %.9g, "
+                   "bound %.9g", rank, nranks, c->ops->name, count, c->block, rn, i, b->y[i],
+                   b->exact[i], bound);
+        double sum_res = 0;
+        for (int r = 0; r < nranks; r++)
+            sum_res += b->all_res[(size_t)r * count + i];
+        RANK_CHECK(nranks > 1 || sum_res == 0, "single rank: residual %zu is %g", i, sum_res);
+        RANK_CHECK(fabs(sum_res + err) <= 4 * n * a * 0x1p-24,
+                   "rank %d/%d %s count %zu block %zu %s: value %zu: residuals sum to %.9g, "
+                   "exact - result is %.9g", rank, nranks, c->ops->name, count, c->block, rn,
+                   i, sum_res, -err);
+    }
+
+    /* AVG: the same wire, the sum times 1/n. */
+    s = shoal_allreduce_codec(comm, b->x, b->y2, count, SHOAL_FLOAT32, SHOAL_AVG, c, NULL,
+                              algo);
+    RANK_CHECK(s == SHOAL_OK, "avg: %s", shoal_status_string(s));
+    shoal_avg_finish_ref(b->y, b->y, count, SHOAL_FLOAT32, nranks);
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
+               "rank %d: AVG is not SUM / %d (%s count %zu)", rank, nranks, c->ops->name,
+               count);
+    return 0;
+}
+
+/* The codec of a matrix entry: int8 or ternary (whose scales it computes
+ * into b for b->count values), block, rounding; seed 42 and step count,
+ * the same on every rank. */
+static inline shoal_codec_t cref_codec(cref_bufs_t *b, int ternary, size_t block, int stochastic)
+{
+    shoal_codec_t c = {.ops = ternary ? &shoal_codec_ternary : &shoal_codec_int8,
+                       .block = block,
+                       .round = stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+                       .seed = 42, .step = b->count};
+    if (ternary) {
+        cref_scales(b, block);
+        c.scales = b->scales;
+    }
+    return c;
+}
+
+#endif

@@ -1,0 +1,80 @@
+/* allreduce_bench --compress: one row of compressed all-reduces
+ * (shoal_allreduce_compressed) timed and checked the way the plain rows
+ * are, with what compression adds: the bytes on the wire, the compression
+ * ratio and the relative error against the exact sum. The flags, the table
+ * and the JSON stay in allreduce_bench.c. */
+#ifndef SHOAL_BENCH_COMPRESS_H
+#define SHOAL_BENCH_COMPRESS_H
+
+#include "shoal.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The compressor every row uses. */
+typedef struct {
+    int on;                      /* --compress given */
+    shoal_compress_options_t opt;
+    size_t shape_rows, shape_cols; /* --shape; 0: the squarest matrix of each count */
+} shoal_bench_comp_t;
+
+/* The settings from the text of --compress KIND[:RANK], --compress-opts
+ * LIST and --shape RxC (each NULL when absent). Returns 0, or -1 after
+ * saying on stderr what is wrong. */
+int shoal_bench_comp_setup(shoal_bench_comp_t *c, const char *kind, const char *opts,
+                           const char *shape);
+
+/* "int8", "ternary", "powersgd". */
+const char *shoal_bench_comp_kind_name(shoal_compress_kind_t kind);
+
+/* The settings in words, for the header ("int8, block 64, nearest, error
+ * feedback, seed 0, algo auto"). */
+void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t len);
+
+/* The settings as a JSON member ("compression": {...},) on a line of its own. */
+void shoal_bench_comp_json(FILE *f, const shoal_bench_comp_t *c);
+
+/* PowerSGD's matrix for a row of count values: --shape, or the squarest
+ * rows x cols (rows <= cols) whose product is count. Returns -1 when
+ * --shape does not hold count values. */
+int shoal_bench_comp_layout(const shoal_bench_comp_t *c, size_t count, size_t *rows_p,
+                            size_t *cols_p);
+
+/* One row on one rank. recv has guard bytes after its count elements. */
+typedef struct {
+    shoal_comm_t comm;
+    int rank;
+    int nranks;
+    size_t count;
+    shoal_dtype_t dtype;
+    shoal_op_t op;
+    int iters;
+    int warmup;
+    int check;
+    unsigned char *send; /* count elements */
+    unsigned char *recv; /* count elements, then guard bytes */
+    size_t guard;        /* bytes after recv's elements that must stay untouched */
+} shoal_bench_comp_row_t;
+
+/* What a row measured, the same on every rank: the slowest rank's time,
+ * the largest error and wire bytes, the smallest ratio. */
+typedef struct {
+    double us[2];         /* out of place, in place: mean time of one call */
+    double rel_error[2];  /* ||result - exact|| / ||exact||; < 0 without -c */
+    long long wrong;      /* send-buffer elements changed, ranks whose result differs */
+    long long out_of_bounds; /* guard bytes changed */
+    uint64_t bytes_sent;  /* per rank, in one call */
+    uint64_t bytes_received;
+    double ratio;         /* shoal_compress_info_t's ratio; 0 when nothing was sent */
+    size_t rows, cols;    /* PowerSGD's matrix; 0 for the other kinds */
+} shoal_bench_comp_result_t;
+
+/* Create the row's compressor, time both placements (warm-up, then iters
+ * calls), and with check run each once more on fresh inputs to measure the
+ * error. SHOAL_OK, or the status of the call that failed (said on
+ * stderr). */
+shoal_status_t shoal_bench_comp_row(const shoal_bench_comp_t *c, const shoal_bench_comp_row_t *row,
+                                    shoal_bench_comp_result_t *res_p);
+
+#endif
