@@ -443,11 +443,14 @@ typedef enum {
 /* The schedule of INT8 and TERNARY; POWERSGD ignores it. AUTO: the ring on
  * up to 8 ranks, two-shot beyond (the ring's per-hop error grows with the
  * ranks); with more than one host, full precision inside each host and
- * the compressed schedule across hosts only. */
+ * the compressed schedule across hosts only. TREE (INT8 only): the double
+ * binary tree, requantising at each level (log2 n quantisations of a
+ * value, against the ring's n-1), for many ranks and small tensors. */
 typedef enum {
     SHOAL_COMPRESS_ALGO_AUTO = 0,
     SHOAL_COMPRESS_ALGO_RING = 1,
     SHOAL_COMPRESS_ALGO_TWO_SHOT = 2,
+    SHOAL_COMPRESS_ALGO_TREE = 3,
 } shoal_compress_algo_t;
 
 typedef struct {

@@ -19,6 +19,11 @@
  *   n * 1.1 * A / 127;
  * - int8 two-shot: n - 1 contributions quantised once each (f amax_r /
  *   127) and the sum once (f (A + A f / 127) / 127): f * 2.1 * A / 127;
+ * - int8 tree: each rank quantises its subtree's partial sum once (f of
+ *   its block's amax / 127), and each rank's input lies in the subtrees of
+ *   at most L = ceil(log2(n + 1)) ranks (the heap's levels), so the errors
+ *   add up to at most f L A / 127, plus the errors carried into the
+ *   partials (at most L / 127 of A): f * L * 1.1 * A / 127;
  * - int8 hierarchical over H hosts: the ring over the host sums, whose
  *   block maxima add up to at most A: H * 1.1 * A / 127;
  * - ternary ring: n codes, each within f s of a value no larger than s:
@@ -44,7 +49,7 @@
 #include <string.h>
 
 /* The schedule a check expects, for its error bound. */
-typedef enum { CREF_RING, CREF_TWO_SHOT, CREF_HIER } cref_sched_t;
+typedef enum { CREF_RING, CREF_TWO_SHOT, CREF_HIER, CREF_TREE } cref_sched_t;
 
 /* Rank r's input value i: random signs and magnitudes that vary from
  * block to block by up to 2^12, so that scales differ. */
@@ -147,6 +152,12 @@ static inline double cref_bound(const cref_bufs_t *b, const shoal_codec_t *c,
     }
     if (sched == CREF_TWO_SHOT)
         return f * 2.1 * a / 127;
+    if (sched == CREF_TREE) {
+        int levels = 0;
+        while ((1L << levels) < b->nranks + 1)
+            levels++;
+        return f * levels * 1.1 * a / 127;
+    }
     return (sched == CREF_HIER ? nhosts : n) * 1.1 * a / 127;
 }
 
@@ -225,6 +236,45 @@ static inline shoal_codec_t cref_codec(cref_bufs_t *b, int ternary, size_t block
         c.scales = b->scales;
     }
     return c;
+}
+
+/* A matrix of one schedule, for harness_run_ranks: every count of counts
+ * (ended by SIZE_MAX) x the int8 codec (and the ternary one with ternary
+ * set) x blocks of 32, 64 and 128 x both roundings, through cref_check. */
+typedef struct {
+    const size_t *counts;
+    shoal_compress_algo_t algo;
+    cref_sched_t sched;
+    int ternary;
+} cref_matrix_t;
+
+static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const cref_matrix_t *m = arg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    size_t most = 0;
+    for (size_t k = 0; m->counts[k] != SIZE_MAX; k++)
+        most = m->counts[k] > most ? m->counts[k] : most;
+    cref_bufs_t b;
+    RANK_CHECK(cref_alloc(&b, most, nranks), "out of memory");
+    static const size_t blocks[] = {32, 64, 128};
+    for (size_t k = 0; m->counts[k] != SIZE_MAX; k++) {
+        b.count = m->counts[k];
+        for (int tern = 0; tern <= (m->ternary ? 1 : 0); tern++) {
+            for (size_t bl = 0; bl < 3; bl++) {
+                for (int rd = 0; rd < 2; rd++) {
+                    shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
+                    if (cref_check(comm, rank, &b, &c, m->algo, m->sched, 1))
+                        return 1;
+                }
+            }
+        }
+    }
+    cref_free(&b);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    return 0;
 }
 
 #endif

@@ -316,6 +316,15 @@ for dtype in half bfloat16; do
     check "--compress int8 -d $dtype -o avg -np 3: exits 0, relerr below 2e-2" \
         crun_err_ok "$out" $rc 2e-2 || show "$out"
 done
+for algo in ring two-shot tree; do
+    out="$TMP/comp.$algo.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 3 --compress int8 --compress-opts algo=$algo $CSIZES -n 2 -w 1 \
+        >"$out" 2>&1
+    rc=$?
+    check "--compress int8 --compress-opts algo=$algo -np 3: exits 0, relerr below 2e-2" \
+        crun_err_ok "$out" $rc 2e-2 || show "$out"
+done
 out="$TMP/comp.opts.out"
 $LIMIT "$BENCH" -np 2 --compress int8 --compress-opts block=32,stochastic,noef,seed=7 \
     -b 1M -e 1M -n 2 -w 1 -J "$TMP/comp.json" >"$out" 2>&1

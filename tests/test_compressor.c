@@ -1,8 +1,9 @@
 /* The compressor API (shoal.h: shoal_compressor_*, shoal_allreduce_compressed,
  * shoal_allreduce_int8) over shared memory and tcp, 1..8 ranks:
- * - every kind (int8 nearest and stochastic, ternary with clipping,
- *   PowerSGD on a bucket of matrices and vectors) gives every rank
- *   bitwise the same result at every step;
+ * - every kind (int8 nearest and stochastic, over the ring, the two-shot
+ *   and the tree; ternary with and without clipping; PowerSGD on a bucket
+ *   of matrices and vectors) gives every rank bitwise the same result at
+ *   every step;
  * - error feedback: after K steps the residuals summed over the ranks are
  *   the exact sum of every step's inputs minus the sum of the results (the
  *   telescoping identity of error feedback), up to fp32 rounding;
@@ -52,6 +53,7 @@ static const variant_t variants[] = {
     {"int8 nearest", SHOAL_COMPRESS_INT8, 0, 0, SHOAL_COMPRESS_ALGO_AUTO},
     {"int8 stochastic", SHOAL_COMPRESS_INT8, 1, 0, SHOAL_COMPRESS_ALGO_RING},
     {"int8 two-shot", SHOAL_COMPRESS_INT8, 0, 0, SHOAL_COMPRESS_ALGO_TWO_SHOT},
+    {"int8 tree", SHOAL_COMPRESS_INT8, 1, 0, SHOAL_COMPRESS_ALGO_TREE},
     {"ternary", SHOAL_COMPRESS_TERNARY, 1, 0, SHOAL_COMPRESS_ALGO_AUTO},
     {"ternary clipped", SHOAL_COMPRESS_TERNARY, 1, 2.5f, SHOAL_COMPRESS_ALGO_AUTO},
     {"powersgd", SHOAL_COMPRESS_POWERSGD, 0, 0, SHOAL_COMPRESS_ALGO_AUTO},

@@ -271,9 +271,10 @@ static void test_cost_model_choice(void **state)
     }
 }
 
-/* Every codec schedule that can serve the shape (the two-shot not for
- * ternary, the hierarchical one across hosts only), counts 0, 1, 19 and
- * several pieces, dry: no byte of the buffers or the residual touched. */
+/* Every codec schedule that can serve the shape (the two-shot and the
+ * tree not for ternary, the hierarchical one across hosts only), counts 0,
+ * 1, 19 and several pieces, dry: no byte of the buffers or the residual
+ * touched. */
 static void test_codec_schedules(void **state)
 {
     (void)state;
@@ -282,15 +283,15 @@ static void test_codec_schedules(void **state)
     static const size_t counts[] = {0, 1, 19, 5 * TEST_CHUNK + 7};
     static const shoal_codec_ops_t *const codecs[] = {&shoal_codec_int8, &shoal_codec_ternary};
     static const int algos[] = {SHOAL_COMPRESS_ALGO_AUTO, SHOAL_COMPRESS_ALGO_RING,
-                                SHOAL_COMPRESS_ALGO_TWO_SHOT};
+                                SHOAL_COMPRESS_ALGO_TWO_SHOT, SHOAL_COMPRESS_ALGO_TREE};
     for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
         shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], shapes[sh][2], TEST_CHUNK,
                                     NULL);
         int n = shoal_sim_nranks(sim);
         for (size_t ci = 0; ci < 2; ci++) {
             shoal_codec_t c = {.ops = codecs[ci], .block = 64};
-            for (size_t ai = 0; ai < 3; ai++) {
-                if (codecs[ci] == &shoal_codec_ternary && algos[ai] == SHOAL_COMPRESS_ALGO_TWO_SHOT)
+            for (size_t ai = 0; ai < sizeof(algos) / sizeof(algos[0]); ai++) {
+                if (codecs[ci] == &shoal_codec_ternary && algos[ai] > SHOAL_COMPRESS_ALGO_RING)
                     continue;
                 shoal_sim_set_codec(sim, &c, algos[ai]);
                 for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {

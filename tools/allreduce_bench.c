@@ -428,7 +428,7 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                           ||result - exact|| / ||exact|| (with -c 1)\n"
             "  --compress-opts <list>   block=32|64|128, stochastic, nearest, ef, noef,\n"
             "                           clip=SIGMA, rank=N, warmup=N, seed=N,\n"
-            "                           algo=auto|ring|two-shot\n"
+            "                           algo=auto|ring|two-shot|tree\n"
             "  --shape <RxC>            PowerSGD's matrix (default: the squarest one of\n"
             "                           each size; 64M of float is 4096x4096)\n"
             "  -h,--help                this text\n"

@@ -31,6 +31,7 @@ static const char *const bench_comp_algos[] = {
     [SHOAL_COMPRESS_ALGO_AUTO] = "auto",
     [SHOAL_COMPRESS_ALGO_RING] = "ring",
     [SHOAL_COMPRESS_ALGO_TWO_SHOT] = "two-shot",
+    [SHOAL_COMPRESS_ALGO_TREE] = "tree",
 };
 #define BENCH_COMP_NALGOS (sizeof(bench_comp_algos) / sizeof(bench_comp_algos[0]))
 
@@ -145,14 +146,14 @@ static int bench_comp_item(shoal_bench_comp_t *c, const char *item)
                 return 0;
             }
         }
-        fprintf(stderr, "allreduce_bench: --compress-opts algo is auto, ring or two-shot, "
+        fprintf(stderr, "allreduce_bench: --compress-opts algo is auto, ring, two-shot or tree, "
                 "not \"%s\"\n", val);
         return -1;
     }
 #undef KEY_IS
     fprintf(stderr, "allreduce_bench: unknown --compress-opts item \"%s\" (block=N, stochastic, "
             "nearest, ef, noef, clip=SIGMA, rank=N, warmup=N, seed=N, "
-            "algo=auto|ring|two-shot)\n", item);
+            "algo=auto|ring|two-shot|tree)\n", item);
     return -1;
 }
 

@@ -176,6 +176,50 @@ typedef struct {
     shoal_ring_t ring;        /* the ring algorithms' team */
 } shoal_plan_t;
 
+/*
+ * The double binary tree's schedule (tree.c), shared by the plain tree
+ * all-reduce and the compressed one (tree_codec.c): the heap layout of
+ * both trees, the two halves of the data, the global numbering of their
+ * pieces and the window order that keeps every FIFO's messages in one
+ * global order. A schedule supplies only how this rank moves one piece up
+ * and down a tree.
+ */
+/* Pieces per window, both trees together. */
+#define SHOAL_TREE_WINDOW 8
+/* plan->nbr[3t + which] for tree t (0: A, 1: B). */
+enum { SHOAL_TREE_PARENT = 0, SHOAL_TREE_LEFT = 1, SHOAL_TREE_RIGHT = 2 };
+
+/* Half A is the first count_a elements (never fewer than half B's
+ * count_b), each half cut into pieces of pe elements. */
+typedef struct {
+    size_t pieces_a, pieces_b, count_a, count_b, pe;
+} shoal_tree_layout_t;
+
+/* This rank's part of piece q of the global order, elements [off, off +
+ * len) of the tensor, going up (or coming down) tree t; ctx is the
+ * schedule's. */
+typedef shoal_status_t (*shoal_tree_part_fn)(shoal_plan_t *plan, void *ctx, int t, size_t q,
+                                             size_t off, size_t len);
+
+/* The halves of count elements, half A rounded up to a multiple of align,
+ * in pieces of pe elements. */
+void shoal_tree_layout(size_t count, size_t align, size_t pe, shoal_tree_layout_t *l_p);
+/* Estimated seconds of the tree schedule over layout l moving bytes in
+ * all, in pieces of at most piece_bytes. */
+double shoal_tree_cost_of(const struct shoal_comm *comm, const shoal_tree_layout_t *l,
+                          double bytes, double piece_bytes);
+/* The plan of the tree all-reduce: shoal_plan_init and this rank's
+ * parent and children in both trees (nbr, nnbr). */
+shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                               shoal_plan_t *plan);
+/* The endpoint of this rank's neighbour which in tree t; NULL for none. */
+shoal_ep_t *shoal_tree_ep(const shoal_plan_t *plan, int t, int which);
+/* Every piece of l up and down the trees in the window order (up and down
+ * called for each of this rank's parts), then every send flushed.
+ * p->deadline_ns set by the caller. */
+shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t *l,
+                                   shoal_tree_part_fn up, shoal_tree_part_fn down, void *ctx);
+
 /* Cost and plan of the flat codec schedules (the ring and the two-shot):
  * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec,
  * the residual and the piece of shoal_ring_codec_piece. */
@@ -254,7 +298,7 @@ extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
 /* The compressed all-reduces: never selected by cost, but by
  * shoal_codec_algo_select for a call whose args carry a codec. */
 extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_codec_allreduce_ops,
-    shoal_hier_codec_allreduce_ops;
+    shoal_hier_codec_allreduce_ops, shoal_tree_codec_allreduce_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
 extern const shoal_algo_ops_t shoal_p2p_ops;
 
@@ -278,12 +322,12 @@ const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm,
                                           const shoal_coll_args_t *args);
 
 /* The schedule of a compressed all-reduce (args->codec set, checked):
- * args->codec_algo RING the ring, TWO_SHOT the two-shot; AUTO the
- * hierarchical one across several hosts, else the ring up to 8 ranks and
- * the two-shot beyond (the ring requantises at every hop, so its error
- * grows with its length), except for shared-scale codecs (ternary), whose
- * ring sums are exact. Logs the choice at INFO (ALGO). NULL for an
- * unknown codec_algo. */
+ * args->codec_algo RING the ring, TWO_SHOT the two-shot, TREE the double
+ * binary tree (never chosen by AUTO); AUTO the hierarchical one across
+ * several hosts, else the ring up to 8 ranks and the two-shot beyond (the
+ * ring requantises at every hop, so its error grows with its length),
+ * except for shared-scale codecs (ternary), whose ring sums are exact.
+ * Logs the choice at INFO (ALGO). NULL for an unknown codec_algo. */
 const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
                                                 const shoal_coll_args_t *args);
 

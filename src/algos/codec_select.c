@@ -24,6 +24,9 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
     case SHOAL_COMPRESS_ALGO_TWO_SHOT:
         algo = &shoal_twoshot_codec_allreduce_ops;
         break;
+    case SHOAL_COMPRESS_ALGO_TREE:
+        algo = &shoal_tree_codec_allreduce_ops;
+        break;
     case SHOAL_COMPRESS_ALGO_AUTO:
         if (comm->nhosts > 1) {
             algo = &shoal_hier_codec_allreduce_ops;

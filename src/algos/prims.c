@@ -332,3 +332,32 @@ shoal_status_t shoal_prim_flush(shoal_prims_t *p)
         }
     }
 }
+
+shoal_status_t shoal_prim_recv_addenc_keep(shoal_prims_t *p, const float *src, float *dst,
+                                           void *wire, size_t first, size_t n)
+{
+    const void *in;
+    shoal_status_t s = prims_wait_recv(p, codec_wire(p, n), &in);
+    if (s != SHOAL_OK)
+        return s;
+    codec_add_encode(p, wire, in, src, first, n);
+    codec_decode(p, dst, wire, first, n);
+    return p->recv_ep->ops->recv_release(p->recv_ep);
+}
+
+shoal_status_t shoal_prim_recv_dec_keep_send(shoal_prims_t *p, float *dst, void *wire,
+                                             size_t first, size_t n)
+{
+    size_t bytes = codec_wire(p, n);
+    const void *in;
+    void *out;
+    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
+    if (s != SHOAL_OK)
+        return s;
+    codec_decode(p, dst, in, first, n);
+    if (out)
+        shoal_move(p->comm, out, in, bytes);
+    if (wire)
+        shoal_move(p->comm, wire, in, bytes);
+    return prims_pass_on(p, bytes, out);
+}

@@ -139,6 +139,19 @@ shoal_status_t shoal_prim_recv_dec_reduce(shoal_prims_t *p, const float *src, fl
 shoal_status_t shoal_prim_enc_copy_send(shoal_prims_t *p, const float *src, float *dst,
                                         size_t first, size_t n);
 
+/* The root's last hop of a tree reduction: received (+) src encoded into
+ * wire, codec wire_bytes(n) bytes of the caller's memory (p->residual
+ * written), dst = its decoded value (AVG finished when avg_n > 0), nothing
+ * sent: the caller sends wire on unchanged later, the same bytes every
+ * other rank will decode. dst may equal src. */
+shoal_status_t shoal_prim_recv_addenc_keep(shoal_prims_t *p, const float *src, float *dst,
+                                           void *wire, size_t first, size_t n);
+/* shoal_prim_recv_dec_copy_send that also copies the received wire into
+ * wire (wire_bytes(n) bytes of the caller's memory) when wire is not NULL,
+ * for a second send of the same bytes. */
+shoal_status_t shoal_prim_recv_dec_keep_send(shoal_prims_t *p, float *dst, void *wire,
+                                             size_t first, size_t n);
+
 /* Wait until everything posted to send_ep has left this process, so the
  * operation may return without leaving a peer waiting on unpushed bytes. */
 shoal_status_t shoal_prim_flush(shoal_prims_t *p);

@@ -15,37 +15,37 @@
  *
  * Schedule. Pieces are numbered in one global order that alternates the
  * trees (A0, B0, A1, B1, ..., then the rest of the longer half) and grouped
- * in windows of TREE_WINDOW. Step s sends window s-1 down, then window s
- * up; a window's pieces go in order, and within one piece the up messages
- * go deepest level first, left to right, and the down messages top level
- * first. Every rank's sends and receives follow that one global order of
- * messages, because a rank's part of a piece (children, then parent; or
- * parent, then children) appears in it in the same order. So no wait cycle
- * can form, whatever the FIFO depth: the first message in the order that
- * has not been delivered has everything before it done on both ends, so its
- * sender is at it and the FIFO to its receiver is empty, and its receiver
- * is at it too; it moves. That holds although both trees, and both
- * directions, share the same endpoints: each FIFO carries its messages in
- * the global order on both ends.
+ * in windows of SHOAL_TREE_WINDOW. Step s sends window s-1 down, then
+ * window s up; a window's pieces go in order, and within one piece the
+ * up messages go deepest level first, left to right, and the down messages
+ * top level first. Every rank's sends and receives follow that one
+ * global order of messages, because a rank's part of a piece (children,
+ * then parent; or parent, then children) appears in it in the same
+ * order. So no wait cycle can form, whatever the FIFO depth: the first
+ * message in the order that has not been delivered has everything before
+ * it done on both ends, so its sender is at it and the FIFO to its
+ * receiver is empty, and its receiver is at it too; it moves. That holds
+ * although both trees, and both directions, share the same endpoints:
+ * each FIFO carries its messages in the global order on both ends.
  *
  * A window costs a round trip up and down the tree (the leaves wait for
  * window s-1 to come down before they send window s), which is what the
  * cost model charges; it pays off below the ring's 2(n-1) latencies.
  *
  * plan->nbr[3t], nbr[3t+1], nbr[3t+2] are the parent and the two children
- * of this rank in tree t (0: A, 1: B), -1 where there is none. */
+ * of this rank in tree t (0: A, 1: B), -1 where there is none.
+ *
+ * The layout, the piece numbering and the window order are shared with
+ * the compressed tree (tree_codec.c), which moves each piece with the
+ * codec stage instead (algo.h: shoal_tree_schedule). */
 #include "algo.h"
 
 #include "core/clock.h"
 #include "core/dtype.h"
 
-/* Pieces per window, both trees together. */
-#define TREE_WINDOW 8
 /* The first half is rounded to this many elements so kernels see aligned
  * runs. */
 #define TREE_ALIGN_ELEMS 16
-
-enum { TREE_PARENT = 0, TREE_LEFT = 1, TREE_RIGHT = 2 };
 
 /* floor(log2 n): the heap's depth. */
 static int tree_depth(int n)
@@ -56,45 +56,53 @@ static int tree_depth(int n)
     return d;
 }
 
-/* Element counts of the halves. */
-static void tree_halves(size_t count, size_t *a_p, size_t *b_p)
-{
-    size_t a = (count + 1) / 2;
-    a = (a + TREE_ALIGN_ELEMS - 1) / TREE_ALIGN_ELEMS * TREE_ALIGN_ELEMS;
-    *a_p = a < count ? a : count;
-    *b_p = count - *a_p;
-}
-
 static size_t div_up(size_t x, size_t y)
 {
     return (x + y - 1) / y;
 }
 
-static double tree_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+void shoal_tree_layout(size_t count, size_t align, size_t pe, shoal_tree_layout_t *l_p)
+{
+    size_t a = (count + 1) / 2;
+    a = div_up(a, align) * align;
+    l_p->count_a = a < count ? a : count;
+    l_p->count_b = count - l_p->count_a;
+    l_p->pe = pe;
+    l_p->pieces_a = div_up(l_p->count_a, pe);
+    l_p->pieces_b = div_up(l_p->count_b, pe);
+}
+
+double shoal_tree_cost_of(const struct shoal_comm *comm, const shoal_tree_layout_t *l,
+                          double bytes, double piece_bytes)
 {
     /* Tree edges join ranks by number, not by host: every rank of a host may
      * cross at once and share its link. */
-    double bytes = shoal_algo_bytes(args, args->count);
     double bw = shoal_algo_bw(comm) / shoal_algo_host_share(comm);
-    size_t es = shoal_dtype_bytes(args->dtype), ca, cb;
-    if (es == 0 || comm->chunk_size < es)
-        return -1;
-    size_t pe = comm->chunk_size / es;
-    tree_halves(args->count, &ca, &cb);
-    size_t windows = div_up(div_up(ca, pe) + div_up(cb, pe), TREE_WINDOW);
+    size_t windows = div_up(l->pieces_a + l->pieces_b, SHOAL_TREE_WINDOW);
     if (windows == 0)
         windows = 1;
     /* Each window: the tree's depth up and down, each level a latency and
      * a piece's time on the link before the next level can pass it on.
      * Data: an interior rank takes in two halves and passes on one going
      * up, and the reverse going down, for its half of the message. */
-    double piece = bytes < (double)comm->chunk_size ? bytes : (double)comm->chunk_size;
+    double piece = bytes < piece_bytes ? bytes : piece_bytes;
     return (double)windows * 2 * tree_depth(comm->nranks) * (shoal_algo_lat(comm) + piece / bw) +
            2 * bytes / bw;
 }
 
-static shoal_status_t tree_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
-                                shoal_plan_t *plan)
+static double tree_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    size_t es = shoal_dtype_bytes(args->dtype);
+    if (es == 0 || comm->chunk_size < es)
+        return -1;
+    shoal_tree_layout_t l;
+    shoal_tree_layout(args->count, TREE_ALIGN_ELEMS, comm->chunk_size / es, &l);
+    return shoal_tree_cost_of(comm, &l, shoal_algo_bytes(args, args->count),
+                              (double)comm->chunk_size);
+}
+
+shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                               shoal_plan_t *plan)
 {
     int n = comm->nranks;
     shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
@@ -116,7 +124,7 @@ static shoal_status_t tree_plan(struct shoal_comm *comm, const shoal_coll_args_t
     return SHOAL_OK;
 }
 
-static shoal_ep_t *tree_ep(const shoal_plan_t *plan, int t, int which)
+shoal_ep_t *shoal_tree_ep(const shoal_plan_t *plan, int t, int which)
 {
     int r = plan->nbr[3 * t + which];
     return r >= 0 ? shoal_comm_ep(plan->prims.comm, r) : NULL;
@@ -125,11 +133,8 @@ static shoal_ep_t *tree_ep(const shoal_plan_t *plan, int t, int which)
 /* Piece q of the global order: its tree and element range. Half A is
  * never shorter than half B, so it has at least as many pieces and the
  * pieces past the alternating run are A's. */
-typedef struct {
-    size_t pieces_a, pieces_b, count_a, count_b, pe;
-} tree_layout_t;
-
-static void tree_piece(const tree_layout_t *l, size_t q, int *t_p, size_t *off_p, size_t *len_p)
+static void tree_piece(const shoal_tree_layout_t *l, size_t q, int *t_p, size_t *off_p,
+                       size_t *len_p)
 {
     size_t both = l->pieces_b, idx;
     int t;
@@ -148,15 +153,17 @@ static void tree_piece(const tree_layout_t *l, size_t q, int *t_p, size_t *off_p
 }
 
 /* This rank's part of piece [off, off+len) going up tree t. */
-static shoal_status_t tree_up(shoal_plan_t *plan, int t, size_t off, size_t len)
+static shoal_status_t tree_up(shoal_plan_t *plan, void *ctx, int t, size_t q, size_t off,
+                              size_t len)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
     size_t bytes = len * plan->esize;
     const char *in = (const char *)a->sendbuf + off * plan->esize;
     char *acc = (char *)a->recvbuf + off * plan->esize;
-    shoal_ep_t *parent = tree_ep(plan, t, TREE_PARENT);
-    shoal_ep_t *left = tree_ep(plan, t, TREE_LEFT), *right = tree_ep(plan, t, TREE_RIGHT);
+    shoal_ep_t *parent = shoal_tree_ep(plan, t, SHOAL_TREE_PARENT);
+    shoal_ep_t *left = shoal_tree_ep(plan, t, SHOAL_TREE_LEFT),
+                *right = shoal_tree_ep(plan, t, SHOAL_TREE_RIGHT);
     shoal_status_t s = SHOAL_OK;
 
     if (!left) {
@@ -189,13 +196,15 @@ static shoal_status_t tree_up(shoal_plan_t *plan, int t, size_t off, size_t len)
 
 /* This rank's part of piece [off, off+len) coming down tree t: the result
  * from the parent (at the root: already in recvbuf) to the children. */
-static shoal_status_t tree_down(shoal_plan_t *plan, int t, size_t off, size_t len)
+static shoal_status_t tree_down(shoal_plan_t *plan, void *ctx, int t, size_t q, size_t off,
+                                size_t len)
 {
     shoal_prims_t *p = &plan->prims;
     size_t bytes = len * plan->esize;
     char *out = (char *)plan->args.recvbuf + off * plan->esize;
-    shoal_ep_t *parent = tree_ep(plan, t, TREE_PARENT);
-    shoal_ep_t *left = tree_ep(plan, t, TREE_LEFT), *right = tree_ep(plan, t, TREE_RIGHT);
+    shoal_ep_t *parent = shoal_tree_ep(plan, t, SHOAL_TREE_PARENT);
+    shoal_ep_t *left = shoal_tree_ep(plan, t, SHOAL_TREE_LEFT),
+                *right = shoal_tree_ep(plan, t, SHOAL_TREE_RIGHT);
     shoal_status_t s = SHOAL_OK;
 
     if (parent) {
@@ -214,17 +223,17 @@ static shoal_status_t tree_down(shoal_plan_t *plan, int t, size_t off, size_t le
 }
 
 /* Window w's pieces, in the global order, down the trees or up. */
-static shoal_status_t tree_window(shoal_plan_t *plan, const tree_layout_t *l, size_t w,
-                                  int down)
+static shoal_status_t tree_window(shoal_plan_t *plan, const shoal_tree_layout_t *l, size_t w,
+                                  shoal_tree_part_fn part, void *ctx)
 {
-    size_t npieces = l->pieces_a + l->pieces_b, first = w * TREE_WINDOW;
-    size_t end = npieces - first < TREE_WINDOW ? npieces : first + TREE_WINDOW;
+    size_t npieces = l->pieces_a + l->pieces_b, first = w * SHOAL_TREE_WINDOW;
+    size_t end = npieces - first < SHOAL_TREE_WINDOW ? npieces : first + SHOAL_TREE_WINDOW;
     shoal_status_t s = SHOAL_OK;
     for (size_t q = first; q < end && s == SHOAL_OK; q++) {
         int t;
         size_t off, len;
         tree_piece(l, q, &t, &off, &len);
-        s = down ? tree_down(plan, t, off, len) : tree_up(plan, t, off, len);
+        s = part(plan, ctx, t, q, off, len);
     }
     return s;
 }
@@ -241,6 +250,21 @@ static shoal_status_t tree_flush(shoal_plan_t *plan)
     return s;
 }
 
+shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t *l,
+                                   shoal_tree_part_fn up, shoal_tree_part_fn down, void *ctx)
+{
+    size_t nwin = div_up(l->pieces_a + l->pieces_b, SHOAL_TREE_WINDOW);
+    /* Step s: window s-1 down, then window s up. */
+    shoal_status_t s = SHOAL_OK;
+    for (size_t step = 0; step <= nwin && s == SHOAL_OK; step++) {
+        if (step > 0)
+            s = tree_window(plan, l, step - 1, down, ctx);
+        if (s == SHOAL_OK && step < nwin)
+            s = tree_window(plan, l, step, up, ctx);
+    }
+    return s == SHOAL_OK ? tree_flush(plan) : s;
+}
+
 static shoal_status_t tree_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
@@ -253,27 +277,15 @@ static shoal_status_t tree_run(shoal_plan_t *plan)
         return SHOAL_OK;
     }
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    tree_layout_t l = {.pe = plan->piece_elems};
-    tree_halves(a->count, &l.count_a, &l.count_b);
-    l.pieces_a = div_up(l.count_a, l.pe);
-    l.pieces_b = div_up(l.count_b, l.pe);
-    size_t nwin = div_up(l.pieces_a + l.pieces_b, TREE_WINDOW);
-
-    /* Step s: window s-1 down, then window s up. */
-    shoal_status_t s = SHOAL_OK;
-    for (size_t step = 0; step <= nwin && s == SHOAL_OK; step++) {
-        if (step > 0)
-            s = tree_window(plan, &l, step - 1, 1);
-        if (s == SHOAL_OK && step < nwin)
-            s = tree_window(plan, &l, step, 0);
-    }
-    return s == SHOAL_OK ? tree_flush(plan) : s;
+    shoal_tree_layout_t l;
+    shoal_tree_layout(a->count, TREE_ALIGN_ELEMS, plan->piece_elems, &l);
+    return shoal_tree_schedule(plan, &l, tree_up, tree_down, NULL);
 }
 
 const shoal_algo_ops_t shoal_tree_allreduce_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "tree",
     .cost = tree_cost,
-    .plan = tree_plan,
+    .plan = shoal_tree_plan,
     .run = tree_run,
 };

@@ -21,6 +21,7 @@ struct shoal_compressor {
     shoal_compress_options_t opt;
     size_t count;
     shoal_dtype_t dtype;
+    int nranks;        /* comm's, kept: checkpoints outlive the communicator */
     uint64_t hash;     /* of everything that must agree across ranks */
     int collective;    /* made by shoal_compressor_create (not per call) */
     uint64_t step;     /* successful calls so far */
@@ -99,10 +100,11 @@ static const char *options_problem(const shoal_compress_options_t *o, size_t cou
                "shoal_compress_options_init)";
     if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_POWERSGD)
         return "unknown compression kind";
-    if (o->algo < SHOAL_COMPRESS_ALGO_AUTO || o->algo > SHOAL_COMPRESS_ALGO_TWO_SHOT)
+    if (o->algo < SHOAL_COMPRESS_ALGO_AUTO || o->algo > SHOAL_COMPRESS_ALGO_TREE)
         return "unknown compression algo";
-    if (o->kind == SHOAL_COMPRESS_TERNARY && o->algo == SHOAL_COMPRESS_ALGO_TWO_SHOT)
-        return "ternary has no two-shot schedule (its ring sums are exact)";
+    if (o->kind == SHOAL_COMPRESS_TERNARY && o->algo != SHOAL_COMPRESS_ALGO_AUTO &&
+        o->algo != SHOAL_COMPRESS_ALGO_RING)
+        return "ternary has only the ring schedule (its ring sums are exact)";
     if (o->kind != SHOAL_COMPRESS_POWERSGD && o->block != 32 && o->block != 64 &&
         o->block != 128)
         return "block must be 32, 64 or 128";
@@ -165,6 +167,7 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     c->opt = *o;
     c->count = count;
     c->dtype = dtype;
+    c->nranks = comm->nranks;
     c->hash = options_hash(o, count, dtype, layout);
     int ok = 1;
     if (o->error_feedback) {
@@ -288,7 +291,7 @@ shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, si
         atomic_load(&comp->busy))
         return SHOAL_ERR_INVALID_ARG;
     state_head_t h = {.magic = STATE_MAGIC, .hash = comp->hash,
-                      .nranks = (uint64_t)comp->comm->nranks, .step = comp->step,
+                      .nranks = (uint64_t)comp->nranks, .step = comp->step,
                       .nres = state_nres(comp), .nq = state_nq(comp)};
     char *p = buf;
     memcpy(p, &h, sizeof(h));
@@ -312,7 +315,7 @@ shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *b
     const char *p = buf;
     memcpy(&h, p, sizeof(h));
     if (h.magic != STATE_MAGIC || h.hash != comp->hash ||
-        h.nranks != (uint64_t)comp->comm->nranks || h.nres != state_nres(comp) ||
+        h.nranks != (uint64_t)comp->nranks || h.nres != state_nres(comp) ||
         h.nq != state_nq(comp))
         return SHOAL_ERR_INVALID_ARG;
     p += sizeof(h);

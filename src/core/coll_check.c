@@ -82,15 +82,19 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
                                "pipeline piece (SHOAL_CHUNK_SIZE)", call->what, c->ops->name,
                                c->block, c->ops->wire_bytes(c, c->block), comm->chunk_size);
     if (a->codec_algo != SHOAL_COMPRESS_ALGO_AUTO && a->codec_algo != SHOAL_COMPRESS_ALGO_RING &&
-        a->codec_algo != SHOAL_COMPRESS_ALGO_TWO_SHOT)
+        a->codec_algo != SHOAL_COMPRESS_ALGO_TWO_SHOT && a->codec_algo != SHOAL_COMPRESS_ALGO_TREE)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "%s: unknown compression algo %d (auto, ring or two-shot)",
+                               "%s: unknown compression algo %d (auto, ring, two-shot or tree)",
                                call->what, a->codec_algo);
     /* Shared scales make the ring's sums exact: quantising each
      * contribution on its own gains nothing. */
     if (a->codec_algo == SHOAL_COMPRESS_ALGO_TWO_SHOT && c->ops == &shoal_codec_ternary)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: the ternary codec has no two-shot schedule (its ring sums "
+                               "are exact); use the ring or auto", call->what);
+    if (a->codec_algo == SHOAL_COMPRESS_ALGO_TREE && c->ops == &shoal_codec_ternary)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the ternary codec has no tree schedule (its ring sums "
                                "are exact); use the ring or auto", call->what);
     return SHOAL_OK;
 }

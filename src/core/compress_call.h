@@ -21,8 +21,10 @@
  *
  * algo: the schedule (shoal_codec_algo_select in algos/algo.h says which
  * one AUTO picks). The ring quantises each value once per rank, the
- * two-shot each rank's contribution once and the sum once, the
- * hierarchical one (AUTO across hosts) each host's sum once.
+ * two-shot each rank's contribution once and the sum once, the tree
+ * (int8 only) a partial sum once per level of a binary tree (at most
+ * ceil(log2(n + 1)) times), the hierarchical one (AUTO across hosts) each
+ * host's sum once.
  *
  * residual: NULL, or count floats (not overlapping the buffers) that
  * receive this rank's error feedback; summed over the ranks they are the
@@ -34,7 +36,8 @@
  * SHOAL_ERR_INVALID_ARG, comm still usable, for another dtype or op, a
  * NULL or invalid codec (ops->wire_bytes(codec, block) == 0), a pipeline
  * piece (SHOAL_CHUNK_SIZE) too small for one codec block, an unknown algo,
- * or SHOAL_COMPRESS_ALGO_TWO_SHOT with the ternary codec.
+ * or SHOAL_COMPRESS_ALGO_TWO_SHOT or SHOAL_COMPRESS_ALGO_TREE with the
+ * ternary codec.
  */
 shoal_status_t shoal_allreduce_codec(shoal_comm_t comm, const void *sendbuf, void *recvbuf,
                                      size_t count, shoal_dtype_t dtype, shoal_op_t op,
