@@ -13,7 +13,8 @@
  *   other options is refused and changes nothing; reset equals new;
  * - the non-blocking call gives what the blocking one does;
  * - info counts bytes and gives int8 and ternary ratios above 3;
- * - float16 and bfloat16 buffers, AVG, count 0, the stateless int8 call;
+ * - float16 and bfloat16 buffers, AVG, count 0, the stateless int8 call,
+ *   PowerSGD's warm-up of plain all-reduces;
  * - options that differ across ranks, or are invalid on one, fail create
  *   on every rank; bad calls are refused and the communicator stays usable;
  * - a compressed call against a plain one fails on both sides within the
@@ -350,6 +351,48 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
         free(p);
         free(za);
         free(zb);
+    }
+    /* PowerSGD's warm-up: the first calls are plain all-reduces (exact up
+     * to the order of the sum, no residual), the next one is compressed. */
+    {
+        size_t rows[] = {50, 1}, cols[] = {40, count - 2000};
+        shoal_compress_layout_t lay = {2, rows, cols};
+        shoal_compress_options_t wo;
+        shoal_compress_options_init(&wo, SHOAL_COMPRESS_POWERSGD);
+        wo.rank = 2;
+        wo.warmup_steps = 2;
+        shoal_compressor_t w;
+        RANK_CHECK(shoal_compressor_create(comm, &wo, count, SHOAL_FLOAT32, &lay, &w) == SHOAL_OK,
+                   "create: %s", shoal_comm_last_error(comm));
+        for (int t = 0; t < 3; t++) {
+            for (size_t i = 0; i < count; i++)
+                f[i] = input(rank, i, t);
+            shoal_compress_info_t wi;
+            RANK_CHECK(shoal_allreduce_compressed(w, f, g, SHOAL_SUM, &wi) == SHOAL_OK,
+                       "warm-up step %d: %s", t, shoal_comm_last_error(comm));
+            double worst = 0;
+            for (size_t i = 0; i < 2000; i++) {
+                double e = 0;
+                for (int r = 0; r < n; r++)
+                    e += input(r, i, t);
+                worst = fmax(worst, fabs(g[i] - e) / (fabs(e) + 1e-3));
+            }
+            const float *res;
+            RANK_CHECK(shoal_compressor_residual(w, &res) == SHOAL_OK, "residual");
+            float most = 0;
+            for (size_t i = 0; i < count; i++)
+                most = fmaxf(most, fabsf(res[i]));
+            if (t < 2) {
+                RANK_CHECK(worst < 1e-5 && most == 0, "warm-up step %d: error %g, residual %g",
+                           t, worst, most);
+                RANK_CHECK(n == 1 || wi.ratio < 1.01, "warm-up ratio %g", wi.ratio);
+            } else {
+                RANK_CHECK(worst > 1e-2 && most > 0, "step %d after warm-up: error %g, "
+                           "residual %g: not compressed", t, worst, most);
+                RANK_CHECK(n == 1 || wi.ratio > 1.5, "ratio after warm-up %g", wi.ratio);
+            }
+        }
+        RANK_CHECK(shoal_compressor_destroy(w) == SHOAL_OK, "destroy");
     }
     /* Inside a group the stateless call is refused (it keeps nothing
      * until the group ends). */
