@@ -21,32 +21,12 @@
 
 #define TEST_CHUNK 4096
 
+/* One rank of the matrix over counts (cref_rank_matrix). */
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
-    const size_t *counts = arg;
-    shoal_comm_t comm;
-    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
-    size_t most = 0;
-    for (size_t k = 0; counts[k] != SIZE_MAX; k++)
-        most = counts[k] > most ? counts[k] : most;
-    cref_bufs_t b;
-    RANK_CHECK(cref_alloc(&b, most, nranks), "out of memory");
-    static const size_t blocks[] = {32, 64, 128};
-    for (size_t k = 0; counts[k] != SIZE_MAX; k++) {
-        b.count = counts[k];
-        for (size_t bl = 0; bl < 3; bl++) {
-            for (int rd = 0; rd < 2; rd++) {
-                shoal_codec_t c = cref_codec(&b, 0, blocks[bl], rd);
-                if (cref_check(comm, rank, &b, &c, SHOAL_COMPRESS_ALGO_TWO_SHOT, CREF_TWO_SHOT,
-                               1))
-                    return 1;
-            }
-        }
-    }
-    cref_free(&b);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
-    return 0;
+    cref_matrix_t m = {.counts = arg, .algo = SHOAL_COMPRESS_ALGO_TWO_SHOT, .sched = CREF_TWO_SHOT,
+                       .ternary = 0};
+    return cref_rank_matrix(rank, nranks, id, &m);
 }
 
 /* Several loops of 4 KiB pieces at 8 ranks: a piece holds 3616 values of
