@@ -29,7 +29,7 @@ NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lopenblas -lpthread -lm -lrt
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
                               src/sim/*.c src/compress/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.

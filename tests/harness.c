@@ -1,8 +1,8 @@
 #include "harness.h"
 
 #include "algos/reduce.h"
-#include "core/config.h"
-#include "core/dtype.h"
+#include "base/config.h"
+#include "base/dtype.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -9,7 +9,7 @@
 #include "harness.h"
 
 #include "core/coll.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>

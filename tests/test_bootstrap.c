@@ -6,8 +6,8 @@
 #include "harness.h"
 
 #include "core/bootstrap.h"
-#include "core/clock.h"
-#include "core/config.h"
+#include "base/clock.h"
+#include "base/config.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -22,7 +22,7 @@
 #include "harness.h"
 
 #include "compress/compressor.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,9 +5,9 @@
 #include "harness.h"
 
 #include "algos/algo.h"
-#include "core/config.h"
-#include "core/log.h"
-#include "core/sock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/sock.h"
 
 #include <errno.h>
 #include <stdio.h>

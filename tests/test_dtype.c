@@ -5,7 +5,7 @@
  * random floats). */
 #include "harness.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  * to carry on in a communicator without the dead rank. */
 #include "harness.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <dirent.h>
 #include <sched.h>

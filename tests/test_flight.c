@@ -9,7 +9,7 @@
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "core/flight.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/sig.h"
 
 #include <pthread.h>

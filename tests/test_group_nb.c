@@ -13,7 +13,7 @@
 #include "harness.h"
 
 #include "algos/reduce.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <pthread.h>
 #include <stdio.h>

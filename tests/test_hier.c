@@ -8,7 +8,7 @@
 
 #include "algos/algo.h"
 #include "core/comm.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>

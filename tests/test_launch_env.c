@@ -4,7 +4,7 @@
  * sets its own environment after fork and re-reads the settings. */
 #include "harness.h"
 
-#include "core/config.h"
+#include "base/config.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * errno left as it was, the thread's last error. */
 #include "harness.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdio.h>

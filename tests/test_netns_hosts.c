@@ -27,7 +27,7 @@
 
 #include "algos/algo.h"
 #include "core/comm.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 
 #include "algos/prims.h"
 #include "algos/reduce.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 #include "harness.h"
 
 #include "core/coll.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdio.h>

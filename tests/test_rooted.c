@@ -8,7 +8,7 @@
  * memory; bad arguments must fail cleanly and leave comm usable. */
 #include "harness.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

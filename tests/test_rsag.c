@@ -6,7 +6,7 @@
  * reduction order. Bad arguments must be refused and leave comm usable. */
 #include "harness.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #include "harness.h"
 
 #include "algos/algo.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>

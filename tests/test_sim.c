@@ -12,7 +12,7 @@
 #include "harness.h"
 
 #include "algos/algo.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "sim/sim.h"
 
 #include <math.h>

@@ -13,7 +13,7 @@
  * the survivors must remove its segment too. */
 #include "harness.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -3,10 +3,10 @@
  * secrets, garbage, silence and floods of pending strangers. */
 #include "harness.h"
 
-#include "core/auth.h"
-#include "core/clock.h"
-#include "core/config.h"
-#include "core/sock.h"
+#include "base/auth.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/sock.h"
 
 #include <arpa/inet.h>
 #include <poll.h>

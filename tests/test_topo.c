@@ -5,8 +5,8 @@
  * descriptions, the settings that choose the source, and bad input. */
 #include "harness.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 #include "topo/topo.h"
 
 #include <dlfcn.h>

@@ -4,7 +4,7 @@
  * than slots, all pairs at once and pair by pair, and peers that leave. */
 #include "harness.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/comm.h"
 #include "transport/transport.h"
 

@@ -3,7 +3,7 @@
  * are reached over tcp; all-reduce results must be right either way. */
 #include "harness.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/comm.h"
 
 #include <fcntl.h>

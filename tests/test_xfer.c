@@ -18,9 +18,9 @@
 
 #include "algos/reduce.h"
 #include "core/bootstrap.h"
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/coll.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <stdatomic.h>
 #include <stdio.h>

@@ -19,8 +19,8 @@
 #include "bench_text.h"
 
 #include "algos/reduce.h"
-#include "core/config.h"
-#include "core/dtype.h"
+#include "base/config.h"
+#include "base/dtype.h"
 
 #include <errno.h>
 #include <limits.h>

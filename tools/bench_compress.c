@@ -8,7 +8,7 @@
  * can still compute every other rank's input, and so the exact sum. */
 #include "bench_compress.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <errno.h>
 #include <math.h>

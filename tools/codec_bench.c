@@ -11,7 +11,7 @@
  * instead of the kernels. Single-threaded; pin it (taskset) for steadier
  * figures. */
 #include "compress/codec.h"
-#include "core/config.h"
+#include "base/config.h"
 
 #include <errno.h>
 #include <stdint.h>

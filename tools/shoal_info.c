@@ -12,8 +12,8 @@
 
 #include "algos/algo.h"
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/sock.h"
+#include "base/config.h"
+#include "base/sock.h"
 #include "topo/links.h"
 #include "topo/topo.h"
 #include "transport/transport.h"

@@ -1,9 +1,9 @@
 /* shoal_sim: predicted time and bus bandwidth of the real algorithm
  * schedules on a made-up cluster of N hosts x M ranks (src/sim/sim.h),
  * per algorithm and size, in the table layout of allreduce_bench. */
-#include "core/config.h"
-#include "core/dtype.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/dtype.h"
+#include "base/log.h"
 #include "sim/sim.h"
 
 #include <getopt.h>

@@ -16,9 +16,9 @@
  * whose blocks are all empty may then skip the call altogether. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/dtype.h"
+#include "base/log.h"
 
 #include <string.h>
 

@@ -15,8 +15,8 @@
  * children, smallest subtree first. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 /* ceil(log2 n): the tree's depth, and the root's number of children. */
 static int binomial_depth(int n)

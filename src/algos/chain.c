@@ -11,8 +11,8 @@
  * plan set: no recv_ep starts the chain, no send_ep ends it. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {

@@ -5,7 +5,7 @@
  * is the same on every rank, so all ranks run the same schedule. */
 #include "algo.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 /* The ring requantises a partial sum at each of its n-1 hops; up to this
  * many ranks its error stays within a few quantisations. */

@@ -6,8 +6,8 @@
  * root's block of sendbuf). */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 #include <string.h>
 

@@ -30,7 +30,7 @@
  * host), and every host all-gathers the segments. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <string.h>
 

@@ -15,7 +15,7 @@
  * rank's direct blocks first, then agent blocks by host, then position. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <string.h>
 

@@ -14,7 +14,7 @@
  * block, finished once on its rail. All-gather is the same backwards. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 /* Block k (in host order) of rail j on the staging of host h: the rank
  * whose block it is. */

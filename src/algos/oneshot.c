@@ -14,8 +14,8 @@
  * slot of a FIFO that its peer drains whatever it waits for, then receives. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 static double oneshot_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {

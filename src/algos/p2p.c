@@ -4,9 +4,9 @@
  * make sense in a group, where the core pairs them up by copying. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/dtype.h"
+#include "base/log.h"
 
 #include <string.h>
 

@@ -1,7 +1,7 @@
 /* The part of every plan that depends only on the call's type. */
 #include "algo.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <string.h>
 

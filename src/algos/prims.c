@@ -4,9 +4,9 @@
  * is the next rank's memory. */
 #include "prims.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/fault.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <sched.h>
 

@@ -7,7 +7,7 @@
 
 #include "compress/codec.h"
 #include "core/comm.h"
-#include "core/dtype.h"
+#include "base/dtype.h"
 #include "reduce.h"
 
 #include <string.h>

@@ -31,7 +31,7 @@
 
 #include "reduce.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdatomic.h>

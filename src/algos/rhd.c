@@ -22,8 +22,8 @@
  * which compute every length alike. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 #include <string.h>
 

@@ -3,7 +3,7 @@
  * they can be), through the ring schedule of ring_team.c. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 static double ring_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {

@@ -35,7 +35,7 @@
  * also divides. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <string.h>
 

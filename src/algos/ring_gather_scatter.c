@@ -12,8 +12,8 @@
  * last, its own. */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 static double ring_gs_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {

@@ -4,7 +4,7 @@
  * n-block buffer, and travels with the ring position of rank b. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 static double rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
 {

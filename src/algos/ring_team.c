@@ -6,7 +6,7 @@
  * and forwarded unchanged: every rank gets the same bits. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 #include <string.h>
 

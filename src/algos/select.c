@@ -2,9 +2,9 @@
  * serve a call; SHOAL_ALGO forces one per collective. */
 #include "algo.h"
 
-#include "core/config.h"
-#include "core/dtype.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/dtype.h"
+#include "base/log.h"
 
 #include <string.h>
 

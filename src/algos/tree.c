@@ -40,8 +40,8 @@
  * codec stage instead (algo.h: shoal_tree_schedule). */
 #include "algo.h"
 
-#include "core/clock.h"
-#include "core/dtype.h"
+#include "base/clock.h"
+#include "base/dtype.h"
 
 /* The first half is rounded to this many elements so kernels see aligned
  * runs. */

@@ -56,7 +56,7 @@
  * single-rank path: its input, exactly, and a residual of zeros. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 /* Wire slots start on cache lines. */
 #define TREE_CODEC_ALIGN 64

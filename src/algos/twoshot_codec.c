@@ -38,7 +38,7 @@
  * alone runs the codec ring's single-rank path: its input, exactly. */
 #include "algo.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 
 /* Every peer this rank sent to: nothing it posted may stay behind. */
 static shoal_status_t twoshot_flush(shoal_prims_t *p, const shoal_ring_t *ring)

@@ -6,9 +6,9 @@
  * arrived as well as filling what is free. */
 #include "prims.h"
 
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/fault.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 #include "codec.h"
 #include "powersgd.h"
 
-#include "core/dtype.h"
+#include "base/dtype.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -8,7 +8,7 @@
 #include "compress/powersgd.h"
 
 #include "compress/codec.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -10,9 +10,9 @@
  */
 #include "bootstrap.h"
 
-#include "clock.h"
-#include "config.h"
-#include "log.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

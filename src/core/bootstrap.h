@@ -4,9 +4,9 @@
 #ifndef SHOAL_BOOTSTRAP_H
 #define SHOAL_BOOTSTRAP_H
 
-#include "auth.h"
+#include "base/auth.h"
 #include "shoal.h"
-#include "sock.h"
+#include "base/sock.h"
 
 typedef struct shoal_bootstrap shoal_bootstrap_t;
 

@@ -3,7 +3,7 @@
  * the communicator usable. */
 #include "exec.h"
 
-#include "dtype.h"
+#include "base/dtype.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -4,12 +4,12 @@
 #include "coll.h"
 #include "exec.h"
 
-#include "clock.h"
+#include "base/clock.h"
 #include "compress/compressor.h"
-#include "dtype.h"
+#include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

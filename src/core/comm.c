@@ -10,8 +10,8 @@
 #include "reg.h"
 
 #include "bootstrap.h"
-#include "clock.h"
-#include "log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -3,7 +3,7 @@
 #define SHOAL_COMM_H
 
 #include "bootstrap.h"
-#include "config.h"
+#include "base/config.h"
 #include "shoal.h"
 #include "topo/cluster.h"
 #include "topo/links.h"

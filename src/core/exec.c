@@ -14,12 +14,12 @@
  * the session is empty, since it shares the endpoints' FIFOs with it. */
 #include "exec.h"
 
-#include "clock.h"
+#include "base/clock.h"
 #include "coll.h"
-#include "dtype.h"
+#include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <sched.h>

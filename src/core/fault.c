@@ -2,8 +2,8 @@
  * watch on the bootstrap star that carries failure notices between ranks. */
 #include "fault.h"
 
-#include "clock.h"
-#include "log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #include <sched.h>
 #include <stdarg.h>

@@ -4,9 +4,9 @@
  * has to move the others. */
 #include "flight.h"
 
-#include "clock.h"
+#include "base/clock.h"
 #include "comm.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
  * allocates nothing after the first, and freed when the thread exits. */
 #include "exec.h"
 
-#include "log.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdlib.h>

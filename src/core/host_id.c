@@ -1,7 +1,7 @@
 /* Host identity: which ranks share a machine (and so shared memory). The
  * boot id tells apart containers or VMs that share a host name. */
 #include "comm.h"
-#include "config.h"
+#include "base/config.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -13,10 +13,10 @@
  * SHOAL_SECRET or, weaker, from the job's identity. */
 #include "bootstrap.h"
 #include "comm.h"
-#include "config.h"
+#include "base/config.h"
 #include "launch.h"
-#include "log.h"
-#include "sock.h"
+#include "base/log.h"
+#include "base/sock.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -2,9 +2,9 @@
  * prterun). PMIx gives rank and size, and its key-value store carries the
  * unique id from rank 0 to the others, so no address or secret has to be
  * agreed on in advance and the id keeps its random secret. */
-#include "config.h"
+#include "base/config.h"
 #include "launch.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <pmix.h>
 #include <stdbool.h>

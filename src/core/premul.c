@@ -4,7 +4,7 @@
 #include "exec.h"
 
 #include "algos/reduce.h"
-#include "dtype.h"
+#include "base/dtype.h"
 
 #include <stdlib.h>
 #include <string.h>

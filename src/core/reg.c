@@ -6,7 +6,7 @@
 #include "reg.h"
 
 #include "comm.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <stdint.h>
 #include <stdlib.h>

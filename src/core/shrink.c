@@ -27,7 +27,7 @@
 #include "comm.h"
 
 #include "exec.h"
-#include "log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <openssl/err.h>

@@ -3,7 +3,7 @@
 #include "sig.h"
 
 #include "algos/algo.h"
-#include "dtype.h"
+#include "base/dtype.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -13,9 +13,9 @@
  * all take the same path; a rank whose settings differ meets a mismatch. */
 #include "door.h"
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/exec.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdint.h>
 

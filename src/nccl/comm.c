@@ -2,10 +2,10 @@
  * several ranks in one process), split, shrink, teardown and queries. */
 #include "door.h"
 
-#include "core/config.h"
+#include "base/config.h"
 #include "core/fault.h"
 #include "core/launch.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * communicator (version, error strings). */
 #include "door.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * check. */
 #include "door.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdint.h>

@@ -5,7 +5,7 @@
 #include "door.h"
 
 #include "core/exec.h"
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

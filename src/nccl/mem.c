@@ -3,7 +3,7 @@
  * communicator for the transports that use registered memory. */
 #include "door.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdint.h>

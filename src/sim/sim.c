@@ -2,9 +2,9 @@
  * rank, and the scheduler that runs their fibers (sim.h). */
 #include "sim_priv.h"
 
-#include "core/config.h"
-#include "core/dtype.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/dtype.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

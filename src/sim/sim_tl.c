@@ -5,7 +5,7 @@
 #include "sim_priv.h"
 
 #include "core/fault.h"
-#include "core/log.h"
+#include "base/log.h"
 
 static inline shoal_sim_t *ep_sim(const shoal_ep_t *ep)
 {

@@ -2,8 +2,8 @@
 #include "cluster.h"
 #include "topo.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -3,10 +3,10 @@
 #include "links.h"
 
 #include "algos/prims.h"
-#include "core/clock.h"
+#include "base/clock.h"
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,8 +3,8 @@
  * physical device once however many OS devices name it. */
 #include "topo_priv.h"
 
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdlib.h>

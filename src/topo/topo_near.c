@@ -3,7 +3,7 @@
  * records, the link class of a GPU pair and the GPU ring order. */
 #include "topo_priv.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -23,10 +23,10 @@
  * wireup, the others' failed wireup removes its segment as well. */
 #include "transport.h"
 
-#include "core/auth.h"
+#include "base/auth.h"
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>

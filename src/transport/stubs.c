@@ -3,7 +3,7 @@
  * table points at one of these instead of leaving a NULL slot. */
 #include "transport.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 

@@ -17,12 +17,12 @@
  * takes or has, and never waits. */
 #include "transport.h"
 
-#include "core/auth.h"
+#include "base/auth.h"
 #include "core/bootstrap.h"
 #include "core/comm.h"
-#include "core/config.h"
-#include "core/log.h"
-#include "core/sock.h"
+#include "base/config.h"
+#include "base/log.h"
+#include "base/sock.h"
 
 #include <arpa/inet.h>
 #include <endian.h>

@@ -4,8 +4,8 @@
 #include "transport.h"
 
 #include "core/comm.h"
-#include "core/clock.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -11,9 +11,9 @@
 #ifndef SHOAL_FUZZ_H
 #define SHOAL_FUZZ_H
 
-#include "core/clock.h"
-#include "core/config.h"
-#include "core/log.h"
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <fcntl.h>
