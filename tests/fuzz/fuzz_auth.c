@@ -14,7 +14,7 @@
  * that an input holding a right proof stays right from run to run; the
  * seeds hold such proofs. */
 #define RAND_bytes shoal_fuzz_rand_bytes
-#include "../../src/core/auth.c"
+#include "../../src/base/auth.c"
 #undef RAND_bytes
 
 #include "fuzz.h"
