@@ -53,7 +53,15 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libshoal.a: $(LIB_OBJ)
+# No code references a component's settings table (config.c finds them in a
+# linker section), so a static link would leave them out: the archive holds
+# them and config.o as one relocatable object, which comes with
+# shoal_config_get.
+CONFIG_OBJ := $(filter $(BUILD)/src/base/config.o %_config.o,$(LIB_OBJ))
+$(BUILD)/config_tables.o: $(CONFIG_OBJ)
+	$(CC) -r -nostdlib -o $@ $^
+
+$(BUILD)/libshoal.a: $(filter-out $(CONFIG_OBJ),$(LIB_OBJ)) $(BUILD)/config_tables.o
 	rm -f $@ && ar rcs $@ $^
 
 $(BUILD)/libshoal.so.$(VERSION): $(LIB_OBJ) src/shoal.map
@@ -72,6 +80,14 @@ $(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
 $(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libshoal.a $(LIBS)
+
+# The NCCL door's settings ([compress]) and its NCCL_* alias translators:
+# shoal_info -c prints them and test_config tests them.
+DOOR_CONFIG_OBJ := $(BUILD)/src/nccl/nccl_config.o
+$(TOOLS_DIR)/shoal_info: $(DOOR_CONFIG_OBJ)
+$(BUILD)/tests/test_config: $(BUILD)/tests/test_config.o $(TEST_LIB) $(DOOR_CONFIG_OBJ) \
+                            $(BUILD)/libshoal.a
+	$(CC) $(LDFLAGS) -o $@ $< $(DOOR_CONFIG_OBJ) $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
 
 # allreduce_bench's compressed rows live in a file of their own.
 $(TOOLS_DIR)/allreduce_bench: $(BUILD)/tools/bench_compress.o

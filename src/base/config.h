@@ -1,6 +1,10 @@
 /* Settings: one table per component, parsed once from the environment into
- * the typed struct below. This is the only place that reads the environment
- * (config.c). shoal_info -c prints every table. */
+ * the typed struct below. config.c is the machinery (entries, typed parsers,
+ * load, print, NCCL aliases) and the only place that reads the environment;
+ * each component defines its own table in its own file (core/core_config.c,
+ * transport/shm_config.c...) with SHOAL_CONFIG_TABLE, which places it in a
+ * linker section that config.c walks, so the machinery names no component.
+ * shoal_info -c prints every table. */
 #ifndef SHOAL_CONFIG_H
 #define SHOAL_CONFIG_H
 
@@ -78,6 +82,83 @@ typedef struct {
     shoal_compress_config_t compress;
 } shoal_config_t;
 
+/* ---- tables ---------------------------------------------------------------
+ * A field parser reads text into the field it is given; 0 on success, -1
+ * for text it does not accept (the entry then takes its default). */
+typedef int (*shoal_config_parse_fn_t)(const char *text, void *field);
+
+typedef struct {
+    const char *name;       /* environment variable */
+    const char *def;        /* default, as text */
+    const char *doc;        /* one line */
+    shoal_config_parse_fn_t parse;
+    size_t offset;          /* of the field in shoal_config_t */
+    /* The NCCL variable that sets this entry once the NCCL door turned the
+     * aliases on and the SHOAL_ one is not set; NULL when none. Its
+     * translator is the door's (SHOAL_CONFIG_ALIAS). */
+    const char *nccl_name;
+} shoal_config_entry_t;
+
+/* The fields a component's entries write, checked together after every
+ * entry parsed (limits a parser cannot see, values derived from others). */
+typedef void (*shoal_config_sanitize_fn_t)(shoal_config_t *c);
+
+typedef struct {
+    const char *component;  /* "[shm]" in shoal_config_print */
+    int order;              /* print and parse order: smaller first */
+    const shoal_config_entry_t *entries;
+    size_t count;
+    shoal_config_sanitize_fn_t sanitize;
+} shoal_config_table_t;
+
+#define SHOAL_CONFIG_FIELD(member) offsetof(shoal_config_t, member)
+
+/* Defines the table of a component: SHOAL_CONFIG_TABLE(shm, 2, entries,
+ * sanitize). The table lands in the shoal_config_tables section, found by
+ * config.c. libshoal.a links every table with config.o (Makefile), since
+ * nothing else references them. */
+#define SHOAL_CONFIG_TABLE(comp, ord, ents, san)                                        \
+    __attribute__((used, section("shoal_config_tables"), aligned(sizeof(void *))))      \
+    const shoal_config_table_t shoal_config_table_##comp = {                            \
+        .component = #comp, .order = (ord), .entries = (ents),                          \
+        .count = sizeof(ents) / sizeof((ents)[0]), .sanitize = (san)}
+
+/* Rewrites the text of an NCCL variable as the text of its shoal setting
+ * (out, SHOAL_CONFIG_STR_MAX bytes). note receives what the reader should
+ * know about the rewriting ("" when nothing), for the INFO line that reports
+ * it. Returns 0, or -1 for text NCCL itself would not accept. */
+typedef int (*shoal_config_translate_fn_t)(const char *nccl_text, char *out, char *note,
+                                           size_t note_cap);
+
+typedef struct {
+    const char *nccl_name;
+    shoal_config_translate_fn_t translate;
+} shoal_config_alias_t;
+
+/* Defines the translator of an NCCL alias (the NCCL door's files do):
+ * SHOAL_CONFIG_ALIAS(NCCL_ALGO, fn). An alias without a translator linked
+ * is not honoured. */
+#define SHOAL_CONFIG_ALIAS(name, fn)                                                    \
+    __attribute__((used, section("shoal_config_aliases"), aligned(sizeof(void *))))     \
+    const shoal_config_alias_t shoal_config_alias_##name = {#name, (fn)}
+
+/* Typed field parsers for the tables. */
+int shoal_config_field_size(const char *text, void *field);    /* size_t: 8k, 1M */
+int shoal_config_field_time(const char *text, void *field);    /* uint64_t ns: 10ms */
+int shoal_config_field_bool(const char *text, void *field);    /* int: y/n */
+int shoal_config_field_int(const char *text, void *field);     /* int */
+int shoal_config_field_string(const char *text, void *field);  /* char[STR_MAX] */
+/* A string that shoal_config_print never shows. */
+int shoal_config_field_secret(const char *text, void *field);
+/* int: none, error, warn, info, debug, trace */
+int shoal_config_field_level(const char *text, void *field);
+/* unsigned mask: ALL, or a list of subsystems; "^A,B" all but A and B */
+int shoal_config_field_subsys(const char *text, void *field);
+/* char[STR_MAX]: "host:port", "[v6]:port" with a port in 1..65535, or "" */
+int shoal_config_field_hostport(const char *text, void *field);
+
+/* ---- access ------------------------------------------------------------- */
+
 /* The settings, parsed on first use. Thread-safe. Never NULL. */
 const shoal_config_t *shoal_config_get(void);
 
@@ -89,8 +170,9 @@ void shoal_config_reload(void);
 unsigned shoal_config_generation(void);
 
 /* Honour the NCCL_* aliases of the settings from now on (NCCL_DEBUG for
- * SHOAL_DEBUG, NCCL_SOCKET_IFNAME for SHOAL_SOCKET_IFNAME...), then parse the
- * environment again. A SHOAL_* variable that is set still wins over its
+ * SHOAL_DEBUG, NCCL_SOCKET_IFNAME for SHOAL_SOCKET_IFNAME...) through the
+ * translators linked (src/nccl/nccl_config.c), then parse the environment
+ * again. A SHOAL_* variable that is set still wins over its
  * alias. Called by the NCCL door once, before it creates any communicator;
  * it must not run concurrently with other shoal calls, as for
  * shoal_config_reload. */

@@ -1,0 +1,32 @@
+/* The tcp transport's settings ([tcp], shoal_config_get()->tcp). */
+#include "base/config.h"
+#include "base/log.h"
+
+#include <stddef.h>
+
+/* NCCL_IB_HCA will alias the device list of the ibverbs transport's table. */
+static const shoal_config_entry_t tcp_entries[] = {
+    {.name = "SHOAL_TCP_ENABLE", .def = "y",
+     .doc = "use tcp between ranks that shared memory does not join",
+     .parse = shoal_config_field_bool, .offset = SHOAL_CONFIG_FIELD(tcp.enable)},
+    {.name = "SHOAL_TCP_NSOCKS", .def = "2",
+     .doc = "sockets per peer; each message is striped across them",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(tcp.nsocks)},
+    {.name = "SHOAL_TCP_NSLOTS", .def = "2",
+     .doc = "slots of SHOAL_CHUNK_SIZE bytes buffered per peer and direction",
+     .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(tcp.nslots)},
+};
+
+/* Two slots per direction keep one in flight while the next fills; the
+ * socket count bounds the descriptors a peer costs. */
+static void tcp_sanitize(shoal_config_t *c)
+{
+    if (c->tcp.nslots < 2)
+        c->tcp.nslots = 2;
+    if (c->tcp.nsocks < 1 || c->tcp.nsocks > 16) {
+        shoal_warn(INIT, "SHOAL_TCP_NSOCKS=%d out of 1..16; using 2", c->tcp.nsocks);
+        c->tcp.nsocks = 2;
+    }
+}
+
+SHOAL_CONFIG_TABLE(tcp, 3, tcp_entries, tcp_sanitize);
