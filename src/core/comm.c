@@ -7,6 +7,7 @@
 #include "exec.h"
 #include "fault.h"
 #include "flight.h"
+#include "link_probe.h"
 #include "reg.h"
 
 #include "bootstrap.h"

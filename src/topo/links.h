@@ -6,6 +6,7 @@
 #ifndef SHOAL_LINKS_H
 #define SHOAL_LINKS_H
 
+#include "cluster.h"
 #include "topo.h"
 
 struct shoal_comm;
@@ -32,19 +33,12 @@ void shoal_links_defaults(shoal_links_t *links_p);
  * is then unchanged. */
 shoal_status_t shoal_links_parse(const char *text, shoal_links_t *links_p);
 
-/* The class between ranks a and b of comm, from the cluster view and the
- * transport between them. */
-shoal_link_class_t shoal_links_class(const struct shoal_comm *comm, int a, int b);
+/* The class between ranks a and b of a cluster view. */
+shoal_link_class_t shoal_links_class(const shoal_cluster_t *c, int a, int b);
 
-/* Fill comm->links at init, after wireup: defaults, then the probe when
- * SHOAL_TOPO_PROBE is on (a collective call of every rank), then
- * SHOAL_TOPO_LINKS, then SHOAL_ALGO_LATENCY / SHOAL_ALGO_BANDWIDTH for every
- * class; and the flat model's slowest link (comm->link_lat_s, link_bw_Bps).
- * Errors: a bad SHOAL_TOPO_LINKS, or the probe's communication. */
-shoal_status_t shoal_links_setup(struct shoal_comm *comm);
-
-/* comm->link_lat_s and link_bw_Bps from comm->links (the last step of
- * shoal_links_setup; the simulator's communicators start here). */
+/* core/link_probe.c's (see link_probe.h there). Declared here too only
+ * because the simulator, being reworked as its own library, calls it
+ * without that header; the declaration leaves once it includes it. */
 void shoal_links_flat(struct shoal_comm *comm);
 
 /* Print the classes with their figures (shoal_info -T). */

@@ -1,0 +1,158 @@
+/* Link figures of a communicator at init (link_probe.h): the defaults of
+ * topo/links.c, the probe's measurements, then the settings that override
+ * them. The probe runs transfers over the communicator's endpoints, which
+ * is why it lives here rather than beside the link classes in topo/. */
+#include "link_probe.h"
+
+#include "bootstrap.h"
+#include "comm.h"
+
+#include "algos/prims.h"
+#include "base/clock.h"
+#include "base/config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The pairs the probe measures, in this order on every rank: two ranks of
+ * one host (one NUMA node if any host has two there), two of one host on
+ * different NUMA nodes, and the first ranks of hosts 0 and 1. -1 where
+ * the cluster has no such pair. */
+#define PROBE_PAIRS 3
+
+static void probe_pairs(const shoal_cluster_t *c, int pairs[PROBE_PAIRS][2])
+{
+    for (int i = 0; i < PROBE_PAIRS; i++)
+        pairs[i][0] = pairs[i][1] = -1;
+    for (int h = 0; h < c->nhosts; h++) {
+        int nl = shoal_cluster_nlocal(c, h);
+        for (int j = 1; j < nl; j++) {
+            int a = shoal_cluster_rank_at(c, h, j - 1), b = shoal_cluster_rank_at(c, h, j);
+            int same = c->place[a].numa == c->place[b].numa;
+            int slot = same ? 0 : 1;
+            if (pairs[slot][0] < 0) {
+                pairs[slot][0] = a;
+                pairs[slot][1] = b;
+            }
+        }
+    }
+    if (c->nhosts > 1) {
+        pairs[2][0] = shoal_cluster_rank_at(c, 0, 0);
+        pairs[2][1] = shoal_cluster_rank_at(c, 1, 0);
+    }
+}
+
+#define PROBE_SMALL_REPS 50
+#define PROBE_BIG_BYTES (4u << 20)
+#define PROBE_BIG_REPS 4
+
+/* Round trips of `bytes` out and 8 B back between this rank and peer;
+ * returns the mean seconds of one. */
+static shoal_status_t probe_rtt(struct shoal_comm *comm, int peer, int leader, char *buf,
+                                size_t bytes, int reps, double *rtt_p)
+{
+    shoal_ep_t *ep = shoal_comm_ep(comm, peer);
+    uint64_t t0 = 0;
+    for (int i = -1; i < reps; i++) {
+        if (i == 0)
+            t0 = shoal_now_ns();
+        shoal_xfer_t out = {.ep = ep, .buf = buf, .bytes = leader ? bytes : 8};
+        shoal_xfer_t in = {.ep = ep, .buf = buf, .bytes = leader ? 8 : bytes};
+        uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+        shoal_status_t s = leader ? shoal_xfer_run(comm, &out, 1, NULL, 0, deadline)
+                                  : shoal_xfer_run(comm, NULL, 0, &in, 1, deadline);
+        if (s == SHOAL_OK)
+            s = leader ? shoal_xfer_run(comm, NULL, 0, &in, 1, deadline)
+                       : shoal_xfer_run(comm, &out, 1, NULL, 0, deadline);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    *rtt_p = (double)(shoal_now_ns() - t0) * 1e-9 / reps;
+    return SHOAL_OK;
+}
+
+/* What each rank measured, gathered so every rank takes the same figures. */
+typedef struct {
+    double lat_s[SHOAL_LINK_CLASS_COUNT];
+    double bw_Bps[SHOAL_LINK_CLASS_COUNT];
+    int32_t measured[SHOAL_LINK_CLASS_COUNT];
+} probe_card_t;
+
+static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
+{
+    int pairs[PROBE_PAIRS][2];
+    probe_pairs(&comm->cluster, pairs);
+    probe_card_t *cards = calloc((size_t)comm->nranks, sizeof(*cards));
+    char *buf = malloc(PROBE_BIG_BYTES);
+    shoal_status_t s = cards && buf ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+    comm->sig = (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P, .root = -1};
+    probe_card_t *mine = cards ? &cards[comm->rank] : NULL;
+    for (int i = 0; i < PROBE_PAIRS && s == SHOAL_OK; i++) {
+        int a = pairs[i][0], b = pairs[i][1];
+        if (a < 0 || (comm->rank != a && comm->rank != b))
+            continue;
+        int peer = comm->rank == a ? b : a;
+        double small, big;
+        memset(buf, 0, PROBE_BIG_BYTES);
+        s = probe_rtt(comm, peer, comm->rank == a, buf, 8, PROBE_SMALL_REPS, &small);
+        if (s == SHOAL_OK)
+            s = probe_rtt(comm, peer, comm->rank == a, buf, PROBE_BIG_BYTES, PROBE_BIG_REPS,
+                          &big);
+        if (s != SHOAL_OK || comm->rank != a)
+            continue;
+        shoal_link_class_t cls = shoal_links_class(&comm->cluster, a, b);
+        double lat = small / 2, t = big - small;
+        mine->lat_s[cls] = lat;
+        mine->bw_Bps[cls] = PROBE_BIG_BYTES / (t > 1e-9 ? t : 1e-9);
+        mine->measured[cls] = 1;
+    }
+    if (s == SHOAL_OK)
+        s = shoal_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+    for (int r = comm->nranks - 1; r >= 0 && s == SHOAL_OK; r--) {
+        for (int c = 0; c < SHOAL_LINK_CLASS_COUNT; c++) {
+            if (cards[r].measured[c]) {
+                links->cls[c].lat_s = cards[r].lat_s[c];
+                links->cls[c].bw_Bps = cards[r].bw_Bps[c];
+                links->measured[c] = 1;
+            }
+        }
+    }
+    free(buf);
+    free(cards);
+    return s;
+}
+
+shoal_status_t shoal_links_setup(struct shoal_comm *comm)
+{
+    const shoal_config_t *cfg = shoal_config_get();
+    shoal_links_t *l = &comm->links;
+    shoal_links_defaults(l);
+    l->intra = comm->cluster.cross_numa ? SHOAL_LINK_SHM_CROSS_NUMA : SHOAL_LINK_SHM_SAME_NUMA;
+    l->inter = SHOAL_LINK_TCP;
+    shoal_status_t s = SHOAL_OK;
+    if (cfg->topo.probe)
+        s = links_probe(comm, l);
+    if (s == SHOAL_OK)
+        s = shoal_links_parse(cfg->topo.links, l);
+    if (s != SHOAL_OK)
+        return s;
+    for (int c = 0; c < SHOAL_LINK_CLASS_COUNT; c++) {
+        if (cfg->algo.latency_ns)
+            l->cls[c].lat_s = (double)cfg->algo.latency_ns * 1e-9;
+        if (cfg->algo.bandwidth)
+            l->cls[c].bw_Bps = (double)cfg->algo.bandwidth;
+    }
+    shoal_links_flat(comm);
+    return SHOAL_OK;
+}
+
+void shoal_links_flat(struct shoal_comm *comm)
+{
+    /* The flat algorithms plan for the slowest link any two ranks use. */
+    const shoal_links_t *l = &comm->links;
+    const shoal_link_cost_t *in = &l->cls[l->intra], *out = &l->cls[l->inter];
+    int multi = comm->nhosts > 1;
+    comm->link_lat_s = multi && out->lat_s > in->lat_s ? out->lat_s : in->lat_s;
+    comm->link_bw_Bps = multi && out->bw_Bps < in->bw_Bps ? out->bw_Bps : in->bw_Bps;
+}
+
