@@ -6,7 +6,8 @@
 # functions comes from the vendor header ($CUDA_HOME/include/nccl.h), read
 # as tests/nccl_abi_gen.sh reads it. BUILD names the build directory;
 # LIBNCCL may name another library to check (the vendor's fails: it exports
-# more).
+# more). test_exports.sh checks the library against shoal's own
+# include/nccl.h.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -21,6 +22,8 @@ if [ ! -r "$HEADER" ]; then
 fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+# shellcheck source=tests/symbols.sh
+. tests/symbols.sh
 
 n=0
 check() {
@@ -49,16 +52,9 @@ soname() {
     [ "$name" = libnccl.so.2 ] || { echo "soname is '$name'"; return 1; }
 }
 
-# "ADDRESS TYPE NAME" of every defined dynamic symbol, with any version
-# suffix (name@@NODE) dropped; version nodes themselves (absolute symbols
-# named as a version definition) are left out.
+# "ADDRESS TYPE NAME" of every defined dynamic symbol (tests/symbols.sh).
 defined_symbols() {
-    readelf -V "$LIBNCCL" | sed -n '/\.gnu\.version_d/,/^$/s/.*Name: \([^ ]*\).*/\1/p' \
-        | sort -u >"$TMP/nodes"
-    nm -D --defined-only "$LIBNCCL" >"$TMP/nm" || return 1
-    awk 'FILENAME == ARGV[1] { node[$1] = 1; next }
-         NF == 3 { sub(/@.*/, "", $3); if (!($2 == "A" && $3 in node)) print $1, $2, $3 }' \
-        "$TMP/nodes" "$TMP/nm" | sort -k3 >"$TMP/syms"
+    dynamic_symbols "$LIBNCCL" >"$TMP/syms"
 }
 
 # Every name of the list (with prefix $1) is a symbol of type $2.
