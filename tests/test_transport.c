@@ -588,7 +588,9 @@ static void fake_open(fake_rank_t *r, int rank)
                                                   (uint32_t)getpid());
     r->comm.pids = fake_pids;
     r->comm.tags = fake_tags;
-    assert_int_equal(shoal_shm_ops.open(&r->comm, &r->ctx), SHOAL_OK);
+    shoal_tl_params_t par = {.rank = rank, .nranks = 2, .chunk_size = r->comm.chunk_size,
+                             .host_of = r->host_of, .pids = fake_pids, .tags = fake_tags};
+    assert_int_equal(shoal_shm_ops.open(&par, &r->ctx), SHOAL_OK);
     r->blob_len = sizeof(r->blob);
     assert_int_equal(shoal_shm_ops.addr_pack(r->ctx, r->blob, &r->blob_len), SHOAL_OK);
 }

@@ -5,6 +5,7 @@
 #include "bootstrap.h"
 #include "base/config.h"
 #include "shoal.h"
+#include "sig.h"
 #include "topo/cluster.h"
 #include "topo/links.h"
 #include "transport/transport.h"

@@ -58,7 +58,7 @@ static shoal_status_t sim_send_slot(shoal_ep_t *ep, void **buf_p, size_t *cap_p)
     return SHOAL_OK;
 }
 
-static shoal_status_t sim_send_post(shoal_ep_t *ep, size_t len, const shoal_sig_t *sig)
+static shoal_status_t sim_send_post(shoal_ep_t *ep, size_t len, const void *sig)
 {
     (void)sig;
     shoal_sim_t *sim = ep_sim(ep);
@@ -93,7 +93,7 @@ static shoal_status_t sim_send_post(shoal_ep_t *ep, size_t len, const shoal_sig_
 }
 
 static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *len_p,
-                                    shoal_sig_t *sig_p)
+                                    void *sig_p)
 {
     shoal_sim_t *sim = ep_sim(ep);
     int b = ep_rank(ep), a = ep->peer;
@@ -109,7 +109,7 @@ static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *
     *len_p = slot->len;
     /* One operation runs at a time on every rank: the signatures agree. */
     if (sig_p)
-        *sig_p = ep->ctx->comm->sig;
+        memcpy(sig_p, &ep->ctx->comm->sig, sizeof(shoal_sig_t));
     return SHOAL_OK;
 }
 
@@ -151,16 +151,16 @@ static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
     return SHOAL_ERR_TIMEOUT;
 }
 
-static shoal_status_t sim_query(struct shoal_comm *comm, int peer, shoal_tl_caps_t *caps_p)
+static shoal_status_t sim_query(const shoal_tl_params_t *par, int peer, shoal_tl_caps_t *caps_p)
 {
-    (void)comm, (void)peer;
+    (void)par, (void)peer;
     caps_p->reachable = 0;
     return SHOAL_OK;
 }
 
-static shoal_status_t sim_no_open(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p)
+static shoal_status_t sim_no_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx_p)
 {
-    (void)comm, (void)ctx_p;
+    (void)par, (void)ctx_p;
     return SHOAL_ERR_UNSUPPORTED;
 }
 
@@ -206,6 +206,8 @@ const shoal_transport_ops_t shoal_sim_ops = {
     .sleep = shoal_tl_stub_sleep, /* progress parks the fiber instead */
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
+    .rkey_pack = shoal_tl_stub_rkey_pack,
+    .rkey_attach = shoal_tl_stub_rkey_attach,
     .put_signal = shoal_tl_stub_put_signal,
     .disconnect = sim_disconnect,
     .close = sim_close,

@@ -18,15 +18,14 @@
  * The segment's name lives in /dev/shm only until every local peer has
  * mapped it: the last one to map unlinks it, ready makes sure of it, and
  * close and every error path unlink it too. Names are made of the owner's
- * pid and its random tag from the init exchange (comm.h), which every rank
+ * pid and its random tag from the open parameters, which every rank
  * knows before any segment exists: when a rank dies in the middle of
  * wireup, the others' failed wireup removes its segment as well. */
 #include "transport.h"
 
-#include "base/auth.h"
-#include "core/comm.h"
 #include "base/config.h"
 #include "base/log.h"
+#include "shm_rmem.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +55,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
 /* What the sender writes about each slot before it publishes it. */
 typedef struct {
     uint64_t len;
-    shoal_sig_t sig;
+    unsigned char hdr[SHOAL_TL_HDR_BYTES];
 } shoal_shm_meta_t;
 
 /* Control block at the start of each FIFO; the slots follow it, page
@@ -119,10 +118,11 @@ typedef struct {
     size_t chunk;
     uint64_t spin_ns;      /* how long a wait polls before it sleeps */
     uint64_t seen;         /* FIFO activity when the last sleep call returned */
+    struct shoal_shm_ep **eps; /* connected endpoints by peer, for the activity sum */
 } shoal_shm_ctx_t;
 
 /* One endpoint carries both directions; the two halves never share state. */
-typedef struct {
+typedef struct shoal_shm_ep {
     shoal_ep_t base;
     size_t nslots;
     size_t chunk;
@@ -145,22 +145,25 @@ typedef struct {
     uint64_t rx_tail;      /* slots we released (rx->tail mirrors it) */
     uint64_t rx_head;      /* last rx->head we read */
     size_t rx_idx;         /* rx_tail % nslots */
+
+    /* Peer memory attached for zero-copy writes (shm_rmem.c). */
+    shoal_shm_rcache_t rcache;
 } shoal_shm_ep_t;
 
-static int shoal_shm_local_index(const struct shoal_comm *comm, int rank)
+static int shoal_shm_local_index(const shoal_tl_params_t *par, int rank)
 {
     int idx = 0;
     for (int q = 0; q < rank; q++)
-        idx += comm->host_of[q] == comm->host_of[rank];
+        idx += par->host_of[q] == par->host_of[rank];
     return idx;
 }
 
 /* Index of sender's FIFO in owner's segment: the owner's local peers in rank
  * order, skipping the owner itself. */
-static size_t shoal_shm_fifo_index(const struct shoal_comm *comm, int owner, int sender)
+static size_t shoal_shm_fifo_index(const shoal_tl_params_t *par, int owner, int sender)
 {
-    int o = shoal_shm_local_index(comm, owner);
-    int s = shoal_shm_local_index(comm, sender);
+    int o = shoal_shm_local_index(par, owner);
+    int s = shoal_shm_local_index(par, sender);
     return (size_t)(s > o ? s - 1 : s);
 }
 
@@ -174,11 +177,11 @@ static shoal_shm_meta_t *shoal_shm_fifo_meta(shoal_shm_fifo_t *fifo)
     return (shoal_shm_meta_t *)((unsigned char *)fifo + SHOAL_SHM_META_OFF);
 }
 
-static shoal_status_t shoal_shm_query(struct shoal_comm *comm, int peer,
+static shoal_status_t shoal_shm_query(const shoal_tl_params_t *par, int peer,
                                       shoal_tl_caps_t *caps_p)
 {
-    caps_p->reachable = shoal_config_get()->shm.enable && peer != comm->rank &&
-                        comm->host_of[peer] == comm->host_of[comm->rank];
+    caps_p->reachable = shoal_config_get()->shm.enable && peer != par->rank &&
+                        par->host_of[peer] == par->host_of[par->rank];
     caps_p->latency_us = 0.5;
     caps_p->bandwidth_gbs = 10.0;
     return SHOAL_OK;
@@ -216,13 +219,13 @@ err_too_big:
 /* The name of rank's segment. The pid tells operators whose segment it
  * is; the random tag makes the name unguessable so that nobody outside the
  * job can pre-create or open it. */
-static void shoal_shm_name(const struct shoal_comm *comm, int rank,
+static void shoal_shm_name(const shoal_tl_params_t *par, int rank,
                            char name[SHOAL_SHM_NAME_MAX])
 {
     int n = snprintf(name, SHOAL_SHM_NAME_MAX, SHOAL_SHM_NAME_PREFIX "%lu-",
-                     (unsigned long)comm->pids[rank]);
-    for (size_t i = 0; i < SHOAL_TAG_BYTES; i++)
-        n += snprintf(name + n, SHOAL_SHM_NAME_MAX - (size_t)n, "%02x", comm->tags[rank][i]);
+                     (unsigned long)par->pids[rank]);
+    for (size_t i = 0; i < SHOAL_TL_TAG_BYTES; i++)
+        n += snprintf(name + n, SHOAL_SHM_NAME_MAX - (size_t)n, "%02x", par->tags[rank][i]);
 }
 
 /* Our receive FIFO for the local peer of index idx. */
@@ -233,7 +236,7 @@ static shoal_shm_fifo_t *shoal_shm_own_fifo(const shoal_shm_ctx_t *ctx, size_t i
 
 /* Fill in the header and the control blocks of our receive FIFOs, one per
  * local peer. */
-static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const struct shoal_comm *comm)
+static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const shoal_tl_params_t *par)
 {
     shoal_shm_seg_t *hdr = (shoal_shm_seg_t *)ctx->seg;
     hdr->magic = SHOAL_SHM_MAGIC;
@@ -244,12 +247,12 @@ static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const struct shoal_comm *co
     atomic_init(&hdr->bell, 0);
     atomic_init(&hdr->asleep, 0);
     size_t idx = 0;
-    for (int q = 0; q < comm->nranks; q++) {
-        if (q == comm->rank || comm->host_of[q] != comm->host_of[comm->rank])
+    for (int q = 0; q < par->nranks; q++) {
+        if (q == par->rank || par->host_of[q] != par->host_of[par->rank])
             continue;
         shoal_shm_fifo_t *fifo = shoal_shm_own_fifo(ctx, idx);
         fifo->magic = SHOAL_SHM_MAGIC;
-        fifo->owner = (uint32_t)comm->rank;
+        fifo->owner = (uint32_t)par->rank;
         fifo->sender = (uint32_t)q;
         fifo->nslots = ctx->nslots;
         fifo->chunk_size = ctx->chunk;
@@ -259,14 +262,14 @@ static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const struct shoal_comm *co
     }
 }
 
-static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p)
+static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx_p)
 {
     const shoal_config_t *cfg = shoal_config_get();
     if (!cfg->shm.enable)
         return SHOAL_ERR_UNSUPPORTED;
     size_t nfifo = 0;
-    for (int q = 0; q < comm->nranks; q++)
-        nfifo += q != comm->rank && comm->host_of[q] == comm->host_of[comm->rank];
+    for (int q = 0; q < par->nranks; q++)
+        nfifo += q != par->rank && par->host_of[q] == par->host_of[par->rank];
     if (nfifo == 0)
         return SHOAL_ERR_UNSUPPORTED; /* alone on this host */
 
@@ -277,15 +280,20 @@ static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
         shoal_error(SHM, "shm open: out of memory");
         goto err;
     }
-    ctx->base.comm = comm;
+    ctx->base.params = *par;
     ctx->base.ops = &shoal_shm_ops;
+    ctx->eps = calloc((size_t)par->nranks, sizeof(*ctx->eps));
+    if (!ctx->eps) {
+        shoal_error(SHM, "shm open: out of memory");
+        goto err_free_ctx;
+    }
     ctx->nslots = cfg->shm.nslots;
-    ctx->chunk = comm->chunk_size;
+    ctx->chunk = par->chunk_size;
     ctx->spin_ns = cfg->shm.spin_ns;
     s = shoal_shm_layout(ctx, nfifo);
     if (s != SHOAL_OK)
         goto err_free_ctx;
-    shoal_shm_name(comm, comm->rank, ctx->name);
+    shoal_shm_name(par, par->rank, ctx->name);
 
     fd = shm_open(ctx->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
@@ -318,8 +326,8 @@ static shoal_status_t shoal_shm_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
     }
     close(fd);
     ctx->seg = seg;
-    shoal_shm_init_seg(ctx, comm);
-    shoal_debug(SHM, "rank %d: segment %s, %zu FIFOs of %zu x %zu B", comm->rank, ctx->name,
+    shoal_shm_init_seg(ctx, par);
+    shoal_debug(SHM, "rank %d: segment %s, %zu FIFOs of %zu x %zu B", par->rank, ctx->name,
                 nfifo, ctx->nslots, ctx->chunk);
     *ctx_p = &ctx->base;
     return SHOAL_OK;
@@ -328,6 +336,7 @@ err_close_fd:
     close(fd);
     shm_unlink(ctx->name);
 err_free_ctx:
+    free(ctx->eps);
     free(ctx);
 err:
     return s;
@@ -366,7 +375,7 @@ static shoal_status_t shoal_shm_check_addr(const shoal_shm_ctx_t *ctx, int peer,
         shoal_error(SHM, "rank %d uses %llu slots of %llu B (%llu-B segment), rank %d %zu of "
                     "%zu B (%zu B): SHOAL_SHM_NSLOTS and SHOAL_CHUNK_SIZE must agree", peer,
                     (unsigned long long)addr->nslots, (unsigned long long)addr->chunk_size,
-                    (unsigned long long)addr->size, ctx->base.comm->rank, ctx->nslots,
+                    (unsigned long long)addr->size, ctx->base.params.rank, ctx->nslots,
                     ctx->chunk, ctx->seg_len);
         return SHOAL_ERR_INVALID_ARG;
     }
@@ -379,11 +388,11 @@ static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
                                          const shoal_shm_addr_t *addr, void **map_p,
                                          shoal_shm_seg_t **hdr_p)
 {
-    struct shoal_comm *comm = ctx->base.comm;
+    const shoal_tl_params_t *par = &ctx->base.params;
     int fd = shm_open(addr->name, O_RDWR | O_CLOEXEC, 0);
     if (fd < 0) {
         shoal_error(SHM, "rank %d: shm_open(%s) of rank %d: %s (is /dev/shm shared "
-                    "between the two?)", comm->rank, addr->name, peer, strerror(errno));
+                    "between the two?)", par->rank, addr->name, peer, strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
     shoal_status_t s = SHOAL_ERR_SYSTEM;
@@ -411,7 +420,7 @@ static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
                     addr->name, peer);
         goto out_unmap_hdr;
     }
-    size_t off = ctx->page + shoal_shm_fifo_index(comm, peer, comm->rank) * ctx->stride;
+    size_t off = ctx->page + shoal_shm_fifo_index(par, peer, par->rank) * ctx->stride;
     void *map = mmap(NULL, ctx->stride, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
                      fd, (off_t)off);
     if (map == MAP_FAILED) {
@@ -421,10 +430,10 @@ static shoal_status_t shoal_shm_map_peer(shoal_shm_ctx_t *ctx, int peer,
     }
     const shoal_shm_fifo_t *fifo = map;
     if (fifo->magic != SHOAL_SHM_MAGIC || fifo->owner != (uint32_t)peer ||
-        fifo->sender != (uint32_t)comm->rank || fifo->nslots != ctx->nslots ||
+        fifo->sender != (uint32_t)par->rank || fifo->nslots != ctx->nslots ||
         fifo->chunk_size != ctx->chunk) {
         shoal_error(SHM, "segment %s of rank %d: FIFO at offset %zu is not the one for rank %d",
-                    addr->name, peer, off, comm->rank);
+                    addr->name, peer, off, par->rank);
         munmap(map, ctx->stride);
         goto out_unmap_hdr;
     }
@@ -447,7 +456,7 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
                                         size_t len, uint64_t deadline_ns, shoal_ep_t **ep_p)
 {
     shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base;
-    struct shoal_comm *comm = base->comm;
+    const shoal_tl_params_t *par = &base->params;
     shoal_shm_addr_t addr;
     if (len != sizeof(addr)) {
         shoal_error(SHM, "rank %d sent a %zu-byte shared-memory address, expected %zu", peer,
@@ -476,9 +485,10 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
     ep->tx = ep->tx_map;
     ep->tx_meta = shoal_shm_fifo_meta(ep->tx);
     ep->tx_data = (unsigned char *)ep->tx_map + ctx->ctrl_len;
-    ep->rx = shoal_shm_own_fifo(ctx, shoal_shm_fifo_index(comm, comm->rank, peer));
+    ep->rx = shoal_shm_own_fifo(ctx, shoal_shm_fifo_index(par, par->rank, peer));
     ep->rx_meta = shoal_shm_fifo_meta(ep->rx);
     ep->rx_data = (const unsigned char *)ep->rx + ctx->ctrl_len;
+    ctx->eps[peer] = ep;
     *ep_p = &ep->base;
     return SHOAL_OK;
 
@@ -515,13 +525,11 @@ static inline void shoal_shm_ring(shoal_shm_seg_t *hdr)
  * only grows: pieces posted to it plus slots it sent into freed. */
 static uint64_t shoal_shm_activity(const shoal_shm_ctx_t *ctx)
 {
-    const struct shoal_comm *comm = ctx->base.comm;
     uint64_t sum = 0;
-    for (int q = 0; q < comm->nranks; q++) {
-        const shoal_ep_t *base = comm->eps ? comm->eps[q] : NULL;
-        if (!base || base->ops != &shoal_shm_ops)
+    for (int q = 0; q < ctx->base.params.nranks; q++) {
+        const shoal_shm_ep_t *ep = ctx->eps[q];
+        if (!ep)
             continue;
-        const shoal_shm_ep_t *ep = (const shoal_shm_ep_t *)base;
         sum += atomic_load_explicit(&ep->rx->head, memory_order_seq_cst) +
                atomic_load_explicit(&ep->tx->tail, memory_order_seq_cst);
     }
@@ -567,8 +575,7 @@ static shoal_status_t shoal_shm_send_slot(shoal_ep_t *base, void **buf_p, size_t
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len,
-                                          const shoal_sig_t *sig)
+static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len, const void *hdr)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (len > ep->chunk) {
@@ -582,10 +589,10 @@ static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len,
     }
     shoal_shm_meta_t *meta = &ep->tx_meta[ep->tx_idx];
     meta->len = len;
-    if (sig)
-        meta->sig = *sig;
+    if (hdr)
+        memcpy(meta->hdr, hdr, SHOAL_TL_HDR_BYTES);
     else
-        memset(&meta->sig, 0, sizeof(meta->sig));
+        memset(meta->hdr, 0, SHOAL_TL_HDR_BYTES);
     atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
     /* Release: the slot's bytes and metadata are visible before the count;
      * sequentially consistent for the doorbell (shoal_shm_ring). */
@@ -597,7 +604,7 @@ static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len,
 }
 
 static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p,
-                                          shoal_sig_t *sig_p)
+                                          void *hdr_p)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (ep->rx_tail == ep->rx_head) {
@@ -614,8 +621,8 @@ static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, 
     }
     *buf_p = ep->rx_data + ep->rx_idx * ep->chunk;
     *len_p = (size_t)len;
-    if (sig_p)
-        *sig_p = meta->sig;
+    if (hdr_p)
+        memcpy(hdr_p, meta->hdr, SHOAL_TL_HDR_BYTES);
     return SHOAL_OK;
 }
 
@@ -637,11 +644,54 @@ static shoal_status_t shoal_shm_recv_release(shoal_ep_t *base)
     return SHOAL_OK;
 }
 
+static shoal_status_t shoal_shm_rkey_attach(shoal_ep_t *base, const void *blob, size_t len,
+                                            const shoal_rmem_t **rmem_p)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    if (!base || !blob || !rmem_p)
+        return SHOAL_ERR_UNSUPPORTED;
+    return shoal_shm_rcache_attach(&ep->rcache, base->peer, blob, len, rmem_p);
+}
+
+/* The bytes go straight into the peer's memory; the signal is an empty
+ * message behind them in the FIFO, whose release store of head also
+ * publishes the copy. The slot is taken first, so that a full FIFO leaves
+ * nothing half done. */
+static shoal_status_t shoal_shm_put_signal(shoal_ep_t *base, const void *src,
+                                           const shoal_mem_t *local, const shoal_rmem_t *remote,
+                                           size_t remote_off, size_t len)
+{
+    (void)local; /* a plain load reads our own memory */
+    if (!base || !remote || (!src && len > 0))
+        return SHOAL_ERR_UNSUPPORTED;
+    if (remote_off > remote->len || len > remote->len - remote_off) {
+        shoal_error(SHM, "put of %zu B at offset %zu to rank %d overruns its %zu-B region", len,
+                    remote_off, base->peer, remote->len);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    void *slot;
+    size_t cap;
+    shoal_status_t s = shoal_shm_send_slot(base, &slot, &cap);
+    if (s != SHOAL_OK)
+        return s;
+    if (len)
+        memcpy((char *)remote->addr + remote_off, src, len);
+    s = shoal_shm_send_post(base, 0, NULL);
+    if (s != SHOAL_OK)
+        return s;
+    atomic_store_explicit(&base->puts, base->puts + 1, memory_order_relaxed);
+    atomic_store_explicit(&base->put_bytes, base->put_bytes + len, memory_order_relaxed);
+    return SHOAL_OK;
+}
+
 static void shoal_shm_disconnect(shoal_ep_t *base)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    shoal_shm_ctx_t *ctx = (shoal_shm_ctx_t *)base->ctx;
+    ctx->eps[base->peer] = NULL;
+    shoal_shm_rcache_clear(&ep->rcache);
     munmap(ep->tx_map, ep->tx_map_len);
-    munmap(ep->peer_hdr, ((shoal_shm_ctx_t *)base->ctx)->page);
+    munmap(ep->peer_hdr, ctx->page);
     free(ep);
 }
 
@@ -652,18 +702,19 @@ static void shoal_shm_close(shoal_tl_ctx_t *base)
      * nor that of a local peer which died before the others mapped its
      * segment (peers still alive have failed too, and unlink their own). */
     if (ctx->linked) {
-        const struct shoal_comm *comm = base->comm;
-        for (int q = 0; q < comm->nranks; q++) {
-            if (comm->host_of[q] != comm->host_of[comm->rank])
+        const shoal_tl_params_t *par = &base->params;
+        for (int q = 0; q < par->nranks; q++) {
+            if (par->host_of[q] != par->host_of[par->rank])
                 continue;
             char name[SHOAL_SHM_NAME_MAX];
-            shoal_shm_name(comm, q, name);
-            if (shm_unlink(name) == 0 && q != comm->rank)
+            shoal_shm_name(par, q, name);
+            if (shm_unlink(name) == 0 && q != par->rank)
                 shoal_info(SHM, "rank %d removed the segment %s of rank %d (pid %lu)",
-                           comm->rank, name, q, (unsigned long)comm->pids[q]);
+                           par->rank, name, q, (unsigned long)par->pids[q]);
         }
     }
     munmap(ctx->seg, ctx->seg_len);
+    free(ctx->eps);
     free(ctx);
 }
 
@@ -684,7 +735,9 @@ const shoal_transport_ops_t shoal_shm_ops = {
     .sleep = shoal_shm_sleep,
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
-    .put_signal = shoal_tl_stub_put_signal,
+    .rkey_pack = shoal_shm_rkey_pack,
+    .rkey_attach = shoal_shm_rkey_attach,
+    .put_signal = shoal_shm_put_signal,
     .disconnect = shoal_shm_disconnect,
     .close = shoal_shm_close,
 };

@@ -4,6 +4,7 @@
 #include "transport.h"
 
 #include "base/log.h"
+#include "shmem.h"
 
 #include <stdlib.h>
 
@@ -23,8 +24,21 @@ shoal_status_t shoal_tl_stub_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem)
     return SHOAL_ERR_UNSUPPORTED;
 }
 
-shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const shoal_mem_t *local,
-                                        size_t local_off, uint64_t remote_key,
+shoal_status_t shoal_tl_stub_rkey_pack(shoal_tl_ctx_t *ctx, const shoal_mem_t *mem,
+                                       const void *addr, size_t len, void *blob,
+                                       size_t *len_p)
+{
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+shoal_status_t shoal_tl_stub_rkey_attach(shoal_ep_t *ep, const void *blob, size_t len,
+                                         const shoal_rmem_t **rmem_p)
+{
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
+shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
+                                        const shoal_mem_t *local, const shoal_rmem_t *remote,
                                         size_t remote_off, size_t len)
 {
     return SHOAL_ERR_UNSUPPORTED;
@@ -48,7 +62,8 @@ shoal_status_t shoal_tl_stub_flush(shoal_ep_t *ep)
 /* Transports that move bytes by copying (shm, tcp) need no pinning or keys:
  * a registration only records the region, so callers can register on every
  * transport alike and a later transport with real keys changes nothing for
- * them. */
+ * them. Host memory from shoal_mem_alloc is recorded as shareable, which
+ * shm's remote keys need. */
 shoal_status_t shoal_tl_host_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len,
                                      shoal_mem_kind_t kind, shoal_mem_t **mem_p)
 {
@@ -61,6 +76,9 @@ shoal_status_t shoal_tl_host_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len
         shoal_error(MEM, "mem_reg: out of memory");
         return SHOAL_ERR_NO_MEMORY;
     }
+    shoal_shmem_block_t blk;
+    if (kind == SHOAL_MEM_HOST && len > 0 && shoal_shmem_find(addr, len, &blk))
+        kind = SHOAL_MEM_HOST_SHARED;
     mem->addr = addr;
     mem->len = len;
     mem->kind = kind;

@@ -18,14 +18,11 @@
 #include "transport.h"
 
 #include "base/auth.h"
-#include "core/bootstrap.h"
-#include "core/comm.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/sock.h"
 
 #include <arpa/inet.h>
-#include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -68,19 +65,14 @@ typedef struct {
     uint32_t nsocks;
 } shoal_tcp_hello_t;
 
-/* Message header on socket 0; network order. The sequence number catches a
- * stream that lost its framing; the operation signature (sig.h) travels
- * as seq, count, then kind, dtype, op, pad, then root. */
+/* Message header on socket 0. The sequence number catches a stream that
+ * lost its framing (network order); the caller's header blob follows as
+ * given: it is the layer above's to encode, and ranks of one job share
+ * the byte order of their build. */
 typedef struct {
     uint32_t len;
     uint32_t seq;
-    uint64_t sig_seq;
-    uint64_t sig_count;
-    uint8_t sig_kind;
-    uint8_t sig_dtype;
-    uint8_t sig_op;
-    uint8_t sig_pad;
-    uint32_t sig_root;
+    unsigned char hdr[SHOAL_TL_HDR_BYTES];
 } shoal_tcp_hdr_t;
 
 _Static_assert(sizeof(shoal_tcp_hdr_t) == 32, "the header has no padding");
@@ -116,8 +108,7 @@ typedef struct shoal_tcp_ep {
     unsigned char *rx_buf;
     shoal_tcp_hdr_t *rx_hdr;
     size_t *rx_len;
-    shoal_sig_t *rx_sig;    /* decoded from rx_hdr */
-    shoal_tcp_cursor_t rx[SHOAL_TCP_NSOCKS_MAX];
+        shoal_tcp_cursor_t rx[SHOAL_TCP_NSOCKS_MAX];
     uint64_t rx_hdrs;       /* headers read */
     uint64_t rx_head;       /* messages read on every socket */
     uint64_t rx_tail;       /* messages released */
@@ -191,7 +182,7 @@ static shoal_status_t shoal_tcp_fail(shoal_tcp_ep_t *ep, shoal_status_t status,
     va_start(ap, fmt);
     vsnprintf(why, sizeof(why), fmt, ap);
     va_end(ap);
-    shoal_error(TCP, "rank %d: connection to rank %d lost: %s", ep->base.ctx->comm->rank,
+    shoal_error(TCP, "rank %d: connection to rank %d lost: %s", ep->base.ctx->params.rank,
                 ep->base.peer, why);
     ep->err = status;
     shoal_tcp_unwatch(ep);
@@ -339,10 +330,6 @@ static shoal_status_t shoal_tcp_rx_header(shoal_tcp_ep_t *ep, uint64_t m)
                               "sequence %u): the stream lost its framing",
                               (unsigned long long)m, len, seq);
     ep->rx_len[slot] = len;
-    const shoal_tcp_hdr_t *h = &ep->rx_hdr[slot];
-    ep->rx_sig[slot] = (shoal_sig_t){.seq = be64toh(h->sig_seq), .count = be64toh(h->sig_count),
-                                     .kind = h->sig_kind, .dtype = h->sig_dtype,
-                                     .op = h->sig_op, .root = (int32_t)ntohl(h->sig_root)};
     ep->rx_hdrs++;
     return SHOAL_OK;
 }
@@ -383,7 +370,7 @@ static shoal_status_t shoal_tcp_rx_advance(shoal_tcp_ep_t *ep, int sock, size_t 
 static shoal_status_t shoal_tcp_rx_eof(shoal_tcp_ep_t *ep, int sock)
 {
     if (sock == 0 && ep->rx[0].off == 0) {
-        shoal_debug(TCP, "rank %d: rank %d closed its connection", ep->base.ctx->comm->rank,
+        shoal_debug(TCP, "rank %d: rank %d closed its connection", ep->base.ctx->params.rank,
                     ep->base.peer);
         ep->eof = 1;
         return SHOAL_OK;
@@ -463,8 +450,7 @@ static shoal_status_t shoal_tcp_send_slot(shoal_ep_t *base, void **buf_p, size_t
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len,
-                                          const shoal_sig_t *sig)
+static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len, const void *hdr)
 {
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
@@ -480,13 +466,12 @@ static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len,
     }
     ep->tx_len[ep->tx_idx] = len;
     shoal_tcp_hdr_t *h = &ep->tx_hdr[ep->tx_idx];
-    static const shoal_sig_t none;
-    if (!sig)
-        sig = &none;
-    *h = (shoal_tcp_hdr_t){.len = htonl((uint32_t)len), .seq = htonl((uint32_t)ep->tx_head),
-                           .sig_seq = htobe64(sig->seq), .sig_count = htobe64(sig->count),
-                           .sig_kind = sig->kind, .sig_dtype = sig->dtype, .sig_op = sig->op,
-                           .sig_root = htonl((uint32_t)sig->root)};
+    h->len = htonl((uint32_t)len);
+    h->seq = htonl((uint32_t)ep->tx_head);
+    if (hdr)
+        memcpy(h->hdr, hdr, SHOAL_TL_HDR_BYTES);
+    else
+        memset(h->hdr, 0, SHOAL_TL_HDR_BYTES);
     atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
     ep->tx_head++;
     if (++ep->tx_idx == ep->nslots)
@@ -496,7 +481,7 @@ static shoal_status_t shoal_tcp_send_post(shoal_ep_t *base, size_t len,
 }
 
 static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, size_t *len_p,
-                                          shoal_sig_t *sig_p)
+                                          void *hdr_p)
 {
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
@@ -516,8 +501,8 @@ static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, 
     }
     *buf_p = ep->rx_buf + ep->rx_idx * ep->chunk;
     *len_p = ep->rx_len[ep->rx_idx];
-    if (sig_p)
-        *sig_p = ep->rx_sig[ep->rx_idx];
+    if (hdr_p)
+        memcpy(hdr_p, ep->rx_hdr[ep->rx_idx].hdr, SHOAL_TL_HDR_BYTES);
     return SHOAL_OK;
 }
 
@@ -584,10 +569,10 @@ static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
 
 /* ---- wireup ----------------------------------------------------------- */
 
-static shoal_status_t shoal_tcp_query(struct shoal_comm *comm, int peer,
+static shoal_status_t shoal_tcp_query(const shoal_tl_params_t *par, int peer,
                                       shoal_tl_caps_t *caps_p)
 {
-    caps_p->reachable = shoal_config_get()->tcp.enable && peer != comm->rank;
+    caps_p->reachable = shoal_config_get()->tcp.enable && peer != par->rank;
     caps_p->latency_us = 30.0;
     caps_p->bandwidth_gbs = 1.2;
     return SHOAL_OK;
@@ -595,7 +580,7 @@ static shoal_status_t shoal_tcp_query(struct shoal_comm *comm, int peer,
 
 static void shoal_tcp_ctx_free(shoal_tcp_ctx_t *ctx)
 {
-    int nranks = ctx->base.comm->nranks;
+    int nranks = ctx->base.params.nranks;
     if (ctx->acc)
         shoal_acceptor_destroy(ctx->acc);
     if (ctx->listen_fd >= 0)
@@ -612,10 +597,10 @@ static void shoal_tcp_ctx_free(shoal_tcp_ctx_t *ctx)
     free(ctx);
 }
 
-static shoal_status_t shoal_tcp_open(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p)
+static shoal_status_t shoal_tcp_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx_p)
 {
     const shoal_config_t *cfg = shoal_config_get();
-    if (!cfg->tcp.enable || comm->nranks < 2)
+    if (!cfg->tcp.enable || par->nranks < 2)
         return SHOAL_ERR_UNSUPPORTED;
     shoal_tcp_ctx_t *ctx = calloc(1, sizeof(*ctx));
     if (!ctx) {
@@ -623,7 +608,7 @@ static shoal_status_t shoal_tcp_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
         return SHOAL_ERR_NO_MEMORY;
     }
     ctx->base.ops = &shoal_tcp_ops;
-    ctx->base.comm = comm;
+    ctx->base.params = *par;
     ctx->listen_fd = -1;
     ctx->epfd = -1;
     ctx->nsocks = cfg->tcp.nsocks;
@@ -634,7 +619,7 @@ static shoal_status_t shoal_tcp_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
                     SHOAL_TCP_NSOCKS_MAX);
         goto err_free_ctx;
     }
-    ctx->chunk = comm->chunk_size;
+    ctx->chunk = par->chunk_size;
     size_t bytes;
     if (ctx->chunk > UINT32_MAX ||
         __builtin_mul_overflow(ctx->nslots, ctx->chunk, &bytes)) {
@@ -642,11 +627,11 @@ static shoal_status_t shoal_tcp_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
                     ctx->nslots, ctx->chunk);
         goto err_free_ctx;
     }
-    size_t nfds = (size_t)comm->nranks * (size_t)ctx->nsocks;
+    size_t nfds = (size_t)par->nranks * (size_t)ctx->nsocks;
     ctx->nevents = (int)nfds;
     ctx->stash = malloc(nfds * sizeof(*ctx->stash));
     ctx->events = calloc(nfds, sizeof(*ctx->events));
-    ctx->list = calloc((size_t)comm->nranks, sizeof(*ctx->list));
+    ctx->list = calloc((size_t)par->nranks, sizeof(*ctx->list));
     s = SHOAL_ERR_NO_MEMORY;
     if (!ctx->stash || !ctx->events || !ctx->list) {
         shoal_error(TCP, "tcp open: out of memory");
@@ -661,17 +646,17 @@ static shoal_status_t shoal_tcp_open(struct shoal_comm *comm, shoal_tl_ctx_t **c
         goto err_free_ctx;
     }
     /* The interface the bootstrap chose is one every peer could reach. */
-    ctx->addr = *shoal_bootstrap_local_addr(comm->bootstrap);
+    ctx->addr = *par->boot.local_addr(par->boot.handle);
     shoal_sock_set_port(&ctx->addr, 0);
     s = shoal_sock_listen(&ctx->addr, &ctx->listen_fd);
     if (s != SHOAL_OK)
         goto err_free_ctx;
-    s = shoal_acceptor_create(ctx->listen_fd, shoal_bootstrap_secret(comm->bootstrap),
+    s = shoal_acceptor_create(ctx->listen_fd, par->boot.secret(par->boot.handle),
                               sizeof(shoal_tcp_hello_t), &ctx->acc);
     if (s != SHOAL_OK)
         goto err_free_ctx;
     char str[SHOAL_SOCKADDR_STRLEN];
-    shoal_debug(TCP, "rank %d listens on %s", comm->rank, shoal_sock_str(&ctx->addr, str));
+    shoal_debug(TCP, "rank %d listens on %s", par->rank, shoal_sock_str(&ctx->addr, str));
     *ctx_p = &ctx->base;
     return SHOAL_OK;
 
@@ -702,12 +687,12 @@ static shoal_status_t shoal_tcp_dial(shoal_tcp_ctx_t *ctx, int peer,
                                      const shoal_tcp_addr_t *addr, uint64_t deadline_ns,
                                      int *fds)
 {
-    struct shoal_comm *comm = ctx->base.comm;
-    const uint8_t *secret = shoal_bootstrap_secret(comm->bootstrap);
+    const shoal_tl_params_t *par = &ctx->base.params;
+    const uint8_t *secret = par->boot.secret(par->boot.handle);
     for (int i = 0; i < ctx->nsocks; i++) {
         shoal_tcp_hello_t hello = {
             .magic = htonl(SHOAL_TCP_HELLO_MAGIC),
-            .rank = htonl((uint32_t)comm->rank),
+            .rank = htonl((uint32_t)par->rank),
             .sock = htonl((uint32_t)i),
             .nsocks = htonl((uint32_t)ctx->nsocks),
         };
@@ -721,7 +706,7 @@ static shoal_status_t shoal_tcp_dial(shoal_tcp_ctx_t *ctx, int peer,
         }
         if (s != SHOAL_OK) {
             char str[SHOAL_SOCKADDR_STRLEN];
-            shoal_error(TCP, "rank %d: socket %d to rank %d at %s: %s", comm->rank, i, peer,
+            shoal_error(TCP, "rank %d: socket %d to rank %d at %s: %s", par->rank, i, peer,
                         shoal_sock_str(&addr->addr, str), shoal_status_string(s));
             while (i-- > 0)
                 close(fds[i]);
@@ -736,7 +721,7 @@ static shoal_status_t shoal_tcp_dial(shoal_tcp_ctx_t *ctx, int peer,
 static shoal_status_t shoal_tcp_accept(shoal_tcp_ctx_t *ctx, int peer, uint64_t deadline_ns,
                                        int *fds)
 {
-    struct shoal_comm *comm = ctx->base.comm;
+    const shoal_tl_params_t *par = &ctx->base.params;
     int *mine = &ctx->stash[(size_t)peer * (size_t)ctx->nsocks];
     for (;;) {
         int have = 0;
@@ -749,16 +734,16 @@ static shoal_status_t shoal_tcp_accept(shoal_tcp_ctx_t *ctx, int peer, uint64_t 
         shoal_status_t s = shoal_acceptor_next(ctx->acc, deadline_ns, &hello, &fd);
         if (s != SHOAL_OK) {
             shoal_error(TCP, "rank %d: waiting for the connections of rank %d: %s",
-                        comm->rank, peer, shoal_status_string(s));
+                        par->rank, peer, shoal_status_string(s));
             return s;
         }
         uint32_t rank = ntohl(hello.rank), sock = ntohl(hello.sock);
         if (ntohl(hello.magic) != SHOAL_TCP_HELLO_MAGIC ||
-            ntohl(hello.nsocks) != (uint32_t)ctx->nsocks || rank <= (uint32_t)comm->rank ||
-            rank >= (uint32_t)comm->nranks || sock >= (uint32_t)ctx->nsocks ||
+            ntohl(hello.nsocks) != (uint32_t)ctx->nsocks || rank <= (uint32_t)par->rank ||
+            rank >= (uint32_t)par->nranks || sock >= (uint32_t)ctx->nsocks ||
             ctx->stash[rank * (uint32_t)ctx->nsocks + sock] >= 0) {
             shoal_warn(TCP, "rank %d: dropping a data connection with an unexpected hello "
-                       "(rank %u, socket %u of %u)", comm->rank, rank, sock,
+                       "(rank %u, socket %u of %u)", par->rank, rank, sock,
                        ntohl(hello.nsocks));
             close(fd);
             continue;
@@ -795,7 +780,6 @@ static void shoal_tcp_ep_free(shoal_tcp_ep_t *ep)
     free(ep->rx_hdr);
     free(ep->tx_len);
     free(ep->rx_len);
-    free(ep->rx_sig);
     free(ep);
 }
 
@@ -821,10 +805,9 @@ static shoal_status_t shoal_tcp_ep_create(shoal_tcp_ctx_t *ctx, int peer, const 
     ep->rx_hdr = calloc(ctx->nslots, sizeof(*ep->rx_hdr));
     ep->tx_len = calloc(ctx->nslots, sizeof(*ep->tx_len));
     ep->rx_len = calloc(ctx->nslots, sizeof(*ep->rx_len));
-    ep->rx_sig = calloc(ctx->nslots, sizeof(*ep->rx_sig));
     shoal_status_t s = SHOAL_ERR_NO_MEMORY;
     if (!ep->tx_buf || !ep->rx_buf || !ep->tx_hdr || !ep->rx_hdr || !ep->tx_len ||
-        !ep->rx_len || !ep->rx_sig) {
+        !ep->rx_len) {
         shoal_error(TCP, "tcp connect: no memory for 2 x %zu slots of %zu B", ctx->nslots,
                     ctx->chunk);
         goto err_free_ep;
@@ -869,7 +852,7 @@ static shoal_status_t shoal_tcp_connect(shoal_tl_ctx_t *base, int peer, const vo
                                         size_t len, uint64_t deadline_ns, shoal_ep_t **ep_p)
 {
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    struct shoal_comm *comm = base->comm;
+    const shoal_tl_params_t *par = &base->params;
     shoal_tcp_addr_t addr;
     if (len != sizeof(addr)) {
         shoal_error(TCP, "rank %d sent a %zu-byte tcp address, expected %zu", peer, len,
@@ -884,11 +867,11 @@ static shoal_status_t shoal_tcp_connect(shoal_tl_ctx_t *base, int peer, const vo
     if (addr.nsocks != (uint32_t)ctx->nsocks || addr.chunk_size != ctx->chunk) {
         shoal_error(TCP, "rank %d uses %u sockets and %llu-B chunks, rank %d %d and %zu B: "
                     "SHOAL_TCP_NSOCKS and SHOAL_CHUNK_SIZE must agree", peer, addr.nsocks,
-                    (unsigned long long)addr.chunk_size, comm->rank, ctx->nsocks, ctx->chunk);
+                    (unsigned long long)addr.chunk_size, par->rank, ctx->nsocks, ctx->chunk);
         return SHOAL_ERR_INVALID_ARG;
     }
     int fds[SHOAL_TCP_NSOCKS_MAX];
-    shoal_status_t s = peer < comm->rank ? shoal_tcp_dial(ctx, peer, &addr, deadline_ns, fds)
+    shoal_status_t s = peer < par->rank ? shoal_tcp_dial(ctx, peer, &addr, deadline_ns, fds)
                                          : shoal_tcp_accept(ctx, peer, deadline_ns, fds);
     if (s != SHOAL_OK)
         return s;
@@ -973,6 +956,8 @@ const shoal_transport_ops_t shoal_tcp_ops = {
     .sleep = shoal_tl_stub_sleep, /* polled: its sockets need progress calls */
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
+    .rkey_pack = shoal_tl_stub_rkey_pack,
+    .rkey_attach = shoal_tl_stub_rkey_attach,
     .put_signal = shoal_tl_stub_put_signal,
     .disconnect = shoal_tcp_disconnect,
     .close = shoal_tcp_close,

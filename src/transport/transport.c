@@ -1,6 +1,8 @@
 /* Transport registry and wireup: open each transport, exchange address
  * blobs over the bootstrap network, and connect every peer through the first
- * transport in list order that both ends have open and that reaches it. */
+ * transport in list order that both ends have open and that reaches it.
+ * This file is the one place where the communicator meets the transports:
+ * it hands them the narrow shoal_tl_params_t built from it. */
 #include "transport.h"
 
 #include "core/comm.h"
@@ -18,6 +20,36 @@ static const shoal_transport_ops_t *const transports[] = {
 #define NTRANSPORTS (sizeof(transports) / sizeof(transports[0]))
 
 _Static_assert(NTRANSPORTS <= SHOAL_MAX_TRANSPORTS, "raise SHOAL_MAX_TRANSPORTS");
+/* The header the transports carry is the operation signature. */
+_Static_assert(sizeof(shoal_sig_t) == SHOAL_TL_HDR_BYTES, "signatures fill the header");
+_Static_assert(SHOAL_TAG_BYTES == SHOAL_TL_TAG_BYTES, "tags travel whole");
+
+static const shoal_sockaddr_t *wireup_local_addr(const void *handle)
+{
+    return shoal_bootstrap_local_addr(handle);
+}
+
+static const uint8_t *wireup_secret(const void *handle)
+{
+    return shoal_bootstrap_secret(handle);
+}
+
+/* What the transports may know of comm; the arrays and the bootstrap
+ * live as long as comm. */
+static void wireup_params(struct shoal_comm *comm, shoal_tl_params_t *par)
+{
+    *par = (shoal_tl_params_t){
+        .rank = comm->rank,
+        .nranks = comm->nranks,
+        .chunk_size = comm->chunk_size,
+        .host_of = comm->host_of,
+        .pids = comm->pids,
+        .tags = (const uint8_t(*)[SHOAL_TL_TAG_BYTES])comm->tags,
+        .boot = {.handle = comm->bootstrap,
+                 .local_addr = wireup_local_addr,
+                 .secret = wireup_secret},
+    };
+}
 
 typedef struct {
     uint32_t len; /* 0: the transport is not open on that rank */
@@ -25,14 +57,16 @@ typedef struct {
 } tl_addr_t;
 
 /* Open transport t (or leave it closed) and gather every rank's blob. */
-static shoal_status_t wireup_exchange(struct shoal_comm *comm, size_t t, tl_addr_t *addrs)
+static shoal_status_t wireup_exchange(struct shoal_comm *comm, const shoal_tl_params_t *par,
+                                      size_t t, tl_addr_t *addrs)
 {
     const shoal_transport_ops_t *ops = transports[t];
     tl_addr_t *mine = &addrs[comm->rank];
     memset(mine, 0, sizeof(*mine));
     shoal_tl_ctx_t *ctx = NULL;
-    shoal_status_t s = ops->open(comm, &ctx);
+    shoal_status_t s = ops->open(par, &ctx);
     if (s == SHOAL_OK) {
+        ctx->comm = comm;
         size_t len = SHOAL_TL_ADDR_MAX;
         s = ops->addr_pack(ctx, mine->blob, &len);
         if (s != SHOAL_OK || len == 0 || len > SHOAL_TL_ADDR_MAX) {
@@ -50,15 +84,15 @@ static shoal_status_t wireup_exchange(struct shoal_comm *comm, size_t t, tl_addr
     return shoal_bootstrap_allgather(comm->bootstrap, addrs, sizeof(*addrs));
 }
 
-static shoal_status_t wireup_peer(struct shoal_comm *comm, int peer, tl_addr_t *const *addrs,
-                                  uint64_t deadline)
+static shoal_status_t wireup_peer(struct shoal_comm *comm, const shoal_tl_params_t *par,
+                                  int peer, tl_addr_t *const *addrs, uint64_t deadline)
 {
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         const tl_addr_t *theirs = &addrs[t][peer];
         if (!comm->tl_ctx[t] || theirs->len == 0)
             continue;
         shoal_tl_caps_t caps = {0};
-        shoal_status_t s = transports[t]->query(comm, peer, &caps);
+        shoal_status_t s = transports[t]->query(par, peer, &caps);
         if (s != SHOAL_OK)
             return s;
         if (!caps.reachable)
@@ -79,15 +113,17 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
 {
     tl_addr_t *addrs[NTRANSPORTS] = {0};
     shoal_status_t s = SHOAL_OK;
+    shoal_tl_params_t par;
+    wireup_params(comm, &par);
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
         addrs[t] = calloc((size_t)comm->nranks, sizeof(tl_addr_t));
-        s = addrs[t] ? wireup_exchange(comm, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
+        s = addrs[t] ? wireup_exchange(comm, &par, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
     }
     comm->ntl = (int)NTRANSPORTS;
     uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
     for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
         if (peer != comm->rank)
-            s = wireup_peer(comm, peer, addrs, deadline);
+            s = wireup_peer(comm, &par, peer, addrs, deadline);
     }
     if (s == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);

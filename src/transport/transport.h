@@ -4,23 +4,35 @@
  * transport.c.
  *
  * Lifecycle, driven by shoal_transport_wireup():
- *   open -> addr_pack -> (bootstrap all-gather of address blobs)
+ *   open(params) -> addr_pack -> (bootstrap all-gather of address blobs)
  *   -> connect(peer) for every peer it reaches, in increasing peer order
  *   -> (bootstrap barrier) -> ready -> data ops and progress -> disconnect
  *   -> close.
+ * A transport sees only the narrow shoal_tl_params_t it is opened with,
+ * never the communicator.
  *
  * Data moves through a FIFO of slots per endpoint and direction, each slot at
- * most comm->chunk_size bytes. The sender asks for the next free slot, writes
- * into it (for shm that is the receiver's memory) and posts it; the receiver
- * gets the oldest arrived slot, reads it in place and releases it. Messages
- * arrive in order. Every message carries the sender's operation signature
- * (sig.h) beside its length, so the receiver can check it before reading.
- * No op blocks: "not yet" is SHOAL_INPROGRESS, and the caller drives
- * progress() until its deadline. */
+ * most params.chunk_size bytes. The sender asks for the next free slot,
+ * writes into it (for shm that is the receiver's memory) and posts it; the
+ * receiver gets the oldest arrived slot, reads it in place and releases it.
+ * Messages arrive in order. Every message carries beside its length a
+ * header of SHOAL_TL_HDR_BYTES that the layer above gives (the operation's
+ * signature) and the transport delivers unchanged without knowing its type,
+ * so the receiver can check it before reading. No op blocks: "not yet" is
+ * SHOAL_INPROGRESS, and the caller drives progress() until its deadline.
+ *
+ * Memory domain: mem_reg tells what a region is (its kind: private host,
+ * host that peers of this host can map, device) and keeps what the
+ * transport needs to let peers reach it; rkey_pack turns part of a
+ * registration into a bounded remote key to send to a peer, rkey_attach
+ * makes a peer's key usable on the endpoint to that peer, and put_signal
+ * writes straight into the attached memory and then signals the peer
+ * through the FIFO (zero-copy). Transports without it use the stubs, and
+ * callers fall back to slots. */
 #ifndef SHOAL_TRANSPORT_H
 #define SHOAL_TRANSPORT_H
 
-#include "core/sig.h"
+#include "base/sock.h"
 #include "shoal.h"
 
 #include <stdatomic.h>
@@ -31,15 +43,52 @@ struct shoal_comm;
 typedef struct shoal_transport_ops shoal_transport_ops_t;
 
 #define SHOAL_TL_ADDR_MAX 256
+/* Bytes of the opaque per-message header the transports carry. */
+#define SHOAL_TL_HDR_BYTES 24
+/* Bytes of a remote key at most. */
+#define SHOAL_TL_RKEY_MAX 64
+/* Bytes of a rank's random tag (see shoal_tl_params_t). */
+#define SHOAL_TL_TAG_BYTES 16
 
 typedef enum {
-    SHOAL_MEM_HOST = 0,
-    SHOAL_MEM_CUDA = 1,
+    SHOAL_MEM_HOST = 0,        /* host memory private to this process */
+    SHOAL_MEM_CUDA = 1,        /* device memory */
+    SHOAL_MEM_HOST_SHARED = 2, /* host memory that peers of this host can map
+                                * (shoal_mem_alloc) */
 } shoal_mem_kind_t;
+
+/* What a transport may ask of the bootstrap network for its own
+ * exchanges: the local address peers can reach and the job's secret that
+ * every connection must prove. handle is passed back to each function. */
+typedef struct {
+    void *handle;
+    const shoal_sockaddr_t *(*local_addr)(const void *handle);
+    const uint8_t *(*secret)(const void *handle); /* SHOAL_SECRET_BYTES (base/auth.h) */
+} shoal_tl_boot_t;
+
+/* Everything a transport is opened with. The arrays have nranks entries
+ * and outlive the context (the wireup's owner keeps them). */
+typedef struct {
+    int rank;
+    int nranks;
+    size_t chunk_size;        /* bytes per slot */
+    const int *host_of;       /* dense host index of each rank */
+    /* Every rank's process id and a random tag of its own, known to every
+     * rank before any transport opens: what a transport names in the file
+     * system after them can be found and removed by the others should its
+     * owner die before wireup finished. */
+    const uint32_t *pids;
+    const uint8_t (*tags)[SHOAL_TL_TAG_BYTES];
+    shoal_tl_boot_t boot;
+} shoal_tl_params_t;
 
 /* Base of every transport context; transports embed it first. */
 typedef struct shoal_tl_ctx {
     const shoal_transport_ops_t *ops;
+    /* What it was opened with (copied by open). */
+    shoal_tl_params_t params;
+    /* The communicator the wireup opened it for, for the layers above (the
+     * simulator, the progress loop); transports never read it. */
     struct shoal_comm *comm;
 } shoal_tl_ctx_t;
 
@@ -53,6 +102,10 @@ typedef struct shoal_ep {
      * writes them; the flight recorder reads them from any thread). */
     atomic_ullong tx_bytes;
     atomic_ullong rx_bytes;
+    /* Zero-copy writes into the peer's memory (put_signal) and their
+     * bytes, counted the same way. */
+    atomic_ullong puts;
+    atomic_ullong put_bytes;
 } shoal_ep_t;
 
 /* A registered memory region; transports may embed it first. */
@@ -61,6 +114,13 @@ typedef struct shoal_mem {
     size_t len;
     shoal_mem_kind_t kind;
 } shoal_mem_t;
+
+/* A peer's memory attached on an endpoint (rkey_attach): where this
+ * process writes it (addr, when the transport maps it) and its length. */
+typedef struct shoal_rmem {
+    void *addr;
+    size_t len;
+} shoal_rmem_t;
 
 typedef struct {
     int reachable;      /* 1 if this transport can connect to the peer */
@@ -74,9 +134,11 @@ struct shoal_transport_ops {
 
     /* Whether and at what cost this transport reaches peer. Never fails for
      * an unreachable peer: it reports reachable = 0. */
-    shoal_status_t (*query)(struct shoal_comm *comm, int peer, shoal_tl_caps_t *caps_p);
+    shoal_status_t (*query)(const shoal_tl_params_t *params, int peer, shoal_tl_caps_t *caps_p);
 
-    shoal_status_t (*open)(struct shoal_comm *comm, shoal_tl_ctx_t **ctx_p);
+    /* SHOAL_ERR_UNSUPPORTED: not in use on this rank (disabled, or no peer
+     * it could reach). */
+    shoal_status_t (*open)(const shoal_tl_params_t *params, shoal_tl_ctx_t **ctx_p);
     /* Bounded address blob (<= SHOAL_TL_ADDR_MAX) that peers connect with. */
     shoal_status_t (*addr_pack)(shoal_tl_ctx_t *ctx, void *blob, size_t *len_p);
     /* Called by every rank for each reachable peer in increasing peer order;
@@ -88,11 +150,13 @@ struct shoal_transport_ops {
     shoal_status_t (*ready)(shoal_tl_ctx_t *ctx);
 
     shoal_status_t (*send_slot)(shoal_ep_t *ep, void **buf_p, size_t *cap_p);
-    /* Post the slot's first len bytes, with sig (NULL: all zero). */
-    shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len, const shoal_sig_t *sig);
-    /* The oldest arrived message; *sig_p (when not NULL) gets its signature. */
+    /* Post the slot's first len bytes, with the SHOAL_TL_HDR_BYTES header
+     * at hdr (NULL: all zero). */
+    shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len, const void *hdr);
+    /* The oldest arrived message; hdr_p (when not NULL) gets its
+     * SHOAL_TL_HDR_BYTES header. */
     shoal_status_t (*recv_slot)(shoal_ep_t *ep, const void **buf_p, size_t *len_p,
-                                shoal_sig_t *sig_p);
+                                void *hdr_p);
     shoal_status_t (*recv_release)(shoal_ep_t *ep);
     /* SHOAL_OK once every posted message has left this process (it is in
      * the peer's memory or in the kernel, which delivers it even after this
@@ -111,14 +175,37 @@ struct shoal_transport_ops {
      * caller checks its condition again either way. */
     shoal_status_t (*sleep)(shoal_tl_ctx_t *ctx, uint64_t waited_ns, uint64_t timeout_ns);
 
-    /* Memory registration, for transports that write remote memory. */
+    /* Memory domain. mem_reg records [addr, addr + len) of the kind the
+     * caller knows (HOST or CUDA); the result's kind may be finer
+     * (HOST_SHARED when peers of this host can map it). The region belongs
+     * to the caller until mem_dereg. */
     shoal_status_t (*mem_reg)(shoal_tl_ctx_t *ctx, void *addr, size_t len,
                               shoal_mem_kind_t kind, shoal_mem_t **mem_p);
     shoal_status_t (*mem_dereg)(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
-    /* One-sided write of len bytes into the peer's registered memory at
-     * remote_off, then a completion signal the peer can wait on. */
-    shoal_status_t (*put_signal)(shoal_ep_t *ep, const shoal_mem_t *local, size_t local_off,
-                                 uint64_t remote_key, size_t remote_off, size_t len);
+    /* A remote key (at most SHOAL_TL_RKEY_MAX bytes into blob; *len_p its
+     * capacity in, its length out) that lets a peer write [addr, addr +
+     * len), which must lie inside mem. SHOAL_ERR_UNSUPPORTED when peers
+     * cannot reach that memory directly. */
+    shoal_status_t (*rkey_pack)(shoal_tl_ctx_t *ctx, const shoal_mem_t *mem, const void *addr,
+                                size_t len, void *blob, size_t *len_p);
+    /* The peer's key, made usable on ep. The result belongs to ep and
+     * stays valid until ep is disconnected or a later attach on ep needs
+     * its place (the endpoint keeps a few, so repeated calls with the same
+     * buffers attach nothing new). SHOAL_ERR_UNSUPPORTED when this
+     * endpoint cannot reach the key's memory (the caller uses slots). */
+    shoal_status_t (*rkey_attach)(shoal_ep_t *ep, const void *blob, size_t len,
+                                  const shoal_rmem_t **rmem_p);
+    /* Write len bytes from src (inside local, when the transport needs the
+     * source registered; NULL otherwise) into the peer's attached memory at
+     * remote_off, then post a signal: an empty message with an all-zero
+     * header behind everything posted before, which the peer receives as
+     * any other (its arrival means the bytes are in place).
+     * SHOAL_INPROGRESS, having done nothing, while no slot is free for the
+     * signal; SHOAL_ERR_UNSUPPORTED, having done nothing, when this
+     * endpoint cannot put (no endpoint, nothing attached, a copy
+     * transport). */
+    shoal_status_t (*put_signal)(shoal_ep_t *ep, const void *src, const shoal_mem_t *local,
+                                 const shoal_rmem_t *remote, size_t remote_off, size_t len);
 
     void (*disconnect)(shoal_ep_t *ep);
     void (*close)(shoal_tl_ctx_t *ctx);
@@ -130,8 +217,13 @@ shoal_status_t shoal_tl_stub_sleep(shoal_tl_ctx_t *ctx, uint64_t waited_ns, uint
 shoal_status_t shoal_tl_stub_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len,
                                      shoal_mem_kind_t kind, shoal_mem_t **mem_p);
 shoal_status_t shoal_tl_stub_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
-shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const shoal_mem_t *local,
-                                        size_t local_off, uint64_t remote_key,
+shoal_status_t shoal_tl_stub_rkey_pack(shoal_tl_ctx_t *ctx, const shoal_mem_t *mem,
+                                       const void *addr, size_t len, void *blob,
+                                       size_t *len_p);
+shoal_status_t shoal_tl_stub_rkey_attach(shoal_ep_t *ep, const void *blob, size_t len,
+                                         const shoal_rmem_t **rmem_p);
+shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
+                                        const shoal_mem_t *local, const shoal_rmem_t *remote,
                                         size_t remote_off, size_t len);
 shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx);
 /* flush for transports whose send_post already delivers (shm): SHOAL_OK. */
