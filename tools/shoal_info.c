@@ -10,18 +10,9 @@
  *                   cluster view of their communicator (rank 0 prints) */
 #include "shoal.h"
 
-#include "algos/algo.h"
-#include "core/comm.h"
-#include "base/config.h"
-#include "base/sock.h"
-#include "topo/links.h"
-#include "topo/topo.h"
-#include "transport/transport.h"
+#include "core/introspect.h"
 
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void shoal_info_usage(FILE *out, const char *prog)
@@ -40,102 +31,14 @@ static void shoal_info_usage(FILE *out, const char *prog)
             prog);
 }
 
-/* Whether two addresses name the same host address (ports ignored). */
-static int shoal_info_same_addr(const struct sockaddr *a, const shoal_sockaddr_t *b)
-{
-    if (a->sa_family != b->u.sa.sa_family)
-        return 0;
-    if (a->sa_family == AF_INET)
-        return !memcmp(&((const struct sockaddr_in *)(const void *)a)->sin_addr,
-                       &b->u.sin.sin_addr, sizeof(b->u.sin.sin_addr));
-    if (a->sa_family == AF_INET6)
-        return !memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
-                       &b->u.sin6.sin6_addr, sizeof(b->u.sin6.sin6_addr));
-    return 0;
-}
-
-/* The interface that holds addr, for the reader: shoal itself only needs
- * the address. */
-static void shoal_info_ifname(const shoal_sockaddr_t *addr, char name[IF_NAMESIZE + 1])
-{
-    struct ifaddrs *list;
-    snprintf(name, IF_NAMESIZE + 1, "?");
-    if (getifaddrs(&list) != 0)
-        return;
-    for (struct ifaddrs *ifa = list; ifa; ifa = ifa->ifa_next) {
-        if (ifa->ifa_addr && shoal_info_same_addr(ifa->ifa_addr, addr)) {
-            snprintf(name, IF_NAMESIZE + 1, "%s", ifa->ifa_name);
-            break;
-        }
-    }
-    freeifaddrs(list);
-}
-
-static void shoal_info_network(void)
-{
-    shoal_sockaddr_t addr;
-    shoal_status_t s = shoal_sock_pick_addr(&addr);
-    const char *ifname = shoal_config_get()->boot.socket_ifname;
-    if (s != SHOAL_OK) {
-        printf("  interface: none found (%s)%s%s\n", shoal_status_string(s),
-               ifname[0] ? "; SHOAL_SOCKET_IFNAME=" : "", ifname);
-        return;
-    }
-    char name[IF_NAMESIZE + 1];
-    char text[SHOAL_SOCKADDR_STRLEN];
-    shoal_info_ifname(&addr, name);
-    shoal_sock_str(&addr, text);
-    /* The port is picked when a socket listens; show the host part only. */
-    char *colon = strrchr(text, ':');
-    if (colon)
-        *colon = '\0';
-    printf("  interface: %s, address %s (%s)\n", name, text,
-           ifname[0] ? "chosen by SHOAL_SOCKET_IFNAME" : "default choice");
-}
-
-static void shoal_info_transports(void)
-{
-    const shoal_config_t *cfg = shoal_config_get();
-    const struct {
-        const shoal_transport_ops_t *ops;
-        int enabled;
-        const char *setting;
-    } list[] = {
-        {&shoal_shm_ops, cfg->shm.enable, "SHOAL_SHM_ENABLE"},
-        {&shoal_tcp_ops, cfg->tcp.enable, "SHOAL_TCP_ENABLE"},
-    };
-    for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
-        printf("  %-8s %s (%s)\n", list[i].ops->name, list[i].enabled ? "enabled" : "disabled",
-               list[i].setting);
-}
-
-static void shoal_info_algos(void)
-{
-    for (int k = 0; k < SHOAL_COLL_KIND_COUNT; k++) {
-        printf("  %-14s", shoal_coll_kind_name((shoal_coll_kind_t)k));
-        const shoal_algo_ops_t *a;
-        for (int i = 0; (a = shoal_algo_at((shoal_coll_kind_t)k, i)); i++)
-            printf(" %s", a->name);
-        printf("\n");
-    }
-}
-
 /* This host's view, and the link classes the settings give. */
 static int shoal_info_topo(void)
 {
-    shoal_topo_t *topo;
-    shoal_status_t s = shoal_topo_load(&topo);
+    shoal_status_t s = shoal_introspect_topo(stdout);
     if (s != SHOAL_OK) {
-        fprintf(stderr, "shoal_info: cannot load the topology: %s\n", shoal_status_string(s));
+        fprintf(stderr, "shoal_info: cannot show the topology: %s\n", shoal_status_string(s));
         return 1;
     }
-    shoal_topo_print(topo, stdout);
-    shoal_topo_destroy(topo);
-    shoal_links_t links;
-    shoal_links_defaults(&links);
-    if (shoal_links_parse(shoal_config_get()->topo.links, &links) != SHOAL_OK)
-        return 1;
-    shoal_links_print(&links, stdout);
     return 0;
 }
 
@@ -150,15 +53,10 @@ static int shoal_info_cluster(void)
                 "SHOAL_RANK + SHOAL_SIZE): %s\n", shoal_comm_last_error(NULL));
         return 1;
     }
-    if (comm->rank == 0) {
-        const shoal_cluster_t *c = &comm->cluster;
-        const char **names = calloc((size_t)c->nhosts, sizeof(*names));
-        for (int r = 0; names && r < comm->nranks; r++)
-            names[comm->host_of[r]] = names[comm->host_of[r]] ? names[comm->host_of[r]]
-                                                               : comm->host_ids[r];
-        shoal_cluster_print(c, names, stdout);
-        shoal_links_print(&comm->links, stdout);
-        free(names);
+    int rank = -1;
+    shoal_comm_rank(comm, &rank);
+    if (rank == 0) {
+        shoal_introspect_cluster(comm, stdout);
         fflush(stdout);
     }
     s = shoal_comm_destroy(comm);
@@ -191,27 +89,25 @@ int main(int argc, char **argv)
     if (topo_only)
         return shoal_info_topo();
     if (algos_only) {
-        shoal_info_algos();
+        shoal_introspect_algos(stdout);
         return 0;
     }
     if (settings_only) {
-        shoal_config_print(stdout);
+        shoal_introspect_settings(stdout);
         return 0;
     }
 
     int v = shoal_version();
     printf("shoal %d.%d.%d\n\n", v / 10000, v / 100 % 100, v % 100);
     printf("Settings:\n");
-    shoal_config_print(stdout);
-
-    char host[SHOAL_HOST_ID_MAX];
-    shoal_host_id(host);
-    printf("\nHost:\n  id: %s\n", host);
+    shoal_introspect_settings(stdout);
+    printf("\nHost:\n");
+    shoal_introspect_host(stdout);
     printf("\nNetwork:\n");
-    shoal_info_network();
+    shoal_introspect_network(stdout);
     printf("\nTransports (in order of preference):\n");
-    shoal_info_transports();
+    shoal_introspect_transports(stdout);
     printf("\nAlgorithms (SHOAL_ALGO=coll:name,...; auto picks by cost):\n");
-    shoal_info_algos();
+    shoal_introspect_algos(stdout);
     return 0;
 }
