@@ -112,24 +112,39 @@ void shoal_ring_rail(struct shoal_comm *comm, const int *rails, int j, shoal_rin
 /* Every rank of comm in the cluster's ring order, blocks BY_RANK of unit. */
 void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p);
 
-/* The ring schedules, over the team with p's kernels (p->comm, reduce,
- * dtype, esize, avg_n and deadline set; the endpoints are bound here):
+/* The ring schedules, over the team with p's stage and kernels (p->comm,
+ * st, reduce, dtype, esize, avg_n and deadline set; the endpoints are
+ * bound here):
  * - allreduce: count elements of src reduced into dst on every member
- *   (blocks of the loop, whatever the layout);
+ *   (blocks of the loop, whatever the layout). src[0] and dst[0] are
+ *   element `first` of the whole tensor, which a codec stage's indices and
+ *   residual are offset by (0 for a whole tensor; a multiple of the
+ *   stage's block); pieces hold piece_elems elements (for a codec stage a
+ *   multiple of its block whose wire fits a slot: the stage's piece_elems);
  * - rs: block p of src reduced over the team; the caller's block lands at
  *   dst (which may be its block in src);
  * - ag: every block of dst from its position's owner; the caller's own
  *   block is read from own and copied into place piece by piece as it
  *   goes out (one pass over the input instead of two), or is in place
  *   already when own is NULL.
- * A team of one copies (and finishes AVG when p->avg_n > 1). */
+ * A team of one runs the stage's alone (a copy, AVG finished when
+ * p->avg_n > 1; a codec stage zeroes its residual). */
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
-                                        const char *src, char *dst, size_t count,
+                                        const char *src, char *dst, size_t count, size_t first,
                                         size_t piece_elems);
 shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
                                  char *dst, size_t piece_elems);
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                  char *dst, size_t piece_elems);
+/* The all-gather half of one loop of the ring all-reduce (its blocks as
+ * shoal_ring_loop_block cuts real elements at base into blocks of bs):
+ * position q has just sent the final piece of loop block (q + shift) mod n
+ * to its successor; each goes round unchanged (recv_copy_send) and the
+ * last hop sends nothing on (recv). Endpoints bound to ring. The two-shot
+ * all-reduce shares it. */
+shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                     size_t first, size_t base, size_t real, size_t bs,
+                                     int shift);
 
 /* Element range [*off_p, *off_p + *len_p) of block b in a ring loop of
  * real elements cut into blocks of bs (the last ones may be short or empty). */
@@ -137,29 +152,8 @@ void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t 
 /* Block size of a ring loop of real elements over n positions: a share
  * rounded up to align elements, at most piece_elems. */
 size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems);
-/* The ring all-reduce of shoal_ring_allreduce_run with a codec stage
- * (ring_codec.c): fp32 values travel in p->codec's wire form, p->residual
- * (or NULL) gets the error feedback of every value. src[0] and dst[0] are
- * value `first` of the whole tensor (a multiple of the codec block; 0 for
- * a whole tensor), which the codec's indices and p->residual (the whole
- * tensor's) are offset by. Loop blocks are whole codec blocks and pieces
- * hold piece_elems values (a multiple of the block whose wire fits a slot;
- * see shoal_ring_codec_piece). A team of one copies, zeroes its residual
- * and finishes AVG when p->avg_n > 1. */
-shoal_status_t shoal_ring_allreduce_codec_run(shoal_prims_t *p, const shoal_ring_t *ring,
-                                              const float *src, float *dst, size_t count,
-                                              size_t first, size_t piece_elems);
-/* The all-gather half of one loop of a codec schedule over ring (its
- * blocks as shoal_ring_loop_block cuts real values at base into blocks of
- * bs): position q has just sent the final wire of loop block
- * (q + shift) mod n to its successor; each wire goes round unchanged and
- * every position decodes it into dst + base + off (tensor index first +
- * base + off), the last hop sending nothing on. Endpoints bound to ring. */
-shoal_status_t shoal_ring_codec_gather(shoal_prims_t *p, const shoal_ring_t *ring, float *dst,
-                                       size_t first, size_t base, size_t real, size_t bs,
-                                       int shift);
 /* The most values, a multiple of codec->block, whose wire fits slot bytes;
- * 0 when not even one block does. */
+ * 0 when not even one block does (stage_codec.c). */
 size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot);
 
 #define SHOAL_PLAN_NBRS 16
@@ -169,8 +163,9 @@ typedef struct {
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */
-    size_t codec_elems;   /* codec schedules: values per piece on the wire
-                           * (shoal_ring_codec_piece) */
+    size_t stage_elems;   /* elements per piece of the plan's stage (a codec
+                           * stage's wire must fit a slot); piece_elems for
+                           * the plain stage */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
     shoal_ring_t ring;        /* the ring algorithms' team */
@@ -221,8 +216,8 @@ shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t
                                    shoal_tree_part_fn up, shoal_tree_part_fn down, void *ctx);
 
 /* Cost and plan of the flat codec schedules (the ring and the two-shot):
- * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec,
- * the residual and the piece of shoal_ring_codec_piece. */
+ * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec
+ * stage (shoal_plan_stage). */
 double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args);
 shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan);
@@ -269,11 +264,16 @@ static inline double shoal_algo_host_share(const struct shoal_comm *comm)
 double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
 
 /* Start plan for args: zeroed, the arguments, element size, piece size
- * (chunk_size / esize) and the prims' comm, dtype and esize; with reduces,
- * also the op's kernel (AVG: the SUM kernel, avg_n left 0).
- * SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
+ * (chunk_size / esize) and the prims' comm, dtype, esize and the plain
+ * stage; with reduces, also the op's kernel (AVG: the SUM kernel, avg_n
+ * left 0). SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
 shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                int reduces, shoal_plan_t *plan);
+/* Bind the stage of args to an initialised plan: the codec stage with the
+ * codec and residual when args carries a codec (fp32 only), and its piece
+ * in stage_elems. SHOAL_ERR_INTERNAL when no piece of it fits a slot. */
+shoal_status_t shoal_plan_stage(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                shoal_plan_t *plan);
 
 /* Plan of the ring algorithms that reduce (all-reduce, reduce-scatter):
  * neighbours rank+-1, pieces of chunk_size, the op's kernel, AVG over n. */

@@ -15,8 +15,8 @@
  * same bits.
  *
  * Compressed all-reduce (a codec in the call; fp32 SUM or AVG): the same
- * three phases, with the rails running the codec ring (ring_codec.c) on
- * their segments, so that only the links between hosts carry compressed
+ * three phases, with the rails running the ring with the plan's codec
+ * stage (stage.h) on their segments, so that only the links between hosts carry compressed
  * data and each value is quantised once per host. Segments then start on
  * whole codec blocks and keep their place in the tensor for the codec
  * (its random stream, shared scales and residual indices). A rank writes
@@ -29,6 +29,7 @@
  * each rail broadcasts its segment across hosts (a chain from the root's
  * host), and every host all-gathers the segments. */
 #include "algo.h"
+#include "stage.h"
 
 #include "base/clock.h"
 
@@ -89,14 +90,11 @@ static shoal_status_t hier_allreduce_plan(struct shoal_comm *comm,
  * segments [off, off + len), which it does not quantise. */
 static void hier_codec_residual(shoal_prims_t *p, size_t count, size_t off, size_t len)
 {
+    struct shoal_comm *comm = p->comm;
     if (!p->residual)
         return;
-    if (p->comm->dry) {
-        p->comm->dry_bytes += (count - len) * sizeof(float);
-        return;
-    }
-    memset(p->residual, 0, off * sizeof(float));
-    memset(p->residual + off + len, 0, (count - off - len) * sizeof(float));
+    comm->kern->zero(comm, p->residual, off * sizeof(float));
+    comm->kern->zero(comm, p->residual + off + len, (count - off - len) * sizeof(float));
 }
 
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
@@ -109,15 +107,20 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     size_t es = plan->esize, off, len;
     char *dst = a->recvbuf;
 
+    /* The rails run the plan's stage; the phases inside the host move
+     * elements as they are. */
+    const shoal_stage_ops_t *rail_st = p->st;
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
     /* 1. This rank's segments, summed over its host, land in dst. */
     p->avg_n = 0;
+    p->st = &shoal_stage_plain;
     shoal_ring_block(local, local->me, &off, &len);
     shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
     /* 2. Each of them reduced across hosts along its rail (AVG finished),
      * through the codec when the call compresses. */
     p->avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
-    if (p->codec && s == SHOAL_OK)
+    p->st = rail_st;
+    if (s == SHOAL_OK)
         hier_codec_residual(p, a->count, off, len);
     int first, end;
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
@@ -126,18 +129,15 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
         size_t so, sl;
         shoal_ring_rail(comm, c->rail_ranks, j, &rail);
         hier_seg(c, a->count, j, local->align, &so, &sl);
-        if (p->codec)
-            s = shoal_ring_allreduce_codec_run(p, &rail, (float *)(dst + so * es),
-                                               (float *)(dst + so * es), sl, so,
-                                               plan->codec_elems);
-        else
-            s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl,
-                                         plan->piece_elems);
+        s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl, so,
+                                     plan->stage_elems);
     }
     /* 3. Every segment to every rank of the host. */
     p->avg_n = 0;
+    p->st = &shoal_stage_plain;
     if (s == SHOAL_OK)
         s = shoal_ring_ag_run(p, local, NULL, dst, plan->piece_elems);
+    p->st = rail_st;
     return s;
 }
 
@@ -168,10 +168,7 @@ static shoal_status_t hier_codec_plan(struct shoal_comm *comm, const shoal_coll_
     if (s != SHOAL_OK)
         return s;
     plan->ring.align = args->codec->block;
-    plan->prims.codec = args->codec;
-    plan->prims.residual = args->residual;
-    plan->codec_elems = shoal_ring_codec_piece(args->codec, comm->chunk_size);
-    return plan->codec_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
+    return shoal_plan_stage(comm, args, plan);
 }
 
 const shoal_algo_ops_t shoal_hier_codec_allreduce_ops = {

@@ -45,8 +45,8 @@ shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, s
     return SHOAL_OK;
 }
 
-/* A filled slot goes to send_ep, counted in comm->tx_bytes. */
-static shoal_status_t prims_post(shoal_prims_t *p, size_t bytes)
+/* Counted in comm->tx_bytes. */
+shoal_status_t shoal_prims_post(shoal_prims_t *p, size_t bytes)
 {
     p->comm->tx_bytes += bytes;
     return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
@@ -57,7 +57,7 @@ static shoal_status_t prims_idle(shoal_prims_t *p, shoal_idle_t *w)
     return shoal_prims_idle(p->comm, p->deadline_ns, w);
 }
 
-static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)
+shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)
 {
     shoal_ep_t *ep = p->send_ep;
     shoal_idle_t wait = {0, 0};
@@ -81,7 +81,7 @@ static shoal_status_t prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf
     }
 }
 
-static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p)
+shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p)
 {
     shoal_ep_t *ep = p->recv_ep;
     shoal_idle_t wait = {0, 0};
@@ -110,41 +110,38 @@ static shoal_status_t prims_wait_recv(shoal_prims_t *p, size_t bytes, const void
     }
 }
 
-/* A piece in from recv_ep and, when send_ep is set, a free slot to it
- * (*out_p NULL otherwise). */
-static shoal_status_t prims_wait_pair(shoal_prims_t *p, size_t bytes, const void **in_p,
-                                      void **out_p)
+shoal_status_t shoal_prims_wait_pair(shoal_prims_t *p, size_t bytes, const void **in_p,
+                                     void **out_p)
 {
     *out_p = NULL;
-    shoal_status_t s = prims_wait_recv(p, bytes, in_p);
+    shoal_status_t s = shoal_prims_wait_recv(p, bytes, in_p);
     if (s == SHOAL_OK && p->send_ep)
-        s = prims_wait_send(p, bytes, out_p);
+        s = shoal_prims_wait_send(p, bytes, out_p);
     return s;
 }
 
-/* The piece in is done with; the slot out (if any) goes to send_ep. */
-static shoal_status_t prims_pass_on(shoal_prims_t *p, size_t bytes, void *out)
+shoal_status_t shoal_prims_pass_on(shoal_prims_t *p, size_t bytes, void *out)
 {
     shoal_status_t s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !out)
         return s;
-    return prims_post(p, bytes);
+    return shoal_prims_post(p, bytes);
 }
 
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
 {
     void *out;
-    shoal_status_t s = prims_wait_send(p, bytes, &out);
+    shoal_status_t s = shoal_prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
     shoal_move(p->comm, out, src, bytes);
-    return prims_post(p, bytes);
+    return shoal_prims_post(p, bytes);
 }
 
 shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
 {
     const void *in;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    shoal_status_t s = shoal_prims_wait_recv(p, bytes, &in);
     if (s != SHOAL_OK)
         return s;
     shoal_move_out(p->comm, dst, in, bytes);
@@ -155,18 +152,18 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
 {
     const void *in;
     void *out;
-    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
+    shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize, p->esize);
-    return prims_pass_on(p, bytes, out);
+    return shoal_prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *src, void *dst,
                                                 size_t bytes)
 {
     const void *in;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
+    shoal_status_t s = shoal_prims_wait_recv(p, bytes, &in);
     if (s != SHOAL_OK)
         return s;
     size_t count = bytes / p->esize;
@@ -183,139 +180,13 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
 {
     const void *in;
     void *out;
-    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
+    shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     shoal_move_out(p->comm, dst, in, bytes);
     if (out)
         shoal_move(p->comm, out, in, bytes);
-    return prims_pass_on(p, bytes, out);
-}
-
-/* The codec stage's local work. Like shoal_combine, each call is one pass
- * over n values, which a dry communicator only counts. */
-static size_t codec_wire(const shoal_prims_t *p, size_t n)
-{
-    return p->codec->ops->wire_bytes(p->codec, n);
-}
-
-static float *codec_residual(const shoal_prims_t *p, size_t first)
-{
-    return p->residual ? p->residual + first : NULL;
-}
-
-static void codec_encode(shoal_prims_t *p, void *wire, const float *src, size_t first, size_t n)
-{
-    if (p->comm->dry)
-        p->comm->dry_bytes += n * sizeof(float);
-    else if (n)
-        p->codec->ops->encode(p->codec, wire, src, codec_residual(p, first), n, first);
-}
-
-static void codec_add_encode(shoal_prims_t *p, void *out, const void *in, const float *src,
-                             size_t first, size_t n)
-{
-    if (p->comm->dry)
-        p->comm->dry_bytes += n * sizeof(float);
-    else if (n)
-        p->codec->ops->add_encode(p->codec, out, in, src, codec_residual(p, first), n, first);
-}
-
-/* dst = decode(wire), AVG finished: the same bits on every rank that
- * decodes the same wire. */
-static void codec_decode(shoal_prims_t *p, float *dst, const void *wire, size_t first, size_t n)
-{
-    if (p->comm->dry)
-        p->comm->dry_bytes += n * sizeof(float);
-    else if (n)
-        p->codec->ops->decode(p->codec, dst, wire, n, first);
-    if (p->avg_n > 0 && n)
-        shoal_finish_avg(p->comm, dst, n, SHOAL_FLOAT32, p->avg_n);
-}
-
-shoal_status_t shoal_prim_send_enc(shoal_prims_t *p, const float *src, size_t first, size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    void *out;
-    shoal_status_t s = prims_wait_send(p, bytes, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_encode(p, out, src, first, n);
-    return prims_post(p, bytes);
-}
-
-/* Received (+) src encoded into the send slot and sent on; with dst, also
- * dst = decode of that wire, read back from the slot before it is posted
- * (the gather phase's first send then needs no copy of it). */
-static shoal_status_t recv_addenc(shoal_prims_t *p, const float *src, float *dst, size_t first,
-                                  size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    const void *in;
-    void *out;
-    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_add_encode(p, out, in, src, first, n);
-    if (dst)
-        codec_decode(p, dst, out, first, n);
-    return prims_pass_on(p, bytes, out);
-}
-
-shoal_status_t shoal_prim_recv_addenc_send(shoal_prims_t *p, const float *src, size_t first,
-                                           size_t n)
-{
-    return recv_addenc(p, src, NULL, first, n);
-}
-
-shoal_status_t shoal_prim_recv_addenc_copy_send(shoal_prims_t *p, const float *src, float *dst,
-                                                size_t first, size_t n)
-{
-    return recv_addenc(p, src, dst, first, n);
-}
-
-shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_t first,
-                                             size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    const void *in;
-    void *out;
-    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_decode(p, dst, in, first, n);
-    if (out)
-        shoal_move(p->comm, out, in, bytes);
-    return prims_pass_on(p, bytes, out);
-}
-
-shoal_status_t shoal_prim_recv_dec_reduce(shoal_prims_t *p, const float *src, float *dst,
-                                          float *tmp, size_t first, size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    const void *in;
-    shoal_status_t s = prims_wait_recv(p, bytes, &in);
-    if (s != SHOAL_OK)
-        return s;
-    if (p->comm->dry)
-        p->comm->dry_bytes += n * sizeof(float);
-    else if (n)
-        p->codec->ops->decode(p->codec, tmp, in, n, first);
-    shoal_combine(p->comm, p->reduce, dst, tmp, src, n, sizeof(float));
-    return p->recv_ep->ops->recv_release(p->recv_ep);
-}
-
-shoal_status_t shoal_prim_enc_copy_send(shoal_prims_t *p, const float *src, float *dst,
-                                        size_t first, size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    void *out;
-    shoal_status_t s = prims_wait_send(p, bytes, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_encode(p, out, src, first, n);
-    codec_decode(p, dst, out, first, n);
-    return prims_post(p, bytes);
+    return shoal_prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_flush(shoal_prims_t *p)
@@ -331,33 +202,4 @@ shoal_status_t shoal_prim_flush(shoal_prims_t *p)
             return s;
         }
     }
-}
-
-shoal_status_t shoal_prim_recv_addenc_keep(shoal_prims_t *p, const float *src, float *dst,
-                                           void *wire, size_t first, size_t n)
-{
-    const void *in;
-    shoal_status_t s = prims_wait_recv(p, codec_wire(p, n), &in);
-    if (s != SHOAL_OK)
-        return s;
-    codec_add_encode(p, wire, in, src, first, n);
-    codec_decode(p, dst, wire, first, n);
-    return p->recv_ep->ops->recv_release(p->recv_ep);
-}
-
-shoal_status_t shoal_prim_recv_dec_keep_send(shoal_prims_t *p, float *dst, void *wire,
-                                             size_t first, size_t n)
-{
-    size_t bytes = codec_wire(p, n);
-    const void *in;
-    void *out;
-    shoal_status_t s = prims_wait_pair(p, bytes, &in, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_decode(p, dst, in, first, n);
-    if (out)
-        shoal_move(p->comm, out, in, bytes);
-    if (wire)
-        shoal_move(p->comm, wire, in, bytes);
-    return prims_pass_on(p, bytes, out);
 }

@@ -5,61 +5,45 @@
 #ifndef SHOAL_PRIMS_H
 #define SHOAL_PRIMS_H
 
+#include "base/dtype.h"
 #include "compress/codec.h"
 #include "core/comm.h"
-#include "base/dtype.h"
+#include "kernels.h"
 #include "reduce.h"
 
 #include <string.h>
 
 /* The schedules' only local data moves: copies of payload, reduction
- * kernel calls and AVG finishes all go through these. On a dry
- * communicator (comm->dry, a simulation) they touch no data and only count
- * the bytes of each pass in comm->dry_bytes, which the simulated transport
- * charges to the rank's clock. */
+ * kernel calls and AVG finishes all go through the communicator's kernels
+ * (kernels.h), so that the same schedules run over host memory, in the
+ * simulator (which touches no data) and, later, on devices. */
 static inline void shoal_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
 {
-    if (comm->dry)
-        comm->dry_bytes += bytes;
-    else if (bytes)
-        memcpy(dst, src, bytes);
+    comm->kern->move(comm, dst, src, bytes);
 }
-
-/* memcpy with streaming stores (copy.c), for destinations not read again soon. */
-void shoal_copy_stream(void *dst, const void *src, size_t bytes);
 
 /* A copy into the operation's output that nothing reads again before it
  * returns: streamed past the caches when the operation's output is too
- * large for them (comm->stream_out, set per operation), where a plain copy
- * would read every line in first and push the inputs out. */
+ * large for them (comm->stream_out, set per operation). */
 static inline void shoal_move_out(struct shoal_comm *comm, void *dst, const void *src,
                                   size_t bytes)
 {
-    if (comm->dry)
-        comm->dry_bytes += bytes;
-    else if (comm->stream_out)
-        shoal_copy_stream(dst, src, bytes);
-    else if (bytes)
-        memcpy(dst, src, bytes);
+    comm->kern->move_out(comm, dst, src, bytes);
 }
 
 static inline void shoal_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
                                  const void *a, const void *b, size_t count, size_t esize)
 {
-    if (comm->dry)
-        comm->dry_bytes += count * esize;
-    else
-        fn(dst, a, b, count);
+    comm->kern->combine(comm, fn, dst, a, b, count, esize);
 }
 
 static inline void shoal_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
                                     shoal_dtype_t dtype, int n)
 {
-    if (comm->dry)
-        comm->dry_bytes += count * shoal_dtype_bytes(dtype);
-    else
-        shoal_avg_finish(dst, dst, count, dtype, n);
+    comm->kern->finish_avg(comm, dst, count, dtype, n);
 }
+
+struct shoal_stage_ops;
 
 typedef struct {
     struct shoal_comm *comm;
@@ -70,11 +54,13 @@ typedef struct {
     size_t esize;             /* bytes per element */
     int avg_n;                /* > 0: recv_reduce_copy_send finishes AVG over avg_n ranks */
     uint64_t deadline_ns;
-    /* Codec stage (the *_enc/_addenc/_dec primitives): fp32 values travel
-     * in codec's wire form, and residual, when not NULL, is the error
-     * feedback array of the whole tensor (value i at residual[i]). */
+    /* The stage the schedule's moves go through (stage.h); the codec
+     * stage's codec and error-feedback array of the whole tensor (value i
+     * at residual[i]; NULL: none), and working memory for its decodes. */
+    const struct shoal_stage_ops *st;
     const shoal_codec_t *codec;
     float *residual;
+    void *tmp;
 } shoal_prims_t;
 
 /* One wait's state for shoal_prims_idle; start it zeroed. */
@@ -102,55 +88,23 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
 /* dst = received; sent on (send_ep may be NULL). */
 shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes);
 
-/*
- * The codec stage: the same moves for fp32 values that travel compressed.
- * These take n, a count of values, and first, the index in the whole tensor
- * of the piece's first value (the codec's block boundaries, random stream
- * and residual are indexed by it); a piece is p->codec->ops->wire_bytes(n)
- * bytes on the wire, which must fit a slot, and a received piece of any
- * other length is an error. Each quantisation writes p->residual[first ..
- * first + n) when p->residual is set. On a dry communicator they count one
- * pass over the n values per codec operation and move no data.
- */
-/* Encoded src out to send_ep. */
-shoal_status_t shoal_prim_send_enc(shoal_prims_t *p, const float *src, size_t first, size_t n);
-/* Received (+) src, encoded again, sent on (codec add_encode). */
-shoal_status_t shoal_prim_recv_addenc_send(shoal_prims_t *p, const float *src, size_t first,
-                                           size_t n);
-/* The last hop of a reduction: received (+) src encoded into the send slot,
- * dst = its decoded value (AVG finished when avg_n > 0), and the wire sent
- * on unchanged (send_ep must be set): the same bytes every other rank will
- * decode. */
-shoal_status_t shoal_prim_recv_addenc_copy_send(shoal_prims_t *p, const float *src, float *dst,
-                                                size_t first, size_t n);
-/* dst = decoded received piece (AVG finished when avg_n > 0); the wire
- * forwarded unchanged (send_ep may be NULL). */
-shoal_status_t shoal_prim_recv_dec_copy_send(shoal_prims_t *p, float *dst, size_t first,
-                                             size_t n);
-/* The owner's part of a direct exchange: dst = decode(received) + src in
- * fp32 (p->reduce, the SUM kernel; no AVG), nothing sent on. tmp holds n
- * floats of scratch for the decoded piece; dst may equal src. */
-shoal_status_t shoal_prim_recv_dec_reduce(shoal_prims_t *p, const float *src, float *dst,
-                                          float *tmp, size_t first, size_t n);
-/* src encoded into the send slot (p->residual written), dst = its decoded
- * value (AVG finished when avg_n > 0), the wire sent on: a final value
- * quantised once, the same bytes every other rank will decode. dst may
- * equal src. */
-shoal_status_t shoal_prim_enc_copy_send(shoal_prims_t *p, const float *src, float *dst,
-                                        size_t first, size_t n);
-
-/* The root's last hop of a tree reduction: received (+) src encoded into
- * wire, codec wire_bytes(n) bytes of the caller's memory (p->residual
- * written), dst = its decoded value (AVG finished when avg_n > 0), nothing
- * sent: the caller sends wire on unchanged later, the same bytes every
- * other rank will decode. dst may equal src. */
-shoal_status_t shoal_prim_recv_addenc_keep(shoal_prims_t *p, const float *src, float *dst,
-                                           void *wire, size_t first, size_t n);
-/* shoal_prim_recv_dec_copy_send that also copies the received wire into
- * wire (wire_bytes(n) bytes of the caller's memory) when wire is not NULL,
- * for a second send of the same bytes. */
-shoal_status_t shoal_prim_recv_dec_keep_send(shoal_prims_t *p, float *dst, void *wire,
-                                             size_t first, size_t n);
+/* The waits the primitives and stages are built of. A free slot of at
+ * least bytes to send_ep; a piece of exactly bytes from recv_ep, its
+ * signature checked before a byte of it is read; a piece in and, when
+ * send_ep is set, a slot out (*out_p NULL otherwise). */
+shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p);
+shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p);
+shoal_status_t shoal_prims_wait_pair(shoal_prims_t *p, size_t bytes, const void **in_p,
+                                     void **out_p);
+/* A filled slot of bytes goes to send_ep. */
+shoal_status_t shoal_prims_post(shoal_prims_t *p, size_t bytes);
+/* The piece in is done with; the slot out (if any) goes to send_ep. */
+shoal_status_t shoal_prims_pass_on(shoal_prims_t *p, size_t bytes, void *out);
+/* The piece in is done with. */
+static inline shoal_status_t shoal_prims_release(shoal_prims_t *p)
+{
+    return p->recv_ep->ops->recv_release(p->recv_ep);
+}
 
 /* Wait until everything posted to send_ep has left this process, so the
  * operation may return without leaving a peer waiting on unpushed bytes. */

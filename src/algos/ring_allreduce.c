@@ -1,6 +1,26 @@
 /* Ring all-reduce: reduce-scatter then all-gather around every rank in the
  * cluster's ring order (neighbours on one host, and one NUMA node, where
- * they can be), through the ring schedule of ring_team.c. */
+ * they can be), through the ring schedule of ring_team.c.
+ *
+ * The compressed ring ("ring-codec", fp32 SUM and AVG) is the same
+ * schedule with the codec stage (stage_codec.c): loop blocks are whole
+ * codec blocks and a piece holds the most whole blocks whose wire fits a
+ * slot, so every piece encodes exactly as the whole tensor would
+ * (codec.h), whatever the chunk size or rank count. The first rank of a
+ * block encodes its values, each next one adds its values to the incoming
+ * wire and requantises, and the owner, the last, does the same into its
+ * send slot and decodes that wire into its result. The all-gather forwards
+ * that wire unchanged and every rank decodes the very same bytes: all
+ * ranks end with identical bits. AVG is the decoded sum divided by n, on
+ * every rank alike.
+ *
+ * Error feedback. Each value is quantised exactly once per rank on its
+ * way, so one call writes the whole residual array of count floats on each
+ * rank. Summed over the ranks, the residuals are the exact sum of the
+ * inputs minus the decoded sum (for AVG: minus n times the result), up to
+ * the fp32 rounding of each hop's addition and of the residuals' own sum.
+ * A rank alone quantises nothing: it gets its input exactly and a residual
+ * of zeros. */
 #include "algo.h"
 
 #include "base/clock.h"
@@ -18,8 +38,8 @@ static shoal_status_t ring_run(shoal_plan_t *plan)
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
     p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
-    return shoal_ring_allreduce_run(p, &plan->ring, a->sendbuf, a->recvbuf, a->count,
-                                    plan->piece_elems);
+    return shoal_ring_allreduce_run(p, &plan->ring, a->sendbuf, a->recvbuf, a->count, 0,
+                                    plan->stage_elems);
 }
 
 const shoal_algo_ops_t shoal_ring_allreduce_ops = {
@@ -27,5 +47,33 @@ const shoal_algo_ops_t shoal_ring_allreduce_ops = {
     .name = "ring",
     .cost = ring_cost,
     .plan = shoal_ring_reduce_plan,
+    .run = ring_run,
+};
+
+double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    /* 2(n-1) steps, each moving 1/n of the wire form. */
+    double n = comm->nranks;
+    const shoal_codec_t *c = args->codec;
+    double bytes = c ? (double)c->ops->wire_bytes(c, args->count) : 0;
+    return 2 * (n - 1) * (shoal_algo_lat(comm) + bytes / n / shoal_algo_bw(comm));
+}
+
+shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                     shoal_plan_t *plan)
+{
+    shoal_status_t s = shoal_ring_reduce_plan(comm, args, plan);
+    if (s != SHOAL_OK)
+        return s;
+    if (!args->codec)
+        return SHOAL_ERR_INTERNAL;
+    return shoal_plan_stage(comm, args, plan);
+}
+
+const shoal_algo_ops_t shoal_ring_codec_allreduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "ring-codec",
+    .cost = shoal_codec_flat_cost,
+    .plan = shoal_codec_flat_plan,
     .run = ring_run,
 };

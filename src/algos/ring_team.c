@@ -5,6 +5,7 @@
  * FIFOs. Each block is reduced once, by the rank that ends its reduction,
  * and forwarded unchanged: every rank gets the same bits. */
 #include "algo.h"
+#include "stage.h"
 
 #include "base/clock.h"
 
@@ -65,16 +66,6 @@ void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring)
     p->recv_ep = n > 1 ? shoal_comm_ep(p->comm, ring->ranks[(me + n - 1) % n]) : NULL;
 }
 
-/* One rank's result: copied, and AVG finished when the team is a part of
- * the ranks the average is over. */
-static void ring_alone(shoal_prims_t *p, const char *src, char *dst, size_t count)
-{
-    if (dst != src)
-        shoal_move(p->comm, dst, src, count * p->esize);
-    if (p->avg_n > 1)
-        shoal_finish_avg(p->comm, dst, count, p->dtype, p->avg_n);
-}
-
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real
  * elements split into n blocks of bs (the last ones may be short or empty). */
 void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p)
@@ -91,47 +82,66 @@ size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems)
     return bs < piece_elems ? bs : piece_elems;
 }
 
+shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                     size_t first, size_t base, size_t real, size_t bs,
+                                     int shift)
+{
+    const shoal_stage_ops_t *st = p->st;
+    int n = ring->n, r = ring->me;
+    size_t es = p->esize;
+    shoal_status_t s = SHOAL_OK;
+    /* Hop k brings the block that position r - k finished; the last hop
+     * sends nothing on. */
+    for (int k = 1; k < n && s == SHOAL_OK; k++) {
+        size_t off, len;
+        shoal_ring_loop_block(real, bs, (r - k + shift + 2 * n) % n, &off, &len);
+        size_t at = base + off;
+        s = k < n - 1 ? st->recv_copy_send(p, dst + at * es, first + at, len)
+                      : st->recv(p, dst + at * es, first + at, len);
+    }
+    return s;
+}
+
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
-                                        const char *src, char *dst, size_t count,
+                                        const char *src, char *dst, size_t count, size_t first,
                                         size_t piece_elems)
 {
+    const shoal_stage_ops_t *st = p->st;
     int n = ring->n, r = ring->me;
     size_t es = p->esize;
     if (n == 1) {
-        ring_alone(p, src, dst, count);
+        st->alone(p, src, dst, first, count);
         return SHOAL_OK;
     }
+    /* Pieces of a stage with blocks (a codec's) start on whole blocks. */
+    size_t unit = st->align(p, 1), align = st->align(p, RING_ALIGN_ELEMS);
+    if (piece_elems == 0 || piece_elems % unit || (count && first % unit))
+        return SHOAL_ERR_INTERNAL;
     shoal_ring_bind(p, ring);
     size_t loop = (size_t)n * piece_elems;
     shoal_status_t s = SHOAL_OK;
     for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
         size_t real = count - base < loop ? count - base : loop;
-        size_t bs = shoal_ring_loop_bs(real, n, RING_ALIGN_ELEMS, piece_elems);
-        size_t off, len;
-#define AT(buf, o) ((buf) + (base + (o)) * es)
+        size_t bs = shoal_ring_loop_bs(real, n, align, piece_elems);
+        size_t off, len, at;
+#define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
         /* Reduce-scatter: block b starts at position b and ends, reduced,
-         * at b-1. */
-        shoal_ring_loop_block(real, bs, r, &off, &len);
-        s = shoal_prim_send(p, AT(src, off), len * es);
+         * at b-1, which sends it on as the all-gather's first hop. */
+        at = PIECE(r);
+        s = st->send(p, src + at * es, first + at, len);
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            shoal_ring_loop_block(real, bs, (r - k + n) % n, &off, &len);
-            s = shoal_prim_recv_reduce_send(p, AT(src, off), len * es);
+            at = PIECE((r - k + n) % n);
+            s = st->recv_reduce_send(p, src + at * es, first + at, len);
         }
         if (s != SHOAL_OK)
             break;
-        shoal_ring_loop_block(real, bs, (r + 1) % n, &off, &len);
-        s = shoal_prim_recv_reduce_copy_send(p, AT(src, off), AT(dst, off), len * es);
-        /* All-gather: pass each finished block on until it reaches its
-         * owner's predecessor. */
-        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            shoal_ring_loop_block(real, bs, (r + 1 - k + n) % n, &off, &len);
-            s = shoal_prim_recv_copy_send(p, AT(dst, off), len * es);
-        }
-        if (s != SHOAL_OK)
-            break;
-        shoal_ring_loop_block(real, bs, (r + 2) % n, &off, &len);
-        s = shoal_prim_recv(p, AT(dst, off), len * es);
-#undef AT
+        at = PIECE((r + 1) % n);
+#undef PIECE
+        s = st->recv_reduce_copy_send(p, src + at * es, dst + at * es, first + at, len);
+        /* All-gather: each finished block goes round unchanged until it
+         * reaches its owner's predecessor. */
+        if (s == SHOAL_OK)
+            s = shoal_ring_gather_run(p, ring, dst, first, base, real, bs, 1);
     }
     return s == SHOAL_OK ? shoal_prim_flush(p) : s;
 }
@@ -148,16 +158,16 @@ static size_t ring_max_len(const shoal_ring_t *ring)
     return most;
 }
 
-/* The piece at offset off (elements) of position q's block: its start in
- * buf and its bytes, 0 past the block's end. */
+/* The piece at offset off (elements) of position q's block: its start
+ * (elements into the buffer) and its length, 0 past the block's end. */
 static size_t ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t piece_elems,
-                         size_t es, size_t *start_p)
+                         size_t *start_p)
 {
     size_t boff, blen;
     shoal_ring_block(ring, q, &boff, &blen);
     size_t len = off < blen ? (blen - off < piece_elems ? blen - off : piece_elems) : 0;
-    *start_p = (boff + (off < blen ? off : blen)) * es;
-    return len * es;
+    *start_p = boff + (off < blen ? off : blen);
+    return len;
 }
 
 /* Step k of a loop handles the block of position (me - 1 - k) mod n: it is
@@ -166,12 +176,13 @@ static size_t ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t pie
 shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
                                  char *dst, size_t piece_elems)
 {
+    const shoal_stage_ops_t *st = p->st;
     int n = ring->n, r = ring->me;
     size_t es = p->esize, at;
     if (n == 1) {
         size_t off, len;
         shoal_ring_block(ring, r, &off, &len);
-        ring_alone(p, src + off * es, dst, len);
+        st->alone(p, src + off * es, dst, off, len);
         return SHOAL_OK;
     }
     shoal_ring_bind(p, ring);
@@ -179,22 +190,22 @@ shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, con
     size_t most = ring_max_len(ring);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
-#define STEP(k) ring_piece(ring, (r - 1 - (k) + 2 * n) % n, off, piece_elems, es, &at)
-        size_t bytes = STEP(0);
-        s = shoal_prim_send(p, src + at, bytes);
+#define STEP(k) ring_piece(ring, (r - 1 - (k) + 2 * n) % n, off, piece_elems, &at)
+        size_t len = STEP(0);
+        s = st->send(p, src + at * es, at, len);
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            bytes = STEP(k);
-            s = shoal_prim_recv_reduce_send(p, src + at, bytes);
+            len = STEP(k);
+            s = st->recv_reduce_send(p, src + at * es, at, len);
         }
         if (s != SHOAL_OK)
             break;
         /* The last hop ends at its owner: reduce into dst (finishing AVG)
          * and send nothing on. In place, src + at is dst itself, which the
          * kernels allow. */
-        bytes = STEP(n - 1);
+        len = STEP(n - 1);
 #undef STEP
         p->send_ep = NULL;
-        s = shoal_prim_recv_reduce_copy_send(p, src + at, dst + off * es, bytes);
+        s = st->recv_reduce_copy_send(p, src + at * es, dst + off * es, at, len);
         p->send_ep = send_ep;
     }
     return s == SHOAL_OK ? shoal_prim_flush(p) : s;
@@ -207,33 +218,33 @@ shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, con
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                  char *dst, size_t piece_elems)
 {
+    const shoal_stage_ops_t *st = p->st;
     int n = ring->n, r = ring->me;
     size_t es = p->esize, at, own_at, own_len;
     shoal_ring_block(ring, r, &own_at, &own_len);
-    own_at *= es;
     if (n == 1) {
         if (own)
-            shoal_move_out(p->comm, dst + own_at, own, own_len * es);
+            shoal_move_out(p->comm, dst + own_at * es, own, own_len * es);
         return SHOAL_OK;
     }
     shoal_ring_bind(p, ring);
     size_t most = ring_max_len(ring);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
-#define STEP(k) ring_piece(ring, (r - (k) + n) % n, off, piece_elems, es, &at)
-        size_t bytes = STEP(0);
+#define STEP(k) ring_piece(ring, (r - (k) + n) % n, off, piece_elems, &at)
+        size_t len = STEP(0);
         if (!own) {
-            s = shoal_prim_send(p, dst + at, bytes);
-        } else if ((s = shoal_prim_send(p, own + (at - own_at), bytes)) == SHOAL_OK && bytes) {
-            shoal_move_out(p->comm, dst + at, own + (at - own_at), bytes);
+            s = st->send(p, dst + at * es, at, len);
+        } else if ((s = st->send(p, own + (at - own_at) * es, at, len)) == SHOAL_OK && len) {
+            shoal_move_out(p->comm, dst + at * es, own + (at - own_at) * es, len * es);
         }
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            bytes = STEP(k);
-            s = shoal_prim_recv_copy_send(p, dst + at, bytes);
+            len = STEP(k);
+            s = st->recv_copy_send(p, dst + at * es, at, len);
         }
         if (s == SHOAL_OK) {
-            bytes = STEP(n - 1);
-            s = shoal_prim_recv(p, dst + at, bytes);
+            len = STEP(n - 1);
+            s = st->recv(p, dst + at * es, at, len);
         }
 #undef STEP
     }

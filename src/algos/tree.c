@@ -35,10 +35,44 @@
  * plan->nbr[3t], nbr[3t+1], nbr[3t+2] are the parent and the two children
  * of this rank in tree t (0: A, 1: B), -1 where there is none.
  *
- * The layout, the piece numbering and the window order are shared with
- * the compressed tree (tree_codec.c), which moves each piece with the
- * codec stage instead (algo.h: shoal_tree_schedule). */
+ * Stages. The schedule moves each piece through the plan's stage
+ * (stage.h): the plain tree with the plain stage, the compressed tree
+ * ("tree-codec", int8, fp32 SUM and AVG) with the codec stage. Then half A
+ * is rounded up to whole codec blocks and pieces hold the most whole blocks
+ * whose wire fits a slot, so every piece encodes exactly as the whole
+ * tensor would (codec.h). Up, a leaf encodes its values for its parent; a
+ * rank with two children decodes its left child's wire and adds it in fp32
+ * to its own values, then adds its right child's wire to that partial and
+ * requantises once for its parent; the root does the same into memory of
+ * its own and decodes its final wire into its result. Down, the root sends
+ * that wire to its children unchanged and each rank decodes it and
+ * forwards it unchanged: every rank decodes the very same bytes. A value is
+ * requantised once per level of its tree, so at most ceil(log2(n + 1))
+ * times, where the ring requantises it n times.
+ *
+ * The root keeps a window's final wires from the window's way up to its
+ * way down, one step later, and a rank with a right child keeps a piece's
+ * wire between its two sends: SHOAL_TREE_WINDOW wire slots, indexed by the
+ * piece's number, so no two pieces of a window share one.
+ *
+ * Error feedback (codec stage). Every rank quantises each value of each
+ * piece exactly once (a leaf its input, any other rank its subtree's
+ * partial sum), so one call writes the whole residual array. A rank's
+ * residual is its children's decoded wires plus its input minus its own
+ * wire's decoded value; summed over the ranks these telescope to the exact
+ * sum of the inputs minus the decoded sum (for AVG: minus n times the
+ * result), up to the fp32 rounding of the additions.
+ *
+ * Error bound (codec stage). Each rank's quantisation errs by at most
+ * f = 1/2 (nearest) or 1 (stochastic) of its block's scale, 1/127 of its
+ * partial's largest magnitude; each rank's input lies in the subtrees of
+ * at most ceil(log2(n + 1)) ranks, so the result is within
+ * f * ceil(log2(n + 1)) * A / 127 of the exact sum, A being the sum over
+ * ranks of the block's largest |input|, plus the errors carried into the
+ * partials. The ternary codec has no tree schedule (its ring sums are
+ * exact; the core refuses the combination). */
 #include "algo.h"
+#include "stage.h"
 
 #include "base/clock.h"
 #include "base/dtype.h"
@@ -46,6 +80,19 @@
 /* The first half is rounded to this many elements so kernels see aligned
  * runs. */
 #define TREE_ALIGN_ELEMS 16
+/* Kept wires start on cache lines. */
+#define TREE_WIRE_ALIGN 64
+
+/* The stage's working memory of one call. */
+typedef struct {
+    unsigned char *wires; /* SHOAL_TREE_WINDOW kept wires, stride bytes apart; NULL: none */
+    size_t stride;
+} tree_work_t;
+
+static void *tree_wire(const tree_work_t *w, size_t q)
+{
+    return w->wires ? w->wires + (q % SHOAL_TREE_WINDOW) * w->stride : NULL;
+}
 
 /* floor(log2 n): the heap's depth. */
 static int tree_depth(int n)
@@ -121,6 +168,9 @@ shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t 
         }
     }
     plan->nnbr = 6;
+    /* Only final values finish AVG: the root's reduction, and a codec
+     * stage's decodes of a final wire on the way down. */
+    plan->prims.avg_n = args->op == SHOAL_AVG ? n : 0;
     return SHOAL_OK;
 }
 
@@ -152,56 +202,54 @@ static void tree_piece(const shoal_tree_layout_t *l, size_t q, int *t_p, size_t 
     *len_p = total - off < l->pe ? total - off : l->pe;
 }
 
-/* This rank's part of piece [off, off+len) going up tree t. */
+/* This rank's part of piece [off, off+len) going up tree t: the left
+ * child's piece against the input, then the right child's against that.
+ * The last reduction goes straight to the parent's slot, or, at the root,
+ * into recvbuf, final (its wire kept for the way down). */
 static shoal_status_t tree_up(shoal_plan_t *plan, void *ctx, int t, size_t q, size_t off,
                               size_t len)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    size_t bytes = len * plan->esize;
+    const shoal_stage_ops_t *st = p->st;
     const char *in = (const char *)a->sendbuf + off * plan->esize;
     char *acc = (char *)a->recvbuf + off * plan->esize;
     shoal_ep_t *parent = shoal_tree_ep(plan, t, SHOAL_TREE_PARENT);
     shoal_ep_t *left = shoal_tree_ep(plan, t, SHOAL_TREE_LEFT),
                 *right = shoal_tree_ep(plan, t, SHOAL_TREE_RIGHT);
-    shoal_status_t s = SHOAL_OK;
 
     if (!left) {
         p->send_ep = parent;
-        return shoal_prim_send(p, in, bytes);
+        return st->send(p, in, off, len);
     }
-    /* The left child's piece against the input; then the right child's
-     * against that. The last reduction goes straight to the parent's slot,
-     * or, at the root, into recvbuf with AVG finished. */
     const char *part = in;
     if (right) {
         p->recv_ep = left;
         p->send_ep = NULL;
-        s = shoal_prim_recv_reduce_copy_send(p, in, acc, bytes);
-        part = acc;
+        shoal_status_t s = st->recv_reduce(p, in, acc, off, len);
         if (s != SHOAL_OK)
             return s;
+        part = acc;
     }
     p->recv_ep = right ? right : left;
     if (parent) {
         p->send_ep = parent;
-        return shoal_prim_recv_reduce_send(p, part, bytes);
+        return st->recv_reduce_send(p, part, off, len);
     }
     p->send_ep = NULL;
-    p->avg_n = a->op == SHOAL_AVG ? p->comm->nranks : 0;
-    s = shoal_prim_recv_reduce_copy_send(p, part, acc, bytes);
-    p->avg_n = 0;
-    return s;
+    return st->recv_reduce_keep(p, part, acc, tree_wire(ctx, q), off, len);
 }
 
 /* This rank's part of piece [off, off+len) coming down tree t: the result
- * from the parent (at the root: already in recvbuf) to the children. */
+ * from the parent (at the root: already in recvbuf, its wire kept) to the
+ * children. */
 static shoal_status_t tree_down(shoal_plan_t *plan, void *ctx, int t, size_t q, size_t off,
                                 size_t len)
 {
     shoal_prims_t *p = &plan->prims;
-    size_t bytes = len * plan->esize;
+    const shoal_stage_ops_t *st = p->st;
     char *out = (char *)plan->args.recvbuf + off * plan->esize;
+    void *wire = tree_wire(ctx, q);
     shoal_ep_t *parent = shoal_tree_ep(plan, t, SHOAL_TREE_PARENT);
     shoal_ep_t *left = shoal_tree_ep(plan, t, SHOAL_TREE_LEFT),
                 *right = shoal_tree_ep(plan, t, SHOAL_TREE_RIGHT);
@@ -210,14 +258,14 @@ static shoal_status_t tree_down(shoal_plan_t *plan, void *ctx, int t, size_t q, 
     if (parent) {
         p->recv_ep = parent;
         p->send_ep = left;
-        s = shoal_prim_recv_copy_send(p, out, bytes);
+        s = st->recv_copy_keep_send(p, out, right ? wire : NULL, off, len);
     } else if (left) {
         p->send_ep = left;
-        s = shoal_prim_send(p, out, bytes);
+        s = st->send_kept(p, out, wire, off, len);
     }
     if (s == SHOAL_OK && right) {
         p->send_ep = right;
-        s = shoal_prim_send(p, out, bytes);
+        s = st->send_kept(p, out, wire, off, len);
     }
     return s;
 }
@@ -265,21 +313,40 @@ shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t
     return s == SHOAL_OK ? tree_flush(plan) : s;
 }
 
+static size_t round_up(size_t x, size_t y)
+{
+    return (x + y - 1) / y * y;
+}
+
 static shoal_status_t tree_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
+    const shoal_stage_ops_t *st = p->st;
     struct shoal_comm *comm = p->comm;
+    size_t pe = plan->stage_elems;
 
+    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
     if (comm->nranks == 1 || a->count == 0) {
-        if (a->recvbuf != a->sendbuf && a->count > 0)
-            shoal_move(comm, a->recvbuf, a->sendbuf, a->count * plan->esize);
+        st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
         return SHOAL_OK;
     }
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    /* The stage's working memory (kept wires, a decoded piece), which
+     * stops growing after the first call. */
+    tree_work_t w = {NULL, round_up(st->keep_bytes(p, pe), TREE_WIRE_ALIGN)};
+    size_t tmp_bytes = round_up(st->tmp_bytes(p, pe), TREE_WIRE_ALIGN);
+    if (tmp_bytes + w.stride) {
+        void *mem;
+        shoal_status_t s = shoal_comm_scratch(comm, tmp_bytes + SHOAL_TREE_WINDOW * w.stride,
+                                              &mem);
+        if (s != SHOAL_OK)
+            return s;
+        p->tmp = mem;
+        w.wires = w.stride ? (unsigned char *)mem + tmp_bytes : NULL;
+    }
     shoal_tree_layout_t l;
-    shoal_tree_layout(a->count, TREE_ALIGN_ELEMS, plan->piece_elems, &l);
-    return shoal_tree_schedule(plan, &l, tree_up, tree_down, NULL);
+    shoal_tree_layout(a->count, st->align(p, TREE_ALIGN_ELEMS), pe, &l);
+    return shoal_tree_schedule(plan, &l, tree_up, tree_down, &w);
 }
 
 const shoal_algo_ops_t shoal_tree_allreduce_ops = {
@@ -287,5 +354,36 @@ const shoal_algo_ops_t shoal_tree_allreduce_ops = {
     .name = "tree",
     .cost = tree_cost,
     .plan = shoal_tree_plan,
+    .run = tree_run,
+};
+
+static double tree_codec_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    const shoal_codec_t *c = args->codec;
+    size_t pe = c ? shoal_ring_codec_piece(c, comm->chunk_size) : 0;
+    if (pe == 0)
+        return -1;
+    shoal_tree_layout_t l;
+    shoal_tree_layout(args->count, c->block, pe, &l);
+    return shoal_tree_cost_of(comm, &l, (double)c->ops->wire_bytes(c, args->count),
+                              (double)c->ops->wire_bytes(c, pe));
+}
+
+static shoal_status_t tree_codec_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                                      shoal_plan_t *plan)
+{
+    shoal_status_t s = shoal_tree_plan(comm, args, plan);
+    if (s != SHOAL_OK)
+        return s;
+    if (!args->codec || args->codec->ops != &shoal_codec_int8)
+        return SHOAL_ERR_INTERNAL;
+    return shoal_plan_stage(comm, args, plan);
+}
+
+const shoal_algo_ops_t shoal_tree_codec_allreduce_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "tree-codec",
+    .cost = tree_codec_cost,
+    .plan = tree_codec_plan,
     .run = tree_run,
 };

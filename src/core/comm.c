@@ -366,6 +366,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     shoal_log_clear_error();
     comm->rank = rank;
     comm->nranks = nranks;
+    comm->kern = &shoal_host_kernels;
     comm->rdv_fd = -1;
     pthread_mutex_init(&comm->watch_lock, NULL);
     comm->timeout_ns = cfg->core.timeout_ns;

@@ -83,12 +83,12 @@ struct shoal_comm {
     size_t scratch_bytes;
     void *stage;
     size_t stage_bytes;
-    /* 1 in a simulation (src/sim/): the schedules run without moving or
-     * reducing data (the buffers stand for memory that is never touched),
-     * and dry_bytes counts the bytes of the passes over memory they skipped
-     * (prims.h), for the simulator to charge. */
-    int dry;
-    size_t dry_bytes;
+    /* The kernels every pass of a schedule over local memory goes through
+     * (algos/kernels.h): the host's, or in a simulation (src/sim/) kernels
+     * that touch no data and count the bytes of each pass in the state
+     * kern_ctx points to. */
+    const struct shoal_kernels *kern;
+    void *kern_ctx;
     /* Payload bytes this rank posted to and took from its endpoints, over
      * the communicator's life (prims.c, xfer.c): a compressed call's
      * shoal_compress_info_t is the difference across it. */

@@ -105,7 +105,8 @@ static void sim_comm_init(shoal_sim_t *sim, int r, size_t chunk)
     c->host_of = sim->host_of;
     c->nhosts = sim->cfg.nhosts;
     c->cluster = sim->cluster; /* shared arrays: freed once, by the simulation */
-    c->dry = 1;
+    c->kern = &shoal_sim_dry_kernels;
+    c->kern_ctx = &sim->dry_bytes[r];
     c->rdv_fd = -1;
     pthread_mutex_init(&c->watch_lock, NULL);
     shoal_sim_ctx_t *ctx = &sim->ctxs[r];
@@ -155,6 +156,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     sim->released = calloc(nn, sizeof(*sim->released));
     sim->slots = calloc(nn * sim->depth, sizeof(*sim->slots));
     sim->clock = calloc((size_t)n, sizeof(double));
+    sim->dry_bytes = calloc((size_t)n, sizeof(size_t));
     sim->out_free = calloc((size_t)cfg->nhosts, sizeof(double));
     sim->in_free = calloc((size_t)cfg->nhosts, sizeof(double));
     sim->state = calloc((size_t)n, 1);
@@ -167,7 +169,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     if (sim->nomem == MAP_FAILED)
         sim->nomem = NULL;
     if (!sim->host_of || !places || !sim->comms || !sim->ctxs || !sim->eps || !sim->ep_ptrs ||
-        !sim->posted || !sim->released || !sim->slots || !sim->clock || !sim->out_free ||
+        !sim->posted || !sim->released || !sim->slots || !sim->clock || !sim->dry_bytes || !sim->out_free ||
         !sim->in_free || !sim->state || !sim->active || !sim->heap || !sim->fibers ||
         !sim->nomem) {
         free(places);
@@ -217,6 +219,7 @@ void shoal_sim_destroy(shoal_sim_t *sim)
     free(sim->in_free);
     free(sim->out_free);
     free(sim->clock);
+    free(sim->dry_bytes);
     free(sim->slots);
     free(sim->released);
     free(sim->posted);
@@ -355,7 +358,7 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         tasks[r] = (sim_task_t){.sim = sim, .algo = ops, .args = args, .rank = r};
         sim->clock[r] = t0;
         sim->active[r] = 0;
-        sim->comms[r].dry_bytes = 0;
+        sim->dry_bytes[r] = 0;
         shoal_fiber_start(sim->fibers, r, sim_rank_main, &tasks[r]);
         sim->state[r] = SIM_PARKED;
         shoal_sim_wake(sim, r);

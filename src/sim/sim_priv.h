@@ -3,6 +3,7 @@
 #ifndef SHOAL_SIM_PRIV_H
 #define SHOAL_SIM_PRIV_H
 
+#include "algos/kernels.h"
 #include "core/comm.h"
 #include "fiber.h"
 #include "sim.h"
@@ -44,6 +45,7 @@ struct shoal_sim {
     shoal_sim_slot_t *slots;         /* depth per channel */
 
     double *clock;                   /* per rank */
+    size_t *dry_bytes;               /* per rank: passes over memory not yet charged */
     double *out_free, *in_free;      /* per host: when its link out / in is idle */
 
     shoal_fibers_t *fibers;
@@ -59,20 +61,23 @@ struct shoal_sim {
 };
 
 extern const shoal_transport_ops_t shoal_sim_ops;
+/* Kernels that touch no data: each pass adds its bytes to the size_t that
+ * comm->kern_ctx points to (sim_kernels.c). */
+extern const shoal_kernels_t shoal_sim_dry_kernels;
 
 /* Make rank r ready to run if it waits. */
 void shoal_sim_wake(shoal_sim_t *sim, int r);
 
 /* Move rank r's clock past the passes over memory its schedule made since
- * the last charge (comm->dry_bytes), each at the bandwidth of the links
+ * the last charge (sim->dry_bytes[r], counted by the dry kernels), each at the bandwidth of the links
  * inside a host: a copy into or out of a slot costs what the real
  * transport's copy does. */
 static inline void shoal_sim_charge(shoal_sim_t *sim, int r)
 {
-    struct shoal_comm *c = &sim->comms[r];
-    if (c->dry_bytes) {
-        sim->clock[r] += (double)c->dry_bytes / sim->cfg.links.cls[sim->cfg.links.intra].bw_Bps;
-        c->dry_bytes = 0;
+    if (sim->dry_bytes[r]) {
+        sim->clock[r] += (double)sim->dry_bytes[r] /
+                         sim->cfg.links.cls[sim->cfg.links.intra].bw_Bps;
+        sim->dry_bytes[r] = 0;
     }
 }
 

@@ -1,12 +1,13 @@
-/* Compressed two-shot all-reduce: each contribution is quantised once on
- * its way to the value's owner, and the owner's sum once more, for int8
- * (fp32 SUM and AVG); the ring requantises a partial sum at every hop
- * instead, so its error grows with the number of ranks and this one's
- * does not.
+/* Two-shot all-reduce over a stage (stage.h): a direct exchange that
+ * brings every block to its owner, then the ring's all-gather. With the
+ * codec stage ("twoshot-codec", int8, fp32 SUM and AVG) each contribution
+ * is quantised once on its way to the value's owner, and the owner's sum
+ * once more; the ring requantises a partial sum at every hop instead, so
+ * its error grows with the number of ranks and this one's does not.
  *
- * Pieces and owners. The tensor is walked in the loops of the codec ring
- * (ring_codec.c): a loop covers n * piece_elems values cut into n blocks
- * of whole codec blocks, and block b of every loop belongs to ring
+ * Pieces and owners. The tensor is walked in the loops of the ring
+ * all-reduce (ring_team.c): a loop covers n * piece_elems values cut into
+ * n blocks of whole codec blocks, and block b of every loop belongs to ring
  * position b. Every piece starts at a multiple of the codec block and
  * holds whole blocks except at the tensor's end, so it encodes exactly as
  * the whole tensor would (codec.h).
@@ -23,8 +24,8 @@
  * All-gather: the owner quantises its sum once into the send slot to its
  * ring successor and decodes that wire into its result (enc_copy_send; its
  * residual there is sum - decode, its own contribution having travelled
- * exactly), and the wire goes round unchanged (shoal_ring_codec_gather,
- * shared with the codec ring): every rank decodes the very same bytes, so
+ * exactly), and the wire goes round unchanged (shoal_ring_gather_run,
+ * shared with the ring): every rank decodes the very same bytes, so
  * all end with identical bits. AVG is the decoded sum divided by n.
  *
  * Error feedback. Every rank quantises every value exactly once (others'
@@ -37,6 +38,7 @@
  * exact in the ring already (the core refuses the combination). A rank
  * alone runs the codec ring's single-rank path: its input, exactly. */
 #include "algo.h"
+#include "stage.h"
 
 #include "base/clock.h"
 
@@ -52,38 +54,39 @@ static shoal_status_t twoshot_flush(shoal_prims_t *p, const shoal_ring_t *ring)
 }
 
 static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ring,
-                                        const float *src, float *dst, size_t count,
-                                        size_t piece_elems, float *tmp)
+                                        const char *src, char *dst, size_t count,
+                                        size_t piece_elems)
 {
+    const shoal_stage_ops_t *st = p->st;
     int n = ring->n, r = ring->me;
-    size_t block = p->codec->block, loop = (size_t)n * piece_elems;
+    size_t es = p->esize, align = st->align(p, 1), loop = (size_t)n * piece_elems;
     shoal_status_t s = SHOAL_OK;
     for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
         size_t real = count - base < loop ? count - base : loop;
-        size_t bs = shoal_ring_loop_bs(real, n, block, piece_elems);
+        size_t bs = shoal_ring_loop_bs(real, n, align, piece_elems);
         size_t off, len, at;
 #define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
         for (int k = 1; k < n && s == SHOAL_OK; k++) {
             p->send_ep = shoal_comm_ep(p->comm, ring->ranks[(r + k) % n]);
             p->recv_ep = shoal_comm_ep(p->comm, ring->ranks[(r - k + n) % n]);
             at = PIECE((r + k) % n);
-            s = shoal_prim_send_enc(p, src + at, at, len);
+            s = st->send(p, src + at * es, at, len);
             if (s != SHOAL_OK)
                 break;
             /* The first contribution joins this rank's input; the others
              * the partial sum in dst. */
             at = PIECE(r);
-            s = shoal_prim_recv_dec_reduce(p, k == 1 ? src + at : dst + at, dst + at, tmp, at,
-                                           len);
+            s = st->recv_reduce(p, k == 1 ? src + at * es : dst + at * es, dst + at * es, at,
+                                len);
         }
         if (s != SHOAL_OK)
             break;
         shoal_ring_bind(p, ring);
         at = PIECE(r);
 #undef PIECE
-        s = shoal_prim_enc_copy_send(p, dst + at, dst + at, at, len);
+        s = st->copy_send(p, dst + at * es, dst + at * es, at, len);
         if (s == SHOAL_OK)
-            s = shoal_ring_codec_gather(p, ring, dst, 0, base, real, bs, 0);
+            s = shoal_ring_gather_run(p, ring, dst, 0, base, real, bs, 0);
     }
     return s;
 }
@@ -95,16 +98,18 @@ static shoal_status_t twoshot_run(shoal_plan_t *plan)
     struct shoal_comm *comm = p->comm;
     const shoal_ring_t *ring = &plan->ring;
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    if (ring->n == 1)
-        return shoal_ring_allreduce_codec_run(p, ring, a->sendbuf, a->recvbuf, a->count, 0,
-                                              plan->codec_elems);
-    /* The decoded piece before it is added: working memory that stops
-     * growing after the first call. */
-    void *tmp;
-    shoal_status_t s = shoal_comm_scratch(comm, plan->codec_elems * sizeof(float), &tmp);
-    if (s != SHOAL_OK)
-        return s;
-    s = twoshot_run_loops(p, ring, a->sendbuf, a->recvbuf, a->count, plan->codec_elems, tmp);
+    if (ring->n == 1) {
+        p->st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
+        return SHOAL_OK;
+    }
+    /* The stage's working memory for a received piece before it is added:
+     * it stops growing after the first call. */
+    size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
+    shoal_status_t s = SHOAL_OK;
+    if (tmp_bytes)
+        s = shoal_comm_scratch(comm, tmp_bytes, &p->tmp);
+    if (s == SHOAL_OK)
+        s = twoshot_run_loops(p, ring, a->sendbuf, a->recvbuf, a->count, plan->stage_elems);
     return s == SHOAL_OK ? twoshot_flush(p, ring) : s;
 }
 

@@ -1,0 +1,76 @@
+/* The host kernels: the passes over memory of a schedule on host buffers. */
+#include "kernels.h"
+
+#include "core/comm.h"
+
+#include <string.h>
+
+static void host_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+/* A plain store reads every line in before it writes it: for an output too
+ * large for the caches, that read only costs bandwidth and pushes the
+ * inputs out, so such an operation streams (comm->stream_out). */
+static void host_move_out(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+{
+    if (comm->stream_out)
+        shoal_copy_stream(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void host_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+                         const void *a, const void *b, size_t count, size_t esize)
+{
+    fn(dst, a, b, count);
+}
+
+static void host_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
+                            shoal_dtype_t dtype, int n)
+{
+    shoal_avg_finish(dst, dst, count, dtype, n);
+}
+
+static void host_zero(struct shoal_comm *comm, void *dst, size_t bytes)
+{
+    if (bytes)
+        memset(dst, 0, bytes);
+}
+
+static void host_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *wire,
+                        const float *src, float *residual, size_t n, size_t first)
+{
+    if (n)
+        c->ops->encode(c, wire, src, residual, n, first);
+}
+
+static void host_add_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *out,
+                            const void *in, const float *src, float *residual, size_t n,
+                            size_t first)
+{
+    if (n)
+        c->ops->add_encode(c, out, in, src, residual, n, first);
+}
+
+static void host_decode(struct shoal_comm *comm, const shoal_codec_t *c, float *dst,
+                        const void *wire, size_t n, size_t first)
+{
+    if (n)
+        c->ops->decode(c, dst, wire, n, first);
+}
+
+const shoal_kernels_t shoal_host_kernels = {
+    .size = sizeof(shoal_kernels_t),
+    .name = "host",
+    .move = host_move,
+    .move_out = host_move_out,
+    .combine = host_combine,
+    .finish_avg = host_finish_avg,
+    .zero = host_zero,
+    .encode = host_encode,
+    .add_encode = host_add_encode,
+    .decode = host_decode,
+};
