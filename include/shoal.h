@@ -228,6 +228,30 @@ shoal_status_t shoal_comm_register(shoal_comm_t comm, void *buf, size_t size, vo
  * deregistered already, or another communicator's). */
 shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle);
 
+/*
+ * Shareable host memory: size bytes (rounded up to whole pages, zeroed,
+ * page-aligned) at *ptr_p that other processes of this host can map. When
+ * every rank's buffers of an all-gather, all-to-all or broadcast come from
+ * here and every peer is reached through shared memory, ranks write their
+ * data straight into the peers' buffers (one copy, no staging slots);
+ * otherwise such buffers work as any other. No communicator is needed:
+ * each communicator finds the blocks its operations use, and forgets them
+ * when they are freed. The memory has no name in the file system and
+ * leaves with the last process that maps it, so a rank that dies leaves
+ * nothing behind.
+ * The block belongs to the caller until shoal_mem_free. Thread-safe.
+ * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG (with *ptr_p unchanged) for a
+ * NULL ptr_p, size 0 or a size too large; SHOAL_ERR_NO_MEMORY or
+ * SHOAL_ERR_SYSTEM when the system cannot provide it.
+ */
+shoal_status_t shoal_mem_alloc(size_t size, void **ptr_p);
+
+/* Return a block of shoal_mem_alloc, which must not be in use by an
+ * operation in flight. Thread-safe. Returns SHOAL_OK;
+ * SHOAL_ERR_INVALID_ARG, changing nothing, when ptr is not the start of a
+ * live block (NULL, freed already, or from another allocator). */
+shoal_status_t shoal_mem_free(void *ptr);
+
 /* This rank's index and the communicator's size. */
 shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p);
 shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);

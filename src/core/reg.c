@@ -1,15 +1,71 @@
-/* Memory registration (shoal_comm_register): a per-communicator list of
- * (buf, size) records. A handle is the record's address, and a record is
- * only ever reached through the list, so a stale or foreign handle is
- * recognised by not being found, never dereferenced. Registrations are few
- * and made outside the hot path: a list searched in order serves. */
+/* Memory registration (shoal_comm_register), the registration cache
+ * (reg.h) and the shareable allocator's public calls (shoal_mem_alloc).
+ * A handle is the record's address, and a record is only ever reached
+ * through the list, so a stale or foreign handle is recognised by not
+ * being found, never dereferenced. Registrations are few and made outside
+ * the hot path: a list searched in order serves. */
 #include "reg.h"
 
 #include "comm.h"
 #include "base/log.h"
+#include "transport/shmem.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+
+_Static_assert(SHOAL_REG_TL >= SHOAL_MAX_TRANSPORTS, "raise SHOAL_REG_TL");
+
+/* Let every open transport's memory domain record the region. One that
+ * refuses leaves its slot NULL: the region then simply travels through
+ * its slots. */
+static void reg_domains(struct shoal_comm *comm, shoal_reg_t *reg)
+{
+    for (int t = 0; t < comm->ntl && t < SHOAL_REG_TL; t++) {
+        shoal_tl_ctx_t *ctx = comm->tl_ctx[t];
+        reg->mem[t] = NULL;
+        if (ctx && ctx->ops->mem_reg(ctx, reg->buf, reg->size, SHOAL_MEM_HOST, &reg->mem[t]) !=
+                       SHOAL_OK)
+            reg->mem[t] = NULL;
+    }
+}
+
+static void reg_drop(struct shoal_comm *comm, shoal_reg_t *reg)
+{
+    for (int t = 0; t < comm->ntl && t < SHOAL_REG_TL; t++) {
+        if (reg->mem[t] && comm->tl_ctx[t])
+            comm->tl_ctx[t]->ops->mem_dereg(comm->tl_ctx[t], reg->mem[t]);
+        reg->mem[t] = NULL;
+    }
+}
+
+static void reg_free(struct shoal_comm *comm, shoal_reg_t *reg)
+{
+    reg_drop(comm, reg);
+    free(reg);
+}
+
+void shoal_reg_drop_domains(struct shoal_comm *comm)
+{
+    for (shoal_reg_t *reg = comm->regs; reg; reg = reg->next)
+        reg_drop(comm, reg);
+}
+
+static shoal_reg_t *reg_new(struct shoal_comm *comm, void *buf, size_t size, int user)
+{
+    shoal_reg_t *reg = calloc(1, sizeof(*reg));
+    if (!reg)
+        return NULL;
+    reg->buf = buf;
+    reg->size = size;
+    reg->user = user;
+    shoal_shmem_block_t blk;
+    if (shoal_shmem_find(buf, size, &blk))
+        reg->serial = blk.serial;
+    reg_domains(comm, reg);
+    reg->next = comm->regs;
+    comm->regs = reg;
+    return reg;
+}
 
 shoal_status_t shoal_comm_register(shoal_comm_t comm, void *buf, size_t size, void **handle_p)
 {
@@ -35,15 +91,11 @@ shoal_status_t shoal_comm_register(shoal_comm_t comm, void *buf, size_t size, vo
                             size, buf);
         goto out_leave;
     }
-    shoal_reg_t *reg = malloc(sizeof(*reg));
+    shoal_reg_t *reg = reg_new(comm, buf, size, 1);
     if (!reg) {
         s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: out of memory", what);
         goto out_leave;
     }
-    reg->buf = buf;
-    reg->size = size;
-    reg->next = comm->regs;
-    comm->regs = reg;
     shoal_debug(MEM, "rank %d: registered %zu B at %p as %p", comm->rank, size, buf,
                 (void *)reg);
     *handle_p = reg;
@@ -59,7 +111,7 @@ shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle)
     if (s != SHOAL_OK)
         return s;
     shoal_reg_t **pp = &comm->regs;
-    while (*pp && (void *)*pp != handle)
+    while (*pp && ((void *)*pp != handle || !(*pp)->user))
         pp = &(*pp)->next;
     if (!handle || !*pp) {
         s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
@@ -71,7 +123,7 @@ shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle)
     shoal_reg_t *reg = *pp;
     *pp = reg->next;
     shoal_debug(MEM, "rank %d: deregistered %zu B at %p", comm->rank, reg->size, reg->buf);
-    free(reg);
+    reg_free(comm, reg);
 out_leave:
     shoal_comm_leave(comm);
     return s;
@@ -83,10 +135,54 @@ const shoal_reg_t *shoal_reg_find(const struct shoal_comm *comm, const void *ptr
     for (const shoal_reg_t *reg = comm->regs; reg; reg = reg->next) {
         uintptr_t b = (uintptr_t)reg->buf;
         /* Registration never wraps (checked), so neither does b + size. */
-        if (p >= b && len <= reg->size && p - b <= reg->size - len)
+        if (reg->user && p >= b && len <= reg->size && p - b <= reg->size - len)
             return reg;
     }
     return NULL;
+}
+
+const shoal_reg_t *shoal_reg_lookup(struct shoal_comm *comm, const void *ptr, size_t len)
+{
+    uintptr_t p = (uintptr_t)ptr;
+    if (!ptr || len == 0 || p > UINTPTR_MAX - len)
+        return NULL;
+    const shoal_reg_t *found = NULL;
+    for (shoal_reg_t **pp = &comm->regs; *pp;) {
+        shoal_reg_t *reg = *pp;
+        /* A cached entry of a freed block goes: its pages may be gone, or
+         * be another block's by now. */
+        if (!reg->user && !shoal_shmem_live(reg->serial)) {
+            *pp = reg->next;
+            shoal_debug(MEM, "rank %d: %zu B at %p were freed: cache entry dropped",
+                        comm->rank, reg->size, reg->buf);
+            reg_free(comm, reg);
+            continue;
+        }
+        uintptr_t b = (uintptr_t)reg->buf;
+        if (!found && p >= b && len <= reg->size && p - b <= reg->size - len)
+            found = reg;
+        pp = &reg->next;
+    }
+    if (found)
+        return found;
+    shoal_shmem_block_t blk;
+    if (!shoal_shmem_find(ptr, len, &blk))
+        return NULL;
+    shoal_reg_t *reg = reg_new(comm, blk.base, blk.len, 0);
+    if (reg)
+        shoal_debug(MEM, "rank %d: cached shareable block of %zu B at %p", comm->rank,
+                    blk.len, blk.base);
+    return reg;
+}
+
+shoal_status_t shoal_mem_alloc(size_t size, void **ptr_p)
+{
+    return shoal_shmem_alloc(size, ptr_p);
+}
+
+shoal_status_t shoal_mem_free(void *ptr)
+{
+    return shoal_shmem_free(ptr);
 }
 
 void shoal_reg_release_all(struct shoal_comm *comm)
@@ -95,8 +191,8 @@ void shoal_reg_release_all(struct shoal_comm *comm)
     while (comm->regs) {
         shoal_reg_t *reg = comm->regs;
         comm->regs = reg->next;
-        free(reg);
-        n++;
+        n += reg->user;
+        reg_free(comm, reg);
     }
     if (n)
         shoal_debug(MEM, "rank %d: %zu registrations left at the end of the communicator were "

@@ -1,6 +1,6 @@
-/* Memory through the door: ncclMemAlloc/Free (host pages here, as there is
- * no device), buffer registration and windows, both kept by shoal's
- * communicator for the transports that use registered memory. */
+/* Memory through the door: ncclMemAlloc/Free (shareable host pages here,
+ * as there is no device), buffer registration and windows, both kept by
+ * shoal's communicator's registration cache for the transports. */
 #include "door.h"
 
 #include "base/log.h"
@@ -14,17 +14,11 @@
 
 /* ---- ncclMemAlloc ---------------------------------------------------------- */
 
-/* Blocks handed out, so that ncclMemFree can tell its own pointers (and
- * their length) from any other. */
-typedef struct mem_block {
-    struct mem_block *next;
-    void *ptr;
-    size_t len;
-} mem_block_t;
-
-static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
-static mem_block_t *mem_blocks;
-
+/* Host memory here, as there is no device: shareable blocks of
+ * shoal_mem_alloc (whole pages, page-aligned as registration and windows
+ * want), which peers of this host write straight into when every rank's
+ * buffers come from here. shoal_mem_free tells its own pointers from any
+ * other and refuses those. */
 NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
 {
     static const char what[] = "ncclMemAlloc";
@@ -35,29 +29,13 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
         *ptr = NULL;
         return ncclSuccess;
     }
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
-    if (size > SIZE_MAX - page)
+    shoal_status_t s = shoal_mem_alloc(size, ptr);
+    if (s == SHOAL_ERR_INVALID_ARG)
         return shoal_nccl_fail(NULL, ncclInvalidArgument, "%s: size %zu is too large", what,
                                size);
-    size_t len = (size + page - 1) / page * page;
-    mem_block_t *b = malloc(sizeof(*b));
-    if (!b)
-        return shoal_nccl_fail(NULL, ncclSystemError, "%s: out of memory", what);
-    /* Whole pages of their own: page-aligned (as registration and windows
-     * want) and returned to the system at once by ncclMemFree. */
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        free(b);
-        return shoal_nccl_fail(NULL, ncclSystemError, "%s: mmap of %zu bytes failed: %s", what,
-                               len, strerror(errno));
-    }
-    b->ptr = p;
-    b->len = len;
-    pthread_mutex_lock(&mem_lock);
-    b->next = mem_blocks;
-    mem_blocks = b;
-    pthread_mutex_unlock(&mem_lock);
-    *ptr = p;
+    if (s != SHOAL_OK)
+        return shoal_nccl_fail(NULL, ncclSystemError, "%s: %zu bytes: %s", what, size,
+                               shoal_status_string(s));
     return ncclSuccess;
 }
 
@@ -66,22 +44,10 @@ NCCL_API(ncclResult_t, ncclMemFree, void *ptr)
     shoal_nccl_once();
     if (!ptr)
         return ncclSuccess;
-    mem_block_t *found = NULL;
-    pthread_mutex_lock(&mem_lock);
-    for (mem_block_t **pp = &mem_blocks; *pp; pp = &(*pp)->next) {
-        if ((*pp)->ptr == ptr) {
-            found = *pp;
-            *pp = found->next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&mem_lock);
-    if (!found)
+    if (shoal_mem_free(ptr) != SHOAL_OK)
         return shoal_nccl_fail(NULL, ncclInvalidArgument,
                                "ncclMemFree: %p was not returned by ncclMemAlloc (or was freed "
                                "already)", ptr);
-    munmap(found->ptr, found->len);
-    free(found);
     return ncclSuccess;
 }
 

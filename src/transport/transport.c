@@ -6,6 +6,7 @@
 #include "transport.h"
 
 #include "core/comm.h"
+#include "core/reg.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -168,6 +169,8 @@ shoal_status_t shoal_transport_sleep(struct shoal_comm *comm, uint64_t waited_ns
 
 void shoal_transport_teardown(struct shoal_comm *comm)
 {
+    /* Registrations hold memory-domain state of the contexts closed here. */
+    shoal_reg_drop_domains(comm);
     comm->tl_sole = NULL;
     for (int peer = 0; comm->eps && peer < comm->nranks; peer++) {
         if (comm->eps[peer]) {

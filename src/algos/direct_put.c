@@ -1,0 +1,492 @@
+/* Zero-copy all-gather, all-to-all and broadcast over shared memory: every
+ * rank writes its blocks straight into the peers' output buffers
+ * (put_signal) and signals, instead of streaming them through slot FIFOs
+ * where the receiver copies them a second time.
+ *
+ * A rank can only write a peer's buffer that the peer's transport exposes
+ * (shareable memory from shoal_mem_alloc, over shm), and only after the
+ * peer has entered the call (before, the peer may still be reading that
+ * buffer's previous contents). So every call starts with a small control
+ * message to each rank that writes into this one: the remote key of this
+ * rank's output buffer, or "no key". Receiving a peer's key is therefore
+ * also the peer's permission to write. The keys decide collectively:
+ * - all-gather, all-to-all: every rank sends its key to every other, so
+ *   every rank sees the same n answers; if any is "no key", all ranks run
+ *   the slot algorithm the cost model would otherwise have chosen;
+ * - broadcast: the non-roots send their keys to the root, which tells
+ *   each peer "fall back" when any is missing, or writes and signals.
+ * A key that a rank cannot attach (say, /proc is not readable between the
+ * two processes) costs no agreement: that one writer sends a "data"
+ * control message and the block through slots, and the receiver, which
+ * takes either a signal or that message first, copies it.
+ *
+ * Keys are attached through the endpoint's cache (transport.h), so a
+ * buffer used again maps nothing new; the exchange itself is repeated
+ * every call, as it is the permission to write and it tells freed or
+ * reallocated buffers apart. */
+#include "algo.h"
+
+#include "base/clock.h"
+#include "base/dtype.h"
+#include "base/log.h"
+#include "core/fault.h"
+#include "core/reg.h"
+
+#include <string.h>
+
+/* Below this many bytes of output per rank the control round costs more
+ * than the copy it saves; the model then never picks the algorithm, which
+ * SHOAL_ALGO can still force. */
+#define PUT_MIN_BYTES (256u * 1024)
+#define PUT_UNPICKED 1e6
+/* Share of the slot algorithm's time the direct one is charged: one copy
+ * per byte instead of two, without the pipeline's hops. */
+#define PUT_SPEEDUP 0.5
+
+enum { PUT_KEY = 1, PUT_NOKEY, PUT_FALLBACK, PUT_DATA };
+
+typedef struct {
+    uint32_t type;
+    uint32_t keylen;
+    unsigned char key[SHOAL_TL_RKEY_MAX];
+} put_ctrl_t;
+
+/* One peer's part of the call. */
+typedef struct {
+    int peer;
+    shoal_ep_t *ep;
+    /* What this rank writes to the peer: bytes from src at off in the
+     * peer's buffer. */
+    const void *src;
+    size_t bytes;
+    size_t off;
+    const shoal_rmem_t *rmem; /* NULL: through slots */
+    int send_state;
+    /* What the peer writes to this rank, at dst. */
+    void *dst;
+    size_t rbytes;
+    int recv_state;
+    shoal_xfer_t sx, rx;      /* slot transfers of the data fallback */
+} put_peer_t;
+
+enum { ST_IDLE = 0, ST_CTRL, ST_XFER, ST_FLUSH, ST_DONE };
+
+/* The cheapest other algorithm of the call's kind: what every rank runs
+ * when the keys say no (the same choice on every rank, as the model's). */
+static const shoal_algo_ops_t *put_fallback(const struct shoal_comm *comm,
+                                            const shoal_coll_args_t *args,
+                                            const shoal_algo_ops_t *self, double *cost_p)
+{
+    const shoal_algo_ops_t *best = NULL;
+    double best_cost = 0;
+    for (int i = 0;; i++) {
+        const shoal_algo_ops_t *a = shoal_algo_at(args->kind, i);
+        if (!a)
+            break;
+        if (a == self)
+            continue;
+        double c = a->cost(comm, args);
+        if (c >= 0 && (!best || c < best_cost)) {
+            best = a;
+            best_cost = c;
+        }
+    }
+    *cost_p = best_cost;
+    return best;
+}
+
+static double put_cost_of(const struct shoal_comm *comm, const shoal_coll_args_t *args,
+                          const shoal_algo_ops_t *self)
+{
+    if (comm->nranks < 2 || comm->nhosts != 1)
+        return -1;
+    double fb_cost;
+    if (!put_fallback(comm, args, self, &fb_cost))
+        return -1;
+    if (shoal_algo_bytes(args, args->count) < PUT_MIN_BYTES)
+        return PUT_UNPICKED;
+    return fb_cost * PUT_SPEEDUP;
+}
+
+/* This rank's control message for its output [buf, buf + len). */
+static void put_own_key(struct shoal_comm *comm, void *buf, size_t len, put_ctrl_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->type = PUT_NOKEY;
+    shoal_tl_ctx_t *ctx = comm->tl_sole;
+    if (!ctx || !buf || len == 0)
+        return;
+    int t = 0;
+    while (t < comm->ntl && comm->tl_ctx[t] != ctx)
+        t++;
+    const shoal_reg_t *reg = shoal_reg_lookup(comm, buf, len);
+    if (t == comm->ntl || t >= SHOAL_REG_TL || !reg || !reg->mem[t])
+        return;
+    size_t klen = sizeof(c->key);
+    if (ctx->ops->rkey_pack(ctx, reg->mem[t], buf, len, c->key, &klen) == SHOAL_OK) {
+        c->type = PUT_KEY;
+        c->keylen = (uint32_t)klen;
+    }
+}
+
+/* A one-piece control message to ep; SHOAL_INPROGRESS while no slot. */
+static shoal_status_t put_post_ctrl(struct shoal_comm *comm, shoal_ep_t *ep, uint32_t type)
+{
+    void *slot;
+    size_t cap;
+    shoal_status_t s = ep->ops->send_slot(ep, &slot, &cap);
+    if (s != SHOAL_OK)
+        return s;
+    put_ctrl_t c = {.type = type};
+    memcpy(slot, &c, sizeof(c));
+    return ep->ops->send_post(ep, sizeof(c), &comm->sig);
+}
+
+/* The first message of peer after the keys: a signal (its block is in
+ * place), or a control message. *type_p: 0 for a signal. */
+static shoal_status_t put_take_first(struct shoal_comm *comm, put_peer_t *p, uint32_t *type_p)
+{
+    const void *in;
+    size_t len;
+    shoal_sig_t sig;
+    shoal_status_t s = p->ep->ops->recv_slot(p->ep, &in, &len, &sig);
+    if (s != SHOAL_OK)
+        return s;
+    if (len == 0) {
+        *type_p = 0;
+    } else if (len == sizeof(put_ctrl_t)) {
+        if (!shoal_sig_equal(&sig, &comm->sig))
+            return shoal_fault_mismatch(comm, p->peer, &sig);
+        put_ctrl_t c;
+        memcpy(&c, in, sizeof(c));
+        *type_p = c.type;
+    } else {
+        shoal_fault_cause(comm, "rank %d got a %zu-B message from rank %d where a signal or "
+                          "a control message was due", comm->rank, len, p->peer);
+        return SHOAL_ERR_MISMATCH;
+    }
+    return p->ep->ops->recv_release(p->ep);
+}
+
+/* One pass over peer p's sending side; *moved_p set when anything moved. */
+static shoal_status_t put_send_step(struct shoal_comm *comm, put_peer_t *p, int *moved_p)
+{
+    shoal_status_t s = SHOAL_OK;
+    switch (p->send_state) {
+    case ST_IDLE:
+        if (p->rmem) {
+            s = p->ep->ops->put_signal(p->ep, p->src, NULL, p->rmem, p->off, p->bytes);
+            if (s == SHOAL_OK) {
+                p->send_state = ST_DONE;
+                *moved_p = 1;
+            }
+            break;
+        }
+        s = put_post_ctrl(comm, p->ep, PUT_DATA);
+        if (s == SHOAL_OK) {
+            p->sx = (shoal_xfer_t){.ep = p->ep, .buf = (void *)p->src, .bytes = p->bytes};
+            p->send_state = ST_XFER;
+            *moved_p = 1;
+        }
+        break;
+    case ST_XFER:
+        s = shoal_xfer_step(comm, &p->sx, 1, NULL, 0, moved_p);
+        if (s == SHOAL_OK && shoal_xfer_complete(&p->sx))
+            p->send_state = ST_FLUSH;
+        break;
+    case ST_FLUSH:
+        s = p->ep->ops->flush(p->ep);
+        if (s == SHOAL_OK)
+            p->send_state = ST_DONE;
+        break;
+    default:
+        break;
+    }
+    return s == SHOAL_INPROGRESS ? SHOAL_OK : s;
+}
+
+static shoal_status_t put_recv_step(struct shoal_comm *comm, put_peer_t *p, int *moved_p,
+                                    int *fallback_p)
+{
+    shoal_status_t s = SHOAL_OK;
+    uint32_t type = UINT32_MAX;
+    switch (p->recv_state) {
+    case ST_IDLE:
+        s = put_take_first(comm, p, &type);
+        if (s != SHOAL_OK)
+            break;
+        *moved_p = 1;
+        if (type == 0) {
+            p->recv_state = ST_DONE;
+        } else if (type == PUT_DATA) {
+            p->rx = (shoal_xfer_t){.ep = p->ep, .buf = p->dst, .bytes = p->rbytes};
+            p->recv_state = ST_XFER;
+        } else if (type == PUT_FALLBACK && fallback_p) {
+            *fallback_p = 1;
+            p->recv_state = ST_DONE;
+        } else {
+            shoal_fault_cause(comm, "rank %d got control message %u from rank %d where a "
+                              "signal was due", comm->rank, type, p->peer);
+            s = SHOAL_ERR_MISMATCH;
+        }
+        break;
+    case ST_XFER:
+        s = shoal_xfer_step(comm, NULL, 0, &p->rx, 1, moved_p);
+        if (s == SHOAL_OK && shoal_xfer_complete(&p->rx))
+            p->recv_state = ST_DONE;
+        break;
+    default:
+        break;
+    }
+    return s == SHOAL_INPROGRESS ? SHOAL_OK : s;
+}
+
+/* Drive every peer's sides to the end, or to the deadline. */
+static shoal_status_t put_drive(struct shoal_comm *comm, put_peer_t *peers, int np,
+                                uint64_t deadline, int *fallback_p)
+{
+    shoal_idle_t w = {0};
+    for (;;) {
+        int moved = 0, left = 0;
+        for (int i = 0; i < np; i++) {
+            put_peer_t *p = &peers[i];
+            shoal_status_t s = put_send_step(comm, p, &moved);
+            if (s == SHOAL_OK)
+                s = put_recv_step(comm, p, &moved, fallback_p);
+            if (s != SHOAL_OK)
+                return s;
+            left += p->send_state != ST_DONE || p->recv_state != ST_DONE;
+        }
+        if (!left)
+            return SHOAL_OK;
+        if (!moved) {
+            shoal_status_t s = shoal_prims_idle(comm, deadline, &w);
+            if (s != SHOAL_OK)
+                return s;
+        } else {
+            w = (shoal_idle_t){0};
+        }
+    }
+}
+
+/* Working memory: the peers and the control messages. */
+static shoal_status_t put_mem(struct shoal_comm *comm, put_peer_t **peers_p,
+                              put_ctrl_t **ctrl_p, shoal_xfer_t **x_p)
+{
+    size_t n = (size_t)comm->nranks;
+    void *mem;
+    shoal_status_t s = shoal_comm_scratch(comm, n * (sizeof(put_peer_t) + sizeof(put_ctrl_t) +
+                                                     2 * sizeof(shoal_xfer_t)), &mem);
+    if (s != SHOAL_OK)
+        return s;
+    *peers_p = mem;
+    *ctrl_p = (put_ctrl_t *)(*peers_p + n);
+    *x_p = (shoal_xfer_t *)(*ctrl_p + n);
+    return SHOAL_OK;
+}
+
+static shoal_status_t put_run_fallback(shoal_plan_t *plan, const shoal_algo_ops_t *self)
+{
+    struct shoal_comm *comm = plan->prims.comm;
+    double c;
+    const shoal_algo_ops_t *fb = put_fallback(comm, &plan->args, self, &c);
+    if (!fb)
+        return SHOAL_ERR_INTERNAL;
+    shoal_debug(ALGO, "rank %d: %s falls back to %s", comm->rank, self->name, fb->name);
+    shoal_plan_t fp;
+    shoal_status_t s = fb->plan(comm, &plan->args, &fp);
+    return s == SHOAL_OK ? fb->run(&fp) : s;
+}
+
+/* All-gather and all-to-all: keys to and from everyone. block(j) is this
+ * rank's block for rank j (src), placed at off in j's buffer. */
+static shoal_status_t put_symmetric(shoal_plan_t *plan, const shoal_algo_ops_t *self)
+{
+    struct shoal_comm *comm = plan->prims.comm;
+    const shoal_coll_args_t *a = &plan->args;
+    int n = comm->nranks, r = comm->rank;
+    size_t bytes = a->count * plan->esize;
+    char *out = a->recvbuf;
+    const char *in = a->sendbuf;
+    int a2a = a->kind == SHOAL_COLL_ALLTOALL;
+    /* This rank's own block, in place unless an all-gather's input is
+     * already there. */
+    const char *own = a2a ? in + (size_t)r * bytes : in;
+    if (bytes && own != out + (size_t)r * bytes)
+        shoal_move_out(comm, out + (size_t)r * bytes, own, bytes);
+    if (n == 1 || bytes == 0)
+        return SHOAL_OK;
+    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    put_peer_t *peers;
+    put_ctrl_t *ctrl;
+    shoal_xfer_t *x;
+    shoal_status_t s = put_mem(comm, &peers, &ctrl, &x);
+    if (s != SHOAL_OK)
+        return s;
+    put_own_key(comm, out, (size_t)n * bytes, &ctrl[r]);
+    size_t m = (size_t)n - 1;
+    for (int k = 1; k < n; k++) {
+        int j = (r + k) % n;
+        x[k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[r],
+                                  .bytes = sizeof(put_ctrl_t)};
+        x[m + k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[j],
+                                      .bytes = sizeof(put_ctrl_t)};
+    }
+    s = shoal_xfer_run(comm, x, m, x + m, m, deadline);
+    if (s != SHOAL_OK)
+        return s;
+    for (int j = 0; j < n; j++) {
+        if (ctrl[j].type != PUT_KEY)
+            return put_run_fallback(plan, self);
+    }
+    for (int k = 1; k < n; k++) {
+        int j = (r + k) % n;
+        put_peer_t *p = &peers[k - 1];
+        *p = (put_peer_t){.peer = j, .ep = shoal_comm_ep(comm, j), .bytes = bytes,
+                          .off = (size_t)r * bytes, .dst = out + (size_t)j * bytes,
+                          .rbytes = bytes};
+        p->src = a2a ? in + (size_t)j * bytes : in;
+        if (p->ep->ops->rkey_attach(p->ep, ctrl[j].key, ctrl[j].keylen, &p->rmem) != SHOAL_OK)
+            p->rmem = NULL;
+    }
+    return put_drive(comm, peers, n - 1, deadline, NULL);
+}
+
+static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *self)
+{
+    struct shoal_comm *comm = plan->prims.comm;
+    const shoal_coll_args_t *a = &plan->args;
+    int n = comm->nranks, r = comm->rank, root = a->root;
+    size_t bytes = a->count * plan->esize;
+    if (r == root && bytes && a->sendbuf != a->recvbuf)
+        shoal_move_out(comm, a->recvbuf, a->sendbuf, bytes);
+    if (n == 1 || bytes == 0)
+        return SHOAL_OK;
+    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    put_peer_t *peers;
+    put_ctrl_t *ctrl;
+    shoal_xfer_t *x;
+    shoal_status_t s = put_mem(comm, &peers, &ctrl, &x);
+    if (s != SHOAL_OK)
+        return s;
+    if (r != root) {
+        put_own_key(comm, a->recvbuf, bytes, &ctrl[r]);
+        x[0] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, root), .buf = &ctrl[r],
+                              .bytes = sizeof(put_ctrl_t)};
+        s = shoal_xfer_run(comm, x, 1, NULL, 0, deadline);
+        if (s != SHOAL_OK)
+            return s;
+        int fallback = 0;
+        peers[0] = (put_peer_t){.peer = root, .ep = shoal_comm_ep(comm, root),
+                                .send_state = ST_DONE, .dst = a->recvbuf, .rbytes = bytes};
+        s = put_drive(comm, peers, 1, deadline, &fallback);
+        return s == SHOAL_OK && fallback ? put_run_fallback(plan, self) : s;
+    }
+    size_t m = (size_t)n - 1;
+    int all_keys = 1;
+    for (int k = 1; k < n; k++) {
+        int j = (root + k) % n;
+        x[k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[j],
+                                  .bytes = sizeof(put_ctrl_t)};
+    }
+    s = shoal_xfer_run(comm, NULL, 0, x, m, deadline);
+    if (s != SHOAL_OK)
+        return s;
+    for (int k = 1; k < n; k++)
+        all_keys &= ctrl[(root + k) % n].type == PUT_KEY;
+    for (int k = 1; k < n; k++) {
+        int j = (root + k) % n;
+        put_peer_t *p = &peers[k - 1];
+        *p = (put_peer_t){.peer = j, .ep = shoal_comm_ep(comm, j), .src = a->recvbuf,
+                          .bytes = bytes, .recv_state = ST_DONE};
+        if (!all_keys)
+            continue;
+        if (p->ep->ops->rkey_attach(p->ep, ctrl[j].key, ctrl[j].keylen, &p->rmem) != SHOAL_OK)
+            p->rmem = NULL;
+    }
+    if (!all_keys) {
+        /* Every peer hears "fall back" before the slot algorithm starts. */
+        shoal_idle_t w = {0};
+        for (int k = 1; k < n && s == SHOAL_OK;) {
+            s = put_post_ctrl(comm, peers[k - 1].ep, PUT_FALLBACK);
+            if (s == SHOAL_OK)
+                k++;
+            else if (s == SHOAL_INPROGRESS)
+                s = shoal_prims_idle(comm, deadline, &w);
+        }
+        return s == SHOAL_OK ? put_run_fallback(plan, self) : s;
+    }
+    return put_drive(comm, peers, n - 1, deadline, NULL);
+}
+
+static shoal_status_t put_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+                               shoal_plan_t *plan)
+{
+    if (args->kind != SHOAL_COLL_ALLGATHER && args->kind != SHOAL_COLL_ALLTOALL &&
+        args->kind != SHOAL_COLL_BROADCAST)
+        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    if (s != SHOAL_OK)
+        return s;
+    for (int j = 0; j < comm->nranks; j++) {
+        if (j != comm->rank && !shoal_comm_ep(comm, j))
+            return SHOAL_ERR_INTERNAL;
+    }
+    return SHOAL_OK;
+}
+
+static double put_allgather_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    return put_cost_of(comm, args, &shoal_put_allgather_ops);
+}
+
+static double put_alltoall_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    if (args->kind != SHOAL_COLL_ALLTOALL)
+        return -1;
+    return put_cost_of(comm, args, &shoal_put_alltoall_ops);
+}
+
+static double put_broadcast_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+{
+    return put_cost_of(comm, args, &shoal_put_broadcast_ops);
+}
+
+static shoal_status_t put_allgather_run(shoal_plan_t *plan)
+{
+    return put_symmetric(plan, &shoal_put_allgather_ops);
+}
+
+static shoal_status_t put_alltoall_run(shoal_plan_t *plan)
+{
+    return put_symmetric(plan, &shoal_put_alltoall_ops);
+}
+
+static shoal_status_t put_broadcast_run(shoal_plan_t *plan)
+{
+    return put_broadcast(plan, &shoal_put_broadcast_ops);
+}
+
+const shoal_algo_ops_t shoal_put_allgather_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "put",
+    .cost = put_allgather_cost,
+    .plan = put_plan,
+    .run = put_allgather_run,
+};
+
+const shoal_algo_ops_t shoal_put_alltoall_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "put",
+    .cost = put_alltoall_cost,
+    .plan = put_plan,
+    .run = put_alltoall_run,
+};
+
+const shoal_algo_ops_t shoal_put_broadcast_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "put",
+    .cost = put_broadcast_cost,
+    .plan = put_plan,
+    .run = put_broadcast_run,
+};
