@@ -176,36 +176,36 @@ static inline int cref_check(shoal_comm_t comm, int rank, cref_bufs_t *b,
         b->res[i] = NAN;
     shoal_status_t s = shoal_allreduce_codec(comm, b->x, b->y, count, SHOAL_FLOAT32, SHOAL_SUM,
                                              c, b->res, algo);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: %s allreduce of %zu (block %zu %s): %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: %s allreduce of %zu (block %zu %s): %s (%s)", rank,
                c->ops->name, count, c->block, rn, shoal_status_string(s),
                shoal_comm_last_error(comm));
-    RANK_CHECK(harness_same_bytes(comm, b->y, count * sizeof(float)),
+    RANK_CHECK(harness_same_bytes(comm, b->y, count * sizeof(float)), fail,
                "rank %d: results differ between ranks (%s count %zu block %zu %s)", rank,
                c->ops->name, count, c->block, rn);
     /* In place, no residual: the same bits. */
     memcpy(b->y2, b->x, count * sizeof(float));
     s = shoal_allreduce_codec(comm, b->y2, b->y2, count, SHOAL_FLOAT32, SHOAL_SUM, c, NULL,
                               algo);
-    RANK_CHECK(s == SHOAL_OK, "in-place: %s", shoal_status_string(s));
-    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
+    RANK_CHECK(s == SHOAL_OK, fail, "in-place: %s", shoal_status_string(s));
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)), fail,
                "rank %d: in-place result differs (%s count %zu)", rank, c->ops->name, count);
 
     cref_reference(b, c->block);
     s = shoal_allgather(b->res, b->all_res, count, SHOAL_FLOAT32, comm);
-    RANK_CHECK(s == SHOAL_OK, "allgather of residuals: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "allgather of residuals: %s", shoal_status_string(s));
     double n = nranks;
     for (size_t i = 0; i < count; i++) {
         double a = b->absmax[i], err = (double)b->y[i] - b->exact[i];
         double bound = cref_bound(b, c, sched, nhosts, i);
-        RANK_CHECK(fabs(err) <= bound,
+        RANK_CHECK(fabs(err) <= bound, fail,
                    "rank %d/%d %s count %zu block %zu %s: value %zu is %.9g, exact %.9g, "
                    "bound %.9g", rank, nranks, c->ops->name, count, c->block, rn, i, b->y[i],
                    b->exact[i], bound);
         double sum_res = 0;
         for (int r = 0; r < nranks; r++)
             sum_res += b->all_res[(size_t)r * count + i];
-        RANK_CHECK(nranks > 1 || sum_res == 0, "single rank: residual %zu is %g", i, sum_res);
-        RANK_CHECK(fabs(sum_res + err) <= 4 * n * a * 0x1p-24,
+        RANK_CHECK(nranks > 1 || sum_res == 0, fail, "single rank: residual %zu is %g", i, sum_res);
+        RANK_CHECK(fabs(sum_res + err) <= 4 * n * a * 0x1p-24, fail,
                    "rank %d/%d %s count %zu block %zu %s: value %zu: residuals sum to %.9g, "
                    "exact - result is %.9g", rank, nranks, c->ops->name, count, c->block, rn,
                    i, sum_res, -err);
@@ -214,12 +214,14 @@ static inline int cref_check(shoal_comm_t comm, int rank, cref_bufs_t *b,
     /* AVG: the same wire, the sum times 1/n. */
     s = shoal_allreduce_codec(comm, b->x, b->y2, count, SHOAL_FLOAT32, SHOAL_AVG, c, NULL,
                               algo);
-    RANK_CHECK(s == SHOAL_OK, "avg: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "avg: %s", shoal_status_string(s));
     shoal_avg_finish_ref(b->y, b->y, count, SHOAL_FLOAT32, nranks);
-    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)),
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)), fail,
                "rank %d: AVG is not SUM / %d (%s count %zu)", rank, nranks, c->ops->name,
                count);
     return 0;
+fail:
+    return 1;
 }
 
 /* The codec of a matrix entry: int8 or ternary (whose scales it computes
@@ -253,12 +255,12 @@ static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t
     const cref_matrix_t *m = arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     size_t most = 0;
     for (size_t k = 0; m->counts[k] != SIZE_MAX; k++)
         most = m->counts[k] > most ? m->counts[k] : most;
     cref_bufs_t b;
-    RANK_CHECK(cref_alloc(&b, most, nranks), "out of memory");
+    RANK_CHECK(cref_alloc(&b, most, nranks), fail, "out of memory");
     static const size_t blocks[] = {32, 64, 128};
     for (size_t k = 0; m->counts[k] != SIZE_MAX; k++) {
         b.count = m->counts[k];
@@ -273,8 +275,10 @@ static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t
         }
     }
     cref_free(&b);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 #endif

@@ -49,9 +49,11 @@ int harness_check_untouched(const unsigned char *buf, size_t from, size_t to, un
                             int rank, const char *what)
 {
     for (size_t i = from; i < to; i++)
-        RANK_CHECK(buf[i] == v, "rank %d: %s: byte %zu is %#x, want %#x", rank, what, i,
+        RANK_CHECK(buf[i] == v, fail, "rank %d: %s: byte %zu is %#x, want %#x", rank, what, i,
                    buf[i], v);
     return 0;
+fail:
+    return 1;
 }
 
 static double now_s(void)

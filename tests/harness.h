@@ -72,16 +72,19 @@ void harness_fill_exact(void *buf, size_t count, int rank, shoal_dtype_t dt, sho
 void harness_expected(void *out, void *tmp, size_t count, int nranks, shoal_dtype_t dt,
                       shoal_op_t op);
 
-/* Fail the current rank with a message (for use inside rank bodies, where
- * cmocka's asserts cannot be used: they belong to the parent). */
-#define RANK_CHECK(cond, ...)                                                 \
+/* Inside a rank body, where cmocka's asserts cannot be used (they belong to
+ * the parent): when cond is false, report it with a message and jump to
+ * label, where the body returns its failure. The label is named at every
+ * use, so the jump shows where it happens (CONVENTIONS.md: a check macro may
+ * jump to a label, never return). */
+#define RANK_CHECK(cond, label, ...)                                          \
     do {                                                                      \
         if (!(cond)) {                                                        \
             fprintf(stderr, "# rank check failed at %s:%d: %s: ", __FILE__,   \
                     __LINE__, #cond);                                         \
             fprintf(stderr, __VA_ARGS__);                                     \
             fprintf(stderr, "\n");                                            \
-            return 1;                                                         \
+            goto label;                                                       \
         }                                                                     \
     } while (0)
 

@@ -28,21 +28,23 @@ static int check_one(shoal_comm_t comm, int rank, int nranks, size_t count, shoa
     memset(b, guard, bytes + 64);
     void *send = a, *recv = in_place ? a : b;
     shoal_status_t s = shoal_allreduce(count ? send : NULL, count ? recv : NULL, count, dt, op, comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: allreduce %s/%s count %zu: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: allreduce %s/%s count %zu: %s (%s)", rank,
                shoal_dtype_name(dt), shoal_op_name(op), count, shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(want, tmp, count, nranks, dt, op);
     const unsigned char *got = recv;
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(got[i] == want[i],
+        RANK_CHECK(got[i] == want[i], fail,
                    "rank %d/%d %s %s count %zu %s: byte %zu (element %zu) is %#x, want %#x",
                    rank, nranks, shoal_dtype_name(dt), shoal_op_name(op), count,
                    in_place ? "in-place" : "out-of-place", i, i / es, got[i], want[i]);
     if (!in_place) {
         for (size_t i = bytes; i < bytes + 64; i++)
-            RANK_CHECK(b[i] == guard, "rank %d: write past the end at byte %zu", rank, i);
+            RANK_CHECK(b[i] == guard, fail, "rank %d: write past the end at byte %zu", rank, i);
     }
     return 0;
+fail:
+    return 1;
 }
 
 typedef struct {
@@ -53,13 +55,13 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     size_t loop_elems = (size_t)nranks * TEST_CHUNK; /* one ring loop of int8 */
     const size_t counts[] = {0, 1, 17, 2 * loop_elems + 333};
     size_t max_bytes = counts[3] * 8;
     unsigned char *a = malloc(max_bytes), *b = malloc(max_bytes + 64);
     unsigned char *want = malloc(max_bytes), *tmp = malloc(max_bytes);
-    RANK_CHECK(a && b && want && tmp, "out of memory");
+    RANK_CHECK(a && b && want && tmp, fail, "out of memory");
     for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++)
         for (int op = 0; op < SHOAL_OP_COUNT; op++)
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
@@ -73,16 +75,18 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     for (size_t i = 0; i < n; i++)
         f[i] = (float)harness_mix((uint32_t)(rank * 7919 + (int)i)) / 4294967296.0f - 0.5f;
     s = shoal_allreduce(f, b, n, SHOAL_FLOAT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "random allreduce: %s", shoal_status_string(s));
-    RANK_CHECK(harness_same_bytes(comm, b, n * sizeof(float)),
+    RANK_CHECK(s == SHOAL_OK, fail, "random allreduce: %s", shoal_status_string(s));
+    RANK_CHECK(harness_same_bytes(comm, b, n * sizeof(float)), fail,
                "rank %d: results differ between ranks", rank);
     free(a);
     free(b);
     free(want);
     free(tmp);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)
@@ -109,23 +113,26 @@ MATRIX_TEST(tcp, 6) MATRIX_TEST(tcp, 7) MATRIX_TEST(tcp, 8)
 static int rank_large(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t n = (size_t)5 << 20; /* 20 MiB of float */
     float *x = malloc(n * sizeof(float));
-    RANK_CHECK(x, "out of memory");
+    RANK_CHECK(x, fail, "out of memory");
     for (size_t i = 0; i < n; i++)
         x[i] = (float)((i + (size_t)rank) % 7);
-    RANK_CHECK(shoal_allreduce(x, x, n, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, "allreduce");
+    RANK_CHECK(shoal_allreduce(x, x, n, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
+               "allreduce");
     for (size_t i = 0; i < n; i++) {
         float want = 0;
         for (int r = 0; r < nranks; r++)
             want += (float)((i + (size_t)r) % 7);
-        RANK_CHECK(x[i] == want, "element %zu is %g, want %g", i, x[i], want);
+        RANK_CHECK(x[i] == want, fail, "element %zu is %g, want %g", i, x[i], want);
     }
     free(x);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_large_default_chunk(void **state)

@@ -45,9 +45,11 @@ static int check_sentinel(const unsigned char *p, size_t from, size_t to, int ra
                           const char *what)
 {
     for (size_t i = from; i < to; i++)
-        RANK_CHECK(p[i] == SENTINEL, "rank %d: %s: byte %zu is %#x, want the sentinel",
+        RANK_CHECK(p[i] == SENTINEL, fail, "rank %d: %s: byte %zu is %#x, want the sentinel",
                    rank, what, i, p[i]);
     return 0;
+fail:
+    return 1;
 }
 
 static int check_alltoall(shoal_comm_t comm, int rank, int n, const shoal_algo_ops_t *algo,
@@ -56,7 +58,7 @@ static int check_alltoall(shoal_comm_t comm, int rank, int n, const shoal_algo_o
     size_t es = shoal_dtype_bytes(dt), blk = count * es, total = (size_t)n * blk;
     uint32_t salt = (uint32_t)(count * 7 + es);
     unsigned char *send = malloc(total + 1), *recv = malloc(total + GUARD_BYTES);
-    RANK_CHECK(send && recv, "out of memory");
+    RANK_CHECK(send && recv, fail, "out of memory");
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < blk; i++)
             send[(size_t)j * blk + i] = pat(rank, j, i, salt);
@@ -67,17 +69,17 @@ static int check_alltoall(shoal_comm_t comm, int rank, int n, const shoal_algo_o
                               .count = count,
                               .dtype = dt};
     shoal_status_t s = shoal_coll_run(comm, algo, "alltoall test", &args);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: %s alltoall of %zu x %s: %s (%s)", rank, n,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s alltoall of %zu x %s: %s (%s)", rank, n,
                algo->name, count, shoal_dtype_name(dt), shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < blk; i++) {
             unsigned char got = recv[(size_t)j * blk + i], want = pat(j, rank, i, salt);
-            RANK_CHECK(got == want,
+            RANK_CHECK(got == want, fail,
                        "rank %d/%d: %s alltoall of %zu x %s: byte %zu of the block from "
                        "rank %d is %#x, want %#x", rank, n, algo->name, count,
                        shoal_dtype_name(dt), i, j, got, want);
-            RANK_CHECK(send[(size_t)j * blk + i] == pat(rank, j, i, salt),
+            RANK_CHECK(send[(size_t)j * blk + i] == pat(rank, j, i, salt), fail,
                        "rank %d: %s alltoall changed sendbuf", rank, algo->name);
         }
     if (check_sentinel(recv, total, total + GUARD_BYTES, rank, "past the end of recvbuf"))
@@ -85,6 +87,8 @@ static int check_alltoall(shoal_comm_t comm, int rank, int n, const shoal_algo_o
     free(send);
     free(recv);
     return 0;
+fail:
+    return 1;
 }
 
 /* Elements src sends dst in all-to-all-v call `call`: zeros, ones, odd
@@ -128,7 +132,7 @@ static int check_alltoallv(shoal_comm_t comm, int rank, int n, const shoal_algo_
     size_t sext = layout(sc, sd, n, 1) * es, rext = layout(rc, rd, n, 0) * es;
     uint32_t salt = (uint32_t)call * 977u + (uint32_t)es;
     unsigned char *send = malloc(sext + 1), *recv = malloc(rext + GUARD_BYTES);
-    RANK_CHECK(send && recv, "out of memory");
+    RANK_CHECK(send && recv, fail, "out of memory");
     memset(send, 0, sext);
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < sc[j] * es; i++)
@@ -138,7 +142,7 @@ static int check_alltoallv(shoal_comm_t comm, int rank, int n, const shoal_algo_
                               .dtype = dt, .sendcounts = sc, .sdispls = sd,
                               .recvcounts = rc, .rdispls = rd};
     shoal_status_t s = shoal_coll_run(comm, algo, "alltoallv test", &args);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: %s alltoallv %d of %s: %s (%s)", rank, n,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s alltoallv %d of %s: %s (%s)", rank, n,
                algo->name, call, shoal_dtype_name(dt), shoal_status_string(s),
                shoal_comm_last_error(comm));
     /* Walk the receive extent in rank order: blocks hold the sender's
@@ -150,7 +154,7 @@ static int check_alltoallv(shoal_comm_t comm, int rank, int n, const shoal_algo_
             return 1;
         for (size_t i = 0; i < rc[j] * es; i++) {
             unsigned char want = pat(j, rank, i, salt);
-            RANK_CHECK(recv[b + i] == want,
+            RANK_CHECK(recv[b + i] == want, fail,
                        "rank %d/%d: %s alltoallv %d of %s: byte %zu of the %zu-element "
                        "block from rank %d is %#x, want %#x", rank, n, algo->name, call,
                        shoal_dtype_name(dt), i, rc[j], j, recv[b + i], want);
@@ -161,18 +165,20 @@ static int check_alltoallv(shoal_comm_t comm, int rank, int n, const shoal_algo_
         return 1;
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < sc[j] * es; i++)
-            RANK_CHECK(send[sd[j] * es + i] == pat(rank, j, i, salt),
+            RANK_CHECK(send[sd[j] * es + i] == pat(rank, j, i, salt), fail,
                        "rank %d: %s alltoallv changed sendbuf", rank, algo->name);
     free(send);
     free(recv);
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     for (size_t a = 0; a < NALGOS; a++) {
         for (size_t d = 0; d < NDTYPES; d++) {
             size_t es = shoal_dtype_bytes(dtypes[d]);
@@ -184,9 +190,11 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                     return 1;
         }
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)

@@ -273,12 +273,14 @@ static int run_matrix(shoal_comm_t comm, int rank, int nranks, int in_group,
                 char what[160];
                 snprintf(what, sizeof(what), "%s with %s%s", name, defect_names[d],
                          in_group ? " in a group" : "");
-                RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "rank %d: %s gave %s", rank, what,
+                RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "rank %d: %s gave %s", rank, what,
                            shoal_status_string(s));
                 const char *why = shoal_comm_last_error(comm);
-                RANK_CHECK(strstr(why, name) != NULL, "rank %d: %s: reason \"%s\" does not name "
-                           "the call", rank, what, why);
-                RANK_CHECK(req == NULL, "rank %d: %s wrote a request", rank, what);
+                RANK_CHECK(strstr(why, name) != NULL, fail,
+                           "rank %d: %s: reason \"%s\" does not name "
+                           "the call",
+                           rank, what, why);
+                RANK_CHECK(req == NULL, fail, "rank %d: %s wrote a request", rank, what);
                 if (!untouched(a, b, rank, what))
                     return -1;
                 refused++;
@@ -286,6 +288,8 @@ static int run_matrix(shoal_comm_t comm, int rank, int nranks, int in_group,
         }
     }
     return refused;
+fail:
+    return 1;
 }
 
 /* The communicator still works: an all-reduce gives the right sum. */
@@ -306,16 +310,18 @@ static int all_calls_refused(shoal_comm_t comm, int rank, int nranks, shoal_stat
             args_t x = valid_args(a, b, rank, nranks, calls[c].flags);
             shoal_request_t req = NULL;
             shoal_status_t s = calls[c].fn(&x, comm, nb, &req);
-            RANK_CHECK(s == want, "rank %d: %s%s gave %s, want %s", rank, calls[c].name,
+            RANK_CHECK(s == want, fail, "rank %d: %s%s gave %s, want %s", rank, calls[c].name,
                        nb ? " (non-blocking)" : "", shoal_status_string(s),
                        shoal_status_string(want));
-            RANK_CHECK(strstr(shoal_comm_last_error(comm), because) != NULL,
+            RANK_CHECK(strstr(shoal_comm_last_error(comm), because) != NULL, fail,
                        "rank %d: %s: reason \"%s\" lacks \"%s\"", rank, calls[c].name,
                        shoal_comm_last_error(comm), because);
-            RANK_CHECK(req == NULL, "rank %d: %s wrote a request", rank, calls[c].name);
+            RANK_CHECK(req == NULL, fail, "rank %d: %s wrote a request", rank, calls[c].name);
         }
     }
     return untouched(a, b, rank, "a call on an unusable communicator") ? 0 : 1;
+fail:
+    return 1;
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -325,63 +331,67 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     memset(b, FILL, sizeof(b));
     int fds = open_fds_of(rank, 1);
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int fds_comm = open_fds();
 
     int refused = run_matrix(comm, rank, nranks, 0, a, b);
-    RANK_CHECK(refused > 0, "rank %d: matrix failed", rank);
-    RANK_CHECK(works(comm, nranks), "rank %d: unusable after %d bad calls: %s", rank, refused,
+    RANK_CHECK(refused > 0, fail, "rank %d: matrix failed", rank);
+    RANK_CHECK(works(comm, nranks), fail, "rank %d: unusable after %d bad calls: %s", rank, refused,
                shoal_comm_last_error(comm));
 
     /* Pre-multiplied sums: no scalar, unknown dtype, ops that are none. */
     shoal_op_t op = (shoal_op_t)-5;
     int32_t scalar = 2;
     RANK_CHECK(shoal_op_create_premul_sum(comm, NULL, SHOAL_INT32, &op) == SHOAL_ERR_INVALID_ARG,
-               "premul sum without a scalar");
+               fail, "premul sum without a scalar");
     RANK_CHECK(shoal_op_create_premul_sum(comm, &scalar, (shoal_dtype_t)99, &op) ==
-                   SHOAL_ERR_INVALID_ARG, "premul sum of dtype 99");
+                   SHOAL_ERR_INVALID_ARG, fail, "premul sum of dtype 99");
     RANK_CHECK(shoal_op_create_premul_sum(comm, &scalar, SHOAL_INT32, NULL) ==
-                   SHOAL_ERR_INVALID_ARG, "premul sum without op_p");
-    RANK_CHECK(op == (shoal_op_t)-5, "a refused premul sum wrote *op_p");
-    RANK_CHECK(shoal_op_destroy((shoal_op_t)-1, comm) == SHOAL_ERR_INVALID_ARG, "destroy op -1");
-    RANK_CHECK(shoal_op_destroy(SHOAL_SUM, comm) == SHOAL_ERR_INVALID_ARG, "destroy SHOAL_SUM");
+                   SHOAL_ERR_INVALID_ARG, fail, "premul sum without op_p");
+    RANK_CHECK(op == (shoal_op_t)-5, fail, "a refused premul sum wrote *op_p");
+    RANK_CHECK(shoal_op_destroy((shoal_op_t)-1, comm) == SHOAL_ERR_INVALID_ARG, fail,
+               "destroy op -1");
+    RANK_CHECK(shoal_op_destroy(SHOAL_SUM, comm) == SHOAL_ERR_INVALID_ARG, fail,
+               "destroy SHOAL_SUM");
 
     /* The same inside a group: refused when recorded; what was recorded
      * before and after still runs at the end. */
     int32_t one = 1, sum = 0;
-    RANK_CHECK(shoal_group_start() == SHOAL_OK, "group start");
-    RANK_CHECK(shoal_allreduce(&one, &sum, 1, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+    RANK_CHECK(shoal_allreduce(&one, &sum, 1, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                "all-reduce recorded in a group");
     refused = run_matrix(comm, rank, nranks, 1, a, b);
     shoal_status_t s = shoal_group_end();
-    RANK_CHECK(refused > 0, "rank %d: matrix in a group failed", rank);
-    RANK_CHECK(s == SHOAL_OK && sum == nranks, "rank %d: group after bad calls gave %s, sum %d",
-               rank, shoal_status_string(s), sum);
-    RANK_CHECK(open_fds() == fds_comm, "rank %d: bad calls left %d descriptors open", rank,
+    RANK_CHECK(refused > 0, fail, "rank %d: matrix in a group failed", rank);
+    RANK_CHECK(s == SHOAL_OK && sum == nranks, fail,
+               "rank %d: group after bad calls gave %s, sum %d", rank, shoal_status_string(s), sum);
+    RANK_CHECK(open_fds() == fds_comm, fail, "rank %d: bad calls left %d descriptors open", rank,
                open_fds() - fds_comm);
 
     /* A stopped communicator refuses everything with SHOAL_ERR_ABORTED;
      * the one made by the same shrink works. */
     shoal_comm_t fresh = NULL;
     s = shoal_comm_shrink(comm, NULL, 0, SHOAL_SHRINK_ABORT, &fresh);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: shrink: %s", rank, shoal_status_string(s));
-    RANK_CHECK(all_calls_refused(comm, rank, nranks, SHOAL_ERR_ABORTED, "aborted", a, b) == 0,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: shrink: %s", rank, shoal_status_string(s));
+    RANK_CHECK(all_calls_refused(comm, rank, nranks, SHOAL_ERR_ABORTED, "aborted", a, b) == 0, fail,
                "stopped communicator");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy the stopped communicator");
-    RANK_CHECK(works(fresh, nranks), "rank %d: the shrunk communicator fails", rank);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy the stopped communicator");
+    RANK_CHECK(works(fresh, nranks), fail, "rank %d: the shrunk communicator fails", rank);
 
     /* Destroyed: every call, destroy and abort refused as not valid. */
-    RANK_CHECK(shoal_comm_destroy(fresh) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(fresh) == SHOAL_OK, fail, "destroy");
     RANK_CHECK(all_calls_refused(fresh, rank, nranks, SHOAL_ERR_INVALID_ARG, "not valid", a, b) ==
-                   0, "destroyed communicator");
-    RANK_CHECK(shoal_comm_destroy(fresh) == SHOAL_ERR_INVALID_ARG, "double destroy");
-    RANK_CHECK(shoal_comm_abort(fresh) == SHOAL_ERR_INVALID_ARG, "abort after destroy");
+                   0, fail, "destroyed communicator");
+    RANK_CHECK(shoal_comm_destroy(fresh) == SHOAL_ERR_INVALID_ARG, fail, "double destroy");
+    RANK_CHECK(shoal_comm_abort(fresh) == SHOAL_ERR_INVALID_ARG, fail, "abort after destroy");
     RANK_CHECK(all_calls_refused(NULL, rank, nranks, SHOAL_ERR_INVALID_ARG, "NULL", a, b) == 0,
-               "NULL communicator");
-    RANK_CHECK(open_fds() == fds, "rank %d: %d descriptors left after destroy", rank,
+               fail, "NULL communicator");
+    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left after destroy", rank,
                open_fds() - fds);
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_matrix_shm(void **state)
@@ -407,17 +417,19 @@ static int rank_aborted(int rank, int nranks, const shoal_unique_id_t *id, void 
     memset(b, FILL, sizeof(b));
     int fds = open_fds_of(rank, 1);
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
-    RANK_CHECK(works(comm, nranks), "all-reduce");
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    RANK_CHECK(works(comm, nranks), fail, "all-reduce");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     RANK_CHECK(all_calls_refused(comm, rank, nranks, SHOAL_ERR_INVALID_ARG, "not valid", a, b) ==
-                   0, "aborted communicator");
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_ERR_INVALID_ARG, "double abort");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, "destroy after abort");
-    RANK_CHECK(open_fds() == fds, "rank %d: %d descriptors left after abort", rank,
+                   0, fail, "aborted communicator");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_ERR_INVALID_ARG, fail, "double abort");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, fail, "destroy after abort");
+    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left after abort", rank,
                open_fds() - fds);
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_aborted(void **state)
@@ -471,20 +483,24 @@ static int rank_disagree(int rank, int nranks, const shoal_unique_id_t *id, void
     int mine = rank == nranks - 1 ? nranks + 1 : nranks;
     shoal_status_t s = shoal_comm_init(mine, id, rank, &comm);
     const char *why = shoal_comm_last_error(NULL);
-    RANK_CHECK(comm == (shoal_comm_t)0x1, "rank %d: failed init wrote *comm_p", rank);
+    RANK_CHECK(comm == (shoal_comm_t)0x1, fail, "rank %d: failed init wrote *comm_p", rank);
     if (mine != nranks) {
-        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "rank %d: got %s", rank, shoal_status_string(s));
-        RANK_CHECK(strstr(why, "number of ranks differs") != NULL, "rank %d: reason: %s", rank,
-                   why);
+        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "rank %d: got %s", rank,
+                   shoal_status_string(s));
+        RANK_CHECK(strstr(why, "number of ranks differs") != NULL, fail, "rank %d: reason: %s",
+                   rank, why);
     } else {
-        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, "rank %d: got %s", rank, shoal_status_string(s));
-        RANK_CHECK(rank != 0 || strstr(why, "missing ranks") != NULL, "rank 0: reason: %s", why);
-        RANK_CHECK(rank == 0 || strstr(why, "rank 0") != NULL, "rank %d: reason: %s",
+        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "rank %d: got %s", rank, shoal_status_string(s));
+        RANK_CHECK(rank != 0 || strstr(why, "missing ranks") != NULL, fail, "rank 0: reason: %s",
+                   why);
+        RANK_CHECK(rank == 0 || strstr(why, "rank 0") != NULL, fail, "rank %d: reason: %s",
                    rank, why);
     }
-    RANK_CHECK(open_fds() == fds, "rank %d: %d descriptors left", rank, open_fds() - fds);
+    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left", rank, open_fds() - fds);
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_disagree_nranks(void **state)

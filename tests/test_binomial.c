@@ -50,7 +50,7 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
     void *recv = is_root ? (in_place ? m->a : m->b) : (in_place ? NULL : m->b);
     shoal_status_t s = run_rooted(comm, &shoal_binomial_reduce_ops, SHOAL_COLL_REDUCE, m->a,
                                   recv, count, dt, op, root);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: reduce %s/%s count %zu root %d: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: reduce %s/%s count %zu root %d: %s (%s)", rank,
                nranks, shoal_dtype_name(dt), shoal_op_name(op), count, root,
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (!is_root)
@@ -59,7 +59,7 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
     harness_expected(m->want, m->tmp, count, nranks, dt, op);
     const unsigned char *got = recv ? recv : m->b;
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(got[i] == m->want[i],
+        RANK_CHECK(got[i] == m->want[i], fail,
                    "rank %d/%d root %d %s %s count %zu %s: byte %zu (element %zu) is %#x, "
                    "want %#x",
                    rank, nranks, root, shoal_dtype_name(dt), shoal_op_name(op), count,
@@ -68,6 +68,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
         return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
                                        "past the end of recvbuf");
     return 0;
+fail:
+    return 1;
 }
 
 /* Root's payload: distinct bytes that depend on the root and the call. */
@@ -96,11 +98,11 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
     }
     shoal_status_t s = run_rooted(comm, &shoal_binomial_broadcast_ops, SHOAL_COLL_BROADCAST,
                                   send, m->b, count, dt, SHOAL_SUM, root);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: broadcast %s count %zu root %d: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: broadcast %s count %zu root %d: %s (%s)", rank,
                nranks, shoal_dtype_name(dt), count, root, shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(m->b[i] == m->want[i],
+        RANK_CHECK(m->b[i] == m->want[i], fail,
                    "rank %d/%d root %d %s count %zu %s: byte %zu is %#x, want %#x", rank,
                    nranks, root, shoal_dtype_name(dt), count,
                    in_place ? "in-place" : "out-of-place", i, m->b[i], m->want[i]);
@@ -109,9 +111,12 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
                                 "non-root sendbuf of broadcast"))
         return 1;
     if (is_root && !in_place)
-        RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, "rank %d: root's sendbuf changed", rank);
+        RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, fail, "rank %d: root's sendbuf changed",
+                   rank);
     return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
                                    "past the end of recvbuf");
+fail:
+    return 1;
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -121,10 +126,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     (void)arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t m = {malloc(MAX_BYTES + GUARD), malloc(MAX_BYTES + GUARD), malloc(MAX_BYTES),
                 malloc(MAX_BYTES)};
-    RANK_CHECK(m.a && m.b && m.want && m.tmp, "out of memory");
+    RANK_CHECK(m.a && m.b && m.want && m.tmp, fail, "out of memory");
     for (int root = 0; root < nranks; root++) {
         for (size_t c = 0; c < NCOUNTS; c++) {
             for (size_t d = 0; d < sizeof(bcast_dtypes) / sizeof(bcast_dtypes[0]); d++)
@@ -144,8 +149,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     free(m.b);
     free(m.want);
     free(m.tmp);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)

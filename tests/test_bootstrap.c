@@ -127,12 +127,13 @@ static int check_collectives(shoal_bootstrap_t *bs, int rank, int n)
 
     /* Every rank holds the same secret. */
     uint8_t(*secrets)[SHOAL_SECRET_BYTES] = calloc((size_t)n, SHOAL_SECRET_BYTES);
-    RANK_CHECK(secrets, "calloc");
+    RANK_CHECK(secrets, fail, "calloc");
     memcpy(secrets[rank], shoal_bootstrap_secret(bs), SHOAL_SECRET_BYTES);
     s = shoal_bootstrap_allgather(bs, secrets, SHOAL_SECRET_BYTES);
-    RANK_CHECK(s == SHOAL_OK, "allgather secrets: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "allgather secrets: %s", shoal_status_string(s));
     for (int r = 0; r < n; r++)
-        RANK_CHECK(!memcmp(secrets[r], secrets[0], SHOAL_SECRET_BYTES), "secret of rank %d", r);
+        RANK_CHECK(!memcmp(secrets[r], secrets[0], SHOAL_SECRET_BYTES), fail, "secret of rank %d",
+                   r);
     free(secrets);
 
     /* An odd block size, and one larger than socket buffers. */
@@ -140,15 +141,15 @@ static int check_collectives(shoal_bootstrap_t *bs, int rank, int n)
     for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++) {
         size_t len = lens[k];
         uint8_t *buf = malloc(len * (size_t)n);
-        RANK_CHECK(buf, "malloc");
+        RANK_CHECK(buf, fail, "malloc");
         memset(buf, 0xee, len * (size_t)n);
         for (size_t i = 0; i < len; i++)
             buf[(size_t)rank * len + i] = pattern(rank, i);
         s = shoal_bootstrap_allgather(bs, buf, len);
-        RANK_CHECK(s == SHOAL_OK, "allgather %zu: %s", len, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "allgather %zu: %s", len, shoal_status_string(s));
         for (int r = 0; r < n; r++)
             for (size_t i = 0; i < len; i++)
-                RANK_CHECK(buf[(size_t)r * len + i] == pattern(r, i),
+                RANK_CHECK(buf[(size_t)r * len + i] == pattern(r, i), fail,
                            "allgather %zu: block %d byte %zu", len, r, i);
         free(buf);
     }
@@ -159,18 +160,20 @@ static int check_collectives(shoal_bootstrap_t *bs, int rank, int n)
         for (size_t i = 0; i < sizeof(buf); i++)
             buf[i] = rank == root ? pattern(root, i) : 0xee;
         s = shoal_bootstrap_bcast(bs, buf, sizeof(buf), root);
-        RANK_CHECK(s == SHOAL_OK, "bcast from %d: %s", root, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "bcast from %d: %s", root, shoal_status_string(s));
         for (size_t i = 0; i < sizeof(buf); i++)
-            RANK_CHECK(buf[i] == pattern(root, i), "bcast from %d: byte %zu", root, i);
+            RANK_CHECK(buf[i] == pattern(root, i), fail, "bcast from %d: byte %zu", root, i);
         s = shoal_bootstrap_bcast(bs, NULL, 0, root);
-        RANK_CHECK(s == SHOAL_OK, "empty bcast from %d: %s", root, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "empty bcast from %d: %s", root, shoal_status_string(s));
     }
 
     for (int i = 0; i < 3; i++) {
         s = shoal_bootstrap_barrier(bs);
-        RANK_CHECK(s == SHOAL_OK, "barrier %d: %s", i, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "barrier %d: %s", i, shoal_status_string(s));
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int collectives_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
@@ -178,19 +181,21 @@ static int collectives_rank(int rank, int n, const shoal_unique_id_t *id, void *
     const char *expect_addr = arg;
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, n, boot_timeout(), &bs);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     const shoal_sockaddr_t *local = shoal_bootstrap_local_addr(bs);
-    RANK_CHECK(local->u.sa.sa_family == AF_INET || local->u.sa.sa_family == AF_INET6,
+    RANK_CHECK(local->u.sa.sa_family == AF_INET || local->u.sa.sa_family == AF_INET6, fail,
                "local address family %d", local->u.sa.sa_family);
     if (expect_addr) {
         char text[SHOAL_SOCKADDR_STRLEN];
-        RANK_CHECK(!strcmp(shoal_sock_str(local, text), expect_addr), "local address %s",
+        RANK_CHECK(!strcmp(shoal_sock_str(local, text), expect_addr), fail, "local address %s",
                    text);
     }
     if (check_collectives(bs, rank, n))
         return 1;
     shoal_bootstrap_destroy(bs);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_collectives_1_to_8(void **state)
@@ -350,16 +355,18 @@ static int real_rank(int rank, const extras_t *x, const shoal_unique_id_t *id, i
     for (int i = 0; rank == 1 && i < nsignals; i++)
         wait_signal(x->pipefd[0]);
     capture_t cap;
-    RANK_CHECK(rank != 0 || capture_start(&cap) == 0, "capture");
+    RANK_CHECK(rank != 0 || capture_start(&cap) == 0, fail, "capture");
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, x->nreal, boot_timeout(), &bs);
     int logged = rank == 0 ? capture_stop(&cap, expect_log) : 1;
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
-    RANK_CHECK(logged, "rank 0 did not log \"%s\"", expect_log);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    RANK_CHECK(logged, fail, "rank 0 did not log \"%s\"", expect_log);
     if (check_collectives(bs, rank, x->nreal))
         return 1;
     shoal_bootstrap_destroy(bs);
     return 0;
+fail:
+    return 1;
 }
 
 static int impostor_rank(int rank, int nprocs, const shoal_unique_id_t *id, void *arg)
@@ -375,8 +382,10 @@ static int impostor_rank(int rank, int nprocs, const shoal_unique_id_t *id, void
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(&bad, 1, x->nreal, boot_timeout(), &bs);
     send_signal(x->pipefd[1], 'i');
-    RANK_CHECK(s == SHOAL_ERR_AUTH, "impostor: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_AUTH, fail, "impostor: %s", shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_wrong_secret_refused(void **state)
@@ -399,17 +408,17 @@ static int stranger_rank(int rank, int nprocs, const shoal_unique_id_t *id, void
     int fd;
     /* Rank 0 binds the port itself, perhaps after this connects: retry. */
     shoal_status_t s = shoal_sock_connect(&x->root, deadline, &fd);
-    RANK_CHECK(s == SHOAL_OK, "stranger connect: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "stranger connect: %s", shoal_status_string(s));
     if (rank == x->nreal) {
         /* Garbage: dropped as soon as rank 0 reads it. */
         static const char garbage[] = "GET / HTTP/1.1\r\nHost: shoal\r\n\r\n";
         s = shoal_sock_send_all(fd, garbage, sizeof(garbage), deadline);
-        RANK_CHECK(s == SHOAL_OK, "garbage: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "garbage: %s", shoal_status_string(s));
         char byte;
         do
             s = shoal_sock_recv_all(fd, &byte, 1, deadline);
         while (s == SHOAL_OK);
-        RANK_CHECK(s == SHOAL_ERR_PEER, "garbage sender not dropped: %s",
+        RANK_CHECK(s == SHOAL_ERR_PEER, fail, "garbage sender not dropped: %s",
                    shoal_status_string(s));
         send_signal(x->pipefd[1], 'g');
     } else {
@@ -417,13 +426,16 @@ static int stranger_rank(int rank, int nprocs, const shoal_unique_id_t *id, void
          * while the real ranks join; rank 0 hangs up when it is done. */
         uint8_t challenge[40];
         s = shoal_sock_recv_all(fd, challenge, sizeof(challenge), deadline);
-        RANK_CHECK(s == SHOAL_OK, "silent stranger: no challenge: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "silent stranger: no challenge: %s",
+                   shoal_status_string(s));
         send_signal(x->pipefd[1], 's');
         s = shoal_sock_recv_all(fd, challenge, 1, deadline);
-        RANK_CHECK(s == SHOAL_ERR_PEER, "silent stranger: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_ERR_PEER, fail, "silent stranger: %s", shoal_status_string(s));
     }
     close(fd);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_strangers_do_not_stall(void **state)
@@ -468,10 +480,12 @@ static int claim_rank(int rank, int nprocs, const shoal_unique_id_t *id, void *a
         if (s != SHOAL_OK)
             return 0;
     }
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     int ret = check_collectives(bs, my_rank, n);
     shoal_bootstrap_destroy(bs);
     return ret;
+fail:
+    return 1;
 }
 
 static void run_claims(int nranks_claim, shoal_status_t expect_second)
@@ -517,9 +531,11 @@ static int missing_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
         return 0;
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, n, boot_timeout(), &bs);
-    RANK_CHECK(s == SHOAL_ERR_TIMEOUT, "init without rank %d: %s", missing,
+    RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "init without rank %d: %s", missing,
                shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_missing_rank_times_out(void **state)
@@ -542,24 +558,26 @@ static int death_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, n, boot_timeout(), &bs);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     if (rank == 2) {
         shoal_bootstrap_abort(bs);
         shoal_bootstrap_destroy(bs);
         return 0;
     }
     capture_t cap;
-    RANK_CHECK(capture_start(&cap) == 0, "capture");
+    RANK_CHECK(capture_start(&cap) == 0, fail, "capture");
     int buf[4] = {rank, rank, rank, rank};
     s = shoal_bootstrap_allgather(bs, buf, sizeof(int));
     int named =
         capture_stop(&cap, rank == 0 ? "connection to rank 2 broke" : "because of rank 2");
-    RANK_CHECK(s == SHOAL_ERR_PEER, "allgather: %s", shoal_status_string(s));
-    RANK_CHECK(named, "rank 2 not named in the log");
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "allgather: %s", shoal_status_string(s));
+    RANK_CHECK(named, fail, "rank 2 not named in the log");
     s = shoal_bootstrap_barrier(bs);
-    RANK_CHECK(s == SHOAL_ERR_PEER, "barrier after failure: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "barrier after failure: %s", shoal_status_string(s));
     shoal_bootstrap_destroy(bs);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_dead_rank_named(void **state)
@@ -572,15 +590,17 @@ static int mismatch_rank(int rank, int n, const shoal_unique_id_t *id, void *arg
 {
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, n, boot_timeout(), &bs);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     uint8_t buf[3 * 16];
     memset(buf, rank, sizeof(buf));
     s = shoal_bootstrap_allgather(bs, buf, rank == 2 ? 16 : 8);
-    RANK_CHECK(s == SHOAL_ERR_INTERNAL, "mismatched allgather: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_INTERNAL, fail, "mismatched allgather: %s", shoal_status_string(s));
     s = shoal_bootstrap_barrier(bs);
-    RANK_CHECK(s == SHOAL_ERR_INTERNAL, "barrier after mismatch: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_INTERNAL, fail, "barrier after mismatch: %s", shoal_status_string(s));
     shoal_bootstrap_destroy(bs);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_mismatch_detected(void **state)
@@ -601,23 +621,25 @@ static int abort_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
     int *pipefd = arg;
     shoal_bootstrap_t *bs;
     shoal_status_t s = shoal_bootstrap_init(id, rank, n, boot_timeout(), &bs);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     if (rank == 0) {
         wait_signal(pipefd[0]);
         shoal_bootstrap_destroy(bs);
         return 0;
     }
     pthread_t t;
-    RANK_CHECK(pthread_create(&t, NULL, abort_thread, bs) == 0, "pthread_create");
+    RANK_CHECK(pthread_create(&t, NULL, abort_thread, bs) == 0, fail, "pthread_create");
     s = shoal_bootstrap_barrier(bs);
     pthread_join(t, NULL);
     send_signal(pipefd[1], 'a');
-    RANK_CHECK(s == SHOAL_ERR_ABORTED, "barrier during abort: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "barrier during abort: %s", shoal_status_string(s));
     shoal_bootstrap_abort(bs);
     s = shoal_bootstrap_barrier(bs);
-    RANK_CHECK(s == SHOAL_ERR_ABORTED, "barrier after abort: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "barrier after abort: %s", shoal_status_string(s));
     shoal_bootstrap_destroy(bs);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_abort_wakes(void **state)

@@ -24,7 +24,7 @@ static int allreduce_works(shoal_comm_t comm, int nranks)
 static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     float x[4] = {1, 2, 3, 4};
     struct {
         const char *what;
@@ -44,30 +44,33 @@ static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, voi
         shoal_status_t s = shoal_allreduce(bad[i].send, bad[i].recv, bad[i].count,
                                            (shoal_dtype_t)bad[i].dtype, (shoal_op_t)bad[i].op,
                                            comm);
-        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "%s gave %s", bad[i].what, shoal_status_string(s));
-        RANK_CHECK(strlen(shoal_comm_last_error(comm)) > 0, "%s left no reason", bad[i].what);
-        RANK_CHECK(x[0] == 1 && x[3] == 4, "%s changed the buffer", bad[i].what);
+        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "%s gave %s", bad[i].what,
+                   shoal_status_string(s));
+        RANK_CHECK(strlen(shoal_comm_last_error(comm)) > 0, fail, "%s left no reason", bad[i].what);
+        RANK_CHECK(x[0] == 1 && x[3] == 4, fail, "%s changed the buffer", bad[i].what);
     }
-    RANK_CHECK(shoal_allreduce(NULL, NULL, 0, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_allreduce(NULL, NULL, 0, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                "count 0 with NULL buffers must succeed");
-    RANK_CHECK(allreduce_works(comm, nranks), "comm unusable after bad input");
+    RANK_CHECK(allreduce_works(comm, nranks), fail, "comm unusable after bad input");
 
     int r = -1, n = -1;
-    RANK_CHECK(shoal_comm_rank(comm, &r) == SHOAL_OK && r == rank, "rank query");
-    RANK_CHECK(shoal_comm_size(comm, &n) == SHOAL_OK && n == nranks, "size query");
-    RANK_CHECK(shoal_comm_rank(comm, NULL) == SHOAL_ERR_INVALID_ARG, "NULL rank_p");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_rank(comm, &r) == SHOAL_OK && r == rank, fail, "rank query");
+    RANK_CHECK(shoal_comm_size(comm, &n) == SHOAL_OK && n == nranks, fail, "size query");
+    RANK_CHECK(shoal_comm_rank(comm, NULL) == SHOAL_ERR_INVALID_ARG, fail, "NULL rank_p");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
 
     /* The handle is dead now: refused, never dereferenced. */
     RANK_CHECK(shoal_allreduce(x, x, 4, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_ERR_INVALID_ARG,
-               "destroyed comm accepted");
-    RANK_CHECK(strstr(shoal_comm_last_error(comm), "not valid") != NULL, "reason: %s",
+               fail, "destroyed comm accepted");
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "not valid") != NULL, fail, "reason: %s",
                shoal_comm_last_error(comm));
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, "double destroy accepted");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, fail, "double destroy accepted");
     RANK_CHECK(shoal_allreduce(x, x, 4, SHOAL_FLOAT32, SHOAL_SUM, NULL) == SHOAL_ERR_INVALID_ARG,
-               "NULL comm accepted");
+               fail, "NULL comm accepted");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_input(void **state)
@@ -102,12 +105,12 @@ static void test_bad_init_args(void **state)
 static int rank_split(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm, sub = NULL;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int color = rank == 0 ? SHOAL_SPLIT_NOCOLOR : rank % 2;
     shoal_status_t s = shoal_comm_split(comm, color, -rank, &sub);
-    RANK_CHECK(s == SHOAL_OK, "split: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "split: %s", shoal_status_string(s));
     if (rank == 0) {
-        RANK_CHECK(sub == NULL, "NOCOLOR rank got a communicator");
+        RANK_CHECK(sub == NULL, fail, "NOCOLOR rank got a communicator");
     } else {
         int members = 0, above = 0;
         for (int r = 1; r < nranks; r++) {
@@ -117,20 +120,22 @@ static int rank_split(int rank, int nranks, const shoal_unique_id_t *id, void *a
             }
         }
         int sr, sn;
-        RANK_CHECK(shoal_comm_rank(sub, &sr) == SHOAL_OK && sr == above, "sub rank %d, want %d",
-                   sr, above);
-        RANK_CHECK(shoal_comm_size(sub, &sn) == SHOAL_OK && sn == members, "sub size %d", sn);
+        RANK_CHECK(shoal_comm_rank(sub, &sr) == SHOAL_OK && sr == above, fail,
+                   "sub rank %d, want %d", sr, above);
+        RANK_CHECK(shoal_comm_size(sub, &sn) == SHOAL_OK && sn == members, fail, "sub size %d", sn);
         int v = rank, sum = 0, want = 0;
         for (int r = 1; r < nranks; r++)
             want += r % 2 == color ? r : 0;
         RANK_CHECK(shoal_allreduce(&v, &sum, 1, SHOAL_INT32, SHOAL_SUM, sub) == SHOAL_OK &&
-                       sum == want, "sub allreduce %d, want %d", sum, want);
-        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy sub");
+                       sum == want, fail, "sub allreduce %d, want %d", sum, want);
+        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy sub");
     }
-    RANK_CHECK(allreduce_works(comm, nranks), "parent unusable after split");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(allreduce_works(comm, nranks), fail, "parent unusable after split");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_split(void **state)
@@ -144,18 +149,21 @@ static void test_split(void **state)
 static int rank_dies(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (rank == nranks - 1)
         _exit(0);
     static float x[1 << 16];
     shoal_status_t s = shoal_allreduce(x, x, 1 << 16, SHOAL_FLOAT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "got %s", shoal_status_string(s));
-    s = shoal_allreduce(x, x, 1, SHOAL_FLOAT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "broken comm gave %s",
+    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "got %s",
                shoal_status_string(s));
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    s = shoal_allreduce(x, x, 1, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "broken comm gave %s",
+               shoal_status_string(s));
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_dead_rank(void **state)
@@ -188,25 +196,27 @@ static void *blocked_allreduce(void *arg)
 static int rank_abort_inflight(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (rank == 1) {
         /* Wait for rank 0 to go away; its abort breaks the bootstrap link. */
         shoal_status_t s = shoal_comm_split(comm, 0, 0, &(shoal_comm_t){NULL});
-        RANK_CHECK(s != SHOAL_OK, "split succeeded without rank 0");
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 1");
+        RANK_CHECK(s != SHOAL_OK, fail, "split succeeded without rank 0");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on rank 1");
         return 0;
     }
     inflight_t t = {comm, SHOAL_OK};
     pthread_t th;
-    RANK_CHECK(pthread_create(&th, NULL, blocked_allreduce, &t) == 0, "thread");
+    RANK_CHECK(pthread_create(&th, NULL, blocked_allreduce, &t) == 0, fail, "thread");
     while (atomic_load(&comm->active) == 0)
         sched_yield();
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     pthread_join(th, NULL);
-    RANK_CHECK(t.status == SHOAL_ERR_ABORTED, "in-flight call got %s",
+    RANK_CHECK(t.status == SHOAL_ERR_ABORTED, fail, "in-flight call got %s",
                shoal_status_string(t.status));
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_abort_inflight(void **state)

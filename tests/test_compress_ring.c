@@ -84,10 +84,10 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     mismatch_t *m = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = 5000;
     float *x = calloc(count, sizeof(float)), *y = calloc(count, sizeof(float));
-    RANK_CHECK(x && y, "out of memory");
+    RANK_CHECK(x && y, fail, "out of memory");
     for (size_t i = 0; i < count; i++)
         x[i] = cref_input(rank, i);
     shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64, .round = SHOAL_ROUND_STOCHASTIC};
@@ -107,6 +107,8 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
     free(y);
     shoal_comm_abort(comm);
     return 0;
+fail:
+    return 1;
 }
 
 static void run_mismatch(const char *transport, int nranks, int mode)
@@ -174,7 +176,7 @@ static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     (void)arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     float x[100], y[100], res[100];
     double d[100];
     for (int i = 0; i < 100; i++)
@@ -215,23 +217,25 @@ static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void
                                                    &tern, NULL, SHOAL_COMPRESS_ALGO_TWO_SHOT)},
     };
     for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++)
-        RANK_CHECK(cases[k].s == SHOAL_ERR_INVALID_ARG, "rank %d: %s gave %s", rank,
+        RANK_CHECK(cases[k].s == SHOAL_ERR_INVALID_ARG, fail, "rank %d: %s gave %s", rank,
                    cases[k].what, shoal_status_string(cases[k].s));
     /* Still usable: good calls of every schedule, and a plain one. */
     shoal_status_t s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, res,
                                              ring);
-    RANK_CHECK(s == SHOAL_OK, "good call after bad ones: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "good call after bad ones: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &c, res,
                               SHOAL_COMPRESS_ALGO_TWO_SHOT);
-    RANK_CHECK(s == SHOAL_OK, "two-shot after bad ones: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "two-shot after bad ones: %s", shoal_status_string(s));
     s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &tern, res,
                               SHOAL_COMPRESS_ALGO_AUTO);
-    RANK_CHECK(s == SHOAL_OK, "ternary auto after bad ones: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "ternary auto after bad ones: %s", shoal_status_string(s));
     s = shoal_allreduce(x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "plain call after bad ones: %s", shoal_status_string(s));
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(s == SHOAL_OK, fail, "plain call after bad ones: %s", shoal_status_string(s));
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_args(void **state)

@@ -98,7 +98,7 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
 {
     (void)arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     float x[100], y[100], res[100], scales[4] = {1, 1, 1, 1};
     for (int i = 0; i < 100; i++)
         x[i] = (float)(i + rank) / 100;
@@ -107,20 +107,22 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     shoal_codec_t i8 = {.ops = &shoal_codec_int8, .block = 32, .round = SHOAL_ROUND_NEAREST};
     shoal_status_t s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &tern,
                                              res, SHOAL_COMPRESS_ALGO_TREE);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "rank %d: ternary tree gave %s", rank,
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "rank %d: ternary tree gave %s", rank,
                shoal_status_string(s));
     const char *why = shoal_comm_last_error(comm);
-    RANK_CHECK(why && strstr(why, "no tree schedule"), "rank %d: ternary tree: '%s'", rank,
+    RANK_CHECK(why && strstr(why, "no tree schedule"), fail, "rank %d: ternary tree: '%s'", rank,
                why ? why : "(null)");
     s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &i8, res,
                               SHOAL_COMPRESS_ALGO_TREE);
-    RANK_CHECK(s == SHOAL_OK, "int8 tree after the refusal: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "int8 tree after the refusal: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     s = shoal_allreduce_codec(comm, x, y, 100, SHOAL_FLOAT32, SHOAL_SUM, &tern, res,
                               SHOAL_COMPRESS_ALGO_RING);
-    RANK_CHECK(s == SHOAL_OK, "ternary ring after the refusal: %s", shoal_status_string(s));
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(s == SHOAL_OK, fail, "ternary ring after the refusal: %s", shoal_status_string(s));
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_ternary_refused(void **state)

@@ -104,11 +104,11 @@ static int rank_auto(int rank, int nranks, const shoal_unique_id_t *id, void *ar
 {
     shoal_compress_algo_t want = *(const shoal_compress_algo_t *)arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = 20011;
     float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float)),
           *z = malloc(count * sizeof(float));
-    RANK_CHECK(x && y && z, "out of memory");
+    RANK_CHECK(x && y && z, fail, "out of memory");
     for (size_t i = 0; i < count; i++)
         x[i] = cref_input(rank, i);
     shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64, .round = SHOAL_ROUND_STOCHASTIC,
@@ -117,19 +117,21 @@ static int rank_auto(int rank, int nranks, const shoal_unique_id_t *id, void *ar
         shoal_op_t op = avg ? SHOAL_AVG : SHOAL_SUM;
         shoal_status_t s = shoal_allreduce_codec(comm, x, y, count, SHOAL_FLOAT32, op, &c,
                                                  NULL, SHOAL_COMPRESS_ALGO_AUTO);
-        RANK_CHECK(s == SHOAL_OK, "auto: %s (%s)", shoal_status_string(s),
+        RANK_CHECK(s == SHOAL_OK, fail, "auto: %s (%s)", shoal_status_string(s),
                    shoal_comm_last_error(comm));
         s = shoal_allreduce_codec(comm, x, z, count, SHOAL_FLOAT32, op, &c, NULL, want);
-        RANK_CHECK(s == SHOAL_OK, "algo %d: %s", (int)want, shoal_status_string(s));
-        RANK_CHECK(!memcmp(y, z, count * sizeof(float)),
+        RANK_CHECK(s == SHOAL_OK, fail, "algo %d: %s", (int)want, shoal_status_string(s));
+        RANK_CHECK(!memcmp(y, z, count * sizeof(float)), fail,
                    "rank %d/%d: AUTO differs from algo %d (%s)", rank, nranks, (int)want,
                    avg ? "avg" : "sum");
     }
     free(x);
     free(y);
     free(z);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_auto(void **state)

@@ -93,16 +93,16 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
     float *x = malloc(bytes), *y[STEPS], *res = malloc(bytes);
     double *sum_in = calloc(count + 1, sizeof(double)), *sum_out = calloc(count + 1, 8);
     double *mag = calloc(count + 1, sizeof(double)), *all_res = malloc((count + 1) * 8);
-    RANK_CHECK(x && res && sum_in && sum_out && mag && all_res, "out of memory");
+    RANK_CHECK(x && res && sum_in && sum_out && mag && all_res, fail, "out of memory");
     shoal_compressor_t c = make(comm, v, count, 1, SHOAL_FLOAT32);
-    RANK_CHECK(c, "%s: create: %s", v->name, shoal_comm_last_error(comm));
+    RANK_CHECK(c, fail, "%s: create: %s", v->name, shoal_comm_last_error(comm));
     size_t state_bytes = 0;
-    RANK_CHECK(shoal_compressor_state_size(c, &state_bytes) == SHOAL_OK, "state size");
+    RANK_CHECK(shoal_compressor_state_size(c, &state_bytes) == SHOAL_OK, fail, "state size");
     void *saved = malloc(state_bytes);
-    RANK_CHECK(saved, "out of memory");
+    RANK_CHECK(saved, fail, "out of memory");
     for (int t = 0; t < STEPS; t++) {
         y[t] = malloc(bytes);
-        RANK_CHECK(y[t], "out of memory");
+        RANK_CHECK(y[t], fail, "out of memory");
         for (size_t i = 0; i < count; i++)
             x[i] = input(rank, i, t);
         shoal_compress_info_t info;
@@ -115,20 +115,20 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
         } else {
             s = shoal_allreduce_compressed(c, x, y[t], SHOAL_SUM, &info);
         }
-        RANK_CHECK(s == SHOAL_OK, "%s count %zu step %d: %s", v->name, count, t,
+        RANK_CHECK(s == SHOAL_OK, fail, "%s count %zu step %d: %s", v->name, count, t,
                    shoal_comm_last_error(comm));
-        RANK_CHECK(harness_same_bytes(comm, y[t], count * sizeof(float)),
+        RANK_CHECK(harness_same_bytes(comm, y[t], count * sizeof(float)), fail,
                    "%s count %zu step %d: ranks differ", v->name, count, t);
-        RANK_CHECK(info.step == (uint64_t)t, "info.step %llu", (unsigned long long)info.step);
-        RANK_CHECK((info.bytes_sent > 0) == (n > 1 && count > 0), "bytes sent %llu",
+        RANK_CHECK(info.step == (uint64_t)t, fail, "info.step %llu", (unsigned long long)info.step);
+        RANK_CHECK((info.bytes_sent > 0) == (n > 1 && count > 0), fail, "bytes sent %llu",
                    (unsigned long long)info.bytes_sent);
         /* int8: 4 B of fp32 become 1 B plus a scale per block; ternary's
          * 4-bit codes (up to 7 ranks) 1/2 B plus the scales' all-reduce. */
         double least = v->kind == SHOAL_COMPRESS_INT8 ? 3 : n <= 7 ? 6 : 3;
         if (n > 1 && count >= 60000 && v->kind != SHOAL_COMPRESS_POWERSGD)
-            RANK_CHECK(info.ratio > least, "%s: ratio %.2f", v->name, info.ratio);
+            RANK_CHECK(info.ratio > least, fail, "%s: ratio %.2f", v->name, info.ratio);
         if (t == 1)
-            RANK_CHECK(shoal_compressor_get_state(c, saved, state_bytes) == SHOAL_OK, "get");
+            RANK_CHECK(shoal_compressor_get_state(c, saved, state_bytes) == SHOAL_OK, fail, "get");
         double err = 0, norm = 0;
         for (size_t i = 0; i < count; i++) {
             double e = 0;
@@ -144,25 +144,25 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
         }
         /* int8 at the first step (no residual yet): the codec's error. */
         if (t == 0 && v->kind == SHOAL_COMPRESS_INT8 && count > 0 && n > 1)
-            RANK_CHECK(sqrt(err / norm) < 0.02, "%s: relative error %g", v->name,
+            RANK_CHECK(sqrt(err / norm) < 0.02, fail, "%s: relative error %g", v->name,
                        sqrt(err / norm));
         if (n == 1 && v->kind != SHOAL_COMPRESS_POWERSGD)
-            RANK_CHECK(err == 0, "one rank must return its input exactly");
+            RANK_CHECK(err == 0, fail, "one rank must return its input exactly");
     }
     /* The residuals over the ranks: exact sum of inputs minus results. */
     const float *r_now = NULL;
-    RANK_CHECK(shoal_compressor_residual(c, &r_now) == SHOAL_OK && r_now, "residual");
+    RANK_CHECK(shoal_compressor_residual(c, &r_now) == SHOAL_OK && r_now, fail, "residual");
     for (size_t i = 0; i < count; i++)
         all_res[i] = r_now[i];
     if (count)
         RANK_CHECK(shoal_allreduce(all_res, all_res, count, SHOAL_FLOAT64, SHOAL_SUM, comm) ==
-                       SHOAL_OK, "residual sum");
+                       SHOAL_OK, fail, "residual sum");
     double most = 0;
     for (size_t i = 0; i < count; i++)
         most = mag[i] > most ? mag[i] : most;
     for (size_t i = 0; i < count; i++) {
         double gap = fabs(sum_in[i] - sum_out[i] - all_res[i]);
-        RANK_CHECK(gap <= 4e-6 * most + 1e-30, "%s count %zu: value %zu: inputs %g - results "
+        RANK_CHECK(gap <= 4e-6 * most + 1e-30, fail, "%s count %zu: value %zu: inputs %g - results "
                    "%g != residuals %g", v->name, count, i, sum_in[i], sum_out[i], all_res[i]);
     }
     /* PowerSGD: the vectors (plain) are exact sums at every step. */
@@ -172,37 +172,39 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
             double e = 0;
             for (int r = 0; r < n; r++)
                 e += input(r, i, STEPS - 1);
-            RANK_CHECK(fabs(y[STEPS - 1][i] - e) <= 1e-5 * mag[i], "vector value %zu", i);
+            RANK_CHECK(fabs(y[STEPS - 1][i] - e) <= 1e-5 * mag[i], fail, "vector value %zu", i);
         }
     }
     /* Replay from the state after step 1 in a new compressor. */
     shoal_compressor_t c2 = make(comm, v, count, 1, SHOAL_FLOAT32);
-    RANK_CHECK(c2, "create 2");
+    RANK_CHECK(c2, fail, "create 2");
     unsigned char *junk = malloc(state_bytes + 1);
-    RANK_CHECK(junk, "out of memory");
+    RANK_CHECK(junk, fail, "out of memory");
     memcpy(junk, saved, state_bytes);
-    RANK_CHECK(shoal_compressor_set_state(c2, junk, state_bytes + 1) == SHOAL_ERR_INVALID_ARG,
+    RANK_CHECK(shoal_compressor_set_state(c2, junk, state_bytes + 1) == SHOAL_ERR_INVALID_ARG, fail,
                "a state of the wrong size was taken");
     junk[0] ^= 1;
-    RANK_CHECK(shoal_compressor_set_state(c2, junk, state_bytes) == SHOAL_ERR_INVALID_ARG,
+    RANK_CHECK(shoal_compressor_set_state(c2, junk, state_bytes) == SHOAL_ERR_INVALID_ARG, fail,
                "a damaged state was taken");
-    RANK_CHECK(shoal_compressor_set_state(c2, saved, state_bytes) == SHOAL_OK, "set");
+    RANK_CHECK(shoal_compressor_set_state(c2, saved, state_bytes) == SHOAL_OK, fail, "set");
     for (int t = 2; t < STEPS; t++) {
         for (size_t i = 0; i < count; i++)
             x[i] = input(rank, i, t);
-        RANK_CHECK(shoal_allreduce_compressed(c2, x, x, SHOAL_SUM, NULL) == SHOAL_OK,
+        RANK_CHECK(shoal_allreduce_compressed(c2, x, x, SHOAL_SUM, NULL) == SHOAL_OK, fail,
                    "replay: %s", shoal_comm_last_error(comm));
-        RANK_CHECK(!memcmp(x, y[t], count * sizeof(float)), "%s count %zu: replay of step %d "
+        RANK_CHECK(!memcmp(x, y[t], count * sizeof(float)), fail, "%s count %zu: replay of step %d "
                    "differs", v->name, count, t);
     }
     /* reset: the first step again, as a new compressor gives it. */
-    RANK_CHECK(shoal_compressor_reset(c2) == SHOAL_OK, "reset");
+    RANK_CHECK(shoal_compressor_reset(c2) == SHOAL_OK, fail, "reset");
     for (size_t i = 0; i < count; i++)
         x[i] = input(rank, i, 0);
-    RANK_CHECK(shoal_allreduce_compressed(c2, x, x, SHOAL_SUM, NULL) == SHOAL_OK, "after reset");
-    RANK_CHECK(!memcmp(x, y[0], count * sizeof(float)), "%s: reset differs from new", v->name);
-    RANK_CHECK(shoal_compressor_destroy(c2) == SHOAL_OK, "destroy 2");
-    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_allreduce_compressed(c2, x, x, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+               "after reset");
+    RANK_CHECK(!memcmp(x, y[0], count * sizeof(float)), fail, "%s: reset differs from new",
+               v->name);
+    RANK_CHECK(shoal_compressor_destroy(c2) == SHOAL_OK, fail, "destroy 2");
+    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, fail, "destroy");
     for (int t = 0; t < STEPS; t++)
         free(y[t]);
     free(junk);
@@ -214,6 +216,8 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
     free(mag);
     free(all_res);
     return 0;
+fail:
+    return 1;
 }
 
 static const size_t counts[] = {0, 1, 65, 1001, 3 * 8 * 3616 + 77};
@@ -223,7 +227,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     (void)arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     for (size_t v = 0; v < NVARIANTS; v++) {
         if (variants[v].kind == SHOAL_COMPRESS_POWERSGD) {
             if (check_variant(comm, rank, nranks, &variants[v], PS_COUNT))
@@ -235,8 +239,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                 return 1;
         }
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)
@@ -260,11 +266,11 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
     (void)arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = 5003;
     uint16_t *h = malloc(count * 2), *o = malloc(count * 2);
     float *f = malloc(count * 4), *g = malloc(count * 4);
-    RANK_CHECK(h && o && f && g, "out of memory");
+    RANK_CHECK(h && o && f && g, fail, "out of memory");
     static const shoal_dtype_t dts[] = {SHOAL_FLOAT16, SHOAL_BFLOAT16};
     for (int d = 0; d < 2; d++) {
         shoal_dtype_t dt = dts[d];
@@ -274,14 +280,14 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
                     shoal_dtype_set_f64(h, i, dt, input(rank, i, 0));
                 shoal_compressor_t c = stateless ? NULL
                                                  : make(comm, &variants[0], count, 1, dt);
-                RANK_CHECK(stateless || c, "create %s", shoal_comm_last_error(comm));
+                RANK_CHECK(stateless || c, fail, "create %s", shoal_comm_last_error(comm));
                 shoal_op_t op = avg ? SHOAL_AVG : SHOAL_SUM;
                 shoal_status_t s = stateless
                                        ? shoal_allreduce_int8(h, o, count, dt, op, comm, NULL)
                                        : shoal_allreduce_compressed(c, h, o, op, NULL);
-                RANK_CHECK(s == SHOAL_OK, "%s: %s", shoal_dtype_name(dt),
+                RANK_CHECK(s == SHOAL_OK, fail, "%s: %s", shoal_dtype_name(dt),
                            shoal_comm_last_error(comm));
-                RANK_CHECK(harness_same_bytes(comm, o, count * 2), "ranks differ");
+                RANK_CHECK(harness_same_bytes(comm, o, count * 2), fail, "ranks differ");
                 double err = 0, norm = 0;
                 for (size_t i = 0; i < count; i++) {
                     double e = 0;
@@ -296,10 +302,10 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
                     err += (got - e) * (got - e);
                     norm += e * e;
                 }
-                RANK_CHECK(sqrt(err / norm) < 0.02, "%s %s: relative error %g",
+                RANK_CHECK(sqrt(err / norm) < 0.02, fail, "%s %s: relative error %g",
                            shoal_dtype_name(dt), avg ? "avg" : "sum", sqrt(err / norm));
                 if (c)
-                    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, "destroy");
+                    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, fail, "destroy");
             }
         }
     }
@@ -309,13 +315,15 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
         f[i] = input(rank, i, 1);
     shoal_compress_info_t info;
     RANK_CHECK(shoal_allreduce_int8(f, g, count, SHOAL_FLOAT32, SHOAL_SUM, comm, &info) ==
-                   SHOAL_OK, "stateless");
-    RANK_CHECK((info.bytes_sent > 0) == (n > 1), "stateless info");
+                   SHOAL_OK, fail, "stateless");
+    RANK_CHECK((info.bytes_sent > 0) == (n > 1), fail, "stateless info");
     shoal_compressor_t c = make(comm, &variants[0], count, 0, SHOAL_FLOAT32);
-    RANK_CHECK(c, "create");
-    RANK_CHECK(shoal_allreduce_compressed(c, f, f, SHOAL_SUM, NULL) == SHOAL_OK, "compressed");
-    RANK_CHECK(!memcmp(f, g, count * 4), "stateless differs from a compressor without feedback");
-    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, "destroy");
+    RANK_CHECK(c, fail, "create");
+    RANK_CHECK(shoal_allreduce_compressed(c, f, f, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+               "compressed");
+    RANK_CHECK(!memcmp(f, g, count * 4), fail,
+               "stateless differs from a compressor without feedback");
+    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, fail, "destroy");
     /* In a group: two compressors and a plain all-reduce run at the end,
      * each as it would alone. */
     {
@@ -323,25 +331,26 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
         shoal_compressor_t b = make(comm, &variants[3], count, 1, SHOAL_FLOAT32);
         shoal_compressor_t a2 = make(comm, &variants[0], count, 1, SHOAL_FLOAT32);
         shoal_compressor_t b2 = make(comm, &variants[3], count, 1, SHOAL_FLOAT32);
-        RANK_CHECK(a && b && a2 && b2, "create");
+        RANK_CHECK(a && b && a2 && b2, fail, "create");
         float *ya = malloc(count * 4), *yb = malloc(count * 4), *p = malloc(count * 4);
         float *za = malloc(count * 4), *zb = malloc(count * 4);
-        RANK_CHECK(ya && yb && p && za && zb, "out of memory");
+        RANK_CHECK(ya && yb && p && za && zb, fail, "out of memory");
         for (size_t i = 0; i < count; i++)
             f[i] = input(rank, i, 2);
-        RANK_CHECK(shoal_group_start() == SHOAL_OK, "group");
-        RANK_CHECK(shoal_allreduce_compressed(a, f, ya, SHOAL_SUM, NULL) == SHOAL_OK, "a");
-        RANK_CHECK(shoal_allreduce(f, p, count, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+        RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group");
+        RANK_CHECK(shoal_allreduce_compressed(a, f, ya, SHOAL_SUM, NULL) == SHOAL_OK, fail, "a");
+        RANK_CHECK(shoal_allreduce(f, p, count, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                    "plain");
-        RANK_CHECK(shoal_allreduce_compressed(b, f, yb, SHOAL_AVG, NULL) == SHOAL_OK, "b");
-        RANK_CHECK(shoal_group_end() == SHOAL_OK, "group end: %s", shoal_comm_last_error(comm));
-        RANK_CHECK(shoal_allreduce_compressed(a2, f, za, SHOAL_SUM, NULL) == SHOAL_OK, "a2");
-        RANK_CHECK(shoal_allreduce_compressed(b2, f, zb, SHOAL_AVG, NULL) == SHOAL_OK, "b2");
-        RANK_CHECK(!memcmp(ya, za, count * 4) && !memcmp(yb, zb, count * 4),
+        RANK_CHECK(shoal_allreduce_compressed(b, f, yb, SHOAL_AVG, NULL) == SHOAL_OK, fail, "b");
+        RANK_CHECK(shoal_group_end() == SHOAL_OK, fail, "group end: %s",
+                   shoal_comm_last_error(comm));
+        RANK_CHECK(shoal_allreduce_compressed(a2, f, za, SHOAL_SUM, NULL) == SHOAL_OK, fail, "a2");
+        RANK_CHECK(shoal_allreduce_compressed(b2, f, zb, SHOAL_AVG, NULL) == SHOAL_OK, fail, "b2");
+        RANK_CHECK(!memcmp(ya, za, count * 4) && !memcmp(yb, zb, count * 4), fail,
                    "a group changed the results");
-        RANK_CHECK(shoal_allreduce(f, g, count, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+        RANK_CHECK(shoal_allreduce(f, g, count, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                    "plain");
-        RANK_CHECK(!memcmp(p, g, count * 4), "a group changed the plain all-reduce");
+        RANK_CHECK(!memcmp(p, g, count * 4), fail, "a group changed the plain all-reduce");
         shoal_compressor_destroy(a);
         shoal_compressor_destroy(b);
         shoal_compressor_destroy(a2);
@@ -363,12 +372,12 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
         wo.warmup_steps = 2;
         shoal_compressor_t w;
         RANK_CHECK(shoal_compressor_create(comm, &wo, count, SHOAL_FLOAT32, &lay, &w) == SHOAL_OK,
-                   "create: %s", shoal_comm_last_error(comm));
+                   fail, "create: %s", shoal_comm_last_error(comm));
         for (int t = 0; t < 3; t++) {
             for (size_t i = 0; i < count; i++)
                 f[i] = input(rank, i, t);
             shoal_compress_info_t wi;
-            RANK_CHECK(shoal_allreduce_compressed(w, f, g, SHOAL_SUM, &wi) == SHOAL_OK,
+            RANK_CHECK(shoal_allreduce_compressed(w, f, g, SHOAL_SUM, &wi) == SHOAL_OK, fail,
                        "warm-up step %d: %s", t, shoal_comm_last_error(comm));
             double worst = 0;
             for (size_t i = 0; i < 2000; i++) {
@@ -378,34 +387,36 @@ static int rank_dtypes(int rank, int n, const shoal_unique_id_t *id, void *arg)
                 worst = fmax(worst, fabs(g[i] - e) / (fabs(e) + 1e-3));
             }
             const float *res;
-            RANK_CHECK(shoal_compressor_residual(w, &res) == SHOAL_OK, "residual");
+            RANK_CHECK(shoal_compressor_residual(w, &res) == SHOAL_OK, fail, "residual");
             float most = 0;
             for (size_t i = 0; i < count; i++)
                 most = fmaxf(most, fabsf(res[i]));
             if (t < 2) {
-                RANK_CHECK(worst < 1e-5 && most == 0, "warm-up step %d: error %g, residual %g",
-                           t, worst, most);
-                RANK_CHECK(n == 1 || wi.ratio < 1.01, "warm-up ratio %g", wi.ratio);
+                RANK_CHECK(worst < 1e-5 && most == 0, fail,
+                           "warm-up step %d: error %g, residual %g", t, worst, most);
+                RANK_CHECK(n == 1 || wi.ratio < 1.01, fail, "warm-up ratio %g", wi.ratio);
             } else {
-                RANK_CHECK(worst > 1e-2 && most > 0, "step %d after warm-up: error %g, "
+                RANK_CHECK(worst > 1e-2 && most > 0, fail, "step %d after warm-up: error %g, "
                            "residual %g: not compressed", t, worst, most);
-                RANK_CHECK(n == 1 || wi.ratio > 1.5, "ratio after warm-up %g", wi.ratio);
+                RANK_CHECK(n == 1 || wi.ratio > 1.5, fail, "ratio after warm-up %g", wi.ratio);
             }
         }
-        RANK_CHECK(shoal_compressor_destroy(w) == SHOAL_OK, "destroy");
+        RANK_CHECK(shoal_compressor_destroy(w) == SHOAL_OK, fail, "destroy");
     }
     /* Inside a group the stateless call is refused (it keeps nothing
      * until the group ends). */
-    RANK_CHECK(shoal_group_start() == SHOAL_OK, "group");
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group");
     RANK_CHECK(shoal_allreduce_int8(f, g, count, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL) ==
-                   SHOAL_ERR_INVALID_ARG, "stateless in a group");
-    RANK_CHECK(shoal_group_end() == SHOAL_OK, "group end");
+                   SHOAL_ERR_INVALID_ARG, fail, "stateless in a group");
+    RANK_CHECK(shoal_group_end() == SHOAL_OK, fail, "group end");
     free(h);
     free(o);
     free(f);
     free(g);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_dtypes(void **state)
@@ -425,55 +436,57 @@ static int rank_bad(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
     (void)arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
     shoal_compress_options_t o;
     shoal_compressor_t c = NULL;
     shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
     if (n > 1) {
         o.block = rank == n - 1 ? 32 : 64;
         RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, NULL, &c) ==
-                       SHOAL_ERR_INVALID_ARG, "different blocks were taken");
-        RANK_CHECK(strstr(shoal_comm_last_error(comm), "differ"), "message: %s",
+                       SHOAL_ERR_INVALID_ARG, fail, "different blocks were taken");
+        RANK_CHECK(strstr(shoal_comm_last_error(comm), "differ"), fail, "message: %s",
                    shoal_comm_last_error(comm));
         o.block = 64;
         RANK_CHECK(shoal_compressor_create(comm, &o, 100, rank ? SHOAL_FLOAT32 : SHOAL_FLOAT16,
-                                           NULL, &c) == SHOAL_ERR_INVALID_ARG,
+                                           NULL, &c) == SHOAL_ERR_INVALID_ARG, fail,
                    "different dtypes were taken");
     }
     o.block = rank == n - 1 ? 33 : 64;
     RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, NULL, &c) ==
-                   SHOAL_ERR_INVALID_ARG, "an invalid block was taken");
+                   SHOAL_ERR_INVALID_ARG, fail, "an invalid block was taken");
     o.block = 64;
     size_t rows[] = {10, 9}, cols[] = {10, 1};
     shoal_compress_layout_t bad = {2, rows, cols};
     RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, &bad, &c) ==
-                   SHOAL_ERR_INVALID_ARG, "a layout of 109 values for 100 was taken");
+                   SHOAL_ERR_INVALID_ARG, fail, "a layout of 109 values for 100 was taken");
     shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
     o.algo = SHOAL_COMPRESS_ALGO_TWO_SHOT;
     RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, NULL, &c) ==
-                   SHOAL_ERR_INVALID_ARG, "ternary two-shot was taken");
+                   SHOAL_ERR_INVALID_ARG, fail, "ternary two-shot was taken");
     shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
     RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_INT32, NULL, &c) ==
-                   SHOAL_ERR_INVALID_ARG, "int32 was taken");
-    RANK_CHECK(c == NULL, "a failed create wrote its handle");
+                   SHOAL_ERR_INVALID_ARG, fail, "int32 was taken");
+    RANK_CHECK(c == NULL, fail, "a failed create wrote its handle");
     /* Still usable: a good one, then bad calls on it. */
-    RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, NULL, &c) == SHOAL_OK,
+    RANK_CHECK(shoal_compressor_create(comm, &o, 100, SHOAL_FLOAT32, NULL, &c) == SHOAL_OK, fail,
                "create: %s", shoal_comm_last_error(comm));
     float x[100] = {0}, y[100];
-    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_PROD, NULL) == SHOAL_ERR_INVALID_ARG,
+    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_PROD, NULL) == SHOAL_ERR_INVALID_ARG, fail,
                "PROD taken");
     RANK_CHECK(shoal_allreduce_compressed(c, NULL, y, SHOAL_SUM, NULL) ==
-                   SHOAL_ERR_INVALID_ARG, "NULL sendbuf taken");
+                   SHOAL_ERR_INVALID_ARG, fail, "NULL sendbuf taken");
     RANK_CHECK(shoal_allreduce_compressed(NULL, x, y, SHOAL_SUM, NULL) ==
-                   SHOAL_ERR_INVALID_ARG, "NULL compressor taken");
-    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL) == SHOAL_OK, "after: %s",
+                   SHOAL_ERR_INVALID_ARG, fail, "NULL compressor taken");
+    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL) == SHOAL_OK, fail, "after: %s",
                shoal_comm_last_error(comm));
-    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, "destroy");
-    RANK_CHECK(shoal_compressor_destroy(NULL) == SHOAL_ERR_INVALID_ARG, "destroy NULL");
+    RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(NULL) == SHOAL_ERR_INVALID_ARG, fail, "destroy NULL");
     RANK_CHECK(shoal_compress_options_init(&o, (shoal_compress_kind_t)9) ==
-                   SHOAL_ERR_INVALID_ARG, "kind 9");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+                   SHOAL_ERR_INVALID_ARG, fail, "kind 9");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad(void **state)
@@ -491,25 +504,25 @@ static int rank_mismatch(int rank, int n, const shoal_unique_id_t *id, void *arg
     int *status = arg;
     const variant_t *v = &variants[status[8]];
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = v->kind == SHOAL_COMPRESS_POWERSGD ? PS_COUNT : 5000;
     float *x = malloc(count * 4), *y = malloc(count * 4);
-    RANK_CHECK(x && y, "out of memory");
+    RANK_CHECK(x && y, fail, "out of memory");
     for (size_t i = 0; i < count; i++)
         x[i] = input(rank, i, 0);
     shoal_compressor_t c = make(comm, v, count, 1, SHOAL_FLOAT32);
-    RANK_CHECK(c, "create");
-    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL) == SHOAL_OK, "first");
+    RANK_CHECK(c, fail, "create");
+    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL) == SHOAL_OK, fail, "first");
     size_t sb;
     shoal_compressor_state_size(c, &sb);
     void *before = malloc(sb), *after = malloc(sb);
-    RANK_CHECK(before && after, "out of memory");
+    RANK_CHECK(before && after, fail, "out of memory");
     shoal_compressor_get_state(c, before, sb);
     shoal_status_t s = rank == 0 ? shoal_allreduce(x, y, count, SHOAL_FLOAT32, SHOAL_SUM, comm)
                                  : shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL);
     status[rank] = (int)s;
-    RANK_CHECK(shoal_compressor_get_state(c, after, sb) == SHOAL_OK, "get after");
-    RANK_CHECK(!memcmp(before, after, sb), "a failed call changed the state");
+    RANK_CHECK(shoal_compressor_get_state(c, after, sb) == SHOAL_OK, fail, "get after");
+    RANK_CHECK(!memcmp(before, after, sb), fail, "a failed call changed the state");
     shoal_compressor_destroy(c);
     free(before);
     free(after);
@@ -517,6 +530,8 @@ static int rank_mismatch(int rank, int n, const shoal_unique_id_t *id, void *arg
     free(y);
     shoal_comm_abort(comm);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_mismatch(void **state)

@@ -325,23 +325,25 @@ static int aliases_ignored_before_use(void)
     setenv("NCCL_COMM_ID", "10.1.2.3:4567", 1);
     shoal_config_reload();
     const shoal_config_t *c = shoal_config_get();
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_WARN, "level %d", c->core.log_level);
-    RANK_CHECK(c->core.log_subsys == SHOAL_SUBSYS_ALL, "subsys %#x", c->core.log_subsys);
-    RANK_CHECK(!strcmp(c->algo.algo, "auto"), "algo %s", c->algo.algo);
-    RANK_CHECK(!c->boot.socket_ifname[0], "ifname %s", c->boot.socket_ifname);
-    RANK_CHECK(!c->boot.comm_id[0], "comm id %s", c->boot.comm_id);
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_WARN, fail, "level %d", c->core.log_level);
+    RANK_CHECK(c->core.log_subsys == SHOAL_SUBSYS_ALL, fail, "subsys %#x", c->core.log_subsys);
+    RANK_CHECK(!strcmp(c->algo.algo, "auto"), fail, "algo %s", c->algo.algo);
+    RANK_CHECK(!c->boot.socket_ifname[0], fail, "ifname %s", c->boot.socket_ifname);
+    RANK_CHECK(!c->boot.comm_id[0], fail, "comm id %s", c->boot.comm_id);
 
     shoal_config_use_nccl_env();
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_TRACE, "level %d", c->core.log_level);
-    RANK_CHECK(c->core.log_subsys == (SHOAL_SUBSYS(TCP) | SHOAL_SUBSYS(IBV)), "subsys %#x",
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_TRACE, fail, "level %d", c->core.log_level);
+    RANK_CHECK(c->core.log_subsys == (SHOAL_SUBSYS(TCP) | SHOAL_SUBSYS(IBV)), fail, "subsys %#x",
                c->core.log_subsys);
-    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), "algo %s", c->algo.algo);
-    RANK_CHECK(!strcmp(c->boot.socket_ifname, "=eth0"), "ifname %s", c->boot.socket_ifname);
-    RANK_CHECK(!strcmp(c->boot.comm_id, "10.1.2.3:4567"), "comm id %s", c->boot.comm_id);
+    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), fail, "algo %s", c->algo.algo);
+    RANK_CHECK(!strcmp(c->boot.socket_ifname, "=eth0"), fail, "ifname %s", c->boot.socket_ifname);
+    RANK_CHECK(!strcmp(c->boot.comm_id, "10.1.2.3:4567"), fail, "comm id %s", c->boot.comm_id);
     /* Still on after a reload. */
     shoal_config_reload();
-    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), "algo %s after reload", c->algo.algo);
+    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), fail, "algo %s after reload", c->algo.algo);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_aliases_ignored_before_use(void **state)
@@ -361,19 +363,22 @@ static int use_before_any_load(void)
     setenv("NCCL_ALGO", "ring,tree", 1);
     char *argv[] = {"test_config", NCCL_ENV_FIRST_ARG, NULL};
     execv("/proc/self/exe", argv);
-    RANK_CHECK(0, "execv: %s", strerror(errno));
+    fprintf(stderr, "# execv: %s\n", strerror(errno));
+    return 1;
 }
 
 static int nccl_env_first_checks(void)
 {
     shoal_config_use_nccl_env();
     const shoal_config_t *c = shoal_config_get();
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_INFO, "level %d", c->core.log_level);
-    RANK_CHECK(log_count("NCCL_ALGO=\"ring,tree\" read as SHOAL_ALGO") == 1,
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_INFO, fail, "level %d", c->core.log_level);
+    RANK_CHECK(log_count("NCCL_ALGO=\"ring,tree\" read as SHOAL_ALGO") == 1, fail,
                "the alias note is not logged exactly once");
-    RANK_CHECK(log_count("allreduce: ring and tree allowed, the cost model chooses") == 1,
+    RANK_CHECK(log_count("allreduce: ring and tree allowed, the cost model chooses") == 1, fail,
                "no note on the all-reduce choice");
     return 0;
+fail:
+    return 1;
 }
 
 static int nccl_env_first(void)
@@ -393,8 +398,10 @@ static int check_level(const char *nccl, int want)
 {
     env("NCCL_DEBUG", nccl);
     int got = shoal_config_get()->core.log_level;
-    RANK_CHECK(got == want, "NCCL_DEBUG=%s gave level %d, want %d", nccl, got, want);
+    RANK_CHECK(got == want, fail, "NCCL_DEBUG=%s gave level %d, want %d", nccl, got, want);
     return 0;
+fail:
+    return 1;
 }
 
 static int nccl_debug(void)
@@ -408,12 +415,14 @@ static int nccl_debug(void)
      * back to the default, with a warning. */
     bad = bad || check_level("", SHOAL_LOG_WARN) || check_level("LOUD", SHOAL_LOG_WARN) ||
           check_level("debug", SHOAL_LOG_WARN);
-    RANK_CHECK(!bad, "see above");
+    RANK_CHECK(!bad, fail, "see above");
     RANK_CHECK(log_count("cannot read NCCL_DEBUG=\"LOUD\" as SHOAL_DEBUG; using its default") == 1,
-               "no warning for NCCL_DEBUG=LOUD");
-    RANK_CHECK(log_count("cannot read NCCL_DEBUG=\"debug\"") == 1,
+               fail, "no warning for NCCL_DEBUG=LOUD");
+    RANK_CHECK(log_count("cannot read NCCL_DEBUG=\"debug\"") == 1, fail,
                "no warning for NCCL_DEBUG=debug");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_debug(void **state)
@@ -425,8 +434,10 @@ static int check_subsys(const char *nccl, unsigned want)
 {
     env("NCCL_DEBUG_SUBSYS", nccl);
     unsigned got = shoal_config_get()->core.log_subsys;
-    RANK_CHECK(got == want, "NCCL_DEBUG_SUBSYS=%s gave %#x, want %#x", nccl, got, want);
+    RANK_CHECK(got == want, fail, "NCCL_DEBUG_SUBSYS=%s gave %#x, want %#x", nccl, got, want);
     return 0;
+fail:
+    return 1;
 }
 
 static int nccl_debug_subsys(void)
@@ -450,10 +461,12 @@ static int nccl_debug_subsys(void)
           check_subsys("^CALL", all) || check_subsys("^ALL", 0);
     /* Names NCCL does not know: the default, with a warning. */
     bad = bad || check_subsys("NETWORK", all) || check_subsys("INIT,bogus", all);
-    RANK_CHECK(!bad, "see above");
-    RANK_CHECK(log_count("cannot read NCCL_DEBUG_SUBSYS=\"NETWORK\"") == 1,
+    RANK_CHECK(!bad, fail, "see above");
+    RANK_CHECK(log_count("cannot read NCCL_DEBUG_SUBSYS=\"NETWORK\"") == 1, fail,
                "no warning for NCCL_DEBUG_SUBSYS=NETWORK");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_debug_subsys(void **state)
@@ -464,22 +477,24 @@ static void test_nccl_debug_subsys(void **state)
 static int nccl_debug_file(void)
 {
     char dir[] = "/tmp/shoal-ncclf-XXXXXX";
-    RANK_CHECK(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+    RANK_CHECK(mkdtemp(dir), fail, "mkdtemp: %s", strerror(errno));
     char pattern[128], host[64] = "";
     snprintf(pattern, sizeof(pattern), "%s/nccl.%%h.%%p", dir);
     gethostname(host, sizeof(host) - 1);
     setenv("NCCL_DEBUG_FILE", pattern, 1);
     unsetenv("SHOAL_DEBUG_FILE");
     shoal_config_use_nccl_env();
-    RANK_CHECK(!strcmp(shoal_config_get()->core.log_file, pattern), "log file %s",
+    RANK_CHECK(!strcmp(shoal_config_get()->core.log_file, pattern), fail, "log file %s",
                shoal_config_get()->core.log_file);
     shoal_warn(INIT, "marker-of-the-nccl-file");
     snprintf(child_log, sizeof(child_log), "%s/nccl.%s.%d", dir, host, (int)getpid());
     int found = log_count("marker-of-the-nccl-file");
     unlink(child_log);
     rmdir(dir);
-    RANK_CHECK(found == 1, "no log line in %s", child_log);
+    RANK_CHECK(found == 1, fail, "no log line in %s", child_log);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_debug_file(void **state)
@@ -494,17 +509,20 @@ static int nccl_socket_ifname(void)
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) {
         env("NCCL_SOCKET_IFNAME", specs[i]);
         const char *got = shoal_config_get()->boot.socket_ifname;
-        RANK_CHECK(!strcmp(got, specs[i]), "NCCL_SOCKET_IFNAME=%s gave %s", specs[i], got);
+        RANK_CHECK(!strcmp(got, specs[i]), fail, "NCCL_SOCKET_IFNAME=%s gave %s", specs[i], got);
     }
     /* The address that sockets use follows it. */
     env("NCCL_SOCKET_IFNAME", "=lo");
     shoal_sockaddr_t a;
     char text[SHOAL_SOCKADDR_STRLEN];
-    RANK_CHECK(shoal_sock_pick_addr(&a) == SHOAL_OK, "no address on lo");
-    RANK_CHECK(!strcmp(shoal_sock_str(&a, text), "127.0.0.1:0"), "address %s", text);
+    RANK_CHECK(shoal_sock_pick_addr(&a) == SHOAL_OK, fail, "no address on lo");
+    RANK_CHECK(!strcmp(shoal_sock_str(&a, text), "127.0.0.1:0"), fail, "address %s", text);
     env("NCCL_SOCKET_IFNAME", "=l");
-    RANK_CHECK(shoal_sock_pick_addr(&a) != SHOAL_OK, "=l is an exact name, not a prefix of lo");
+    RANK_CHECK(shoal_sock_pick_addr(&a) != SHOAL_OK, fail,
+               "=l is an exact name, not a prefix of lo");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_socket_ifname(void **state)
@@ -516,8 +534,10 @@ static int check_comm_id(const char *name, const char *text, const char *want)
 {
     env(name, text);
     const char *got = shoal_config_get()->boot.comm_id;
-    RANK_CHECK(!strcmp(got, want), "%s=%s gave \"%s\", want \"%s\"", name, text, got, want);
+    RANK_CHECK(!strcmp(got, want), fail, "%s=%s gave \"%s\", want \"%s\"", name, text, got, want);
     return 0;
+fail:
+    return 1;
 }
 
 static int nccl_comm_id(void)
@@ -534,11 +554,14 @@ static int nccl_comm_id(void)
     shoal_config_use_nccl_env();
     bad = bad || check_comm_id("NCCL_COMM_ID", "192.168.0.9:12345", "192.168.0.9:12345") ||
           check_comm_id("NCCL_COMM_ID", "nohost", "");
-    RANK_CHECK(!bad, "see above");
-    RANK_CHECK(log_count("cannot parse SHOAL_COMM_ID=\"h:65536\"") == 1, "no warning for h:65536");
+    RANK_CHECK(!bad, fail, "see above");
+    RANK_CHECK(log_count("cannot parse SHOAL_COMM_ID=\"h:65536\"") == 1, fail,
+               "no warning for h:65536");
     RANK_CHECK(log_count("NCCL_COMM_ID=\"nohost\" gives SHOAL_COMM_ID=\"nohost\", which does "
-                         "not parse") == 1, "no warning for NCCL_COMM_ID=nohost");
+                         "not parse") == 1, fail, "no warning for NCCL_COMM_ID=nohost");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_comm_id(void **state)
@@ -551,9 +574,12 @@ static int check_algo(const char *nccl, const char *want)
 {
     env("NCCL_ALGO", nccl);
     const char *got = shoal_config_get()->algo.algo;
-    RANK_CHECK(!strcmp(got, want), "NCCL_ALGO=%s gave SHOAL_ALGO=%s, want %s", nccl, got, want);
-    RANK_CHECK(shoal_algo_check_setting() == SHOAL_OK, "SHOAL_ALGO=%s is rejected", got);
+    RANK_CHECK(!strcmp(got, want), fail, "NCCL_ALGO=%s gave SHOAL_ALGO=%s, want %s", nccl, got,
+               want);
+    RANK_CHECK(shoal_algo_check_setting() == SHOAL_OK, fail, "SHOAL_ALGO=%s is rejected", got);
     return 0;
+fail:
+    return 1;
 }
 
 static int nccl_algo(void)
@@ -591,12 +617,12 @@ static int nccl_algo(void)
         if (check_algo(cases[i].nccl, want))
             return 1;
     }
-    RANK_CHECK(log_count("allreduce: ring and tree allowed, the cost model chooses") >= 1,
+    RANK_CHECK(log_count("allreduce: ring and tree allowed, the cost model chooses") >= 1, fail,
                "no note on ring,tree");
     RANK_CHECK(log_count("broadcast, reduce, allgather, reducescatter, allreduce: shoal has no "
-                         "NVLS, the cost model chooses") == 2, "no note on NVLS");
+                         "NVLS, the cost model chooses") == 2, fail, "no note on NVLS");
     RANK_CHECK(log_count("SHOAL_ALGO=\"broadcast:chain\": allreduce: shoal has no "
-                         "CollNetDirect, the cost model chooses") == 1,
+                         "CollNetDirect, the cost model chooses") == 1, fail,
                "no note on allreduce:collnetdirect,ring");
     /* Text NCCL rejects: the default, with a warning. */
     static const char *const bad[] = {"fast", "ring,,tree", "^", "allreduce:", "alltoall:ring",
@@ -607,9 +633,11 @@ static int nccl_algo(void)
             return 1;
         char line[128];
         snprintf(line, sizeof(line), "cannot read NCCL_ALGO=\"%s\" as SHOAL_ALGO", bad[i]);
-        RANK_CHECK(log_count(line) == 1, "no warning for NCCL_ALGO=%s", bad[i]);
+        RANK_CHECK(log_count(line) == 1, fail, "no warning for NCCL_ALGO=%s", bad[i]);
     }
     return check_algo("", "auto");
+fail:
+    return 1;
 }
 
 static void test_nccl_algo(void **state)
@@ -633,27 +661,29 @@ static int nccl_precedence(void)
     setenv("SHOAL_COMM_ID", "10.0.0.2:2", 1);
     setenv("SHOAL_DEBUG_SUBSYS", "", 1);
     shoal_config_use_nccl_env();
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_ERROR, "level %d", c->core.log_level);
-    RANK_CHECK(!strcmp(c->algo.algo, "rhd"), "algo %s", c->algo.algo);
-    RANK_CHECK(!strcmp(c->boot.socket_ifname, "=lo"), "ifname %s", c->boot.socket_ifname);
-    RANK_CHECK(!strcmp(c->boot.comm_id, "10.0.0.2:2"), "comm id %s", c->boot.comm_id);
-    RANK_CHECK(c->core.log_subsys == 0, "set but empty SHOAL_DEBUG_SUBSYS: %#x",
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_ERROR, fail, "level %d", c->core.log_level);
+    RANK_CHECK(!strcmp(c->algo.algo, "rhd"), fail, "algo %s", c->algo.algo);
+    RANK_CHECK(!strcmp(c->boot.socket_ifname, "=lo"), fail, "ifname %s", c->boot.socket_ifname);
+    RANK_CHECK(!strcmp(c->boot.comm_id, "10.0.0.2:2"), fail, "comm id %s", c->boot.comm_id);
+    RANK_CHECK(c->core.log_subsys == 0, fail, "set but empty SHOAL_DEBUG_SUBSYS: %#x",
                c->core.log_subsys);
 
     unsetenv("NCCL_DEBUG_SUBSYS");
     env("SHOAL_DEBUG_SUBSYS", NULL);
     env("SHOAL_DEBUG", "info");
-    RANK_CHECK(log_count("SHOAL_ALGO is set, so NCCL_ALGO=\"tree\" is ignored") == 1,
+    RANK_CHECK(log_count("SHOAL_ALGO is set, so NCCL_ALGO=\"tree\" is ignored") == 1, fail,
                "no note on the ignored alias");
     env("SHOAL_DEBUG", "loud");
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_WARN, "bad SHOAL_DEBUG: level %d",
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_WARN, fail, "bad SHOAL_DEBUG: level %d",
                c->core.log_level);
     env("SHOAL_DEBUG", NULL);
-    RANK_CHECK(c->core.log_level == SHOAL_LOG_TRACE, "unset SHOAL_DEBUG: level %d",
+    RANK_CHECK(c->core.log_level == SHOAL_LOG_TRACE, fail, "unset SHOAL_DEBUG: level %d",
                c->core.log_level);
     env("SHOAL_ALGO", NULL);
-    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), "unset SHOAL_ALGO: %s", c->algo.algo);
+    RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), fail, "unset SHOAL_ALGO: %s", c->algo.algo);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_precedence(void **state)
@@ -680,18 +710,20 @@ static int nccl_print(void)
 {
     env("NCCL_ALGO", "Tree");
     RANK_CHECK(printed_has("(shoal_info -a lists them) [NCCL alias: NCCL_ALGO, honoured by "
-                           "libnccl]\n"), "no alias in the doc line");
-    RANK_CHECK(printed_has("[NCCL alias: NCCL_SOCKET_IFNAME, honoured by libnccl]"),
+                           "libnccl]\n"), fail, "no alias in the doc line");
+    RANK_CHECK(printed_has("[NCCL alias: NCCL_SOCKET_IFNAME, honoured by libnccl]"), fail,
                "no alias of SOCKET_IFNAME");
-    RANK_CHECK(printed_has("SHOAL_ALGO             default=\"auto\" current=\"auto\"\n"),
+    RANK_CHECK(printed_has("SHOAL_ALGO             default=\"auto\" current=\"auto\"\n"), fail,
                "alias applied before it is on");
-    RANK_CHECK(printed_has("blocking wait (init, collectives, teardown)\n"),
+    RANK_CHECK(printed_has("blocking wait (init, collectives, teardown)\n"), fail,
                "an alias where there is none (SHOAL_TIMEOUT)");
     shoal_config_use_nccl_env();
-    RANK_CHECK(printed_has("current=\"allreduce:tree\" (from NCCL_ALGO)\n"),
+    RANK_CHECK(printed_has("current=\"allreduce:tree\" (from NCCL_ALGO)\n"), fail,
                "value from the alias not shown");
-    RANK_CHECK(printed_has("[NCCL alias: NCCL_COMM_ID]\n"), "no alias once on");
+    RANK_CHECK(printed_has("[NCCL alias: NCCL_COMM_ID]\n"), fail, "no alias once on");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_nccl_print(void **state)

@@ -56,32 +56,34 @@ static int carry_on(shoal_comm_t comm, int rank, int nranks, int victim)
 {
     shoal_comm_t sub = NULL;
     shoal_status_t s = shoal_comm_shrink(comm, &victim, 1, SHOAL_SHRINK_DEFAULT, &sub);
-    RANK_CHECK(s == SHOAL_OK, "shrink without rank %d: %s (%s)", victim, shoal_status_string(s),
-               shoal_comm_last_error(comm));
+    RANK_CHECK(s == SHOAL_OK, fail, "shrink without rank %d: %s (%s)", victim,
+               shoal_status_string(s), shoal_comm_last_error(comm));
     int newsize = 0;
-    RANK_CHECK(shoal_comm_size(sub, &newsize) == SHOAL_OK && newsize == nranks - 1, "size %d",
+    RANK_CHECK(shoal_comm_size(sub, &newsize) == SHOAL_OK && newsize == nranks - 1, fail, "size %d",
                newsize);
     float x[33];
     for (int i = 0; i < 33; i++)
         x[i] = (float)(rank + i);
     s = shoal_allreduce(x, x, 33, SHOAL_FLOAT32, SHOAL_SUM, sub);
-    RANK_CHECK(s == SHOAL_OK, "all-reduce after the shrink: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "all-reduce after the shrink: %s", shoal_status_string(s));
     float ranks = 0;
     for (int r = 0; r < nranks; r++)
         ranks += r == victim ? 0.0f : (float)r;
     for (int i = 0; i < 33; i++)
-        RANK_CHECK(x[i] == ranks + (float)(i * (nranks - 1)), "x[%d] = %g", i, (double)x[i]);
-    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
+        RANK_CHECK(x[i] == ranks + (float)(i * (nranks - 1)), fail, "x[%d] = %g", i, (double)x[i]);
+    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_killed(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     const kill_case_t *c = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     float one = 1;
-    RANK_CHECK(shoal_allreduce(&one, &one, 1, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_allreduce(&one, &one, 1, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                "warm-up");
     /* The victim dies only once the others are past the warm-up: its death
      * fails an all-reduce a rank is still finishing, data delivered or not. */
@@ -90,14 +92,14 @@ static int rank_killed(int rank, int nranks, const shoal_unique_id_t *id, void *
     while (rank == c->victim && atomic_load(&c->sh->warm) < nranks - 1)
         sched_yield();
     float *buf = malloc(BIG_COUNT * sizeof(float));
-    RANK_CHECK(buf, "out of memory");
+    RANK_CHECK(buf, fail, "out of memory");
     for (size_t i = 0; i < BIG_COUNT; i++)
         buf[i] = (float)rank;
     if (rank == c->victim) {
         shoal_request_t req;
         if (!c->between)
             RANK_CHECK(shoal_iallreduce(buf, buf, BIG_COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm,
-                                        &req) == SHOAL_OK, "start the all-reduce");
+                                        &req) == SHOAL_OK, fail, "start the all-reduce");
         atomic_store(&c->sh->killed_ns, shoal_now_ns());
         raise(SIGKILL);
     }
@@ -105,21 +107,21 @@ static int rank_killed(int rank, int nranks, const shoal_unique_id_t *id, void *
     if (c->between) {
         /* Nobody calls: the heartbeat alone must bring the news. */
         do {
-            RANK_CHECK(shoal_comm_get_async_error(comm, &s) == SHOAL_OK, "async error");
+            RANK_CHECK(shoal_comm_get_async_error(comm, &s) == SHOAL_OK, fail, "async error");
             sched_yield();
         } while (s == SHOAL_OK);
     } else {
         s = shoal_allreduce(buf, buf, BIG_COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm);
     }
     atomic_store(&c->sh->error_ns[rank], shoal_now_ns());
-    RANK_CHECK(s == SHOAL_ERR_PEER, "%s after rank %d died: %s (%s)",
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "%s after rank %d died: %s (%s)",
                c->between ? "async error" : "all-reduce", c->victim, shoal_status_string(s),
                shoal_comm_last_error(comm));
-    RANK_CHECK(names_rank(comm, c->victim), "rank %d not named: %s", c->victim,
+    RANK_CHECK(names_rank(comm, c->victim), fail, "rank %d not named: %s", c->victim,
                shoal_comm_last_error(comm));
     /* The next call fails at once, with the same reason. */
     s = shoal_allreduce(&one, &one, 1, SHOAL_FLOAT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_ERR_PEER && names_rank(comm, c->victim), "next call: %s (%s)",
+    RANK_CHECK(s == SHOAL_ERR_PEER && names_rank(comm, c->victim), fail, "next call: %s (%s)",
                shoal_status_string(s), shoal_comm_last_error(comm));
     free(buf);
     if (carry_on(comm, rank, nranks, c->victim))
@@ -127,6 +129,8 @@ static int rank_killed(int rank, int nranks, const shoal_unique_id_t *id, void *
     /* Destroy of a broken communicator returns promptly, whatever it reports. */
     (void)shoal_comm_destroy(comm);
     return 0;
+fail:
+    return 1;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -193,10 +197,10 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     const mismatch_case_t *c = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t cap = (size_t)MM_COUNT * (size_t)nranks;
     float *send = malloc(cap * sizeof(float)), *recv = malloc(cap * sizeof(float));
-    RANK_CHECK(send && recv, "out of memory");
+    RANK_CHECK(send && recv, fail, "out of memory");
     for (size_t i = 0; i < cap; i++)
         send[i] = (float)rank;
     memset(recv, 0xa5, cap * sizeof(float));
@@ -208,23 +212,26 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
     else
         s = shoal_allreduce(send, recv, count, SHOAL_FLOAT32, SHOAL_SUM, comm);
     const char *msg = shoal_comm_last_error(comm);
-    RANK_CHECK(s == SHOAL_ERR_MISMATCH, "rank %d: %s (%s)", rank, shoal_status_string(s), msg);
+    RANK_CHECK(s == SHOAL_ERR_MISMATCH, fail, "rank %d: %s (%s)", rank, shoal_status_string(s),
+               msg);
     /* Both signatures, whichever rank saw them. */
     const char *mine = strstr(msg, "#0 of");
-    RANK_CHECK(mine && strstr(mine + 1, "#0 of"), "not both signatures: %s", msg);
+    RANK_CHECK(mine && strstr(mine + 1, "#0 of"), fail, "not both signatures: %s", msg);
     if (c->collective)
-        RANK_CHECK(strstr(msg, "allgather") && strstr(msg, "allreduce"), "calls: %s", msg);
+        RANK_CHECK(strstr(msg, "allgather") && strstr(msg, "allreduce"), fail, "calls: %s", msg);
     else
-        RANK_CHECK(strstr(msg, "of 100 x") && strstr(msg, "of 200 x"), "counts: %s", msg);
+        RANK_CHECK(strstr(msg, "of 100 x") && strstr(msg, "of 200 x"), fail, "counts: %s", msg);
     /* Nothing was written past what the odd rank's call owns. */
     if (odd && !c->collective)
         RANK_CHECK(harness_check_untouched((unsigned char *)recv, count * sizeof(float),
-                                           cap * sizeof(float), 0xa5, rank, "recv") == 0,
+                                           cap * sizeof(float), 0xa5, rank, "recv") == 0, fail,
                    "beyond the count");
     free(send);
     free(recv);
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     return 0;
+fail:
+    return 1;
 }
 
 static void mismatch_runs(int collective)
@@ -261,13 +268,13 @@ static int rank_silent(int rank, int nranks, const shoal_unique_id_t *id, void *
 {
     shared_t *sh = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int silent = nranks - 1;
     if (rank == silent) {
         /* Alive and connected, but it never makes the call. */
         while (atomic_load(&sh->gave_up) < nranks - 1)
             sched_yield();
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
         return 0;
     }
     float x[1000] = {0};
@@ -275,7 +282,7 @@ static int rank_silent(int rank, int nranks, const shoal_unique_id_t *id, void *
     char msg[1024];
     snprintf(msg, sizeof(msg), "%s", shoal_comm_last_error(comm));
     atomic_fetch_add(&sh->gave_up, 1);
-    RANK_CHECK(s == SHOAL_ERR_TIMEOUT, "all-reduce without rank %d: %s (%s)", silent,
+    RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "all-reduce without rank %d: %s (%s)", silent,
                shoal_status_string(s), msg);
     /* Each survivor names whom it waited for: with two ranks that is the
      * silent one; with more, a survivor may be waiting for a neighbour
@@ -283,11 +290,13 @@ static int rank_silent(int rank, int nranks, const shoal_unique_id_t *id, void *
     char want[32];
     snprintf(want, sizeof(want), "rank %d", silent);
     if (nranks == 2)
-        RANK_CHECK(strstr(msg, want), "silent rank not named: %s", msg);
+        RANK_CHECK(strstr(msg, want), fail, "silent rank not named: %s", msg);
     else
-        RANK_CHECK(strstr(msg, "waited"), "nobody named: %s", msg);
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+        RANK_CHECK(strstr(msg, "waited"), fail, "nobody named: %s", msg);
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     return 0;
+fail:
+    return 1;
 }
 
 /* Whether some file of dir holds every one of the strings. */

@@ -47,9 +47,11 @@ static int check_exact(const void *got, shoal_dtype_t dt, shoal_op_t op, size_t 
     }
     free(want);
     free(tmp);
-    RANK_CHECK(bad == count, "%s %d (%s %s, count %zu): element %zu differs", what, k,
+    RANK_CHECK(bad == count, fail, "%s %d (%s %s, count %zu): element %zu differs", what, k,
                shoal_dtype_name(dt), shoal_op_name(op), count, bad);
     return 0;
+fail:
+    return 1;
 }
 
 #define GROUP_ARS 60
@@ -61,7 +63,7 @@ static int check_exact(const void *got, shoal_dtype_t dt, shoal_op_t op, size_t 
 static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     static const size_t ar_counts[] = {1, 0, 17, 300, 2 * TEST_CHUNK + 3};
     void *in[GROUP_ARS], *out[GROUP_ARS];
     shoal_dtype_t dts[GROUP_ARS];
@@ -83,10 +85,10 @@ static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *a
         ag_in[i] = (int16_t)(rank * 100 + (int)i);
 
     for (int round = 0; round < 2; round++) {
-        RANK_CHECK(shoal_group_start() == SHOAL_OK, "group start");
+        RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
         for (int d = 0; d < 3; d++)
             RANK_CHECK(shoal_recv(rbuf[d], P2P_COUNT, SHOAL_INT32, peers_from[d], comm) ==
-                           SHOAL_OK, "recv %d: %s", d, shoal_comm_last_error(comm));
+                           SHOAL_OK, fail, "recv %d: %s", d, shoal_comm_last_error(comm));
         for (int k = 0; k < GROUP_ARS; k++) {
             /* Runs of 10 share a dtype and op and fuse. */
             dts[k] = (shoal_dtype_t)((k / 10 * 5) % SHOAL_DTYPE_COUNT);
@@ -98,16 +100,18 @@ static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *a
             harness_fill_exact(in[k], cnt[k], rank, dts[k], ops[k]);
             /* Every other one in place. */
             void *dst = k % 2 ? in[k] : out[k];
-            RANK_CHECK(shoal_allreduce(in[k], dst, cnt[k], dts[k], ops[k], comm) == SHOAL_OK,
+            RANK_CHECK(shoal_allreduce(in[k], dst, cnt[k], dts[k], ops[k], comm) == SHOAL_OK, fail,
                        "allreduce %d", k);
             if (k == GROUP_ARS / 2)
-                RANK_CHECK(shoal_allgather(ag_in, ag_out, ag_count, SHOAL_BFLOAT16, comm) == SHOAL_OK, "allgather");
+                RANK_CHECK(shoal_allgather(ag_in, ag_out, ag_count, SHOAL_BFLOAT16, comm) ==
+                               SHOAL_OK,
+                           fail, "allgather");
         }
         for (int d = 0; d < 3; d++)
             RANK_CHECK(shoal_send(sbuf[d], P2P_COUNT, SHOAL_INT32, peers_to[d], comm) == SHOAL_OK,
-                       "send %d: %s", d, shoal_comm_last_error(comm));
+                       fail, "send %d: %s", d, shoal_comm_last_error(comm));
         shoal_status_t s = shoal_group_end();
-        RANK_CHECK(s == SHOAL_OK, "group end: %s (%s)", shoal_status_string(s),
+        RANK_CHECK(s == SHOAL_OK, fail, "group end: %s (%s)", shoal_status_string(s),
                    shoal_comm_last_error(comm));
         for (int k = 0; k < GROUP_ARS; k++) {
             if (check_exact(k % 2 ? in[k] : out[k], dts[k], ops[k], cnt[k], nranks,
@@ -118,16 +122,18 @@ static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *a
         }
         for (int r = 0; r < nranks; r++)
             for (size_t i = 0; i < ag_count; i++)
-                RANK_CHECK(ag_out[(size_t)r * ag_count + i] == (int16_t)(r * 100 + (int)i),
+                RANK_CHECK(ag_out[(size_t)r * ag_count + i] == (int16_t)(r * 100 + (int)i), fail,
                            "allgather block %d element %zu", r, i);
         for (int d = 0; d < 3; d++)
             for (size_t i = 0; i < P2P_COUNT; i++)
-                RANK_CHECK(rbuf[d][i] == p2p_value(peers_from[d], rank, d, i),
+                RANK_CHECK(rbuf[d][i] == p2p_value(peers_from[d], rank, d, i), fail,
                            "recv %d from %d element %zu", d, peers_from[d], i);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 #define NB_OPS 120
@@ -139,7 +145,7 @@ static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *a
 static int rank_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = 2 * TEST_CHUNK + 5;
     int64_t *acc = malloc(count * sizeof(*acc));
     for (size_t i = 0; i < count; i++)
@@ -151,31 +157,32 @@ static int rank_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
         /* acc = sum over ranks of acc: after k rounds, n^k * (i + mean). */
         shoal_status_t s = shoal_iallreduce(acc, acc, count, SHOAL_INT64, SHOAL_SUM, comm,
                                             &req[nreq++]);
-        RANK_CHECK(s == SHOAL_OK, "iallreduce %d: %s", k, shoal_comm_last_error(comm));
+        RANK_CHECK(s == SHOAL_OK, fail, "iallreduce %d: %s", k, shoal_comm_last_error(comm));
         bc[k] = rank == k % nranks ? k * 7 : -1;
         s = shoal_ibroadcast(&bc[k], &bc[k], 1, SHOAL_INT32, k % nranks, comm, &req[nreq++]);
-        RANK_CHECK(s == SHOAL_OK, "ibroadcast %d", k);
+        RANK_CHECK(s == SHOAL_OK, fail, "ibroadcast %d", k);
         if (k == 3) {
             int done = 1;
             /* Zero-count calls complete at once. */
             shoal_request_t z;
             RANK_CHECK(shoal_iallreduce(NULL, NULL, 0, SHOAL_INT64, SHOAL_SUM, comm, &z) ==
-                           SHOAL_OK, "empty iallreduce");
-            RANK_CHECK(shoal_test(&z, &done) == SHOAL_OK && done && z == NULL, "empty test");
+                           SHOAL_OK, fail, "empty iallreduce");
+            RANK_CHECK(shoal_test(&z, &done) == SHOAL_OK && done && z == NULL, fail, "empty test");
         }
     }
     /* Poll the last one a while, then wait for all in reverse order. */
     int done = 0;
     for (int spin = 0; spin < 5 && !done; spin++)
-        RANK_CHECK(shoal_test(&req[nreq - 1], &done) == SHOAL_OK, "test");
+        RANK_CHECK(shoal_test(&req[nreq - 1], &done) == SHOAL_OK, fail, "test");
     if (done)
         nreq--;
     for (size_t i = nreq; i-- > 0;) {
         shoal_status_t s = shoal_wait(&req[i]);
-        RANK_CHECK(s == SHOAL_OK && req[i] == NULL, "wait %zu: %s", i, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK && req[i] == NULL, fail, "wait %zu: %s", i,
+                   shoal_status_string(s));
     }
     /* Waiting twice is an error, not a crash. */
-    RANK_CHECK(shoal_wait(&req[0]) == SHOAL_ERR_INVALID_ARG, "second wait");
+    RANK_CHECK(shoal_wait(&req[0]) == SHOAL_ERR_INVALID_ARG, fail, "second wait");
     /* Round 1: n*i + n(n-1)/2; round k: n^k * i + n^(k-1) * n(n-1)/2,
      * modulo 2^64 like the kernels' integer sums. */
     uint64_t prev_scale = 1, n = (uint64_t)nranks;
@@ -183,16 +190,18 @@ static int rank_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
         prev_scale *= n;
     for (size_t i = 0; i < count; i++) {
         uint64_t want = prev_scale * n * (uint64_t)i + prev_scale * (n * (n - 1) / 2);
-        RANK_CHECK((uint64_t)acc[i] == want, "element %zu after %d chained all-reduces", i,
+        RANK_CHECK((uint64_t)acc[i] == want, fail, "element %zu after %d chained all-reduces", i,
                    NB_OPS);
     }
     for (int k = 0; k < NB_OPS; k++)
-        RANK_CHECK(bc[k] == k * 7, "broadcast %d got %d", k, bc[k]);
+        RANK_CHECK(bc[k] == k * 7, fail, "broadcast %d got %d", k, bc[k]);
     free(acc);
     free(bc);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 #define XCOUNT (5 * TEST_CHUNK / 4 + 3)
@@ -203,7 +212,7 @@ static int rank_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 static int rank_nb_p2p(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int nmsg = 3;
     size_t total = (size_t)nranks * (size_t)nmsg;
     int32_t **sb = calloc(total, sizeof(*sb)), **rb = calloc(total, sizeof(*rb));
@@ -218,7 +227,7 @@ static int rank_nb_p2p(int rank, int nranks, const shoal_unique_id_t *id, void *
             for (size_t i = 0; i < n; i++)
                 sb[idx][i] = p2p_value(rank, p, k, i);
             RANK_CHECK(shoal_isend(sb[idx], n, SHOAL_INT32, p, comm, &req[nreq++]) == SHOAL_OK,
-                       "isend");
+                       fail, "isend");
         }
     }
     for (int p = nranks - 1; p >= 0; p--) {
@@ -228,17 +237,17 @@ static int rank_nb_p2p(int rank, int nranks, const shoal_unique_id_t *id, void *
             size_t idx = (size_t)p * (size_t)nmsg + (size_t)k, n = XCOUNT * (size_t)k;
             rb[idx] = malloc(n * 4 + 4);
             RANK_CHECK(shoal_irecv(rb[idx], n, SHOAL_INT32, p, comm, &req[nreq++]) == SHOAL_OK,
-                       "irecv");
+                       fail, "irecv");
         }
     }
     shoal_status_t s = shoal_wait_all(nreq, req);
-    RANK_CHECK(s == SHOAL_OK, "wait_all: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "wait_all: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int p = 0; p < nranks; p++) {
         for (int k = 0; k < nmsg && p != rank; k++) {
             size_t idx = (size_t)p * (size_t)nmsg + (size_t)k, n = XCOUNT * (size_t)k;
             for (size_t i = 0; i < n; i++)
-                RANK_CHECK(rb[idx][i] == p2p_value(p, rank, k, i), "message %d from %d [%zu]",
+                RANK_CHECK(rb[idx][i] == p2p_value(p, rank, k, i), fail, "message %d from %d [%zu]",
                            k, p, i);
             free(sb[idx]);
             free(rb[idx]);
@@ -248,15 +257,17 @@ static int rank_nb_p2p(int rank, int nranks, const shoal_unique_id_t *id, void *
     int64_t one = 1, all = 0;
     shoal_request_t last;
     RANK_CHECK(shoal_iallreduce(&one, &all, 1, SHOAL_INT64, SHOAL_SUM, comm, &last) == SHOAL_OK,
-               "last iallreduce");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy with a queued operation");
-    RANK_CHECK(all == nranks, "queued all-reduce ran at destroy: %lld", (long long)all);
-    RANK_CHECK(shoal_wait(&last) == SHOAL_OK, "request outlives its communicator");
+               fail, "last iallreduce");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy with a queued operation");
+    RANK_CHECK(all == nranks, fail, "queued all-reduce ran at destroy: %lld", (long long)all);
+    RANK_CHECK(shoal_wait(&last) == SHOAL_OK, fail, "request outlives its communicator");
     free(sb);
     free(rb);
     free(req);
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 /* Pre-multiplied sums: scalar 3 (2 for fp8, whose exact range is small)
@@ -264,7 +275,7 @@ static int rank_nb_p2p(int rank, int nranks, const shoal_unique_id_t *id, void *
 static int rank_premul(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t count = 37, n = count * (size_t)nranks;
     for (int d = 0; d < SHOAL_DTYPE_COUNT; d++) {
         shoal_dtype_t dt = (shoal_dtype_t)d;
@@ -275,8 +286,9 @@ static int rank_premul(int rank, int nranks, const shoal_unique_id_t *id, void *
         for (size_t i = 0; i < n && i < 64; i++)
             memcpy(rep + i * es, scalar, es);
         shoal_op_t op;
-        RANK_CHECK(shoal_op_create_premul_sum(comm, scalar, dt, &op) == SHOAL_OK, "create");
-        RANK_CHECK((int)op >= SHOAL_OP_COUNT, "premul op %d collides with a built-in", (int)op);
+        RANK_CHECK(shoal_op_create_premul_sum(comm, scalar, dt, &op) == SHOAL_OK, fail, "create");
+        RANK_CHECK((int)op >= SHOAL_OP_COUNT, fail, "premul op %d collides with a built-in",
+                   (int)op);
         unsigned char *in = malloc(n * es), *out = malloc(n * es), *want = malloc(n * es),
                       *tmp = malloc(n * es);
         /* want = sum over ranks of scalar * input, by the scalar reference. */
@@ -292,32 +304,34 @@ static int rank_premul(int rank, int nranks, const shoal_unique_id_t *id, void *
                 shoal_reduce_ref(want, want, tmp, n, dt, SHOAL_SUM);
         }
         harness_fill_exact(in, n, rank, dt, SHOAL_SUM);
-        RANK_CHECK(shoal_allreduce(in, out, n, dt, op, comm) == SHOAL_OK, "allreduce %s: %s",
+        RANK_CHECK(shoal_allreduce(in, out, n, dt, op, comm) == SHOAL_OK, fail, "allreduce %s: %s",
                    shoal_dtype_name(dt), shoal_comm_last_error(comm));
-        RANK_CHECK(!memcmp(out, want, n * es), "premul allreduce %s", shoal_dtype_name(dt));
-        RANK_CHECK(shoal_reduce_scatter(in, out, count, dt, op, comm) == SHOAL_OK, "rs");
-        RANK_CHECK(!memcmp(out, want + (size_t)rank * count * es, count * es),
+        RANK_CHECK(!memcmp(out, want, n * es), fail, "premul allreduce %s", shoal_dtype_name(dt));
+        RANK_CHECK(shoal_reduce_scatter(in, out, count, dt, op, comm) == SHOAL_OK, fail, "rs");
+        RANK_CHECK(!memcmp(out, want + (size_t)rank * count * es, count * es), fail,
                    "premul reduce-scatter %s", shoal_dtype_name(dt));
-        RANK_CHECK(shoal_reduce(in, out, n, dt, op, nranks - 1, comm) == SHOAL_OK, "reduce");
-        RANK_CHECK(rank != nranks - 1 || !memcmp(out, want, n * es), "premul reduce %s",
+        RANK_CHECK(shoal_reduce(in, out, n, dt, op, nranks - 1, comm) == SHOAL_OK, fail, "reduce");
+        RANK_CHECK(rank != nranks - 1 || !memcmp(out, want, n * es), fail, "premul reduce %s",
                    shoal_dtype_name(dt));
         /* The op serves its dtype only, and dies with destroy. */
         shoal_dtype_t other = dt == SHOAL_FLOAT32 ? SHOAL_FLOAT64 : SHOAL_FLOAT32;
-        RANK_CHECK(shoal_allreduce(in, out, 1, other, op, comm) == SHOAL_ERR_INVALID_ARG,
+        RANK_CHECK(shoal_allreduce(in, out, 1, other, op, comm) == SHOAL_ERR_INVALID_ARG, fail,
                    "premul op of %s accepted for %s", shoal_dtype_name(dt),
                    shoal_dtype_name(other));
-        RANK_CHECK(shoal_op_destroy(op, comm) == SHOAL_OK, "destroy op");
-        RANK_CHECK(shoal_op_destroy(op, comm) == SHOAL_ERR_INVALID_ARG, "destroy op twice");
-        RANK_CHECK(shoal_allreduce(in, out, n, dt, op, comm) == SHOAL_ERR_INVALID_ARG,
+        RANK_CHECK(shoal_op_destroy(op, comm) == SHOAL_OK, fail, "destroy op");
+        RANK_CHECK(shoal_op_destroy(op, comm) == SHOAL_ERR_INVALID_ARG, fail, "destroy op twice");
+        RANK_CHECK(shoal_allreduce(in, out, n, dt, op, comm) == SHOAL_ERR_INVALID_ARG, fail,
                    "destroyed op accepted");
         free(in);
         free(out);
         free(want);
         free(tmp);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 #define THREADS 3
@@ -368,18 +382,18 @@ static void *thread_waiter(void *p)
 static int rank_threads(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t world, comms[THREADS];
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, fail, "init");
     for (int i = 0; i < THREADS; i++)
-        RANK_CHECK(shoal_comm_split(world, 0, rank, &comms[i]) == SHOAL_OK, "split");
+        RANK_CHECK(shoal_comm_split(world, 0, rank, &comms[i]) == SHOAL_OK, fail, "split");
     thread_arg_t ta[THREADS];
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {
         ta[i] = (thread_arg_t){.comm = comms[i], .rank = rank, .nranks = nranks, .tid = i};
-        RANK_CHECK(pthread_create(&th[i], NULL, thread_own_comm, &ta[i]) == 0, "thread");
+        RANK_CHECK(pthread_create(&th[i], NULL, thread_own_comm, &ta[i]) == 0, fail, "thread");
     }
     for (int i = 0; i < THREADS; i++) {
         pthread_join(th[i], NULL);
-        RANK_CHECK(!ta[i].failed, "thread %d on its own communicator failed", i);
+        RANK_CHECK(!ta[i].failed, fail, "thread %d on its own communicator failed", i);
     }
     /* This thread issues on world; another completes with shoal_test. */
     shoal_request_t reqs[THREAD_ITERS];
@@ -388,19 +402,21 @@ static int rank_threads(int rank, int nranks, const shoal_unique_id_t *id, void 
     for (int k = 0; k < THREAD_ITERS; k++) {
         vals[k] = rank * k;
         RANK_CHECK(shoal_iallreduce(&vals[k], &vals[k], 1, SHOAL_INT64, SHOAL_MAX, world,
-                                    &reqs[k]) == SHOAL_OK, "iallreduce");
+                                    &reqs[k]) == SHOAL_OK, fail, "iallreduce");
     }
     pthread_t wt;
-    RANK_CHECK(pthread_create(&wt, NULL, thread_waiter, &w) == 0, "waiter");
+    RANK_CHECK(pthread_create(&wt, NULL, thread_waiter, &w) == 0, fail, "waiter");
     pthread_join(wt, NULL);
-    RANK_CHECK(!w.failed, "waiter thread failed");
+    RANK_CHECK(!w.failed, fail, "waiter thread failed");
     for (int k = 0; k < THREAD_ITERS; k++)
-        RANK_CHECK(vals[k] == (int64_t)(nranks - 1) * k, "max %d", k);
+        RANK_CHECK(vals[k] == (int64_t)(nranks - 1) * k, fail, "max %d", k);
     for (int i = 0; i < THREADS; i++)
-        RANK_CHECK(shoal_comm_destroy(comms[i]) == SHOAL_OK, "destroy");
-    RANK_CHECK(shoal_comm_destroy(world) == SHOAL_OK, "destroy world");
+        RANK_CHECK(shoal_comm_destroy(comms[i]) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_comm_destroy(world) == SHOAL_OK, fail, "destroy world");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 #define BAD 0x77
@@ -409,7 +425,7 @@ static int rank_threads(int rank, int nranks, const shoal_unique_id_t *id, void 
 static int rank_bad(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t n = (size_t)nranks;
     int32_t *a = malloc(64 * n * 4), *b = malloc(64 * n * 4);
     memset(a, BAD, 64 * n * 4);
@@ -451,20 +467,23 @@ static int rank_bad(int rank, int nranks, const shoal_unique_id_t *id, void *arg
         {"NULL communicator", shoal_allreduce(a, b, 4, SHOAL_INT32, SHOAL_SUM, NULL)},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        RANK_CHECK(cases[i].got == SHOAL_ERR_INVALID_ARG, "%s: got %s", cases[i].what,
+        RANK_CHECK(cases[i].got == SHOAL_ERR_INVALID_ARG, fail, "%s: got %s", cases[i].what,
                    shoal_status_string(cases[i].got));
     for (size_t i = 0; i < 64 * n * 4; i++)
-        RANK_CHECK(((unsigned char *)a)[i] == BAD && ((unsigned char *)b)[i] == BAD,
+        RANK_CHECK(((unsigned char *)a)[i] == BAD && ((unsigned char *)b)[i] == BAD, fail,
                    "a bad call wrote byte %zu", i);
     /* Still usable. */
     int32_t one = 1, all = 0;
     RANK_CHECK(shoal_allreduce(&one, &all, 1, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK &&
-                   all == nranks, "all-reduce after bad calls: %s", shoal_comm_last_error(comm));
+                   all == nranks,
+               fail, "all-reduce after bad calls: %s", shoal_comm_last_error(comm));
     free(a);
     free(b);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 /* Abort with non-blocking operations outstanding that the peer never
@@ -473,28 +492,30 @@ static int rank_bad(int rank, int nranks, const shoal_unique_id_t *id, void *arg
 static int rank_abort_nb(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (rank == 1) {
         /* Wait for rank 0 to go away: its abort breaks the bootstrap link. */
         shoal_comm_t none = NULL;
-        RANK_CHECK(shoal_comm_split(comm, 0, 0, &none) != SHOAL_OK, "split without rank 0");
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 1");
+        RANK_CHECK(shoal_comm_split(comm, 0, 0, &none) != SHOAL_OK, fail, "split without rank 0");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on rank 1");
         return 0;
     }
     static float x[3][4096];
     shoal_request_t req[4];
     for (int k = 0; k < 3; k++)
         RANK_CHECK(shoal_iallreduce(x[k], x[k], 4096, SHOAL_FLOAT32, SHOAL_SUM, comm, &req[k]) ==
-                       SHOAL_OK, "iallreduce %d", k);
-    RANK_CHECK(shoal_isend(x[0], 4096, SHOAL_FLOAT32, 1, comm, &req[3]) == SHOAL_OK, "isend");
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+                       SHOAL_OK, fail, "iallreduce %d", k);
+    RANK_CHECK(shoal_isend(x[0], 4096, SHOAL_FLOAT32, 1, comm, &req[3]) == SHOAL_OK, fail, "isend");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     for (int k = 0; k < 4; k++) {
         shoal_status_t s = shoal_wait(&req[k]);
-        RANK_CHECK(s == SHOAL_ERR_ABORTED, "request %d after abort: %s", k,
+        RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "request %d after abort: %s", k,
                    shoal_status_string(s));
     }
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run(harness_rank_fn_t fn, const char *transport, const char *progress, int nranks)

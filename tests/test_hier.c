@@ -44,28 +44,30 @@ static int check_view(shoal_comm_t comm, const layout_t *lay)
     int hosts = 0;
     for (int h = 0; h < MAX_RANKS; h++)
         hosts += nl[h] > 0;
-    RANK_CHECK(c->nhosts == hosts && comm->nhosts == hosts, "%d hosts, want %d", c->nhosts,
+    RANK_CHECK(c->nhosts == hosts && comm->nhosts == hosts, fail, "%d hosts, want %d", c->nhosts,
                hosts);
     int pos = 0;
     for (int h = 0; h < c->nhosts; h++) {
         for (int j = 0; j < shoal_cluster_nlocal(c, h); j++, pos++) {
             int r = shoal_cluster_rank_at(c, h, j);
             RANK_CHECK(c->host_of[r] == h && c->local_of[r] == j && c->ring_pos[r] == pos &&
-                           !seen[r]++,
+                           !seen[r]++, fail,
                        "rank %d at host %d position %d is misplaced", r, h, j);
-            RANK_CHECK(j == 0 || r > shoal_cluster_rank_at(c, h, j - 1),
+            RANK_CHECK(j == 0 || r > shoal_cluster_rank_at(c, h, j - 1), fail,
                        "host %d's ranks out of order", h);
         }
     }
     for (int h = 0; h < c->nhosts; h++) {
         int lh = shoal_cluster_nlocal(c, h);
-        RANK_CHECK(lh >= c->min_local && lh <= c->max_local, "min/max local");
+        RANK_CHECK(lh >= c->min_local && lh <= c->max_local, fail, "min/max local");
         for (int j = 0; j < c->max_local; j++) {
             int r = c->rail_mod_ranks[j * c->nhosts + h];
-            RANK_CHECK(r == shoal_cluster_rank_at(c, h, j % lh), "rail %d of host %d", j, h);
+            RANK_CHECK(r == shoal_cluster_rank_at(c, h, j % lh), fail, "rail %d of host %d", j, h);
         }
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int check_allreduce(shoal_comm_t comm, int rank, int n, shoal_dtype_t dt, shoal_op_t op,
@@ -76,13 +78,15 @@ static int check_allreduce(shoal_comm_t comm, int rank, int n, shoal_dtype_t dt,
     harness_fill_exact(a, count, rank, dt, op);
     void *out = in_place ? (void *)a : (void *)b;
     shoal_status_t s = shoal_allreduce(count ? a : NULL, count ? out : NULL, count, dt, op, comm);
-    RANK_CHECK(s == SHOAL_OK, "allreduce: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "allreduce: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(want, tmp, count, n, dt, op);
-    RANK_CHECK(!count || memcmp(out, want, count * es) == 0,
+    RANK_CHECK(!count || memcmp(out, want, count * es) == 0, fail,
                "rank %d: allreduce %s %s count %zu %s differs", rank, shoal_dtype_name(dt),
                shoal_op_name(op), count, in_place ? "in place" : "");
     return 0;
+fail:
+    return 1;
 }
 
 static int check_rs_ag(shoal_comm_t comm, int rank, int n, size_t count, int in_place,
@@ -95,22 +99,24 @@ static int check_rs_ag(shoal_comm_t comm, int rank, int n, size_t count, int in_
     unsigned char *out = in_place ? a + (size_t)rank * count * es : b;
     shoal_status_t s = shoal_reduce_scatter(count ? a : NULL, count ? out : NULL, count, dt,
                                             SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "reduce_scatter: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "reduce_scatter: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(want, tmp, total, n, dt, SHOAL_SUM);
-    RANK_CHECK(!count || memcmp(out, want + (size_t)rank * count * es, count * es) == 0,
+    RANK_CHECK(!count || memcmp(out, want + (size_t)rank * count * es, count * es) == 0, fail,
                "rank %d: reduce_scatter count %zu differs", rank, count);
     /* All-gather of each rank's own fill. */
     unsigned char *mine = in_place ? b + (size_t)rank * count * es : a;
     harness_fill_exact(mine, count, rank, dt, SHOAL_SUM);
     s = shoal_allgather(count ? mine : NULL, count ? b : NULL, count, dt, comm);
-    RANK_CHECK(s == SHOAL_OK, "allgather: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "allgather: %s", shoal_status_string(s));
     for (int r = 0; r < n; r++) {
         harness_fill_exact(want, count, r, dt, SHOAL_SUM);
-        RANK_CHECK(!count || memcmp(b + (size_t)r * count * es, want, count * es) == 0,
+        RANK_CHECK(!count || memcmp(b + (size_t)r * count * es, want, count * es) == 0, fail,
                    "rank %d: allgather count %zu block %d differs", rank, count, r);
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int check_bcast_a2a(shoal_comm_t comm, int rank, int n, size_t count, int in_place,
@@ -122,9 +128,9 @@ static int check_bcast_a2a(shoal_comm_t comm, int rank, int n, size_t count, int
         uint32_t *out = in_place ? a : b;
         shoal_status_t s = shoal_broadcast(count ? a : NULL, count ? out : NULL, count,
                                            SHOAL_UINT32, root, comm);
-        RANK_CHECK(s == SHOAL_OK, "broadcast: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "broadcast: %s", shoal_status_string(s));
         for (size_t i = 0; i < count; i++)
-            RANK_CHECK(out[i] == harness_mix((uint32_t)(i * 31 + (size_t)root)),
+            RANK_CHECK(out[i] == harness_mix((uint32_t)(i * 31 + (size_t)root)), fail,
                        "rank %d: broadcast root %d count %zu element %zu", rank, root, count, i);
     }
     size_t total = (size_t)n * count;
@@ -133,14 +139,16 @@ static int check_bcast_a2a(shoal_comm_t comm, int rank, int n, size_t count, int
     uint32_t *out = in_place ? a : b;
     shoal_status_t s = shoal_alltoall(count ? a : NULL, count ? out : NULL, count, SHOAL_UINT32,
                                       comm);
-    RANK_CHECK(s == SHOAL_OK, "alltoall: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "alltoall: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int r = 0; r < n; r++)
         for (size_t i = 0; i < count; i++)
             RANK_CHECK(out[(size_t)r * count + i] ==
-                           (uint32_t)r * 1000003u + (uint32_t)((size_t)rank * count + i),
+                           (uint32_t)r * 1000003u + (uint32_t)((size_t)rank * count + i), fail,
                        "rank %d: alltoall count %zu block %d element %zu", rank, count, r, i);
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_layout(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -152,13 +160,13 @@ static int rank_layout(int rank, int nranks, const shoal_unique_id_t *id, void *
     harness_setenv("SHOAL_ALGO", lay->algo);
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     if (check_view(comm, lay))
         return 1;
     size_t bytes = (size_t)nranks * (2 * TEST_CHUNK + 333 * 8) + 64;
     unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes),
                   *tmp = malloc(bytes);
-    RANK_CHECK(a && b && want && tmp, "out of memory");
+    RANK_CHECK(a && b && want && tmp, fail, "out of memory");
     static const struct {
         shoal_dtype_t dt;
         shoal_op_t op;
@@ -182,8 +190,10 @@ static int rank_layout(int rank, int nranks, const shoal_unique_id_t *id, void *
     free(b);
     free(want);
     free(tmp);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_layout(int nranks, const int *host_of, const char *algo)
@@ -223,27 +233,30 @@ static int rank_numa(int rank, int nranks, const shoal_unique_id_t *id, void *ar
     harness_setenv("SHOAL_TOPO_CPUS", rank % 2 ? "0" : "2");
     harness_setenv("SHOAL_TOPO_LINKS", "tcp:100us:100M,shm-xnuma:2us:3G");
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     const shoal_cluster_t *c = &comm->cluster;
     static const int want_ring[6] = {1, 3, 5, 0, 2, 4};
     for (int i = 0; i < nranks; i++)
-        RANK_CHECK(c->by_host[i] == want_ring[i], "ring position %d holds rank %d, want %d", i,
-                   c->by_host[i], want_ring[i]);
-    RANK_CHECK(c->place[rank].numa == (rank % 2 ? 0 : 1), "rank %d on NUMA node %d", rank,
+        RANK_CHECK(c->by_host[i] == want_ring[i], fail, "ring position %d holds rank %d, want %d",
+                   i, c->by_host[i], want_ring[i]);
+    RANK_CHECK(c->place[rank].numa == (rank % 2 ? 0 : 1), fail, "rank %d on NUMA node %d", rank,
                c->place[rank].numa);
-    RANK_CHECK(c->cross_numa && comm->links.intra == SHOAL_LINK_SHM_CROSS_NUMA,
+    RANK_CHECK(c->cross_numa && comm->links.intra == SHOAL_LINK_SHM_CROSS_NUMA, fail,
                "intra class %s", shoal_link_class_name(comm->links.intra));
     RANK_CHECK(comm->links.cls[SHOAL_LINK_SHM_CROSS_NUMA].bw_Bps == 3.0 * (1 << 30) &&
-                   comm->links.cls[SHOAL_LINK_TCP].lat_s > 99e-6,
+                   comm->links.cls[SHOAL_LINK_TCP].lat_s > 99e-6, fail,
                "SHOAL_TOPO_LINKS not applied");
     int32_t x[37];
     for (int i = 0; i < 37; i++)
         x[i] = rank * 100 + i;
-    RANK_CHECK(shoal_allreduce(x, x, 37, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK, "allreduce");
+    RANK_CHECK(shoal_allreduce(x, x, 37, SHOAL_INT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
+               "allreduce");
     for (int i = 0; i < 37; i++)
-        RANK_CHECK(x[i] == 100 * nranks * (nranks - 1) / 2 + nranks * i, "sum[%d]", i);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+        RANK_CHECK(x[i] == 100 * nranks * (nranks - 1) / 2 + nranks * i, fail, "sum[%d]", i);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_numa_ring(void **state)
@@ -265,9 +278,9 @@ static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *
     harness_setenv("SHOAL_HOST_ID", rank < 2 ? "choice-a" : "choice-b");
     harness_setenv("SHOAL_TOPO_PROBE", "y");
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     RANK_CHECK(comm->links.measured[SHOAL_LINK_SHM_SAME_NUMA] &&
-                   comm->links.measured[SHOAL_LINK_TCP],
+                   comm->links.measured[SHOAL_LINK_TCP], fail,
                "the probe measured nothing");
     double mine[4] = {comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].lat_s,
                       comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].bw_Bps,
@@ -276,9 +289,9 @@ static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *
     double all[4 * MAX_RANKS] = {0};
     memcpy(all + 4 * rank, mine, sizeof(mine));
     RANK_CHECK(shoal_allreduce(all, all, 4 * (size_t)nranks, SHOAL_FLOAT64, SHOAL_SUM, comm) ==
-                   SHOAL_OK, "allreduce");
+                   SHOAL_OK, fail, "allreduce");
     for (int r = 0; r < nranks; r++)
-        RANK_CHECK(!memcmp(all + 4 * r, mine, sizeof(mine)),
+        RANK_CHECK(!memcmp(all + 4 * r, mine, sizeof(mine)), fail,
                    "rank %d's probe figures differ from rank %d's", r, rank);
 
     /* The probe's figures follow the machine's load: the choice is checked
@@ -286,15 +299,17 @@ static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *
     harness_setenv("SHOAL_TOPO_PROBE", NULL);
     harness_setenv("SHOAL_TOPO_LINKS", "tcp:50us:100M,shm:1us:8G");
     shoal_comm_t set;
-    RANK_CHECK(shoal_comm_split(comm, 0, rank, &set) == SHOAL_OK, "split");
+    RANK_CHECK(shoal_comm_split(comm, 0, rank, &set) == SHOAL_OK, fail, "split");
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1 << 22,
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
     const shoal_algo_ops_t *algo = shoal_algo_select(set, &args);
-    RANK_CHECK(algo && !strcmp(algo->name, "hier"), "4M floats over 2 hosts: %s",
+    RANK_CHECK(algo && !strcmp(algo->name, "hier"), fail, "4M floats over 2 hosts: %s",
                algo ? algo->name : "none");
-    RANK_CHECK(shoal_comm_destroy(set) == SHOAL_OK && shoal_comm_destroy(comm) == SHOAL_OK,
+    RANK_CHECK(shoal_comm_destroy(set) == SHOAL_OK && shoal_comm_destroy(comm) == SHOAL_OK, fail,
                "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_cost_model_choice(void **state)
@@ -312,11 +327,13 @@ static int rank_bad_links(int rank, int nranks, const shoal_unique_id_t *id, voi
     (void)arg;
     harness_setenv("SHOAL_TOPO_LINKS", "tcp:fast:1G");
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_ERR_INVALID_ARG,
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_ERR_INVALID_ARG, fail,
                "a bad SHOAL_TOPO_LINKS was accepted");
-    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "SHOAL_TOPO_LINKS"), "reason: %s",
+    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "SHOAL_TOPO_LINKS"), fail, "reason: %s",
                shoal_comm_last_error(NULL));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_links(void **state)

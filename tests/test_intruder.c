@@ -195,19 +195,21 @@ static int checked_allreduce(shoal_comm_t comm, int rank, int nranks, uint32_t r
         send[i] = input_value(rank, i, round);
     send[COUNT] = rank == 0 ? stop : 0;
     shoal_status_t s = shoal_allreduce(send, recv, COUNT + 1, SHOAL_INT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d round %u: allreduce: %s", rank, round,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d round %u: allreduce: %s", rank, round,
                shoal_status_string(s));
     for (size_t i = 0; i < COUNT; i++) {
         int32_t want = 0;
         for (int r = 0; r < nranks; r++)
             want += input_value(r, i, round);
-        RANK_CHECK(recv[i] == want, "rank %d round %u: element %zu is %d, want %d", rank,
+        RANK_CHECK(recv[i] == want, fail, "rank %d round %u: element %zu is %d, want %d", rank,
                    round, i, recv[i], want);
     }
-    RANK_CHECK(recv[COUNT] == 0 || recv[COUNT] == 1, "rank %d: stop flag %d", rank,
+    RANK_CHECK(recv[COUNT] == 0 || recv[COUNT] == 1, fail, "rank %d: stop flag %d", rank,
                recv[COUNT]);
     *stop_p = recv[COUNT];
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_body(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
@@ -228,22 +230,22 @@ static int rank_body(int rank, int nranks, const shoal_unique_id_t *id, void *va
              * are not this job's root: attacked, but nobody accepts there. */
             for (int j = 0; j < arg->nstale; j++)
                 before[i].rec.inherited |= arg->stale[j] == before[i].inode;
-            RANK_CHECK(publish(arg->ports_w, &before[i].rec) == 0, "publish");
+            RANK_CHECK(publish(arg->ports_w, &before[i].rec) == 0, fail, "publish");
         }
         port_rec_t end = {.phase = 0, .rank = rank, .port = -1};
-        RANK_CHECK(publish(arg->ports_w, &end) == 0, "publish");
+        RANK_CHECK(publish(arg->ports_w, &end) == 0, fail, "publish");
         struct pollfd pfd = {.fd = arg->go_r, .events = POLLIN};
         char go;
-        RANK_CHECK(poll(&pfd, 1, 20000) == 1 && read(arg->go_r, &go, 1) == 1,
+        RANK_CHECK(poll(&pfd, 1, 20000) == 1 && read(arg->go_r, &go, 1) == 1, fail,
                    "rank 0: the intruder never started");
     }
 
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: init: %s", rank, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: init: %s", rank, shoal_status_string(s));
     int32_t *send = malloc((COUNT + 1) * sizeof(int32_t));
     int32_t *recv = malloc((COUNT + 1) * sizeof(int32_t));
-    RANK_CHECK(send && recv, "out of memory");
+    RANK_CHECK(send && recv, fail, "out of memory");
     uint32_t round = 0;
     int stop = 0;
     for (; round < 8; round++)
@@ -257,10 +259,10 @@ static int rank_body(int rank, int nranks, const shoal_unique_id_t *id, void *va
         after[i].rec.rank = rank;
         for (int j = 0; j < nbefore; j++)
             after[i].rec.inherited |= before[j].inode == after[i].inode;
-        RANK_CHECK(publish(arg->ports_w, &after[i].rec) == 0, "publish");
+        RANK_CHECK(publish(arg->ports_w, &after[i].rec) == 0, fail, "publish");
     }
     port_rec_t end = {.phase = 1, .rank = rank, .port = -1};
-    RANK_CHECK(publish(arg->ports_w, &end) == 0, "publish");
+    RANK_CHECK(publish(arg->ports_w, &end) == 0, fail, "publish");
 
     /* Run until the intruder is done; rank 0 decides for everyone through
      * the last element, so all ranks run the same number of rounds. */
@@ -272,13 +274,15 @@ static int rank_body(int rank, int nranks, const shoal_unique_id_t *id, void *va
     }
     sh->rounds[rank] = (int32_t)round;
     sh->rss_kib[rank][1] = vm_rss_kib();
-    RANK_CHECK(atomic_load(&sh->stop), "rank %d: the intruder was not done after %d s", rank,
+    RANK_CHECK(atomic_load(&sh->stop), fail, "rank %d: the intruder was not done after %d s", rank,
                RANK_RUN_S);
     free(send);
     free(recv);
     s = shoal_comm_destroy(comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: destroy: %s", rank, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: destroy: %s", rank, shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 /* ---- intruder ----------------------------------------------------------- */

@@ -130,21 +130,23 @@ static int rank_body(int want_rank, int nranks)
 {
     shoal_comm_t comm = NULL;
     shoal_status_t s = shoal_comm_init_env(&comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: shoal_comm_init_env: %s (%s)", want_rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: shoal_comm_init_env: %s (%s)", want_rank,
                shoal_status_string(s), shoal_comm_last_error(NULL));
     int rank = -1, size = -1;
-    RANK_CHECK(shoal_comm_rank(comm, &rank) == SHOAL_OK && rank == want_rank, "rank %d != %d",
+    RANK_CHECK(shoal_comm_rank(comm, &rank) == SHOAL_OK && rank == want_rank, fail, "rank %d != %d",
                rank, want_rank);
-    RANK_CHECK(shoal_comm_size(comm, &size) == SHOAL_OK && size == nranks, "size %d != %d", size,
-               nranks);
+    RANK_CHECK(shoal_comm_size(comm, &size) == SHOAL_OK && size == nranks, fail, "size %d != %d",
+               size, nranks);
     int64_t v[2] = {rank + 1, (int64_t)rank * rank};
     s = shoal_allreduce(v, v, 2, SHOAL_INT64, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "shoal_allreduce: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "shoal_allreduce: %s", shoal_status_string(s));
     int64_t n = nranks;
-    RANK_CHECK(v[0] == n * (n + 1) / 2 && v[1] == (n - 1) * n * (2 * n - 1) / 6,
+    RANK_CHECK(v[0] == n * (n + 1) / 2 && v[1] == (n - 1) * n * (2 * n - 1) / 6, fail,
                "sums %lld %lld", (long long)v[0], (long long)v[1]);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 /* A process that tries to join and must not get in. */
@@ -152,12 +154,14 @@ static int impostor_body(void)
 {
     shoal_comm_t comm = NULL;
     shoal_status_t s = shoal_comm_init_env(&comm);
-    RANK_CHECK(s != SHOAL_OK, "an impostor joined the communicator");
-    RANK_CHECK(comm == NULL, "comm written on failure");
+    RANK_CHECK(s != SHOAL_OK, fail, "an impostor joined the communicator");
+    RANK_CHECK(comm == NULL, fail, "comm written on failure");
     /* Refused by rank 0's proof, not merely left waiting. */
-    RANK_CHECK(s == SHOAL_ERR_AUTH || s == SHOAL_ERR_PEER, "impostor got %s",
+    RANK_CHECK(s == SHOAL_ERR_AUTH || s == SHOAL_ERR_PEER, fail, "impostor got %s",
                shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static pid_t spawn(int rank, int nranks, setup_fn_t setup, const ports_t *p, int impostor)
@@ -411,16 +415,18 @@ static int bad_env_body(const bad_env_t *b)
     setenv("SHOAL_TIMEOUT", "2s", 1);
     setenv("SHOAL_DEBUG", "none", 1);
     for (int i = 0; b->vars[i]; i++)
-        RANK_CHECK(putenv((char *)b->vars[i]) == 0, "putenv");
+        RANK_CHECK(putenv((char *)b->vars[i]) == 0, fail, "putenv");
     shoal_config_reload();
     shoal_comm_t comm = (shoal_comm_t)&comm; /* sentinel: must stay */
     shoal_status_t s = shoal_comm_init_env(&comm);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "case %s: got %s", b->reason,
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "case %s: got %s", b->reason,
                shoal_status_string(s));
-    RANK_CHECK(comm == (shoal_comm_t)&comm, "comm written on failure");
+    RANK_CHECK(comm == (shoal_comm_t)&comm, fail, "comm written on failure");
     const char *why = shoal_comm_last_error(NULL);
-    RANK_CHECK(strstr(why, b->reason) != NULL, "reason \"%s\" lacks \"%s\"", why, b->reason);
+    RANK_CHECK(strstr(why, b->reason) != NULL, fail, "reason \"%s\" lacks \"%s\"", why, b->reason);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_environments(void **state)
@@ -446,15 +452,17 @@ static int no_launcher_body(void)
     setenv("SHOAL_DEBUG", "none", 1);
     shoal_config_reload();
     shoal_comm_t comm = NULL;
-    RANK_CHECK(shoal_comm_init_env(&comm) == SHOAL_ERR_INVALID_ARG, "not refused");
-    RANK_CHECK(comm == NULL, "comm written");
+    RANK_CHECK(shoal_comm_init_env(&comm) == SHOAL_ERR_INVALID_ARG, fail, "not refused");
+    RANK_CHECK(comm == NULL, fail, "comm written");
     const char *why = shoal_comm_last_error(NULL);
     static const char *const named[] = {"SHOAL_RANK", "PMIX_NAMESPACE", "WORLD_SIZE",
                                         "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"};
     for (size_t i = 0; i < sizeof(named) / sizeof(named[0]); i++)
-        RANK_CHECK(strstr(why, named[i]) != NULL, "\"%s\" does not name %s", why, named[i]);
-    RANK_CHECK(shoal_comm_init_env(NULL) == SHOAL_ERR_INVALID_ARG, "NULL comm_p accepted");
+        RANK_CHECK(strstr(why, named[i]) != NULL, fail, "\"%s\" does not name %s", why, named[i]);
+    RANK_CHECK(shoal_comm_init_env(NULL) == SHOAL_ERR_INVALID_ARG, fail, "NULL comm_p accepted");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_no_launcher(void **state)

@@ -223,20 +223,24 @@ static int check_elems(const rank_t *r, const unsigned char *got, const unsigned
             unsigned long long g = 0, w = 0;
             memcpy(&g, got + i * es, es);
             memcpy(&w, want + i * es, es);
-            RANK_CHECK(0, "rank %d/%d: %s %s: element %zu of %zu is %#llx, want %#llx",
+            RANK_CHECK(0, fail, "rank %d/%d: %s %s: element %zu of %zu is %#llx, want %#llx",
                        r->rank, r->n, what, shoal_dtype_name(dt), i, count, g, w);
         }
     }
     if (!guarded)
         return 0;
     return harness_check_untouched(got, count * es, count * es + GUARD, POISON, r->rank, what);
+fail:
+    return 1;
 }
 
 static int call_ok(const rank_t *r, shoal_status_t s, const char *what, size_t count)
 {
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: %s count %zu: %s (%s)", r->rank, r->n, what, count,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s count %zu: %s (%s)", r->rank, r->n, what, count,
                shoal_status_string(s), shoal_comm_last_error(r->comm));
     return 0;
+fail:
+    return 1;
 }
 
 /* All-reduce, reduce-scatter and reduce of one dtype x op; the input of
@@ -260,8 +264,8 @@ static int run_reductions(rank_t *r, size_t c, shoal_dtype_t dt, shoal_op_t op)
             check_elems(r, out, r->want, full, dt, 1, what))
             return 1;
         harness_fill_exact(r->tmp, full, r->rank, dt, op);
-        RANK_CHECK(in_place || !memcmp(r->send, r->tmp, full * es), "rank %d: %s changed its input",
-                   r->rank, what);
+        RANK_CHECK(in_place || !memcmp(r->send, r->tmp, full * es), fail,
+                   "rank %d: %s changed its input", r->rank, what);
 
         snprintf(what, sizeof(what), "reduce_scatter %s %s", shoal_op_name(op), how);
         harness_expected(r->want, r->tmp, n * c, r->n, dt, op);
@@ -285,14 +289,18 @@ static int run_reductions(rank_t *r, size_t c, shoal_dtype_t dt, shoal_op_t op)
                 return 1;
         } else if (in_place) {
             harness_fill_exact(r->tmp, full, r->rank, dt, op);
-            RANK_CHECK(!memcmp(r->send, r->tmp, full * es), "rank %d: %s: a non-root's buffer "
-                       "changed", r->rank, what);
+            RANK_CHECK(!memcmp(r->send, r->tmp, full * es), fail,
+                       "rank %d: %s: a non-root's buffer "
+                       "changed",
+                       r->rank, what);
         } else if (harness_check_untouched(r->recv, 0, full * es + GUARD, POISON, r->rank,
                                            what)) {
             return 1;
         }
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* All-gather, broadcast, all-to-all, gather and scatter move bytes only;
@@ -398,20 +406,22 @@ static int run_moves(rank_t *r, size_t c)
 static int check_hosts(const rank_t *r, const layout_t *l, int nns)
 {
     shoal_comm_t comm = r->comm;
-    RANK_CHECK(comm->nhosts == nns, "rank %d: %d hosts seen, want %d", r->rank, comm->nhosts,
+    RANK_CHECK(comm->nhosts == nns, fail, "rank %d: %d hosts seen, want %d", r->rank, comm->nhosts,
                nns);
     for (int p = 0; p < r->n; p++) {
         int same = l->ns_of[p] == l->ns_of[r->rank];
-        RANK_CHECK((comm->host_of[p] == comm->host_of[r->rank]) == same,
+        RANK_CHECK((comm->host_of[p] == comm->host_of[r->rank]) == same, fail,
                    "rank %d: rank %d is on host %d, I am on %d", r->rank, p, comm->host_of[p],
                    comm->host_of[r->rank]);
         if (p == r->rank)
             continue;
         const char *want = same ? "shm" : "tcp";
-        RANK_CHECK(!strcmp(comm->eps[p]->ops->name, want), "rank %d -> %d over %s, want %s",
+        RANK_CHECK(!strcmp(comm->eps[p]->ops->name, want), fail, "rank %d -> %d over %s, want %s",
                    r->rank, p, comm->eps[p]->ops->name, want);
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* The compressed all-reduces of this layout (see the header). */
@@ -424,10 +434,10 @@ static int run_codec(rank_t *r, int nhosts)
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &probe,
                               .codec_algo = SHOAL_COMPRESS_ALGO_AUTO};
     const shoal_algo_ops_t *a = shoal_codec_algo_select(r->comm, &args);
-    RANK_CHECK(a && !strcmp(a->name, "hier-codec"), "rank %d: AUTO picks %s across hosts",
+    RANK_CHECK(a && !strcmp(a->name, "hier-codec"), fail, "rank %d: AUTO picks %s across hosts",
                r->rank, a ? a->name : "nothing");
     cref_bufs_t b;
-    RANK_CHECK(cref_alloc(&b, BIG * (size_t)r->n, r->n), "out of memory");
+    RANK_CHECK(cref_alloc(&b, BIG * (size_t)r->n, r->n), fail, "out of memory");
     for (size_t k = 0; k < sizeof(ccounts) / sizeof(ccounts[0]); k++) {
         b.count = ccounts[k] == BIG ? BIG * (size_t)r->n : ccounts[k];
         for (int tern = 0; tern < 2; tern++) {
@@ -443,6 +453,8 @@ static int run_codec(rank_t *r, int nhosts)
     }
     cref_free(&b);
     return 0;
+fail:
+    return 1;
 }
 
 /* The compressor API across hosts (hier-codec under it): int8 and ternary
@@ -454,14 +466,14 @@ static int run_compressor(rank_t *r)
     const size_t count = 70001;
     float *x = malloc(count * sizeof(float)), *y = malloc(count * sizeof(float));
     double *gap = calloc(count, sizeof(double));
-    RANK_CHECK(x && y && gap, "out of memory");
+    RANK_CHECK(x && y && gap, fail, "out of memory");
     static const shoal_compress_kind_t kinds[] = {SHOAL_COMPRESS_INT8, SHOAL_COMPRESS_TERNARY};
     for (int k = 0; k < 2; k++) {
         shoal_compress_options_t o;
         shoal_compress_options_init(&o, kinds[k]);
         shoal_compressor_t comp;
         RANK_CHECK(shoal_compressor_create(r->comm, &o, count, SHOAL_FLOAT32, NULL, &comp) ==
-                       SHOAL_OK, "create: %s", shoal_comm_last_error(r->comm));
+                       SHOAL_OK, fail, "create: %s", shoal_comm_last_error(r->comm));
         memset(gap, 0, count * sizeof(double));
         double most = 0;
         for (int t = 0; t < 3; t++) {
@@ -477,30 +489,32 @@ static int run_compressor(rank_t *r)
                 }
                 gap[i] += e;
             }
-            RANK_CHECK(shoal_allreduce_compressed(comp, x, y, SHOAL_SUM, NULL) == SHOAL_OK,
+            RANK_CHECK(shoal_allreduce_compressed(comp, x, y, SHOAL_SUM, NULL) == SHOAL_OK, fail,
                        "compressed: %s", shoal_comm_last_error(r->comm));
-            RANK_CHECK(harness_same_bytes(r->comm, y, count * sizeof(float)), "ranks differ");
+            RANK_CHECK(harness_same_bytes(r->comm, y, count * sizeof(float)), fail, "ranks differ");
             for (size_t i = 0; i < count; i++)
                 gap[i] -= y[i];
         }
         const float *res;
-        RANK_CHECK(shoal_compressor_residual(comp, &res) == SHOAL_OK, "residual");
+        RANK_CHECK(shoal_compressor_residual(comp, &res) == SHOAL_OK, fail, "residual");
         double *all = malloc(count * sizeof(double));
-        RANK_CHECK(all, "out of memory");
+        RANK_CHECK(all, fail, "out of memory");
         for (size_t i = 0; i < count; i++)
             all[i] = res[i];
         RANK_CHECK(shoal_allreduce(all, all, count, SHOAL_FLOAT64, SHOAL_SUM, r->comm) ==
-                       SHOAL_OK, "sum of residuals");
+                       SHOAL_OK, fail, "sum of residuals");
         for (size_t i = 0; i < count; i++)
-            RANK_CHECK(fabs(gap[i] - all[i]) <= 1e-5 * most * r->n * 3, "kind %d value %zu: "
+            RANK_CHECK(fabs(gap[i] - all[i]) <= 1e-5 * most * r->n * 3, fail, "kind %d value %zu: "
                        "inputs - results %g, residuals %g", k, i, gap[i], all[i]);
         free(all);
-        RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK, "destroy");
+        RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK, fail, "destroy");
     }
     free(x);
     free(y);
     free(gap);
     return 0;
+fail:
+    return 1;
 }
 
 static int layout_hosts(const layout_t *l)
@@ -517,7 +531,7 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
     const layout_t *l = tc->layout;
     char ns[48];
     ns_name(ns, l->ns_of[rank]);
-    RANK_CHECK(harness_enter_netns(ns) == 0, "rank %d cannot enter %s", rank, ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, fail, "rank %d cannot enter %s", rank, ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     harness_setenv("SHOAL_ALGO", tc->setting->algo);
     harness_setenv("SHOAL_TIMEOUT", "30s");
@@ -525,7 +539,7 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
 
     rank_t r = {.rank = rank, .n = l->nranks};
     shoal_status_t s = shoal_comm_init(l->nranks, id, rank, &r.comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: init: %s (%s)", rank, shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: init: %s (%s)", rank, shoal_status_string(s),
                shoal_comm_last_error(NULL));
     if (check_hosts(&r, l, layout_hosts(l)))
         return 1;
@@ -533,7 +547,7 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
         if (run_codec(&r, layout_hosts(l)) || run_compressor(&r))
             return 1;
         s = shoal_comm_destroy(r.comm);
-        RANK_CHECK(s == SHOAL_OK, "rank %d: destroy: %s", rank, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "rank %d: destroy: %s", rank, shoal_status_string(s));
         return 0;
     }
     r.cap = (size_t)l->nranks * BIG * 8 + GUARD;
@@ -541,7 +555,7 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
     r.recv = malloc(r.cap);
     r.want = malloc(r.cap);
     r.tmp = malloc(r.cap);
-    RANK_CHECK(r.send && r.recv && r.want && r.tmp, "out of memory");
+    RANK_CHECK(r.send && r.recv && r.want && r.tmp, fail, "out of memory");
     for (size_t k = 0; k < NCOUNTS; k++) {
         size_t c = counts[k];
         for (size_t j = 0; j < NREDUCTIONS; j++)
@@ -555,8 +569,10 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
     free(r.want);
     free(r.tmp);
     s = shoal_comm_destroy(r.comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: destroy: %s", rank, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: destroy: %s", rank, shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 /* ---- the parent ------------------------------------------------------------ */

@@ -171,22 +171,25 @@ static void test_left_at_release(void **state)
 static int rank_register(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     enum { COUNT = 1000 };
     static float in[COUNT], out[COUNT], want[COUNT], tmp[COUNT];
     void *hin, *hout;
-    RANK_CHECK(shoal_comm_register(comm, in, sizeof(in), &hin) == SHOAL_OK, "register in");
-    RANK_CHECK(shoal_comm_register(comm, out, sizeof(out), &hout) == SHOAL_OK, "register out");
+    RANK_CHECK(shoal_comm_register(comm, in, sizeof(in), &hin) == SHOAL_OK, fail, "register in");
+    RANK_CHECK(shoal_comm_register(comm, out, sizeof(out), &hout) == SHOAL_OK, fail,
+               "register out");
     harness_fill_exact(in, COUNT, rank, SHOAL_FLOAT32, SHOAL_SUM);
     harness_expected(want, tmp, COUNT, nranks, SHOAL_FLOAT32, SHOAL_SUM);
-    RANK_CHECK(shoal_allreduce(in, out, COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_allreduce(in, out, COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                "allreduce");
-    RANK_CHECK(memcmp(out, want, sizeof(out)) == 0, "wrong sum");
-    RANK_CHECK(shoal_comm_deregister(comm, hout) == SHOAL_OK, "deregister out");
-    RANK_CHECK(shoal_comm_deregister(comm, hout) == SHOAL_ERR_INVALID_ARG, "twice");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy with in still registered");
+    RANK_CHECK(memcmp(out, want, sizeof(out)) == 0, fail, "wrong sum");
+    RANK_CHECK(shoal_comm_deregister(comm, hout) == SHOAL_OK, fail, "deregister out");
+    RANK_CHECK(shoal_comm_deregister(comm, hout) == SHOAL_ERR_INVALID_ARG, fail, "twice");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy with in still registered");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_ranks(void **state)

@@ -60,9 +60,11 @@ static void bufs_free(bufs_t *bf)
 static int check_guard(const unsigned char *p, int rank, const char *what)
 {
     for (size_t i = 0; i < GUARD_BYTES; i++)
-        RANK_CHECK(p[i] == GUARD, "rank %d: %s wrote %zu B past the end of its buffer", rank,
+        RANK_CHECK(p[i] == GUARD, fail, "rank %d: %s wrote %zu B past the end of its buffer", rank,
                    what, i + 1);
     return 0;
+fail:
+    return 1;
 }
 
 static shoal_status_t run_algo(shoal_comm_t comm, const shoal_algo_ops_t *algo,
@@ -86,20 +88,22 @@ static int check_ar(shoal_comm_t comm, int rank, int nranks, size_t count, shoal
     unsigned char *recv = in_place ? bf->a : bf->b;
     shoal_status_t s = run_algo(comm, &shoal_rhd_allreduce_ops, SHOAL_COLL_ALLREDUCE, bf->a,
                                 recv, count, dt, op);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: allreduce %s/%s count %zu: %s (%s)", rank, nranks,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: allreduce %s/%s count %zu: %s (%s)", rank, nranks,
                shoal_dtype_name(dt), shoal_op_name(op), count, shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(bf->want, bf->tmp, count, nranks, dt, op);
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(recv[i] == bf->want[i],
+        RANK_CHECK(recv[i] == bf->want[i], fail,
                    "rank %d/%d allreduce %s %s count %zu %s: byte %zu (element %zu) is %#x, "
                    "want %#x",
                    rank, nranks, shoal_dtype_name(dt), shoal_op_name(op), count,
                    in_place ? "in-place" : "out-of-place", i, i / es, recv[i], bf->want[i]);
     if (!in_place)
-        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0,
+        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0, fail,
                    "rank %d: out-of-place allreduce changed sendbuf", rank);
     return check_guard(recv + bytes, rank, "allreduce");
+fail:
+    return 1;
 }
 
 static int check_rs(shoal_comm_t comm, int rank, int nranks, size_t rc, shoal_dtype_t dt,
@@ -113,22 +117,24 @@ static int check_rs(shoal_comm_t comm, int rank, int nranks, size_t rc, shoal_dt
     unsigned char *recv = in_place ? bf->a + (size_t)rank * bytes : bf->b;
     shoal_status_t s = run_algo(comm, &shoal_rhd_reduce_scatter_ops, SHOAL_COLL_REDUCE_SCATTER,
                                 bf->a, recv, rc, dt, op);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: reduce_scatter %s/%s count %zu: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: reduce_scatter %s/%s count %zu: %s (%s)", rank,
                nranks, shoal_dtype_name(dt), shoal_op_name(op), rc, shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(bf->want, bf->tmp, total, nranks, dt, op);
     const unsigned char *want = bf->want + (size_t)rank * bytes;
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(recv[i] == want[i],
+        RANK_CHECK(recv[i] == want[i], fail,
                    "rank %d/%d reduce_scatter %s %s count %zu %s: byte %zu (element %zu) is "
                    "%#x, want %#x",
                    rank, nranks, shoal_dtype_name(dt), shoal_op_name(op), rc,
                    in_place ? "in-place" : "out-of-place", i, i / es, recv[i], want[i]);
     if (in_place)
         return check_guard(bf->a + total * es, rank, "reduce_scatter");
-    RANK_CHECK(memcmp(bf->a, bf->orig, total * es) == 0,
+    RANK_CHECK(memcmp(bf->a, bf->orig, total * es) == 0, fail,
                "rank %d: out-of-place reduce_scatter changed sendbuf", rank);
     return check_guard(bf->b + bytes, rank, "reduce_scatter");
+fail:
+    return 1;
 }
 
 static int check_ag(shoal_comm_t comm, int rank, int nranks, size_t count, shoal_dtype_t dt,
@@ -141,23 +147,25 @@ static int check_ag(shoal_comm_t comm, int rank, int nranks, size_t count, shoal
     memcpy(bf->orig, send, bytes);
     shoal_status_t s = run_algo(comm, &shoal_rhd_allgather_ops, SHOAL_COLL_ALLGATHER, send,
                                 bf->b, count, dt, SHOAL_SUM);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: allgather %s count %zu: %s (%s)", rank, nranks,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: allgather %s count %zu: %s (%s)", rank, nranks,
                shoal_dtype_name(dt), count, shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int r = 0; r < nranks; r++) {
         harness_fill_exact(bf->want, count, r, dt, SHOAL_SUM);
         const unsigned char *got = bf->b + (size_t)r * bytes;
         for (size_t i = 0; i < bytes; i++)
-            RANK_CHECK(got[i] == bf->want[i],
+            RANK_CHECK(got[i] == bf->want[i], fail,
                        "rank %d/%d allgather %s count %zu %s: block %d byte %zu is %#x, "
                        "want %#x",
                        rank, nranks, shoal_dtype_name(dt), count,
                        in_place ? "in-place" : "out-of-place", r, i, got[i], bf->want[i]);
     }
     if (!in_place)
-        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0,
+        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0, fail,
                    "rank %d: out-of-place allgather changed sendbuf", rank);
     return check_guard(bf->b + total, rank, "allgather");
+fail:
+    return 1;
 }
 
 /* Every dtype x op x count; in place and out of place alternate over the
@@ -170,9 +178,9 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     (void)arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t bf;
-    RANK_CHECK(bufs_alloc(&bf), "out of memory");
+    RANK_CHECK(bufs_alloc(&bf), fail, "out of memory");
     for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
         for (int op = 0; op < SHOAL_OP_COUNT; op++) {
             for (size_t c = 0; c < NCOUNTS; c++) {
@@ -193,8 +201,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                              in_place, &bf))
                     return 1;
     bufs_free(&bf);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks, void *arg)
@@ -268,19 +278,21 @@ static int check_close(const void *got, int nranks, const det_case_t *c)
         if (c->op == SHOAL_AVG)
             sum /= nranks;
         double g = decode(got, i, c->dt);
-        RANK_CHECK(fabs(g - sum) <= tol * mag, "%s element %zu is %g, want about %g",
+        RANK_CHECK(fabs(g - sum) <= tol * mag, fail, "%s element %zu is %g, want about %g",
                    shoal_dtype_name(c->dt), i, g, sum);
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_determinism(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     uint64_t(*hashes)[MAX_RANKS] = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     bufs_t bf;
-    RANK_CHECK(bufs_alloc(&bf), "out of memory");
+    RANK_CHECK(bufs_alloc(&bf), fail, "out of memory");
     for (size_t k = 0; k < NDET; k++) {
         const det_case_t *c = &det_cases[k];
         size_t bytes = c->count * shoal_dtype_bytes(c->dt);
@@ -288,20 +300,22 @@ static int rank_determinism(int rank, int nranks, const shoal_unique_id_t *id, v
             shoal_dtype_set_f64(bf.a, i, c->dt, det_value(rank, i));
         shoal_status_t s = run_algo(comm, &shoal_rhd_allreduce_ops, SHOAL_COLL_ALLREDUCE, bf.a,
                                     bf.b, c->count, c->dt, c->op);
-        RANK_CHECK(s == SHOAL_OK, "rhd: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "rhd: %s", shoal_status_string(s));
         /* Again, in place: the same bits. */
         s = run_algo(comm, &shoal_rhd_allreduce_ops, SHOAL_COLL_ALLREDUCE, bf.a, bf.a,
                      c->count, c->dt, c->op);
-        RANK_CHECK(s == SHOAL_OK, "rhd in place: %s", shoal_status_string(s));
-        RANK_CHECK(memcmp(bf.a, bf.b, bytes) == 0, "rank %d: %s gave other bits in place",
+        RANK_CHECK(s == SHOAL_OK, fail, "rhd in place: %s", shoal_status_string(s));
+        RANK_CHECK(memcmp(bf.a, bf.b, bytes) == 0, fail, "rank %d: %s gave other bits in place",
                    rank, shoal_dtype_name(c->dt));
         if (check_close(bf.b, nranks, c))
             return 1;
         hashes[k][rank] = fnv1a(bf.b, bytes);
     }
     bufs_free(&bf);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void determinism(const char *transport, int nranks)

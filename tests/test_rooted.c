@@ -42,7 +42,7 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
     void *recv = is_root ? (in_place ? m->a : m->b) : (in_place ? NULL : m->b);
     shoal_status_t s = shoal_reduce(count ? send : NULL, count ? recv : NULL, count, dt, op,
                                     root, comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: reduce %s/%s count %zu root %d: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: reduce %s/%s count %zu root %d: %s (%s)", rank,
                nranks, shoal_dtype_name(dt), shoal_op_name(op), count, root,
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (!is_root)
@@ -51,7 +51,7 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
     harness_expected(m->want, m->tmp, count, nranks, dt, op);
     const unsigned char *got = recv ? recv : m->b;
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(got[i] == m->want[i],
+        RANK_CHECK(got[i] == m->want[i], fail,
                    "rank %d/%d root %d %s %s count %zu %s: byte %zu (element %zu) is %#x, "
                    "want %#x",
                    rank, nranks, root, shoal_dtype_name(dt), shoal_op_name(op), count,
@@ -60,6 +60,8 @@ static int check_reduce(shoal_comm_t comm, int rank, int nranks, int root, size_
         return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
                                        "past the end of recvbuf");
     return 0;
+fail:
+    return 1;
 }
 
 /* Root's payload: distinct bytes that depend on the root and the call. */
@@ -88,11 +90,11 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
     }
     shoal_status_t s =
         shoal_broadcast(count ? send : NULL, count ? recv : NULL, count, dt, root, comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: broadcast %s count %zu root %d: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: broadcast %s count %zu root %d: %s (%s)", rank,
                nranks, shoal_dtype_name(dt), count, root, shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(m->b[i] == m->want[i],
+        RANK_CHECK(m->b[i] == m->want[i], fail,
                    "rank %d/%d root %d %s count %zu %s: byte %zu is %#x, want %#x", rank,
                    nranks, root, shoal_dtype_name(dt), count,
                    in_place ? "in-place" : "out-of-place", i, m->b[i], m->want[i]);
@@ -100,19 +102,22 @@ static int check_broadcast(shoal_comm_t comm, int rank, int nranks, int root, si
                                                          "non-root sendbuf of broadcast"))
         return 1;
     if (is_root && !in_place)
-        RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, "rank %d: root's sendbuf changed", rank);
+        RANK_CHECK(memcmp(m->a, m->want, bytes) == 0, fail, "rank %d: root's sendbuf changed",
+                   rank);
     return harness_check_untouched(m->b, bytes, bytes + GUARD, GUARD_BYTE, rank,
                                    "past the end of recvbuf");
+fail:
+    return 1;
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t m = {malloc(MAX_BYTES + GUARD), malloc(MAX_BYTES + GUARD), malloc(MAX_BYTES),
                 malloc(MAX_BYTES)};
-    RANK_CHECK(m.a && m.b && m.want && m.tmp, "out of memory");
+    RANK_CHECK(m.a && m.b && m.want && m.tmp, fail, "out of memory");
     static const shoal_dtype_t bcast_dtypes[] = {SHOAL_INT8, SHOAL_FLOAT16, SHOAL_INT32,
                                                  SHOAL_FLOAT64};
     /* Every rank is root in turn: the chain starts, ends and wraps around
@@ -138,9 +143,11 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     free(m.b);
     free(m.want);
     free(m.tmp);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)
@@ -170,18 +177,20 @@ static int rank_barrier(int rank, int nranks, const shoal_unique_id_t *id, void 
 {
     atomic_int *counter = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     for (int round = 1; round <= BARRIER_ROUNDS; round++) {
         atomic_fetch_add_explicit(counter, 1, memory_order_seq_cst);
         shoal_status_t s = shoal_barrier(comm);
-        RANK_CHECK(s == SHOAL_OK, "rank %d: barrier %d: %s (%s)", rank, round,
+        RANK_CHECK(s == SHOAL_OK, fail, "rank %d: barrier %d: %s (%s)", rank, round,
                    shoal_status_string(s), shoal_comm_last_error(comm));
         int seen = atomic_load_explicit(counter, memory_order_seq_cst);
-        RANK_CHECK(seen >= round * nranks, "rank %d left barrier %d having seen %d of %d",
+        RANK_CHECK(seen >= round * nranks, fail, "rank %d left barrier %d having seen %d of %d",
                    rank, round, seen, round * nranks);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_barrier(const char *transport, int nranks)
@@ -206,70 +215,74 @@ static void test_barrier(void **state)
 }
 
 /* A call every rank makes with the same bad argument: each must get
- * SHOAL_ERR_INVALID_ARG with a reason, and nothing may be written. */
-#define EXPECT_INVALID(call, what)                                            \
+ * SHOAL_ERR_INVALID_ARG with a reason, and nothing may be written; a rank
+ * that does not jumps to label. */
+#define EXPECT_INVALID(call, label, what)                                     \
     do {                                                                      \
         shoal_status_t s_ = (call);                                           \
-        RANK_CHECK(s_ == SHOAL_ERR_INVALID_ARG, "rank %d: %s gave %s", rank,  \
-                   what, shoal_status_string(s_));                            \
-        RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0',                    \
+        RANK_CHECK(s_ == SHOAL_ERR_INVALID_ARG, label, "rank %d: %s gave %s", \
+                   rank, what, shoal_status_string(s_));                      \
+        RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0', label,             \
                    "rank %d: %s left no reason", rank, what);                 \
     } while (0)
 
 static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int32_t in[4] = {1, 2, 3, 4}, out[4] = {-7, -7, -7, -7};
-    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_INT32, -1, comm), "broadcast root -1");
-    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_INT32, nranks, comm),
+    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_INT32, -1, comm), fail, "broadcast root -1");
+    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_INT32, nranks, comm), fail,
                    "broadcast root nranks");
-    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_SUM, -1, comm),
+    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_SUM, -1, comm), fail,
                    "reduce root -1");
-    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_SUM, nranks, comm),
+    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_SUM, nranks, comm), fail,
                    "reduce root nranks");
-    EXPECT_INVALID(shoal_broadcast(in, NULL, 4, SHOAL_INT32, 0, comm),
+    EXPECT_INVALID(shoal_broadcast(in, NULL, 4, SHOAL_INT32, 0, comm), fail,
                    "broadcast NULL recvbuf");
-    EXPECT_INVALID(shoal_reduce(NULL, out, 4, SHOAL_INT32, SHOAL_SUM, 0, comm),
+    EXPECT_INVALID(shoal_reduce(NULL, out, 4, SHOAL_INT32, SHOAL_SUM, 0, comm), fail,
                    "reduce NULL sendbuf");
-    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_DTYPE_COUNT, 0, comm),
+    EXPECT_INVALID(shoal_broadcast(in, out, 4, SHOAL_DTYPE_COUNT, 0, comm), fail,
                    "broadcast unknown dtype");
-    EXPECT_INVALID(shoal_reduce(in, out, 4, (shoal_dtype_t)-1, SHOAL_SUM, 0, comm),
+    EXPECT_INVALID(shoal_reduce(in, out, 4, (shoal_dtype_t)-1, SHOAL_SUM, 0, comm), fail,
                    "reduce unknown dtype");
-    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_OP_COUNT, 0, comm),
+    EXPECT_INVALID(shoal_reduce(in, out, 4, SHOAL_INT32, SHOAL_OP_COUNT, 0, comm), fail,
                    "reduce unknown op");
-    EXPECT_INVALID(shoal_reduce(in, out, SIZE_MAX / 2, SHOAL_INT32, SHOAL_SUM, 0, comm),
+    EXPECT_INVALID(shoal_reduce(in, out, SIZE_MAX / 2, SHOAL_INT32, SHOAL_SUM, 0, comm), fail,
                    "reduce overflowing count");
     if (nranks == 1) {
         /* Buffers that only the root needs: with one rank, it is the only
          * one to see the error, so no peer is left waiting. */
-        EXPECT_INVALID(shoal_broadcast(NULL, out, 4, SHOAL_INT32, 0, comm),
+        EXPECT_INVALID(shoal_broadcast(NULL, out, 4, SHOAL_INT32, 0, comm), fail,
                        "broadcast NULL sendbuf on root");
-        EXPECT_INVALID(shoal_reduce(in, NULL, 4, SHOAL_INT32, SHOAL_SUM, 0, comm),
+        EXPECT_INVALID(shoal_reduce(in, NULL, 4, SHOAL_INT32, SHOAL_SUM, 0, comm), fail,
                        "reduce NULL recvbuf on root");
     }
     for (int i = 0; i < 4; i++)
-        RANK_CHECK(out[i] == -7, "rank %d: a rejected call wrote recvbuf[%d]", rank, i);
+        RANK_CHECK(out[i] == -7, fail, "rank %d: a rejected call wrote recvbuf[%d]", rank, i);
     /* Count 0 with NULL buffers is fine. */
-    RANK_CHECK(shoal_broadcast(NULL, NULL, 0, SHOAL_INT32, 0, comm) == SHOAL_OK, "empty bcast");
-    RANK_CHECK(shoal_reduce(NULL, NULL, 0, SHOAL_INT32, SHOAL_SUM, 0, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_broadcast(NULL, NULL, 0, SHOAL_INT32, 0, comm) == SHOAL_OK, fail,
+               "empty bcast");
+    RANK_CHECK(shoal_reduce(NULL, NULL, 0, SHOAL_INT32, SHOAL_SUM, 0, comm) == SHOAL_OK, fail,
                "empty reduce");
     /* comm still works. */
     int root = nranks - 1;
     int32_t v[4] = {rank, rank, rank, rank};
-    RANK_CHECK(shoal_broadcast(v, v, 4, SHOAL_INT32, root, comm) == SHOAL_OK,
+    RANK_CHECK(shoal_broadcast(v, v, 4, SHOAL_INT32, root, comm) == SHOAL_OK, fail,
                "broadcast after errors: %s", shoal_comm_last_error(comm));
     for (int i = 0; i < 4; i++)
-        RANK_CHECK(v[i] == root, "rank %d: broadcast after errors gave %d", rank, v[i]);
+        RANK_CHECK(v[i] == root, fail, "rank %d: broadcast after errors gave %d", rank, v[i]);
     int32_t one = 1, sum = 0;
     RANK_CHECK(shoal_reduce(&one, rank == 0 ? &sum : NULL, 1, SHOAL_INT32, SHOAL_SUM, 0, comm) ==
-                   SHOAL_OK,
+                   SHOAL_OK, fail,
                "reduce after errors: %s", shoal_comm_last_error(comm));
-    RANK_CHECK(rank != 0 || sum == nranks, "reduce after errors gave %d", sum);
-    RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, "barrier after errors");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(rank != 0 || sum == nranks, fail, "reduce after errors gave %d", sum);
+    RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier after errors");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_input(void **state)

@@ -56,9 +56,11 @@ static void bufs_free(bufs_t *bf)
 static int check_guard(const unsigned char *p, int rank, const char *what)
 {
     for (size_t i = 0; i < GUARD_BYTES; i++)
-        RANK_CHECK(p[i] == GUARD, "rank %d: %s wrote %zu B past the end of recvbuf", rank,
+        RANK_CHECK(p[i] == GUARD, fail, "rank %d: %s wrote %zu B past the end of recvbuf", rank,
                    what, i + 1);
     return 0;
+fail:
+    return 1;
 }
 
 static int check_rs(shoal_comm_t comm, int rank, int nranks, size_t rc, shoal_dtype_t dt,
@@ -73,22 +75,24 @@ static int check_rs(shoal_comm_t comm, int rank, int nranks, size_t rc, shoal_dt
     unsigned char *recv = in_place ? bf->a + (size_t)rank * bytes : bf->b;
     shoal_status_t s = shoal_reduce_scatter(rc ? bf->a : NULL, rc ? recv : NULL, rc, dt, op,
                                             comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: reduce_scatter %s/%s count %zu: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: reduce_scatter %s/%s count %zu: %s (%s)", rank,
                shoal_dtype_name(dt), shoal_op_name(op), rc, shoal_status_string(s),
                shoal_comm_last_error(comm));
     harness_expected(bf->want, bf->tmp, total, nranks, dt, op);
     const unsigned char *want = bf->want + (size_t)rank * bytes;
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(recv[i] == want[i],
+        RANK_CHECK(recv[i] == want[i], fail,
                    "rank %d/%d %s %s count %zu %s: byte %zu (element %zu) is %#x, want %#x",
                    rank, nranks, shoal_dtype_name(dt), shoal_op_name(op), rc,
                    in_place ? "in-place" : "out-of-place", i, i / es, recv[i], want[i]);
     if (!in_place) {
-        RANK_CHECK(memcmp(bf->a, bf->orig, total * es) == 0,
+        RANK_CHECK(memcmp(bf->a, bf->orig, total * es) == 0, fail,
                    "rank %d: out-of-place reduce_scatter changed sendbuf", rank);
         return check_guard(bf->b + bytes, rank, "reduce_scatter");
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int check_ag(shoal_comm_t comm, int rank, int nranks, size_t count, shoal_dtype_t dt,
@@ -103,22 +107,24 @@ static int check_ag(shoal_comm_t comm, int rank, int nranks, size_t count, shoal
     memcpy(bf->orig, send, bytes);
     shoal_status_t s = shoal_allgather(count ? send : NULL, count ? bf->b : NULL, count, dt,
                                        comm);
-    RANK_CHECK(s == SHOAL_OK, "rank %d: allgather %s count %zu: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: allgather %s count %zu: %s (%s)", rank,
                shoal_dtype_name(dt), count, shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int r = 0; r < nranks; r++) {
         harness_fill_exact(bf->want, count, r, dt, SHOAL_SUM);
         const unsigned char *got = bf->b + (size_t)r * bytes;
         for (size_t i = 0; i < bytes; i++)
-            RANK_CHECK(got[i] == bf->want[i],
+            RANK_CHECK(got[i] == bf->want[i], fail,
                        "rank %d/%d %s count %zu %s: block %d byte %zu is %#x, want %#x", rank,
                        nranks, shoal_dtype_name(dt), count,
                        in_place ? "in-place" : "out-of-place", r, i, got[i], bf->want[i]);
     }
     if (!in_place)
-        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0,
+        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0, fail,
                    "rank %d: out-of-place allgather changed sendbuf", rank);
     return check_guard(bf->b + total, rank, "allgather");
+fail:
+    return 1;
 }
 
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -127,9 +133,9 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                                               SHOAL_FLOAT64};
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t bf;
-    RANK_CHECK(bufs_alloc(&bf, nranks), "out of memory");
+    RANK_CHECK(bufs_alloc(&bf, nranks), fail, "out of memory");
     for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++)
         for (int op = 0; op < SHOAL_OP_COUNT; op++)
             for (size_t c = 0; c < NCOUNTS; c++)
@@ -143,9 +149,11 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                 if (check_ag(comm, rank, nranks, test_count(c, ag_dtypes[d]), ag_dtypes[d], in_place, &bf))
                     return 1;
     bufs_free(&bf);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks)
@@ -172,15 +180,17 @@ MATRIX_TEST(tcp, 6) MATRIX_TEST(tcp, 7) MATRIX_TEST(tcp, 8)
  * rank makes the same bad calls, so none waits for a peer. */
 static int expect_invalid(shoal_comm_t comm, shoal_status_t s, const char *what)
 {
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "%s: got %s", what, shoal_status_string(s));
-    RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0', "%s: no reason recorded", what);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "%s: got %s", what, shoal_status_string(s));
+    RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0', fail, "%s: no reason recorded", what);
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int32_t in[8 * 4], out[4 + GUARD_BYTES / 4];
     memset(out, GUARD, sizeof(out));
     /* count * 4 bytes fits, count * 4 * nranks does not. */
@@ -210,26 +220,28 @@ static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void
         return 1;
     const unsigned char *o = (const unsigned char *)out;
     for (size_t i = 0; i < sizeof(out); i++)
-        RANK_CHECK(o[i] == GUARD, "rank %d: a refused call wrote byte %zu", rank, i);
+        RANK_CHECK(o[i] == GUARD, fail, "rank %d: a refused call wrote byte %zu", rank, i);
 
     /* Still usable: a real reduce-scatter and all-gather. */
     for (int i = 0; i < nranks * 4; i++)
         in[i] = rank + i;
     shoal_status_t s = shoal_reduce_scatter(in, out, 4, SHOAL_INT32, SHOAL_SUM, comm);
-    RANK_CHECK(s == SHOAL_OK, "reduce_scatter after refusals: %s (%s)", shoal_status_string(s),
-               shoal_comm_last_error(comm));
+    RANK_CHECK(s == SHOAL_OK, fail, "reduce_scatter after refusals: %s (%s)",
+               shoal_status_string(s), shoal_comm_last_error(comm));
     for (int i = 0; i < 4; i++)
-        RANK_CHECK(out[i] == nranks * (nranks - 1) / 2 + nranks * (rank * 4 + i),
+        RANK_CHECK(out[i] == nranks * (nranks - 1) / 2 + nranks * (rank * 4 + i), fail,
                    "rank %d: element %d is %d", rank, i, (int)out[i]);
     int32_t mine = rank * 10, all[8];
     s = shoal_allgather(&mine, all, 1, SHOAL_INT32, comm);
-    RANK_CHECK(s == SHOAL_OK, "allgather after refusals: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "allgather after refusals: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     for (int r = 0; r < nranks; r++)
-        RANK_CHECK(all[r] == r * 10, "rank %d: block %d is %d", rank, r, (int)all[r]);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+        RANK_CHECK(all[r] == r * 10, fail, "rank %d: block %d is %d", rank, r, (int)all[r]);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_args(void **state)

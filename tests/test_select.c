@@ -50,10 +50,10 @@ static int check_reducing(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, i
                 if (rank != (int)(c % (size_t)n))
                     len = 0;
             }
-            RANK_CHECK(s == SHOAL_OK, "%s %s %s count %zu: %s (%s)", shoal_coll_kind_name(kind),
-                       shoal_dtype_name(dt), shoal_op_name(op), c, shoal_status_string(s),
-                       shoal_comm_last_error(comm));
-            RANK_CHECK(!memcmp(out, want + off * es, len * es),
+            RANK_CHECK(s == SHOAL_OK, fail, "%s %s %s count %zu: %s (%s)",
+                       shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
+                       shoal_status_string(s), shoal_comm_last_error(comm));
+            RANK_CHECK(!memcmp(out, want + off * es, len * es), fail,
                        "%s %s %s count %zu on rank %d/%d: wrong result",
                        shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
                        rank, n);
@@ -64,6 +64,8 @@ static int check_reducing(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, i
         }
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* Moving kinds: int32 payloads that name their source, destination and
@@ -82,14 +84,15 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
         s = shoal_allgather(in, out, c, SHOAL_INT32, comm);
         for (int r = 0; r < n && s == SHOAL_OK; r++)
             for (size_t i = 0; i < c; i++)
-                RANK_CHECK(out[(size_t)r * c + i] == val(r, i, 1), "allgather [%d][%zu]", r, i);
+                RANK_CHECK(out[(size_t)r * c + i] == val(r, i, 1), fail, "allgather [%d][%zu]", r,
+                           i);
         break;
     case SHOAL_COLL_BROADCAST:
         for (size_t i = 0; i < c; i++)
             in[i] = val(root, i, 2);
         s = shoal_broadcast(in, out, c, SHOAL_INT32, root, comm);
         for (size_t i = 0; i < c && s == SHOAL_OK; i++)
-            RANK_CHECK(out[i] == val(root, i, 2), "broadcast [%zu]", i);
+            RANK_CHECK(out[i] == val(root, i, 2), fail, "broadcast [%zu]", i);
         break;
     case SHOAL_COLL_ALLTOALL:
         for (int r = 0; r < n; r++)
@@ -98,8 +101,8 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
         s = shoal_alltoall(in, out, c, SHOAL_INT32, comm);
         for (int r = 0; r < n && s == SHOAL_OK; r++)
             for (size_t i = 0; i < c; i++)
-                RANK_CHECK(out[(size_t)r * c + i] == val(r * 100 + rank, i, 3), "alltoall [%d][%zu]",
-                           r, i);
+                RANK_CHECK(out[(size_t)r * c + i] == val(r * 100 + rank, i, 3), fail,
+                           "alltoall [%d][%zu]", r, i);
         break;
     case SHOAL_COLL_ALLTOALLV: {
         /* Rank j gets (rank + j) % 3 * c / 2 elements from this rank,
@@ -120,8 +123,8 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
         s = shoal_alltoallv(vin, sc, sd, vout, rc, rd, SHOAL_INT32, comm);
         for (int j = 0; j < n && s == SHOAL_OK; j++)
             for (size_t i = 0; i < rc[j]; i++)
-                RANK_CHECK(vout[rd[j] + i] == val(j * 100 + rank, i, 4), "alltoallv [%d][%zu]",
-                           j, i);
+                RANK_CHECK(vout[rd[j] + i] == val(j * 100 + rank, i, 4), fail,
+                           "alltoallv [%d][%zu]", j, i);
         free(vin);
         free(vout);
         break;
@@ -132,7 +135,7 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
         s = shoal_gather(in, out, c, SHOAL_INT32, root, comm);
         for (int r = 0; r < n && s == SHOAL_OK && rank == root; r++)
             for (size_t i = 0; i < c; i++)
-                RANK_CHECK(out[(size_t)r * c + i] == val(r, i, 5), "gather [%d][%zu]", r, i);
+                RANK_CHECK(out[(size_t)r * c + i] == val(r, i, 5), fail, "gather [%d][%zu]", r, i);
         break;
     case SHOAL_COLL_SCATTER:
         for (int r = 0; r < n; r++)
@@ -140,7 +143,7 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
                 in[(size_t)r * c + i] = val(r, i, 6);
         s = shoal_scatter(in, out, c, SHOAL_INT32, root, comm);
         for (size_t i = 0; i < c && s == SHOAL_OK; i++)
-            RANK_CHECK(out[i] == val(rank, i, 6), "scatter [%zu]", i);
+            RANK_CHECK(out[i] == val(rank, i, 6), fail, "scatter [%zu]", i);
         break;
     case SHOAL_COLL_SEND:
     case SHOAL_COLL_RECV:
@@ -159,16 +162,18 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
                 s = shoal_send(in, c, SHOAL_INT32, (rank + 1) % n, comm);
         }
         for (size_t i = 0; i < c && s == SHOAL_OK; i++)
-            RANK_CHECK(out[i] == val((rank + n - 1) % n, i, 7), "recv [%zu]", i);
+            RANK_CHECK(out[i] == val((rank + n - 1) % n, i, 7), fail, "recv [%zu]", i);
         break;
     default:
         break;
     }
-    RANK_CHECK(s == SHOAL_OK, "%s count %zu: %s (%s)", shoal_coll_kind_name(kind), c,
+    RANK_CHECK(s == SHOAL_OK, fail, "%s count %zu: %s (%s)", shoal_coll_kind_name(kind), c,
                shoal_status_string(s), shoal_comm_last_error(comm));
     free(in);
     free(out);
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
@@ -176,7 +181,7 @@ static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
     shoal_coll_kind_t kind = *(const shoal_coll_kind_t *)arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(n, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     for (size_t k = 0; k < NCOUNTS; k++) {
         int reducing = kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
                        kind == SHOAL_COLL_REDUCE;
@@ -193,17 +198,21 @@ static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
         float *in = malloc(c * 4), *out = malloc(c * 4), *root = malloc(c * 4);
         for (size_t i = 0; i < c; i++)
             in[i] = (float)val(rank, i, 8) * 1e-3f + 0.1f / (float)(rank + 1);
-        RANK_CHECK(shoal_allreduce(in, out, c, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+        RANK_CHECK(shoal_allreduce(in, out, c, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                    "float allreduce");
         memcpy(root, out, c * 4);
-        RANK_CHECK(shoal_broadcast(root, root, c, SHOAL_FLOAT32, 0, comm) == SHOAL_OK, "bcast");
-        RANK_CHECK(!memcmp(root, out, c * 4), "rank %d's float sum differs from rank 0's", rank);
+        RANK_CHECK(shoal_broadcast(root, root, c, SHOAL_FLOAT32, 0, comm) == SHOAL_OK, fail,
+                   "bcast");
+        RANK_CHECK(!memcmp(root, out, c * 4), fail, "rank %d's float sum differs from rank 0's",
+                   rank);
         free(in);
         free(out);
         free(root);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_forced(shoal_coll_kind_t kind, const char *algo, const char *tl, int n)
@@ -263,9 +272,11 @@ static int rank_init_fails(int rank, int n, const shoal_unique_id_t *id, void *a
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(n, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "init with SHOAL_ALGO=%s: %s", (const char *)arg,
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "init with SHOAL_ALGO=%s: %s", (const char *)arg,
                shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_setting(void **state)

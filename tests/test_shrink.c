@@ -77,10 +77,10 @@ static void expected_place(const shrink_case_t *c, int rank, int nranks, int *ne
 static int check_newcomm(shoal_comm_t sub, int newrank, int newsize)
 {
     int r = -1, n = -1;
-    RANK_CHECK(shoal_comm_rank(sub, &r) == SHOAL_OK && r == newrank, "new rank %d, want %d", r,
-               newrank);
-    RANK_CHECK(shoal_comm_size(sub, &n) == SHOAL_OK && n == newsize, "new size %d, want %d", n,
-               newsize);
+    RANK_CHECK(shoal_comm_rank(sub, &r) == SHOAL_OK && r == newrank, fail, "new rank %d, want %d",
+               r, newrank);
+    RANK_CHECK(shoal_comm_size(sub, &n) == SHOAL_OK && n == newsize, fail, "new size %d, want %d",
+               n, newsize);
     static const struct {
         shoal_dtype_t dt;
         shoal_op_t op;
@@ -89,7 +89,7 @@ static int check_newcomm(shoal_comm_t sub, int newrank, int newsize)
         size_t bytes = CHECK_COUNT * 4;
         unsigned char *in = malloc(bytes), *out = malloc(bytes), *want = malloc(bytes),
                       *tmp = malloc(bytes);
-        RANK_CHECK(in && out && want && tmp, "out of memory");
+        RANK_CHECK(in && out && want && tmp, fail, "out of memory");
         harness_fill_exact(in, CHECK_COUNT, newrank, runs[k].dt, runs[k].op);
         harness_expected(want, tmp, CHECK_COUNT, newsize, runs[k].dt, runs[k].op);
         shoal_status_t s = shoal_allreduce(in, out, CHECK_COUNT, runs[k].dt, runs[k].op, sub);
@@ -98,12 +98,14 @@ static int check_newcomm(shoal_comm_t sub, int newrank, int newsize)
         free(out);
         free(want);
         free(tmp);
-        RANK_CHECK(s == SHOAL_OK, "all-reduce on the new communicator: %s (%s)",
+        RANK_CHECK(s == SHOAL_OK, fail, "all-reduce on the new communicator: %s (%s)",
                    shoal_status_string(s), shoal_comm_last_error(sub));
-        RANK_CHECK(same, "all-reduce %zu on the new communicator of %d: wrong result", k,
+        RANK_CHECK(same, fail, "all-reduce %zu on the new communicator of %d: wrong result", k,
                    newsize);
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* An all-reduce on comm; its status. */
@@ -117,7 +119,7 @@ static int rank_shrink(int rank, int nranks, const shoal_unique_id_t *id, void *
 {
     const shrink_case_t *c = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (is_excluded(c, rank)) {
         switch (c->fate) {
         case FATE_EXIT:
@@ -131,13 +133,13 @@ static int rank_shrink(int rank, int nranks, const shoal_unique_id_t *id, void *
         }
         if (c->flags == SHOAL_SHRINK_ABORT) {
             /* The survivors stop their side of the parent. */
-            RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on an excluded rank");
+            RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on an excluded rank");
             return 0;
         }
         /* The parent is untouched: one more collective with the survivors,
          * then the release. */
-        RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent all-reduce on an excluded rank");
-        RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy on an excluded rank");
+        RANK_CHECK(one_allreduce(comm) == SHOAL_OK, fail, "parent all-reduce on an excluded rank");
+        RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy on an excluded rank");
         return 0;
     }
 
@@ -146,36 +148,39 @@ static int rank_shrink(int rank, int nranks, const shoal_unique_id_t *id, void *
          * fails soon, and the parent stays broken. */
         comm->timeout_ns = 100000000ull;
         shoal_status_t s = one_allreduce(comm);
-        RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "broken all-reduce gave %s",
+        RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "broken all-reduce gave %s",
                    shoal_status_string(s));
         s = one_allreduce(comm);
-        RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "broken parent gave %s",
+        RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "broken parent gave %s",
                    shoal_status_string(s));
     }
 
     shoal_comm_t sub = NULL;
     shoal_status_t s = shoal_comm_shrink(comm, c->exclude, c->nexclude, c->flags, &sub);
-    RANK_CHECK(s == SHOAL_OK, "shrink: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_OK, fail, "shrink: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     int newrank, newsize;
     expected_place(c, rank, nranks, &newrank, &newsize);
     if (check_newcomm(sub, newrank, newsize))
         return 1;
-    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
+    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
 
     if (c->flags == SHOAL_SHRINK_ABORT) {
         s = one_allreduce(comm);
-        RANK_CHECK(s == SHOAL_ERR_ABORTED, "stopped parent gave %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "stopped parent gave %s", shoal_status_string(s));
         /* Either release returns at once: nothing is left to wait for. */
         s = rank % 2 ? shoal_comm_abort(comm) : shoal_comm_destroy(comm);
-        RANK_CHECK(s == SHOAL_OK, "release of the stopped parent: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "release of the stopped parent: %s",
+                   shoal_status_string(s));
     } else if (c->fate == FATE_ALIVE) {
-        RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent unusable after a default shrink");
-        RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy the parent");
+        RANK_CHECK(one_allreduce(comm) == SHOAL_OK, fail, "parent unusable after a default shrink");
+        RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy the parent");
     } else {
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort the parent");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort the parent");
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* Fork the ranks of case c running fn. Unlike harness_run_ranks, the
@@ -322,21 +327,21 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     shrink_case_t *c = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int split = c->fate == FATE_BROKEN; /* this test's flag for the split variant */
     if (is_excluded(c, rank)) {
         close(c->pipe_fd[1]);
         char b;
         while (read(c->pipe_fd[0], &b, 1) > 0)
             continue;
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on the excluded rank");
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on the excluded rank");
         return 0;
     }
     close(c->pipe_fd[0]);
     inflight_t t = {comm, split, SHOAL_OK, 0};
     shoal_status_t s;
     pthread_t th;
-    RANK_CHECK(pthread_create(&th, NULL, inflight_call, &t) == 0, "thread");
+    RANK_CHECK(pthread_create(&th, NULL, inflight_call, &t) == 0, fail, "thread");
     /* In flight, or already failed by a survivor that stopped first. */
     while (atomic_load(&comm->active) == 0 && !atomic_load(&t.done))
         sched_yield();
@@ -348,23 +353,23 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
          * goodbye: their communicator may be broken by then. */
         static float y[INFLIGHT_COUNT];
         s = shoal_iallreduce(y, y, INFLIGHT_COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm, &req);
-        RANK_CHECK(s == SHOAL_OK || s == SHOAL_ERR_PEER, "queue a non-blocking all-reduce: %s",
-                   shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK || s == SHOAL_ERR_PEER, fail,
+                   "queue a non-blocking all-reduce: %s", shoal_status_string(s));
     }
     shoal_comm_t sub = NULL;
     s = shoal_comm_shrink(comm, c->exclude, c->nexclude, SHOAL_SHRINK_ABORT, &sub);
-    RANK_CHECK(s == SHOAL_OK, "shrink: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "shrink: %s", shoal_status_string(s));
     pthread_join(th, NULL);
     if (split) {
         /* A survivor that stops first shuts its bootstrap sockets: the
          * others' split may see that before their own stop. */
-        RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER,
+        RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER, fail,
                    "blocked split got %s", shoal_status_string(t.status));
     } else {
-        RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER,
+        RANK_CHECK(t.status == SHOAL_ERR_ABORTED || t.status == SHOAL_ERR_PEER, fail,
                    "blocked all-reduce got %s", shoal_status_string(t.status));
         s = req ? shoal_wait(&req) : SHOAL_ERR_PEER;
-        RANK_CHECK(s == SHOAL_ERR_ABORTED || s == SHOAL_ERR_PEER, "queued all-reduce got %s",
+        RANK_CHECK(s == SHOAL_ERR_ABORTED || s == SHOAL_ERR_PEER, fail, "queued all-reduce got %s",
                    shoal_status_string(s));
     }
     close(c->pipe_fd[1]);
@@ -372,9 +377,11 @@ static int rank_inflight(int rank, int nranks, const shoal_unique_id_t *id, void
     expected_place(c, rank, nranks, &newrank, &newsize);
     if (check_newcomm(sub, newrank, newsize))
         return 1;
-    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy the stopped parent");
+    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy the stopped parent");
     return 0;
+fail:
+    return 1;
 }
 
 static void inflight_runs(const char *transport)
@@ -404,7 +411,7 @@ static void test_abort_inflight(void **state)
 static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     shoal_comm_t const sentinel = (shoal_comm_t)0x1;
     shoal_comm_t sub = sentinel;
     int other = (rank + 1) % nranks;
@@ -437,37 +444,40 @@ static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void
             int flags = bad[i].flags | (abort_flag && bad[i].flags == 0 ? SHOAL_SHRINK_ABORT : 0);
             shoal_status_t s =
                 shoal_comm_shrink(comm, bad[i].exclude, bad[i].nexclude, flags, bad[i].newcomm_p);
-            RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "%s gave %s", bad[i].what,
+            RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "%s gave %s", bad[i].what,
                        shoal_status_string(s));
-            RANK_CHECK(strstr(shoal_comm_last_error(comm), bad[i].reason) != NULL,
+            RANK_CHECK(strstr(shoal_comm_last_error(comm), bad[i].reason) != NULL, fail,
                        "%s: reason \"%s\"", bad[i].what, shoal_comm_last_error(comm));
-            RANK_CHECK(sub == sentinel, "%s wrote *newcomm_p", bad[i].what);
+            RANK_CHECK(sub == sentinel, fail, "%s wrote *newcomm_p", bad[i].what);
         }
     }
-    RANK_CHECK(shoal_comm_shrink(NULL, NULL, 0, 0, &sub) == SHOAL_ERR_INVALID_ARG, "NULL comm");
-    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "NULL") != NULL, "NULL comm reason");
-    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent unusable after bad shrinks");
+    RANK_CHECK(shoal_comm_shrink(NULL, NULL, 0, 0, &sub) == SHOAL_ERR_INVALID_ARG, fail,
+               "NULL comm");
+    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "NULL") != NULL, fail, "NULL comm reason");
+    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, fail, "parent unusable after bad shrinks");
 
     /* Nobody excluded, twice (the second shrink numbers differ), then the
      * parent still works. */
     for (int k = 0; k < 2; k++) {
         sub = NULL;
         shoal_status_t s = shoal_comm_shrink(comm, k ? all : NULL, 0, SHOAL_SHRINK_DEFAULT, &sub);
-        RANK_CHECK(s == SHOAL_OK, "shrink excluding nobody: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "shrink excluding nobody: %s", shoal_status_string(s));
         if (check_newcomm(sub, rank, nranks))
             return 1;
-        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
+        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
     }
-    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent unusable after a default shrink");
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, fail, "parent unusable after a default shrink");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     sub = sentinel;
-    RANK_CHECK(shoal_comm_shrink(comm, NULL, 0, 0, &sub) == SHOAL_ERR_INVALID_ARG,
+    RANK_CHECK(shoal_comm_shrink(comm, NULL, 0, 0, &sub) == SHOAL_ERR_INVALID_ARG, fail,
                "destroyed comm accepted");
-    RANK_CHECK(strstr(shoal_comm_last_error(comm), "not valid") != NULL, "reason: %s",
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "not valid") != NULL, fail, "reason: %s",
                shoal_comm_last_error(comm));
-    RANK_CHECK(sub == sentinel, "destroyed comm wrote *newcomm_p");
+    RANK_CHECK(sub == sentinel, fail, "destroyed comm wrote *newcomm_p");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_bad_args(void **state)
@@ -508,17 +518,19 @@ static int stranger_refused(shoal_comm_t comm, int rank, const char *when)
     int fd = stranger_connect(comm, 1);
     if (fd >= 0)
         close(fd);
-    RANK_CHECK(fd < 0, "a stranger connected to rank 1's rendezvous port %s", when);
+    RANK_CHECK(fd < 0, fail, "a stranger connected to rank 1's rendezvous port %s", when);
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_stranger(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (stranger_refused(comm, rank, "before any shrink"))
         return 1;
-    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, "parent all-reduce");
+    RANK_CHECK(one_allreduce(comm) == SHOAL_OK, fail, "parent all-reduce");
     if (rank == 0) {
         /* Left out of the shrinks, rank 0 stays until the others leave:
          * leaving at once would be a death to the others, which may still
@@ -526,27 +538,29 @@ static int rank_stranger(int rank, int nranks, const shoal_unique_id_t *id, void
         shoal_status_t st = SHOAL_OK;
         while (shoal_comm_get_async_error(comm, &st) == SHOAL_OK && st == SHOAL_OK)
             nanosleep(&(struct timespec){0, 1000000}, NULL);
-        RANK_CHECK(st == SHOAL_ERR_PEER, "rank 0 saw %s", shoal_status_string(st));
-        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort on rank 0");
+        RANK_CHECK(st == SHOAL_ERR_PEER, fail, "rank 0 saw %s", shoal_status_string(st));
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on rank 0");
         return 0;
     }
     for (int k = 0; k < 2; k++) {
         shoal_comm_t sub = NULL;
         shoal_status_t s = shoal_comm_shrink(comm, (int[]){0}, 1, SHOAL_SHRINK_DEFAULT, &sub);
-        RANK_CHECK(s == SHOAL_OK, "shrink %d: %s", k, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "shrink %d: %s", k, shoal_status_string(s));
         if (check_newcomm(sub, rank - 1, nranks - 1))
             return 1;
         /* Rank 1 is past its shrink (the port closed) after the first
          * all-reduce, and not yet in the next one before the second. */
-        RANK_CHECK(one_allreduce(sub) == SHOAL_OK, "all-reduce on the new communicator");
+        RANK_CHECK(one_allreduce(sub) == SHOAL_OK, fail, "all-reduce on the new communicator");
         if (stranger_refused(comm, rank, k ? "after the second shrink" : "after a shrink"))
             return 1;
-        RANK_CHECK(one_allreduce(sub) == SHOAL_OK, "all-reduce on the new communicator");
-        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
+        RANK_CHECK(one_allreduce(sub) == SHOAL_OK, fail, "all-reduce on the new communicator");
+        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
     }
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_strangers(void **state)
@@ -569,7 +583,7 @@ static int rank_disagree(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     shrink_case_t *c = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     if (rank != 1)
         close(c->pipe_fd[0]);
     if (rank == 0)
@@ -578,9 +592,9 @@ static int rank_disagree(int rank, int nranks, const shoal_unique_id_t *id, void
     if (rank == 2) {
         shoal_status_t s = shoal_comm_shrink(comm, (int[]){1}, 1, SHOAL_SHRINK_DEFAULT, &sub);
         close(c->pipe_fd[1]);
-        RANK_CHECK(s == SHOAL_ERR_AUTH, "odd rank out got %s", shoal_status_string(s));
-        RANK_CHECK(sub == NULL, "odd rank out got a communicator");
-        RANK_CHECK(strstr(shoal_comm_last_error(comm), "survivors") != NULL, "reason: %s",
+        RANK_CHECK(s == SHOAL_ERR_AUTH, fail, "odd rank out got %s", shoal_status_string(s));
+        RANK_CHECK(sub == NULL, fail, "odd rank out got a communicator");
+        RANK_CHECK(strstr(shoal_comm_last_error(comm), "survivors") != NULL, fail, "reason: %s",
                    shoal_comm_last_error(comm));
     } else {
         if (rank == 1) {
@@ -590,13 +604,15 @@ static int rank_disagree(int rank, int nranks, const shoal_unique_id_t *id, void
                 continue;
         }
         shoal_status_t s = shoal_comm_shrink(comm, (int[]){2}, 1, SHOAL_SHRINK_DEFAULT, &sub);
-        RANK_CHECK(s == SHOAL_OK, "shrink: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "shrink: %s", shoal_status_string(s));
         if (check_newcomm(sub, rank, 2))
             return 1;
-        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, "destroy the new communicator");
+        RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
     }
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_disagreeing_sets(void **state)

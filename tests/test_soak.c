@@ -602,16 +602,16 @@ static int rank_soak(int rank, int nranks, const shoal_unique_id_t *id, void *va
     int tasks0 = baseline_threads();
     if (getenv("SOAK_LOG_THREADS"))
         log_threads(rank, "before init");
-    RANK_CHECK(count_segments_of(getpid(), "before init") == 0, "segments before init");
+    RANK_CHECK(count_segments_of(getpid(), "before init") == 0, fail, "segments before init");
 
     shoal_comm_t world, rev, indep, parity;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, "init world");
-    RANK_CHECK(shoal_comm_split(world, 0, nranks - 1 - rank, &rev) == SHOAL_OK, "split rev");
-    RANK_CHECK(shoal_comm_split(world, rank % 2, rank, &parity) == SHOAL_OK, "split parity");
-    RANK_CHECK(shoal_comm_init(nranks, &sh->id2, rank, &indep) == SHOAL_OK, "init second");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, fail, "init world");
+    RANK_CHECK(shoal_comm_split(world, 0, nranks - 1 - rank, &rev) == SHOAL_OK, fail, "split rev");
+    RANK_CHECK(shoal_comm_split(world, rank % 2, rank, &parity) == SHOAL_OK, fail, "split parity");
+    RANK_CHECK(shoal_comm_init(nranks, &sh->id2, rank, &indep) == SHOAL_OK, fail, "init second");
 
     pthread_barrier_t warm;
-    RANK_CHECK(pthread_barrier_init(&warm, NULL, SOAK_THREADS + 1) == 0, "barrier");
+    RANK_CHECK(pthread_barrier_init(&warm, NULL, SOAK_THREADS + 1) == 0, fail, "barrier");
     static soak_thread_t th[SOAK_THREADS];
     memset(th, 0, sizeof(th));
     shoal_comm_t comms[4] = {world, rev, indep, parity};
@@ -625,7 +625,7 @@ static int rank_soak(int rank, int nranks, const shoal_unique_id_t *id, void *va
         c->name = names[i];
         c->salt = (uint32_t)i + 1;
         RANK_CHECK(shoal_comm_rank(c->comm, &c->rank) == SHOAL_OK &&
-                   shoal_comm_size(c->comm, &c->nranks) == SHOAL_OK, "rank/size");
+                   shoal_comm_size(c->comm, &c->nranks) == SHOAL_OK, fail, "rank/size");
         /* Members of one communicator share the seed: the same schedule. */
         c->rng = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1) + (uint64_t)(i == 3 ? rank % 2 : 0);
         c->start = start;
@@ -634,11 +634,11 @@ static int rank_soak(int rank, int nranks, const shoal_unique_id_t *id, void *va
         th[i].seconds = sh->seconds;
         th[i].tid = i;
         th[i].warm = &warm;
-        RANK_CHECK(soak_bufs_alloc(&th[i].b) == 0, "buffers");
+        RANK_CHECK(soak_bufs_alloc(&th[i].b) == 0, fail, "buffers");
     }
     pthread_t tid[SOAK_THREADS];
     for (int i = 0; i < SOAK_THREADS; i++)
-        RANK_CHECK(pthread_create(&tid[i], NULL, soak_thread, &th[i]) == 0, "thread");
+        RANK_CHECK(pthread_create(&tid[i], NULL, soak_thread, &th[i]) == 0, fail, "thread");
     pthread_barrier_wait(&warm);
     long rss_warm = rss_kb();
     int failed = 0;
@@ -659,12 +659,12 @@ static int rank_soak(int rank, int nranks, const shoal_unique_id_t *id, void *va
             ops += th[i].comms[j].ops;
         soak_bufs_free(&th[i].b);
     }
-    RANK_CHECK(!failed, "a thread failed");
+    RANK_CHECK(!failed, fail, "a thread failed");
 
-    RANK_CHECK(shoal_comm_destroy(parity) == SHOAL_OK, "destroy parity");
-    RANK_CHECK(shoal_comm_destroy(rev) == SHOAL_OK, "destroy rev");
-    RANK_CHECK(shoal_comm_destroy(indep) == SHOAL_OK, "destroy second");
-    RANK_CHECK(shoal_comm_destroy(world) == SHOAL_OK, "destroy world");
+    RANK_CHECK(shoal_comm_destroy(parity) == SHOAL_OK, fail, "destroy parity");
+    RANK_CHECK(shoal_comm_destroy(rev) == SHOAL_OK, fail, "destroy rev");
+    RANK_CHECK(shoal_comm_destroy(indep) == SHOAL_OK, fail, "destroy second");
+    RANK_CHECK(shoal_comm_destroy(world) == SHOAL_OK, fail, "destroy world");
 
     fd_snapshot(&fds1);
     double waited;
@@ -679,15 +679,17 @@ static int rank_soak(int rank, int nranks, const shoal_unique_id_t *id, void *va
            tasks1, waited,
            segs);
     fflush(stdout);
-    RANK_CHECK(rss_warm > 0 && rss_end > 0, "VmRSS unreadable");
-    RANK_CHECK(SOAK_SANITIZED || rss_end - rss_warm <= SOAK_RSS_SLACK_KB,
+    RANK_CHECK(rss_warm > 0 && rss_end > 0, fail, "VmRSS unreadable");
+    RANK_CHECK(SOAK_SANITIZED || rss_end - rss_warm <= SOAK_RSS_SLACK_KB, fail,
                "resident size grew by %ld kB", rss_end - rss_warm);
-    RANK_CHECK(fdnew == 0, "%d descriptor(s) opened during the run still open", fdnew);
+    RANK_CHECK(fdnew == 0, fail, "%d descriptor(s) opened during the run still open", fdnew);
     if (tasks1 != tasks0)
         log_threads(rank, "after destroy");
-    RANK_CHECK(tasks1 == tasks0, "threads: %d before init, %d after destroy", tasks0, tasks1);
-    RANK_CHECK(segs == 0, "%d segment(s) of this rank left in /dev/shm", segs);
+    RANK_CHECK(tasks1 == tasks0, fail, "threads: %d before init, %d after destroy", tasks0, tasks1);
+    RANK_CHECK(segs == 0, fail, "%d segment(s) of this rank left in /dev/shm", segs);
     return 0;
+fail:
+    return 1;
 }
 
 static soak_shared_t *shared_new(void)
@@ -745,18 +747,18 @@ static int rank_crash(int rank, int nranks, const shoal_unique_id_t *id, void *v
     fd_snapshot(&fds0);
     int tasks0 = baseline_threads();
     shoal_comm_t world, sub;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, "init");
-    RANK_CHECK(shoal_comm_split(world, 0, rank, &sub) == SHOAL_OK, "split");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, fail, "init");
+    RANK_CHECK(shoal_comm_split(world, 0, rank, &sub) == SHOAL_OK, fail, "split");
     float *in = malloc(CRASH_COUNT * sizeof(float)), *out = malloc(CRASH_COUNT * sizeof(float));
     float *want = malloc(CRASH_COUNT * sizeof(float)), *tmp = malloc(CRASH_COUNT * sizeof(float));
-    RANK_CHECK(in && out && want && tmp, "buffers");
+    RANK_CHECK(in && out && want && tmp, fail, "buffers");
     harness_fill_exact(in, CRASH_COUNT, rank, SHOAL_FLOAT32, SHOAL_SUM);
     harness_expected(want, tmp, CRASH_COUNT, nranks, SHOAL_FLOAT32, SHOAL_SUM);
     for (int k = 0; k < 4; k++) {
         shoal_comm_t c = k % 2 ? sub : world;
         RANK_CHECK(shoal_allreduce(in, out, CRASH_COUNT, SHOAL_FLOAT32, SHOAL_SUM, c) == SHOAL_OK,
-                   "allreduce %d before the crash", k);
-        RANK_CHECK(!memcmp(out, want, CRASH_COUNT * sizeof(float)), "allreduce %d wrong", k);
+                   fail, "allreduce %d before the crash", k);
+        RANK_CHECK(!memcmp(out, want, CRASH_COUNT * sizeof(float)), fail, "allreduce %d wrong", k);
     }
     if (rank == CRASH_RANK) {
         atomic_store(&sh->dying, 1);
@@ -769,10 +771,10 @@ static int rank_crash(int rank, int nranks, const shoal_unique_id_t *id, void *v
     printf("# rank %d: after rank %d died: %s (%s)\n", rank, CRASH_RANK, shoal_status_string(s),
            shoal_comm_last_error(world));
     fflush(stdout);
-    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, "status after a peer died: %s",
+    RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "status after a peer died: %s",
                shoal_status_string(s));
-    RANK_CHECK(shoal_comm_abort(sub) == SHOAL_OK, "abort sub");
-    RANK_CHECK(shoal_comm_abort(world) == SHOAL_OK, "abort world");
+    RANK_CHECK(shoal_comm_abort(sub) == SHOAL_OK, fail, "abort sub");
+    RANK_CHECK(shoal_comm_abort(world) == SHOAL_OK, fail, "abort world");
     free(in);
     free(out);
     free(want);
@@ -785,11 +787,13 @@ static int rank_crash(int rank, int nranks, const shoal_unique_id_t *id, void *v
     printf("# rank %d: fds %d -> %d (%d new), threads %d -> %d (settled in %.3f s), own "
            "segments left %d\n", rank, fds0.n, fds1.n, fdnew, tasks0, tasks1, waited, segs);
     fflush(stdout);
-    RANK_CHECK(fdnew == 0, "%d descriptor(s) opened since init still open", fdnew);
-    RANK_CHECK(tasks1 == tasks0, "threads: %d before init, %d after abort", tasks0, tasks1);
-    RANK_CHECK(segs == 0, "segments left");
+    RANK_CHECK(fdnew == 0, fail, "%d descriptor(s) opened since init still open", fdnew);
+    RANK_CHECK(tasks1 == tasks0, fail, "threads: %d before init, %d after abort", tasks0, tasks1);
+    RANK_CHECK(segs == 0, fail, "segments left");
     atomic_store(&sh->survivor_ok[rank], 1);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_crash(void **state)
@@ -857,10 +861,10 @@ static int rank_crash_wireup(int rank, int nranks, const shoal_unique_id_t *id, 
     soak_shared_t *sh = varg;
     sh->pid[rank] = (int)getpid();
     shoal_comm_t world;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &world) == SHOAL_OK, fail, "init");
     if (rank == CRASH_RANK) {
         pthread_t th;
-        RANK_CHECK(pthread_create(&th, NULL, kill_when_segment_shows, sh) == 0, "watcher");
+        RANK_CHECK(pthread_create(&th, NULL, kill_when_segment_shows, sh) == 0, fail, "watcher");
     }
     shoal_status_t s = SHOAL_OK;
     int k;
@@ -884,11 +888,13 @@ static int rank_crash_wireup(int rank, int nranks, const shoal_unique_id_t *id, 
     printf("# rank %d: split %d failed after rank %d died: %s (%s)\n", rank, k - 1, CRASH_RANK,
            shoal_status_string(s), shoal_comm_last_error(world));
     fflush(stdout);
-    RANK_CHECK(s != SHOAL_OK, "no failure although rank %d died", CRASH_RANK);
-    RANK_CHECK(shoal_comm_abort(world) == SHOAL_OK, "abort world");
-    RANK_CHECK(count_segments_of(getpid(), "survivor after abort") == 0, "segments left");
+    RANK_CHECK(s != SHOAL_OK, fail, "no failure although rank %d died", CRASH_RANK);
+    RANK_CHECK(shoal_comm_abort(world) == SHOAL_OK, fail, "abort world");
+    RANK_CHECK(count_segments_of(getpid(), "survivor after abort") == 0, fail, "segments left");
     atomic_store(&sh->survivor_ok[rank], 1);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_crash_wireup(void **state)

@@ -448,9 +448,9 @@ static int rank_quality(int rank, int nranks, const shoal_unique_id_t *id, void 
     quality_t *q = arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     trainer_t *t = malloc(sizeof(*t));
-    RANK_CHECK(t, "out of memory");
+    RANK_CHECK(t, fail, "out of memory");
     for (int k = 0; k < NSEEDS; k++) {
         make_batches(t->batches, seeds[k], rank);
         for (size_t l = 0; l < q->n; l++) {
@@ -472,16 +472,16 @@ static int rank_quality(int rank, int nranks, const shoal_unique_id_t *id, void 
                 }
             }
             s = train_steps(comm, t, v, comp, 0, STEPS);
-            RANK_CHECK(s == SHOAL_OK, "rank %d %s seed %llu: all-reduce: %s (%s)", rank,
+            RANK_CHECK(s == SHOAL_OK, fail, "rank %d %s seed %llu: all-reduce: %s (%s)", rank,
                        variants[v].name, (unsigned long long)seeds[k],
                        shoal_status_string(s), shoal_comm_last_error(comm));
-            RANK_CHECK(!comp || shoal_compressor_destroy(comp) == SHOAL_OK, "destroy");
-            RANK_CHECK(same_weights(comm, t->w, nranks),
+            RANK_CHECK(!comp || shoal_compressor_destroy(comp) == SHOAL_OK, fail, "destroy");
+            RANK_CHECK(same_weights(comm, t->w, nranks), fail,
                        "rank %d %s seed %llu: the weights differ between ranks", rank,
                        variants[v].name, (unsigned long long)seeds[k]);
             evaluate(t->w, &r.loss, &r.acc);
             double figures[2] = {r.loss, r.acc};
-            RANK_CHECK(harness_same_bytes(comm, figures, sizeof(figures)),
+            RANK_CHECK(harness_same_bytes(comm, figures, sizeof(figures)), fail,
                        "rank %d %s seed %llu: loss or accuracy differ between ranks", rank,
                        variants[v].name, (unsigned long long)seeds[k]);
             if (rank == 0)
@@ -489,8 +489,10 @@ static int rank_quality(int rank, int nranks, const shoal_unique_id_t *id, void 
         }
     }
     free(t);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 /* Run the variants over transport, print the table and check the bounds. */
@@ -592,35 +594,35 @@ static int rank_checkpoint(int rank, int nranks, const shoal_unique_id_t *id, vo
     const uint64_t seed = seeds[0];
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     trainer_t *t = malloc(sizeof(*t));
     float *w_half = malloc(N_PARAM * sizeof(float)), *v_half = malloc(N_PARAM * sizeof(float));
     float *w_a = malloc(N_PARAM * sizeof(float));
-    RANK_CHECK(t && w_half && v_half && w_a, "out of memory");
+    RANK_CHECK(t && w_half && v_half && w_a, fail, "out of memory");
     make_batches(t->batches, seed, rank);
 
     /* Run A: 100 steps, save everything, 100 more. */
     shoal_compressor_t c1, c2, c3;
     s = make_compressor(comm, v, seed, &c1);
-    RANK_CHECK(s == SHOAL_OK, "create: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "create: %s", shoal_status_string(s));
     size_t bytes;
     s = shoal_compressor_state_size(c1, &bytes);
-    RANK_CHECK(s == SHOAL_OK && bytes > 0, "state_size: %s, %zu bytes", shoal_status_string(s),
-               bytes);
+    RANK_CHECK(s == SHOAL_OK && bytes > 0, fail, "state_size: %s, %zu bytes",
+               shoal_status_string(s), bytes);
     /* One spare byte for the oversized buffer. */
     unsigned char *saved = malloc(bytes + 1), *st_a = malloc(bytes + 1),
                   *st_b = malloc(bytes + 1);
-    RANK_CHECK(saved && st_a && st_b, "out of memory");
+    RANK_CHECK(saved && st_a && st_b, fail, "out of memory");
     init_weights(t->w, seed);
     memset(t->v, 0, sizeof(t->v));
     s = train_steps(comm, t, v, c1, 0, HALF);
-    RANK_CHECK(s == SHOAL_OK, "train: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "train: %s", shoal_status_string(s));
     s = shoal_compressor_get_state(c1, saved, bytes);
-    RANK_CHECK(s == SHOAL_OK, "get_state: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "get_state: %s", shoal_status_string(s));
     memcpy(w_half, t->w, sizeof(t->w));
     memcpy(v_half, t->v, sizeof(t->v));
     s = train_steps(comm, t, v, c1, HALF, STEPS);
-    RANK_CHECK(s == SHOAL_OK, "train: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "train: %s", shoal_status_string(s));
     memcpy(w_a, t->w, sizeof(t->w));
     double loss_a, acc_a, loss_b, acc_b;
     evaluate(w_a, &loss_a, &acc_a);
@@ -628,65 +630,67 @@ static int rank_checkpoint(int rank, int nranks, const shoal_unique_id_t *id, vo
     /* Run B: a new compressor with the saved state replays steps 100..199
      * from the same weights and momentum. */
     s = make_compressor(comm, v, seed, &c2);
-    RANK_CHECK(s == SHOAL_OK, "create: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "create: %s", shoal_status_string(s));
     s = shoal_compressor_set_state(c2, saved, bytes);
-    RANK_CHECK(s == SHOAL_OK, "set_state: %s", shoal_status_string(s));
-    RANK_CHECK(same_state(c1, c1, bytes, st_a, st_b), "get_state is not repeatable");
+    RANK_CHECK(s == SHOAL_OK, fail, "set_state: %s", shoal_status_string(s));
+    RANK_CHECK(same_state(c1, c1, bytes, st_a, st_b), fail, "get_state is not repeatable");
     memcpy(t->w, w_half, sizeof(t->w));
     memcpy(t->v, v_half, sizeof(t->v));
     s = train_steps(comm, t, v, c2, HALF, STEPS);
-    RANK_CHECK(s == SHOAL_OK, "replay: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "replay: %s", shoal_status_string(s));
     evaluate(t->w, &loss_b, &acc_b);
-    RANK_CHECK(!memcmp(t->w, w_a, sizeof(t->w)),
+    RANK_CHECK(!memcmp(t->w, w_a, sizeof(t->w)), fail,
                "rank %d: the replayed steps end with other weights (loss %.9g, first run "
                "%.9g)", rank, loss_b, loss_a);
-    RANK_CHECK(loss_a == loss_b && acc_a == acc_b, "rank %d: replayed loss %.9g, first %.9g",
+    RANK_CHECK(loss_a == loss_b && acc_a == acc_b, fail, "rank %d: replayed loss %.9g, first %.9g",
                rank, loss_b, loss_a);
-    RANK_CHECK(same_state(c1, c2, bytes, st_a, st_b),
+    RANK_CHECK(same_state(c1, c2, bytes, st_a, st_b), fail,
                "rank %d: the compressors' states differ after the replay", rank);
-    RANK_CHECK(same_weights(comm, t->w, nranks), "rank %d: weights differ between ranks", rank);
+    RANK_CHECK(same_weights(comm, t->w, nranks), fail, "rank %d: weights differ between ranks",
+               rank);
 
     /* A wrong-sized state is refused and changes nothing. */
-    RANK_CHECK(shoal_compressor_get_state(c2, st_a, bytes) == SHOAL_OK, "get_state");
+    RANK_CHECK(shoal_compressor_get_state(c2, st_a, bytes) == SHOAL_OK, fail, "get_state");
     memcpy(st_b, saved, bytes);
     st_b[bytes] = 0;
     s = shoal_compressor_set_state(c2, st_b, bytes - 1);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "set_state of %zu bytes of %zu: %s", bytes - 1,
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "set_state of %zu bytes of %zu: %s", bytes - 1,
                bytes, shoal_status_string(s));
     s = shoal_compressor_set_state(c2, st_b, bytes + 1);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "set_state of %zu bytes of %zu: %s", bytes + 1,
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "set_state of %zu bytes of %zu: %s", bytes + 1,
                bytes, shoal_status_string(s));
     s = shoal_compressor_set_state(c2, st_b, 0);
-    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, "set_state of 0 bytes: %s", shoal_status_string(s));
-    RANK_CHECK(shoal_compressor_get_state(c2, st_b, bytes) == SHOAL_OK, "get_state");
-    RANK_CHECK(!memcmp(st_a, st_b, bytes), "rank %d: a refused set_state changed the state",
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "set_state of 0 bytes: %s",
+               shoal_status_string(s));
+    RANK_CHECK(shoal_compressor_get_state(c2, st_b, bytes) == SHOAL_OK, fail, "get_state");
+    RANK_CHECK(!memcmp(st_a, st_b, bytes), fail, "rank %d: a refused set_state changed the state",
                rank);
 
     /* reset: the state and the training of a new compressor. */
     s = shoal_compressor_reset(c1);
-    RANK_CHECK(s == SHOAL_OK, "reset: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "reset: %s", shoal_status_string(s));
     s = make_compressor(comm, v, seed, &c3);
-    RANK_CHECK(s == SHOAL_OK, "create: %s", shoal_status_string(s));
-    RANK_CHECK(same_state(c1, c3, bytes, st_a, st_b),
+    RANK_CHECK(s == SHOAL_OK, fail, "create: %s", shoal_status_string(s));
+    RANK_CHECK(same_state(c1, c3, bytes, st_a, st_b), fail,
                "rank %d: a reset compressor's state is not a new one's", rank);
     init_weights(t->w, seed);
     memset(t->v, 0, sizeof(t->v));
     s = train_steps(comm, t, v, c1, 0, HALF);
-    RANK_CHECK(s == SHOAL_OK, "train after reset: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "train after reset: %s", shoal_status_string(s));
     memcpy(w_a, t->w, sizeof(t->w));
     init_weights(t->w, seed);
     memset(t->v, 0, sizeof(t->v));
     s = train_steps(comm, t, v, c3, 0, HALF);
-    RANK_CHECK(s == SHOAL_OK, "train with a new compressor: %s", shoal_status_string(s));
-    RANK_CHECK(!memcmp(t->w, w_a, sizeof(t->w)),
+    RANK_CHECK(s == SHOAL_OK, fail, "train with a new compressor: %s", shoal_status_string(s));
+    RANK_CHECK(!memcmp(t->w, w_a, sizeof(t->w)), fail,
                "rank %d: training after reset differs from a new compressor's", rank);
     if (rank == 0)
         printf("# checkpoint: %zu bytes of state; loss after %d steps %.6f, replayed from "
                "step %d: %.6f\n", bytes, STEPS, loss_a, HALF, loss_b);
 
-    RANK_CHECK(shoal_compressor_destroy(c1) == SHOAL_OK, "destroy");
-    RANK_CHECK(shoal_compressor_destroy(c2) == SHOAL_OK, "destroy");
-    RANK_CHECK(shoal_compressor_destroy(c3) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(c1) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(c2) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(c3) == SHOAL_OK, fail, "destroy");
     free(saved);
     free(st_a);
     free(st_b);
@@ -694,8 +698,10 @@ static int rank_checkpoint(int rank, int nranks, const shoal_unique_id_t *id, vo
     free(v_half);
     free(w_a);
     free(t);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_checkpoint(void **state)

@@ -111,12 +111,14 @@ static int send_msg(struct shoal_comm *comm, int peer, uint64_t seq)
     void *buf;
     size_t cap, len = msg_size(comm, comm->rank, peer, seq);
     shoal_status_t s = wait_send(comm, ep, &buf, &cap, shoal_deadline_after(WAIT_NS));
-    RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", peer, shoal_status_string(s));
-    RANK_CHECK(cap == comm->chunk_size, "slot of %zu B", cap);
+    RANK_CHECK(s == SHOAL_OK, fail, "send_slot to %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(cap == comm->chunk_size, fail, "slot of %zu B", cap);
     fill(buf, len, comm->rank, peer, seq);
     s = ep->ops->send_post(ep, len, NULL);
-    RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "send_post to %d: %s", peer, shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static int recv_msg(struct shoal_comm *comm, int peer, uint64_t seq)
@@ -125,12 +127,14 @@ static int recv_msg(struct shoal_comm *comm, int peer, uint64_t seq)
     const void *buf;
     size_t len;
     shoal_status_t s = wait_recv(comm, ep, &buf, &len, shoal_deadline_after(WAIT_NS));
-    RANK_CHECK(s == SHOAL_OK, "recv_slot from %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "recv_slot from %d: %s", peer, shoal_status_string(s));
     RANK_CHECK(check(buf, len, peer, comm->rank, seq, msg_size(comm, peer, comm->rank, seq)) == 0,
-               "content from %d", peer);
+               fail, "content from %d", peer);
     s = ep->ops->recv_release(ep);
-    RANK_CHECK(s == SHOAL_OK, "recv_release from %d: %s", peer, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "recv_release from %d: %s", peer, shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 /* Every rank streams to every other at once, never waiting on one peer:
@@ -153,11 +157,11 @@ static int run_stream(struct shoal_comm *comm)
                 shoal_status_t s = ep->ops->send_slot(ep, &sbuf, &cap);
                 if (s == SHOAL_INPROGRESS)
                     break;
-                RANK_CHECK(s == SHOAL_OK, "send_slot to %d: %s", p, shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "send_slot to %d: %s", p, shoal_status_string(s));
                 size_t len = msg_size(comm, me, p, sent[p]);
                 fill(sbuf, len, me, p, sent[p]);
                 s = ep->ops->send_post(ep, len, NULL);
-                RANK_CHECK(s == SHOAL_OK, "send_post to %d: %s", p, shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "send_post to %d: %s", p, shoal_status_string(s));
                 sent[p]++;
             }
             const void *rbuf;
@@ -166,20 +170,22 @@ static int run_stream(struct shoal_comm *comm)
                 shoal_status_t s = ep->ops->recv_slot(ep, &rbuf, &len, NULL);
                 if (s == SHOAL_INPROGRESS)
                     break;
-                RANK_CHECK(s == SHOAL_OK, "recv_slot from %d: %s", p, shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "recv_slot from %d: %s", p, shoal_status_string(s));
                 RANK_CHECK(check(rbuf, len, p, me, got[p], msg_size(comm, p, me, got[p])) == 0,
-                           "stream content from %d", p);
+                           fail, "stream content from %d", p);
                 s = ep->ops->recv_release(ep);
-                RANK_CHECK(s == SHOAL_OK, "recv_release: %s", shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "recv_release: %s", shoal_status_string(s));
                 got[p]++;
             }
             busy |= sent[p] < STREAM_MSGS || got[p] < STREAM_MSGS;
         }
         shoal_status_t s = shoal_transport_progress(comm);
-        RANK_CHECK(s == SHOAL_OK, "progress: %s", shoal_status_string(s));
-        RANK_CHECK(!shoal_deadline_passed(deadline), "stream did not finish");
+        RANK_CHECK(s == SHOAL_OK, fail, "progress: %s", shoal_status_string(s));
+        RANK_CHECK(!shoal_deadline_passed(deadline), fail, "stream did not finish");
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* Partner of rank in round r of a round-robin tournament over an even
@@ -245,26 +251,28 @@ static int rank_xfer(int rank, int nranks, const shoal_unique_id_t *id, void *va
         snprintf(host, sizeof(host), "host-%d", rank * arg->hosts / nranks);
         harness_setenv("SHOAL_HOST_ID", host);
     }
-    RANK_CHECK(count_own_segments() == 0, "a segment exists before init");
+    RANK_CHECK(count_own_segments() == 0, fail, "a segment exists before init");
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
-    RANK_CHECK(count_own_segments() == 0, "init left a segment in /dev/shm");
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    RANK_CHECK(count_own_segments() == 0, fail, "init left a segment in /dev/shm");
     for (int p = 0; p < nranks; p++) {
         if (p == rank) {
-            RANK_CHECK(comm->eps[p] == NULL, "endpoint to self");
+            RANK_CHECK(comm->eps[p] == NULL, fail, "endpoint to self");
             continue;
         }
-        RANK_CHECK(comm->eps[p] != NULL, "no endpoint to %d", p);
+        RANK_CHECK(comm->eps[p] != NULL, fail, "no endpoint to %d", p);
         const char *want = comm->host_of[p] == comm->host_of[rank] ? arg->local_tl : "tcp";
-        RANK_CHECK(strcmp(comm->eps[p]->ops->name, want) == 0, "rank %d reached over %s, not %s",
-                   p, comm->eps[p]->ops->name, want);
+        RANK_CHECK(strcmp(comm->eps[p]->ops->name, want) == 0, fail,
+                   "rank %d reached over %s, not %s", p, comm->eps[p]->ops->name, want);
     }
     if (run_stream(comm) || run_pingpong(comm) || run_stream(comm))
         return 1;
     s = shoal_comm_destroy(comm);
-    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void run_all_sizes(const xfer_arg_t *arg)
@@ -336,7 +344,7 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     shoal_ep_t *ep = comm->eps[1 - rank];
     uint64_t count = 0;
     if (rank == 0) {
@@ -346,23 +354,23 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
             size_t len = msg_size(comm, 0, 1, count);
             fill(buf, len, 0, 1, count);
             s = ep->ops->send_post(ep, len, NULL);
-            RANK_CHECK(s == SHOAL_OK, "send_post: %s", shoal_status_string(s));
+            RANK_CHECK(s == SHOAL_OK, fail, "send_post: %s", shoal_status_string(s));
             count++;
         }
-        RANK_CHECK(s == SHOAL_INPROGRESS, "send_slot: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_INPROGRESS, fail, "send_slot: %s", shoal_status_string(s));
     }
     /* Rank 1 starts reading only now, when rank 0 holds unsent messages. */
     s = shoal_bootstrap_bcast(comm->bootstrap, &count, sizeof(count), 0);
-    RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
     if (rank == 0) {
         uint64_t deadline = shoal_deadline_after(WAIT_NS);
         unsigned spins = 0;
         while ((s = ep->ops->flush(ep)) == SHOAL_INPROGRESS && !shoal_deadline_passed(deadline)) {
             s = shoal_transport_progress(comm);
-            RANK_CHECK(s == SHOAL_OK, "progress: %s", shoal_status_string(s));
+            RANK_CHECK(s == SHOAL_OK, fail, "progress: %s", shoal_status_string(s));
             backoff(&spins);
         }
-        RANK_CHECK(s == SHOAL_OK, "flush: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "flush: %s", shoal_status_string(s));
     } else {
         for (uint64_t seq = 0; seq < count; seq++) {
             if (recv_msg(comm, 0, seq))
@@ -370,8 +378,10 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
         }
     }
     s = shoal_comm_destroy(comm);
-    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_flush_then_destroy(void **state)
@@ -411,25 +421,28 @@ static int bell_wait(struct shoal_comm *comm, shoal_ep_t *ep, int for_room)
         }
         if (s == SHOAL_OK)
             break;
-        RANK_CHECK(s == SHOAL_INPROGRESS, "slot: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_INPROGRESS, fail, "slot: %s", shoal_status_string(s));
         uint64_t t0 = shoal_now_ns();
         s = shoal_transport_sleep(comm, BELL_SLEEP_NS, BELL_SLEEP_NS);
-        RANK_CHECK(s == SHOAL_OK, "the transport would not sleep: %s", shoal_status_string(s));
-        RANK_CHECK(shoal_now_ns() - t0 < BELL_LATE_NS, "slept %.1f s: rank 1 never rang",
+        RANK_CHECK(s == SHOAL_OK, fail, "the transport would not sleep: %s",
+                   shoal_status_string(s));
+        RANK_CHECK(shoal_now_ns() - t0 < BELL_LATE_NS, fail, "slept %.1f s: rank 1 never rang",
                    (double)(shoal_now_ns() - t0) / 1e9);
         slept++;
     }
-    RANK_CHECK(slept > 0, "the wait never slept (rank 1 acted too soon)");
+    RANK_CHECK(slept > 0, fail, "the wait never slept (rank 1 acted too soon)");
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     shoal_ep_t *ep = comm->eps[1 - rank];
-    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, "reached over %s", ep->ops->name);
+    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
     uint64_t seq = 0;
     for (int round = 0; round < BELL_ROUNDS; round++) {
         /* Rank 0 waits for data, then fills rank 1's FIFO and waits for room. */
@@ -447,33 +460,35 @@ static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void
             size_t cap;
             while (ep->ops->send_slot(ep, &buf, &cap) == SHOAL_OK) {
                 s = ep->ops->send_post(ep, 0, NULL);
-                RANK_CHECK(s == SHOAL_OK, "send_post: %s", shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "send_post: %s", shoal_status_string(s));
                 filled++;
             }
             s = shoal_bootstrap_bcast(comm->bootstrap, &filled, sizeof(filled), 0);
-            RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+            RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
             if (bell_wait(comm, ep, 1))
                 return 1;
         } else {
             s = shoal_bootstrap_bcast(comm->bootstrap, &filled, sizeof(filled), 0);
-            RANK_CHECK(s == SHOAL_OK, "bcast: %s", shoal_status_string(s));
+            RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
             usleep(BELL_DELAY_US);
             for (uint64_t i = 0; i < filled; i++) {
                 const void *buf;
                 size_t len;
                 s = wait_recv(comm, ep, &buf, &len, shoal_deadline_after(WAIT_NS));
-                RANK_CHECK(s == SHOAL_OK && len == 0, "empty message %llu: %s",
+                RANK_CHECK(s == SHOAL_OK && len == 0, fail, "empty message %llu: %s",
                            (unsigned long long)i, shoal_status_string(s));
                 s = ep->ops->recv_release(ep);
-                RANK_CHECK(s == SHOAL_OK, "recv_release: %s", shoal_status_string(s));
+                RANK_CHECK(s == SHOAL_OK, fail, "recv_release: %s", shoal_status_string(s));
             }
         }
         s = shoal_bootstrap_barrier(comm->bootstrap);
-        RANK_CHECK(s == SHOAL_OK, "barrier: %s", shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "barrier: %s", shoal_status_string(s));
     }
     s = shoal_comm_destroy(comm);
-    RANK_CHECK(s == SHOAL_OK, "destroy: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_shm_doorbell(void **state)
@@ -490,9 +505,11 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
         harness_setenv(setting[0], setting[1]);
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s != SHOAL_OK, "init succeeded with %s=%s on rank 1", setting[0], setting[1]);
-    RANK_CHECK(count_own_segments() == 0, "a failed init left a segment in /dev/shm");
+    RANK_CHECK(s != SHOAL_OK, fail, "init succeeded with %s=%s on rank 1", setting[0], setting[1]);
+    RANK_CHECK(count_own_segments() == 0, fail, "a failed init left a segment in /dev/shm");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_mismatched_settings(void **state)
@@ -518,7 +535,7 @@ static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *v
     leave_mode_t mode = *(const leave_mode_t *)varg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     if (rank == 1) {
         if (recv_msg(comm, 0, 0))
             return 1;
@@ -542,13 +559,15 @@ static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *v
                 s = ep->ops->send_post(ep, cap, NULL);
         }
     }
-    RANK_CHECK(s == SHOAL_ERR_PEER, "got %s, expected %s", shoal_status_string(s),
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "got %s, expected %s", shoal_status_string(s),
                shoal_status_string(SHOAL_ERR_PEER));
     /* The loss is sticky: progress keeps reporting it. */
     s = shoal_transport_progress(comm);
-    RANK_CHECK(s == SHOAL_ERR_PEER, "progress after the loss: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "progress after the loss: %s", shoal_status_string(s));
     shoal_comm_abort(comm);
     return 0;
+fail:
+    return 1;
 }
 
 static void test_tcp_peer_leaves(void **state)

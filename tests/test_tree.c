@@ -70,9 +70,11 @@ static void bufs_free(bufs_t *bf)
 static int check_guard(const unsigned char *p, int rank, const char *what)
 {
     for (size_t i = 0; i < GUARD_BYTES; i++)
-        RANK_CHECK(p[i] == GUARD, "rank %d: %s wrote %zu B past the end of its buffer", rank,
+        RANK_CHECK(p[i] == GUARD, fail, "rank %d: %s wrote %zu B past the end of its buffer", rank,
                    what, i + 1);
     return 0;
+fail:
+    return 1;
 }
 
 static shoal_status_t run_allreduce(shoal_comm_t comm, const shoal_algo_ops_t *algo,
@@ -96,19 +98,21 @@ static int check_allreduce(shoal_comm_t comm, const shoal_algo_ops_t *algo, int 
     unsigned char *recv = in_place ? bf->a : bf->b;
     shoal_status_t s = run_allreduce(comm, algo, count ? bf->a : NULL, count ? recv : NULL,
                                      count, dt, op);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: %s allreduce %s/%s count %zu: %s (%s)", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s allreduce %s/%s count %zu: %s (%s)", rank,
                nranks, algo->name, shoal_dtype_name(dt), shoal_op_name(op), count,
                shoal_status_string(s), shoal_comm_last_error(comm));
     harness_expected(bf->want, bf->tmp, count, nranks, dt, op);
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(recv[i] == bf->want[i],
+        RANK_CHECK(recv[i] == bf->want[i], fail,
                    "rank %d/%d %s %s %s count %zu %s: byte %zu (element %zu) is %#x, want %#x",
                    rank, nranks, algo->name, shoal_dtype_name(dt), shoal_op_name(op), count,
                    in_place ? "in-place" : "out-of-place", i, i / es, recv[i], bf->want[i]);
     if (!in_place)
-        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0,
+        RANK_CHECK(memcmp(bf->a, bf->orig, bytes) == 0, fail,
                    "rank %d: out-of-place %s allreduce changed sendbuf", rank, algo->name);
     return check_guard(recv + bytes, rank, algo->name);
+fail:
+    return 1;
 }
 
 /* Every dtype x op x count; in place and out of place alternate over the
@@ -118,9 +122,9 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     (void)arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t bf;
-    RANK_CHECK(bufs_alloc(&bf), "out of memory");
+    RANK_CHECK(bufs_alloc(&bf), fail, "out of memory");
     for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
         size_t es = shoal_dtype_bytes((shoal_dtype_t)dt);
         for (int op = 0; op < SHOAL_OP_COUNT; op++) {
@@ -138,8 +142,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
         }
     }
     bufs_free(&bf);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks, void *arg)
@@ -217,38 +223,42 @@ static int check_close(const void *got, size_t count, int nranks, const det_case
         if (c->op == SHOAL_AVG)
             sum /= nranks;
         double g = decode(got, i, c->dt);
-        RANK_CHECK(fabs(g - sum) <= tol * mag, "%s %s element %zu is %g, want about %g",
+        RANK_CHECK(fabs(g - sum) <= tol * mag, fail, "%s %s element %zu is %g, want about %g",
                    c->algo->name, shoal_dtype_name(c->dt), i, g, sum);
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int rank_determinism(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     uint64_t(*hashes)[MAX_RANKS] = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     bufs_t bf;
-    RANK_CHECK(bufs_alloc(&bf), "out of memory");
+    RANK_CHECK(bufs_alloc(&bf), fail, "out of memory");
     for (size_t k = 0; k < NDET; k++) {
         const det_case_t *c = &det_cases[k];
         size_t bytes = c->count * shoal_dtype_bytes(c->dt);
         for (size_t i = 0; i < c->count; i++)
             shoal_dtype_set_f64(bf.a, i, c->dt, det_value(rank, i));
         shoal_status_t s = run_allreduce(comm, c->algo, bf.a, bf.b, c->count, c->dt, c->op);
-        RANK_CHECK(s == SHOAL_OK, "%s: %s", c->algo->name, shoal_status_string(s));
+        RANK_CHECK(s == SHOAL_OK, fail, "%s: %s", c->algo->name, shoal_status_string(s));
         /* Again, in place: the same bits. */
         s = run_allreduce(comm, c->algo, bf.a, bf.a, c->count, c->dt, c->op);
-        RANK_CHECK(s == SHOAL_OK, "%s in place: %s", c->algo->name, shoal_status_string(s));
-        RANK_CHECK(memcmp(bf.a, bf.b, bytes) == 0, "rank %d: %s %s gave other bits in place",
+        RANK_CHECK(s == SHOAL_OK, fail, "%s in place: %s", c->algo->name, shoal_status_string(s));
+        RANK_CHECK(memcmp(bf.a, bf.b, bytes) == 0, fail, "rank %d: %s %s gave other bits in place",
                    rank, c->algo->name, shoal_dtype_name(c->dt));
         if (check_close(bf.b, c->count, nranks, c))
             return 1;
         hashes[k][rank] = fnv1a(bf.b, bytes);
     }
     bufs_free(&bf);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void determinism(const char *transport, int nranks)

@@ -61,50 +61,53 @@ static void netns_setup(void)
 static int two_host_rank(int rank, int nranks, int id_fd_in, int id_fd_out)
 {
     const char *ns = rank < 2 ? NS_A : NS_B;
-    RANK_CHECK(harness_enter_netns(ns) == 0, "cannot enter %s", ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, fail, "cannot enter %s", ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     shoal_unique_id_t id;
     if (rank == 0) {
-        RANK_CHECK(shoal_get_unique_id(&id) == SHOAL_OK, "unique id");
-        RANK_CHECK(write(id_fd_out, &id, sizeof(id)) == (ssize_t)sizeof(id), "send id");
+        RANK_CHECK(shoal_get_unique_id(&id) == SHOAL_OK, fail, "unique id");
+        RANK_CHECK(write(id_fd_out, &id, sizeof(id)) == (ssize_t)sizeof(id), fail, "send id");
     } else {
-        RANK_CHECK(read(id_fd_in, &id, sizeof(id)) == (ssize_t)sizeof(id), "receive id");
+        RANK_CHECK(read(id_fd_in, &id, sizeof(id)) == (ssize_t)sizeof(id), fail, "receive id");
     }
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, &id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
-    RANK_CHECK(comm->nhosts == 2, "%d hosts seen, want 2", comm->nhosts);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    RANK_CHECK(comm->nhosts == 2, fail, "%d hosts seen, want 2", comm->nhosts);
     for (int peer = 0; peer < nranks; peer++) {
         if (peer == rank)
             continue;
         const char *want = (peer < 2) == (rank < 2) ? "shm" : "tcp";
-        RANK_CHECK(!strcmp(comm->eps[peer]->ops->name, want), "rank %d -> %d over %s, want %s",
-                   rank, peer, comm->eps[peer]->ops->name, want);
+        RANK_CHECK(!strcmp(comm->eps[peer]->ops->name, want), fail,
+                   "rank %d -> %d over %s, want %s", rank, peer, comm->eps[peer]->ops->name, want);
     }
     const size_t counts[] = {1, 1001, 3 << 20};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
         size_t n = counts[c];
         double *x = malloc(n * sizeof(double));
         int64_t *y = malloc(n * sizeof(int64_t));
-        RANK_CHECK(x && y, "out of memory");
+        RANK_CHECK(x && y, fail, "out of memory");
         for (size_t i = 0; i < n; i++) {
             x[i] = (double)((i * 13 + (size_t)rank * 5) % 11);
             y[i] = (int64_t)(i % 97) - rank;
         }
-        RANK_CHECK(shoal_allreduce(x, x, n, SHOAL_FLOAT64, SHOAL_SUM, comm) == SHOAL_OK, "sum");
-        RANK_CHECK(shoal_allreduce(y, y, n, SHOAL_INT64, SHOAL_MIN, comm) == SHOAL_OK, "min");
+        RANK_CHECK(shoal_allreduce(x, x, n, SHOAL_FLOAT64, SHOAL_SUM, comm) == SHOAL_OK, fail,
+                   "sum");
+        RANK_CHECK(shoal_allreduce(y, y, n, SHOAL_INT64, SHOAL_MIN, comm) == SHOAL_OK, fail, "min");
         for (size_t i = 0; i < n; i++) {
             double want = 0;
             for (int r = 0; r < nranks; r++)
                 want += (double)((i * 13 + (size_t)r * 5) % 11);
-            RANK_CHECK(x[i] == want, "count %zu: sum[%zu] %g want %g", n, i, x[i], want);
-            RANK_CHECK(y[i] == (int64_t)(i % 97) - (nranks - 1), "count %zu: min[%zu]", n, i);
+            RANK_CHECK(x[i] == want, fail, "count %zu: sum[%zu] %g want %g", n, i, x[i], want);
+            RANK_CHECK(y[i] == (int64_t)(i % 97) - (nranks - 1), fail, "count %zu: min[%zu]", n, i);
         }
         free(x);
         free(y);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_two_hosts(void **state)
@@ -166,35 +169,37 @@ static void test_two_hosts(void **state)
 static int vanish_rank(int rank, int id_fd_in, int id_fd_out, int ready_fd, int cut_fd)
 {
     const char *ns = rank == 0 ? NS_A : NS_B;
-    RANK_CHECK(harness_enter_netns(ns) == 0, "cannot enter %s", ns);
+    RANK_CHECK(harness_enter_netns(ns) == 0, fail, "cannot enter %s", ns);
     harness_setenv("SHOAL_HOST_ID", ns);
     harness_setenv("SHOAL_TIMEOUT", "120s");
     shoal_unique_id_t id;
     if (rank == 0) {
-        RANK_CHECK(shoal_get_unique_id(&id) == SHOAL_OK, "unique id");
-        RANK_CHECK(write(id_fd_out, &id, sizeof(id)) == (ssize_t)sizeof(id), "send id");
+        RANK_CHECK(shoal_get_unique_id(&id) == SHOAL_OK, fail, "unique id");
+        RANK_CHECK(write(id_fd_out, &id, sizeof(id)) == (ssize_t)sizeof(id), fail, "send id");
     } else {
-        RANK_CHECK(read(id_fd_in, &id, sizeof(id)) == (ssize_t)sizeof(id), "receive id");
+        RANK_CHECK(read(id_fd_in, &id, sizeof(id)) == (ssize_t)sizeof(id), fail, "receive id");
     }
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(2, &id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(2, &id, rank, &comm) == SHOAL_OK, fail, "init");
     double x = 1;
     RANK_CHECK(shoal_allreduce(&x, &x, 1, SHOAL_FLOAT64, SHOAL_SUM, comm) == SHOAL_OK && x == 2,
-               "all-reduce before the cut");
+               fail, "all-reduce before the cut");
     char b = 1;
-    RANK_CHECK(write(ready_fd, &b, 1) == 1 && read(cut_fd, &b, 1) == 1, "handshake");
+    RANK_CHECK(write(ready_fd, &b, 1) == 1 && read(cut_fd, &b, 1) == 1, fail, "handshake");
     uint64_t t0 = shoal_now_ns();
     shoal_status_t s = shoal_allreduce(&x, &x, 1, SHOAL_FLOAT64, SHOAL_SUM, comm);
     double waited = (double)(shoal_now_ns() - t0) / 1e9;
     char want[16];
     snprintf(want, sizeof(want), "rank %d", 1 - rank);
-    RANK_CHECK(s == SHOAL_ERR_PEER && strstr(shoal_comm_last_error(comm), want),
+    RANK_CHECK(s == SHOAL_ERR_PEER && strstr(shoal_comm_last_error(comm), want), fail,
                "after the cut: %s (%s)", shoal_status_string(s), shoal_comm_last_error(comm));
     printf("# rank %d: the vanished host noticed after %.1f s (SHOAL_HEARTBEAT 1s)\n", rank,
            waited);
     fflush(stdout);
-    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, "abort");
+    RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort");
     return 0;
+fail:
+    return 1;
 }
 
 static void test_host_vanishes(void **state)

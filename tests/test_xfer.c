@@ -49,18 +49,22 @@ static int check_bytes(const unsigned char *buf, size_t bytes, int src, int dst,
                        const char *what)
 {
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(buf[i] == pat(src, dst, i, msg),
+        RANK_CHECK(buf[i] == pat(src, dst, i, msg), fail,
                    "rank %d: %s (message %u from rank %d): byte %zu of %zu is %#x, want %#x",
                    dst, what, msg, src, i, bytes, buf[i], pat(src, dst, i, msg));
     return 0;
+fail:
+    return 1;
 }
 
 static int check_sentinel(const unsigned char *p, size_t bytes, int rank, const char *what)
 {
     for (size_t i = 0; i < bytes; i++)
-        RANK_CHECK(p[i] == SENTINEL, "rank %d: %s: byte %zu is %#x, want the sentinel", rank,
+        RANK_CHECK(p[i] == SENTINEL, fail, "rank %d: %s: byte %zu is %#x, want the sentinel", rank,
                    what, i, p[i]);
     return 0;
+fail:
+    return 1;
 }
 
 static shoal_status_t p2p(shoal_comm_t comm, int send, int peer, void *buf, size_t count,
@@ -91,10 +95,12 @@ static int chain_send(shoal_comm_t comm, int rank, int peer, unsigned char *buf)
         fill(buf, bytes, rank, peer, (uint32_t)m);
         shoal_status_t s = p2p(comm, 1, peer, chain_counts[m] ? buf : NULL, chain_counts[m],
                                SHOAL_INT32);
-        RANK_CHECK(s == SHOAL_OK, "rank %d: send %zu of %zu B to %d: %s (%s)", rank, m, bytes,
+        RANK_CHECK(s == SHOAL_OK, fail, "rank %d: send %zu of %zu B to %d: %s (%s)", rank, m, bytes,
                    peer, shoal_status_string(s), shoal_comm_last_error(comm));
     }
     return 0;
+fail:
+    return 1;
 }
 
 static int chain_recv(shoal_comm_t comm, int rank, int peer, unsigned char *buf)
@@ -104,7 +110,7 @@ static int chain_recv(shoal_comm_t comm, int rank, int peer, unsigned char *buf)
         memset(buf, SENTINEL, CHAIN_MAX * 4 + GUARD_BYTES);
         shoal_status_t s = p2p(comm, 0, peer, chain_counts[m] ? buf : NULL, chain_counts[m],
                                SHOAL_INT32);
-        RANK_CHECK(s == SHOAL_OK, "rank %d: recv %zu of %zu B from %d: %s (%s)", rank, m,
+        RANK_CHECK(s == SHOAL_OK, fail, "rank %d: recv %zu of %zu B from %d: %s (%s)", rank, m,
                    bytes, peer, shoal_status_string(s), shoal_comm_last_error(comm));
         if (check_bytes(buf, bytes, peer, rank, (uint32_t)m, "p2p chain") ||
             check_sentinel(buf + bytes, CHAIN_MAX * 4 + GUARD_BYTES - bytes, rank,
@@ -112,6 +118,8 @@ static int chain_recv(shoal_comm_t comm, int rank, int peer, unsigned char *buf)
             return 1;
     }
     return 0;
+fail:
+    return 1;
 }
 
 /* Pairs (0,1), (2,3), ...: the even rank sends its whole chain first, the
@@ -123,11 +131,13 @@ static int check_p2p_chains(shoal_comm_t comm, int rank, int n)
     if (peer >= n)
         return 0;
     unsigned char *buf = malloc(CHAIN_MAX * 4 + GUARD_BYTES);
-    RANK_CHECK(buf, "out of memory");
+    RANK_CHECK(buf, fail, "out of memory");
     int rc = rank % 2 == 0 ? chain_send(comm, rank, peer, buf) || chain_recv(comm, rank, peer, buf)
                            : chain_recv(comm, rank, peer, buf) || chain_send(comm, rank, peer, buf);
     free(buf);
     return rc;
+fail:
+    return 1;
 }
 
 /* ---- one xfer_run with every peer --------------------------------------- */
@@ -164,7 +174,7 @@ static int check_xfer_all(shoal_comm_t comm, int rank, int n)
     shoal_xfer_t *recvs = calloc(np * ALL_MSGS, sizeof(*recvs));
     unsigned char **sbuf = calloc(np * ALL_MSGS, sizeof(*sbuf));
     unsigned char **rbuf = calloc(np * ALL_MSGS, sizeof(*rbuf));
-    RANK_CHECK(sends && recvs && sbuf && rbuf, "out of memory");
+    RANK_CHECK(sends && recvs && sbuf && rbuf, fail, "out of memory");
     shoal_reduce_fn_t sum = shoal_reduce_fn(SHOAL_INT32, SHOAL_SUM);
     /* Message-major order: a peer's messages are spread through the arrays,
      * each after the previous one of that peer. */
@@ -175,7 +185,7 @@ static int check_xfer_all(shoal_comm_t comm, int rank, int n)
             size_t sb = all_bytes(rank, to, m), rb = all_bytes(from, rank, m);
             sbuf[k] = malloc(sb + 1);
             rbuf[k] = malloc(rb + GUARD_BYTES);
-            RANK_CHECK(sbuf[k] && rbuf[k], "out of memory");
+            RANK_CHECK(sbuf[k] && rbuf[k], fail, "out of memory");
             memset(rbuf[k], SENTINEL, rb + GUARD_BYTES);
             if (m == ALL_REDUCED) {
                 int32_t *sv = (int32_t *)sbuf[k], *rv = (int32_t *)rbuf[k];
@@ -197,20 +207,20 @@ static int check_xfer_all(shoal_comm_t comm, int rank, int n)
     }
     shoal_status_t s = shoal_xfer_run(comm, sends, k, recvs, k,
                                       shoal_deadline_after(20ull * 1000000000ull));
-    RANK_CHECK(s == SHOAL_OK, "rank %d: xfer_run with every peer: %s", rank,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: xfer_run with every peer: %s", rank,
                shoal_status_string(s));
     k = 0;
     for (int m = 0; m < ALL_MSGS; m++) {
         for (int d = 1; d < n; d++, k++) {
             int from = (rank - d + n) % n;
             size_t rb = all_bytes(from, rank, m);
-            RANK_CHECK(recvs[k].done == rb && sends[k].done == sends[k].bytes,
+            RANK_CHECK(recvs[k].done == rb && sends[k].done == sends[k].bytes, fail,
                        "rank %d: message %d with peers +-%d: done %zu/%zu and %zu/%zu", rank,
                        m, d, sends[k].done, sends[k].bytes, recvs[k].done, rb);
             if (m == ALL_REDUCED) {
                 const int32_t *rv = (const int32_t *)rbuf[k];
                 for (size_t i = 0; i < rb / 4; i++)
-                    RANK_CHECK(rv[i] == red_own(rank, i) + red_sent(from, rank, i),
+                    RANK_CHECK(rv[i] == red_own(rank, i) + red_sent(from, rank, i), fail,
                                "rank %d: reduced message from %d: element %zu is %d, want %d",
                                rank, from, i, rv[i], red_own(rank, i) + red_sent(from, rank, i));
             } else if (check_bytes(rbuf[k], rb, from, rank, (uint32_t)m, "xfer with every peer")) {
@@ -227,6 +237,8 @@ static int check_xfer_all(shoal_comm_t comm, int rank, int n)
     free(sbuf);
     free(rbuf);
     return 0;
+fail:
+    return 1;
 }
 
 /* ---- gather and scatter ------------------------------------------------- */
@@ -244,7 +256,7 @@ static int check_gather(shoal_comm_t comm, int rank, int n, int root, shoal_dtyp
     uint32_t salt = (uint32_t)(count * 3 + es + (size_t)in_place);
     int is_root = rank == root;
     unsigned char *send = malloc(blk + 1), *all = malloc(total + GUARD_BYTES);
-    RANK_CHECK(send && all, "out of memory");
+    RANK_CHECK(send && all, fail, "out of memory");
     memset(all, SENTINEL, total + GUARD_BYTES);
     unsigned char *mine = is_root && in_place ? all + (size_t)root * blk : send;
     fill(mine, blk, rank, root, salt);
@@ -257,7 +269,7 @@ static int check_gather(shoal_comm_t comm, int rank, int n, int root, shoal_dtyp
                            .dtype = dt,
                            .root = root};
     shoal_status_t s = shoal_coll_run(comm, &shoal_direct_gather_ops, "gather test", &a);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: gather of %zu x %s to %d%s: %s (%s)", rank, n,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: gather of %zu x %s to %d%s: %s (%s)", rank, n,
                count, shoal_dtype_name(dt), root, in_place ? " in place" : "",
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (is_root) {
@@ -274,6 +286,8 @@ static int check_gather(shoal_comm_t comm, int rank, int n, int root, shoal_dtyp
     free(send);
     free(all);
     return 0;
+fail:
+    return 1;
 }
 
 static int check_scatter(shoal_comm_t comm, int rank, int n, int root, shoal_dtype_t dt,
@@ -283,7 +297,7 @@ static int check_scatter(shoal_comm_t comm, int rank, int n, int root, shoal_dty
     uint32_t salt = (uint32_t)(count * 5 + es + (size_t)in_place);
     int is_root = rank == root;
     unsigned char *all = malloc(total + 1), *recv = malloc(blk + GUARD_BYTES);
-    RANK_CHECK(all && recv, "out of memory");
+    RANK_CHECK(all && recv, fail, "out of memory");
     memset(recv, SENTINEL, blk + GUARD_BYTES);
     if (is_root) {
         for (int j = 0; j < n; j++)
@@ -299,7 +313,7 @@ static int check_scatter(shoal_comm_t comm, int rank, int n, int root, shoal_dty
                            .dtype = dt,
                            .root = root};
     shoal_status_t s = shoal_coll_run(comm, &shoal_direct_scatter_ops, "scatter test", &a);
-    RANK_CHECK(s == SHOAL_OK, "rank %d/%d: scatter of %zu x %s from %d%s: %s (%s)", rank, n,
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: scatter of %zu x %s from %d%s: %s (%s)", rank, n,
                count, shoal_dtype_name(dt), root, in_place ? " in place" : "",
                shoal_status_string(s), shoal_comm_last_error(comm));
     if (check_bytes(dst, blk, root, rank, salt, "scatter"))
@@ -320,6 +334,8 @@ static int check_scatter(shoal_comm_t comm, int rank, int n, int root, shoal_dty
     free(all);
     free(recv);
     return 0;
+fail:
+    return 1;
 }
 
 static int check_gather_scatter(shoal_comm_t comm, int rank, int n)
@@ -341,13 +357,15 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
 {
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, "init: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     if (check_p2p_chains(comm, rank, nranks) || check_xfer_all(comm, rank, nranks) ||
         check_gather_scatter(comm, rank, nranks))
         return 1;
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void run_matrix(const char *transport, int nranks)
@@ -377,10 +395,10 @@ MATRIX_TEST(tcp, 6) MATRIX_TEST(tcp, 7) MATRIX_TEST(tcp, 8)
 static int rank_crossed(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     int peer = 1 - rank;
     unsigned char *out = malloc(CROSS_BYTES), *in = malloc(CROSS_BYTES + GUARD_BYTES);
-    RANK_CHECK(out && in, "out of memory");
+    RANK_CHECK(out && in, fail, "out of memory");
     fill(out, CROSS_BYTES, rank, peer, 99);
     memset(in, SENTINEL, CROSS_BYTES + GUARD_BYTES);
     /* The send comes first in the arrays and the receive second: the
@@ -389,15 +407,17 @@ static int rank_crossed(int rank, int nranks, const shoal_unique_id_t *id, void 
     shoal_xfer_t r0 = {.ep = shoal_comm_ep(comm, peer), .buf = in, .bytes = CROSS_BYTES};
     shoal_status_t s = shoal_xfer_run(comm, &s0, 1, &r0, 1,
                                       shoal_deadline_after(20ull * 1000000000ull));
-    RANK_CHECK(s == SHOAL_OK, "rank %d: crossed xfer: %s", rank, shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: crossed xfer: %s", rank, shoal_status_string(s));
     if (check_bytes(in, CROSS_BYTES, peer, rank, 99, "crossed message") ||
         check_sentinel(in + CROSS_BYTES, GUARD_BYTES, rank, "past the crossed message"))
         return 1;
     free(out);
     free(in);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_crossed(void **state)
@@ -421,20 +441,20 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
 {
     const mismatch_t *mm = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     size_t max = mm->sent > mm->expected ? mm->sent : mm->expected;
     unsigned char *buf = malloc(max + 1);
-    RANK_CHECK(buf, "out of memory");
+    RANK_CHECK(buf, fail, "out of memory");
     memset(buf, 0, max + 1);
     shoal_status_t s = p2p(comm, rank == 0, 1 - rank, buf, rank == 0 ? mm->sent : mm->expected,
                            SHOAL_INT8);
     if (rank == 0) {
-        RANK_CHECK(s == SHOAL_OK, "sender of %zu B: %s (%s)", mm->sent, shoal_status_string(s),
-                   shoal_comm_last_error(comm));
+        RANK_CHECK(s == SHOAL_OK, fail, "sender of %zu B: %s (%s)", mm->sent,
+                   shoal_status_string(s), shoal_comm_last_error(comm));
     } else {
-        RANK_CHECK(s == SHOAL_ERR_MISMATCH, "receiver of %zu B where %zu B were sent: %s",
+        RANK_CHECK(s == SHOAL_ERR_MISMATCH, fail, "receiver of %zu B where %zu B were sent: %s",
                    mm->expected, mm->sent, shoal_status_string(s));
-        RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0', "mismatch left no reason");
+        RANK_CHECK(shoal_comm_last_error(comm)[0] != '\0', fail, "mismatch left no reason");
     }
     free(buf);
     /* The mismatch breaks the receiver's communicator (its FIFO still holds
@@ -442,9 +462,10 @@ static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void
      * sender's destroy may see it gone. */
     s = shoal_comm_destroy(comm);
     RANK_CHECK(s == SHOAL_OK || (rank == 0 && (s == SHOAL_ERR_PEER || s == SHOAL_ERR_MISMATCH)),
-               "destroy: %s",
-               shoal_status_string(s));
+               fail, "destroy: %s", shoal_status_string(s));
     return 0;
+fail:
+    return 1;
 }
 
 static void test_mismatch(void **state)
@@ -471,28 +492,30 @@ static int rank_timeout(int rank, int nranks, const shoal_unique_id_t *id, void 
 {
     const char *transport = arg;
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     static unsigned char buf[16 * TEST_CHUNK];
     shoal_xfer_t x = {.ep = shoal_comm_ep(comm, 1 - rank), .buf = buf, .bytes = 8};
     shoal_status_t s;
     if (rank == 1) {
         s = shoal_xfer_run(comm, NULL, 0, &x, 1, shoal_deadline_after(200ull * 1000000ull));
-        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, "missing message: %s", shoal_status_string(s));
-        RANK_CHECK(!x.started && x.done == 0, "a piece of a missing message moved");
+        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "missing message: %s", shoal_status_string(s));
+        RANK_CHECK(!x.started && x.done == 0, fail, "a piece of a missing message moved");
     }
     /* Through the bootstrap: a barrier on the data path would put a piece
      * where rank 1 is still waiting for its message. */
     s = shoal_bootstrap_barrier(comm->bootstrap);
-    RANK_CHECK(s == SHOAL_OK, "barrier after a timeout: %s", shoal_status_string(s));
+    RANK_CHECK(s == SHOAL_OK, fail, "barrier after a timeout: %s", shoal_status_string(s));
     if (rank == 0 && !strcmp(transport, "shm")) {
         x.bytes = sizeof(buf);
         s = shoal_xfer_run(comm, &x, 1, NULL, 0, shoal_deadline_after(200ull * 1000000ull));
-        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, "send without room: %s", shoal_status_string(s));
-        RANK_CHECK(x.done > 0 && x.done < x.bytes, "send without room moved %zu of %zu B",
+        RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "send without room: %s", shoal_status_string(s));
+        RANK_CHECK(x.done > 0 && x.done < x.bytes, fail, "send without room moved %zu of %zu B",
                    x.done, x.bytes);
     }
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
+fail:
+    return 1;
 }
 
 /* An aborted communicator's transfer returns SHOAL_ERR_ABORTED. The flag
@@ -501,17 +524,19 @@ static int rank_timeout(int rank, int nranks, const shoal_unique_id_t *id, void 
 static int rank_abort(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, "init");
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     unsigned char b[8];
     shoal_xfer_t x = {.ep = shoal_comm_ep(comm, 1 - rank), .buf = b, .bytes = sizeof(b)};
     atomic_store(&comm->aborted, 1);
     shoal_status_t s = shoal_xfer_run(comm, NULL, 0, &x, 1,
                                       shoal_deadline_after(20ull * 1000000000ull));
     atomic_store(&comm->aborted, 0);
-    RANK_CHECK(s == SHOAL_ERR_ABORTED, "aborted xfer: %s", shoal_status_string(s));
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, "destroy");
+    RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "aborted xfer: %s", shoal_status_string(s));
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;
     return 0;
+fail:
+    return 1;
 }
 
 static void test_timeout_abort(void **state)
