@@ -158,8 +158,21 @@ size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot);
 
 #define SHOAL_PLAN_NBRS 16
 
-typedef struct {
-    shoal_coll_args_t args;
+/*
+ * A plan: what an algorithm works out once for a call's shape (the
+ * collective, count, type, op, root, codec shape and settings), then runs
+ * for every call of that shape. shoal_plan_get keeps one per collective
+ * kind on the communicator, so repeated calls re-plan nothing; a plan owns
+ * its working memory (shoal_plan_scratch), which stops growing after its
+ * first run and is freed with it.
+ */
+struct shoal_algo_ops;
+typedef struct shoal_plan {
+    const struct shoal_algo_ops *algo; /* the algorithm it was made for */
+    unsigned settings;        /* shoal_config_generation() then */
+    void *scratch;            /* working memory of its runs, owned */
+    size_t scratch_bytes;
+    shoal_coll_args_t args;   /* the call it runs (buffers rebound per run) */
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */
@@ -222,7 +235,7 @@ double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_arg
 shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan);
 
-typedef struct {
+typedef struct shoal_algo_ops {
     size_t size; /* sizeof(shoal_algo_ops_t) */
     const char *name;
     /* Estimated seconds for args on comm, for selection; < 0: cannot run. */
@@ -269,6 +282,28 @@ double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
  * left 0). SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
 shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t *args,
                                int reduces, shoal_plan_t *plan);
+/* At least bytes of working memory owned by plan, kept for its later runs
+ * (a plan of one shape asks for the same each run, so only its first run
+ * allocates) and freed with it. */
+shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p);
+/* A plan of algo for args, made by algo->plan in memory of its own. */
+shoal_status_t shoal_plan_create(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+                                 const shoal_coll_args_t *args, shoal_plan_t **plan_p);
+/* Run plan for args, a call of the shape it was made for (its buffers, and
+ * a codec's state and residual, may differ from the last run's). */
+shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args);
+/* Free plan and what it owns; NULL is ignored. */
+void shoal_plan_destroy(shoal_plan_t *plan);
+/* comm's plan of algo for args: the cached one of args' collective when it
+ * was made for the same shape and settings, else a new one that replaces
+ * it (all-to-all-v calls, whose counts differ per call, get one that is
+ * not cached: the caller destroys it when *cached_p is 0). Executor only. */
+shoal_status_t shoal_plan_get(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+                              const shoal_coll_args_t *args, shoal_plan_t **plan_p,
+                              int *cached_p);
+/* Destroy every plan comm keeps (its destroy). */
+void shoal_plan_cache_release(struct shoal_comm *comm);
+
 /* Bind the stage of args to an initialised plan: the codec stage with the
  * codec and residual when args carries a codec (fp32 only), and its piece
  * in stage_elems. SHOAL_ERR_INTERNAL when no piece of it fits a slot. */

@@ -149,7 +149,7 @@ static shoal_status_t direct_run(shoal_plan_t *plan)
      * stops growing after the first call of a given size. */
     size_t m = (size_t)n - 1;
     void *mem;
-    shoal_status_t s = shoal_comm_scratch(comm, 2 * m * sizeof(shoal_xfer_t), &mem);
+    shoal_status_t s = shoal_plan_scratch(plan, 2 * m * sizeof(shoal_xfer_t), &mem);
     if (s != SHOAL_OK)
         return s;
     shoal_xfer_t *x = mem;

@@ -159,7 +159,7 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
     char *acc = NULL;
     if (!is_root && nchild >= 2) {
         void *scratch;
-        shoal_status_t s = shoal_comm_scratch(comm, plan->piece_elems * es, &scratch);
+        shoal_status_t s = shoal_plan_scratch(plan, plan->piece_elems * es, &scratch);
         if (s != SHOAL_OK)
             return s;
         acc = scratch;

@@ -85,7 +85,7 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
      * growing after the first call on this many ranks. */
     void *mem;
     size_t m = (size_t)n - 1;
-    shoal_status_t s = shoal_comm_scratch(comm, m * sizeof(shoal_xfer_t), &mem);
+    shoal_status_t s = shoal_plan_scratch(plan, m * sizeof(shoal_xfer_t), &mem);
     if (s != SHOAL_OK)
         return s;
     shoal_xfer_t *x = mem;

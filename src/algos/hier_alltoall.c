@@ -101,7 +101,7 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
     }
     size_t cap = (size_t)n + agent_blocks;
     void *mem;
-    shoal_status_t s = shoal_comm_scratch(comm, 2 * cap * sizeof(shoal_xfer_t) +
+    shoal_status_t s = shoal_plan_scratch(plan, 2 * cap * sizeof(shoal_xfer_t) +
                                                     2 * agent_blocks * block, &mem);
     if (s != SHOAL_OK)
         return s;

@@ -83,7 +83,7 @@ static shoal_status_t hier_rs_run(shoal_plan_t *plan)
     char *stage;
     if (block == 0)
         return SHOAL_OK;
-    shoal_status_t s = shoal_comm_scratch(comm, block * (size_t)comm->nranks + block,
+    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)comm->nranks + block,
                                           (void **)&stage);
     if (s != SHOAL_OK)
         return s;
@@ -117,7 +117,7 @@ static shoal_status_t hier_ag_run(shoal_plan_t *plan)
     char *stage;
     if (block == 0)
         return SHOAL_OK;
-    shoal_status_t s = shoal_comm_scratch(comm, block * (size_t)comm->nranks, (void **)&stage);
+    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)comm->nranks, (void **)&stage);
     if (s != SHOAL_OK)
         return s;
     p->deadline_ns = shoal_deadline_after(comm->timeout_ns);

@@ -58,7 +58,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
      * a copy. */
     if (in == acc && r > 0) {
         void *keep;
-        s = shoal_comm_scratch(comm, bytes, &keep);
+        s = shoal_plan_scratch(plan, bytes, &keep);
         if (s != SHOAL_OK)
             return s;
         shoal_move(comm, keep, in, bytes);

@@ -217,7 +217,7 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
     /* Every block is reduced in scratch, so an in-place recvbuf (inside
      * sendbuf) is written only once the input is no longer read. */
     void *scratch;
-    s = shoal_comm_scratch(comm, total, &scratch);
+    s = shoal_plan_scratch(plan, total, &scratch);
     if (s != SHOAL_OK)
         return s;
     char *work = scratch;

@@ -75,7 +75,7 @@ static shoal_status_t ring_gs_forward(shoal_plan_t *plan, int nblocks)
     if (nblocks <= 0)
         return SHOAL_OK;
     void *tmp;
-    shoal_status_t s = shoal_comm_scratch(p->comm, plan->piece_elems * plan->esize, &tmp);
+    shoal_status_t s = shoal_plan_scratch(plan, plan->piece_elems * plan->esize, &tmp);
     for (int b = 0; b < nblocks && s == SHOAL_OK; b++) {
         for (size_t k = 0; k < np && s == SHOAL_OK; k++) {
             size_t off, len = ring_gs_piece(plan, k, &off);

@@ -337,7 +337,7 @@ static shoal_status_t tree_run(shoal_plan_t *plan)
     size_t tmp_bytes = round_up(st->tmp_bytes(p, pe), TREE_WIRE_ALIGN);
     if (tmp_bytes + w.stride) {
         void *mem;
-        shoal_status_t s = shoal_comm_scratch(comm, tmp_bytes + SHOAL_TREE_WINDOW * w.stride,
+        shoal_status_t s = shoal_plan_scratch(plan, tmp_bytes + SHOAL_TREE_WINDOW * w.stride,
                                               &mem);
         if (s != SHOAL_OK)
             return s;

@@ -107,7 +107,7 @@ static shoal_status_t twoshot_run(shoal_plan_t *plan)
     size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
     shoal_status_t s = SHOAL_OK;
     if (tmp_bytes)
-        s = shoal_comm_scratch(comm, tmp_bytes, &p->tmp);
+        s = shoal_plan_scratch(plan, tmp_bytes, &p->tmp);
     if (s == SHOAL_OK)
         s = twoshot_run_loops(p, ring, a->sendbuf, a->recvbuf, a->count, plan->stage_elems);
     return s == SHOAL_OK ? twoshot_flush(p, ring) : s;

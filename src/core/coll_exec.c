@@ -5,7 +5,6 @@
 #include "exec.h"
 
 #include "base/clock.h"
-#include "compress/compressor.h"
 #include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
@@ -50,10 +49,14 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
                               const char *what, const shoal_coll_args_t *args)
 {
-    shoal_plan_t plan;
-    shoal_status_t s = algo->plan(comm, args, &plan);
-    if (s == SHOAL_OK)
-        s = algo->run(&plan);
+    shoal_plan_t *plan;
+    int cached;
+    shoal_status_t s = shoal_plan_get(comm, algo, args, &plan, &cached);
+    if (s == SHOAL_OK) {
+        s = shoal_plan_run(plan, args);
+        if (!cached)
+            shoal_plan_destroy(plan);
+    }
     if (s != SHOAL_OK)
         return shoal_coll_failed(comm, s, "%s: %s of %zu x %s", what, algo->name, args->count,
                                  shoal_dtype_name(args->dtype));
@@ -164,8 +167,8 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (shoal_call_is_empty(comm, call))
         return SHOAL_OK;
-    if (call->comp)
-        return shoal_compressor_run(comm, call);
+    if (call->run)
+        return call->run(comm, call);
     if (call->barrier) {
         /* A one-byte all-reduce through the data path rather than the
          * bootstrap: a dead or stalled peer shows up as in any collective,

@@ -325,6 +325,7 @@ static void comm_free(struct shoal_comm *comm)
     shoal_flight_destroy(comm->flight);
     comm->flight = NULL;
     shoal_transport_teardown(comm);
+    shoal_plan_cache_release(comm);
     free(comm->scratch);
     free(comm->stage);
     free(comm->premul);

@@ -115,6 +115,9 @@ struct shoal_comm {
      * where that was found; the watch state is guarded by watch_lock. */
     shoal_sig_t sig;
     shoal_algo_memo_t algo_memo[SHOAL_ALGO_MEMO_KINDS]; /* per collective kind */
+    /* The last plan run per collective kind (algos/algo.h: shoal_plan_get),
+     * kept for the next call of the same shape; executor only. */
+    struct shoal_plan *plans[SHOAL_ALGO_MEMO_KINDS];
     uint64_t nseq;
     char cause[SHOAL_ERROR_MAX];
     pthread_mutex_t watch_lock;

@@ -243,11 +243,12 @@ typedef struct {
 static void sim_rank_main(void *arg)
 {
     sim_task_t *t = arg;
-    shoal_plan_t plan;
     struct shoal_comm *comm = &t->sim->comms[t->rank];
-    t->status = t->algo->plan(comm, &t->args, &plan);
+    shoal_plan_t *plan = NULL;
+    t->status = shoal_plan_create(comm, t->algo, &t->args, &plan);
     if (t->status == SHOAL_OK)
-        t->status = t->algo->run(&plan);
+        t->status = shoal_plan_run(plan, &t->args);
+    shoal_plan_destroy(plan);
     shoal_sim_charge(t->sim, t->rank);
 }
 
