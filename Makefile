@@ -29,9 +29,15 @@ NO_UNDEF := $(if $(SANITIZE),,-Wl,--no-undefined)
 ALL_CFLAGS := -std=c11 -D_GNU_SOURCE -fPIC $(WARN) $(CFLAGS) -Iinclude -Isrc $(PKG_CFLAGS)
 LIBS     := $(PKG_LIBS) -lopenblas -lpthread -lm -lrt
 
-LIB_SRC  := $(sort $(wildcard src/base/*.c src/core/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
-                              src/sim/*.c src/compress/*.c))
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/core/*.c src/api/*.c src/algos/*.c src/transport/*.c src/topo/*.c \
+                              src/compress/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The simulator runs the product's schedules with dry kernels over a
+# simulated transport: a library of its own for tools/shoal_sim and the
+# tests, never linked into libshoal or libnccl.
+SIM_SRC  := $(sort $(wildcard src/sim/*.c))
+SIM_OBJ  := $(SIM_SRC:%.c=$(BUILD)/%.o)
+SIM_LIB  := $(BUILD)/libshoal_sim.a
 # The NCCL door: libnccl.so.2 = the door's files + shoal, exporting only nccl*/pnccl*.
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
 NCCL_OBJ := $(NCCL_SRC:%.c=$(BUILD)/%.o)
@@ -77,9 +83,14 @@ $(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
 	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(LIB_OBJ) $(LIBS)
 	ln -sf libnccl.so.2 $(BUILD)/libnccl.so
 
+$(SIM_LIB): $(SIM_OBJ)
+	rm -f $@ && ar rcs $@ $^
+
 $(TOOLS_DIR)/%: $(BUILD)/tools/%.o $(BUILD)/libshoal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(BUILD)/libshoal.a $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %_sim.a,$^) $(BUILD)/libshoal.a $(LIBS)
+
+$(TOOLS_DIR)/shoal_sim: $(SIM_LIB)
 
 # The NCCL door's settings ([compress]) and its NCCL_* alias translators:
 # shoal_info -c prints them and test_config tests them.
@@ -93,7 +104,9 @@ $(BUILD)/tests/test_config: $(BUILD)/tests/test_config.o $(TEST_LIB) $(DOOR_CONF
 $(TOOLS_DIR)/allreduce_bench: $(BUILD)/tools/bench_compress.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(filter %_sim.a,$^) $(BUILD)/libshoal.a $(LIBS) -lcmocka
+
+$(BUILD)/tests/test_sim: $(SIM_LIB)
 
 # The training test reads the digits data set (python3-sklearn) through zlib.
 $(BUILD)/tests/test_train_digits: LIBS += -lz
@@ -136,7 +149,7 @@ test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 # No file includes or calls upward across the layers that
 # docs/architecture.md lists (scripts/layers_allow.txt: the arrows still
 # being removed). make test runs the same check through tests/test_layers.sh.
-check-layers: $(LIB_OBJ) $(NCCL_OBJ)
+check-layers: $(LIB_OBJ) $(NCCL_OBJ) $(SIM_OBJ)
 	python3 scripts/check_layers.py --build $(BUILD)
 
 install: all

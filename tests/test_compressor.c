@@ -21,7 +21,7 @@
  *   deadline and leaves the residuals as they were. */
 #include "harness.h"
 
-#include "compress/compressor.h"
+#include "api/compressor.h"
 #include "base/dtype.h"
 
 #include <math.h>

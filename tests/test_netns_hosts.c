@@ -23,7 +23,7 @@
 #include "harness.h"
 
 #include "compress_ref.h"
-#include "compress/compressor.h"
+#include "api/compressor.h"
 
 #include "algos/algo.h"
 #include "core/comm.h"

@@ -100,6 +100,11 @@ static double put_cost_of(const struct shoal_comm *comm, const shoal_coll_args_t
 {
     if (comm->nranks < 2 || comm->nhosts != 1)
         return -1;
+    /* Only a transport that writes into peers' memory (shm) can serve it;
+     * one whose put_signal is the shared stub (tcp, the simulator's) never
+     * could, and its control messages would be wasted. */
+    if (!comm->tl_sole || comm->tl_sole->ops->put_signal == shoal_tl_stub_put_signal)
+        return -1;
     double fb_cost;
     if (!put_fallback(comm, args, self, &fb_cost))
         return -1;

@@ -1,7 +1,8 @@
 /* The compressed all-reduce as a collective (the executor-side call under
  * the public compressor API): a call like shoal_allreduce whose fp32
  * values travel in a codec's wire form through one of the codec schedules
- * (algos/ring_codec.c, twoshot_codec.c, hier.c). */
+ * (algos/ring_allreduce.c, twoshot.c, tree.c and hier.c with the codec
+ * stage). */
 #ifndef SHOAL_COMPRESS_CALL_H
 #define SHOAL_COMPRESS_CALL_H
 

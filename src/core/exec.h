@@ -13,7 +13,7 @@
 #include "comm.h"
 
 /* One recorded call. */
-typedef struct {
+typedef struct shoal_call {
     shoal_coll_args_t args;
     const char *what;          /* public name of the call, for messages */
     int barrier;               /* a barrier: args carry no buffers */
@@ -21,9 +21,12 @@ typedef struct {
     shoal_dtype_t premul_dtype;
     unsigned char scalar[8];   /* ...this scalar (args.op is then SHOAL_SUM), */
     const void *scalar_ref;    /* or the one read here when the call runs */
-    /* A compressed all-reduce through a compressor (compress/compressor.h):
-     * it runs as several calls of its own; info is filled in on success. */
+    /* A compressed all-reduce through a compressor (api/compressor.h): it
+     * runs as several calls of its own, through run, which the API layer
+     * sets (the executor calls it instead of a schedule, without knowing
+     * compressors); info is filled in on success. */
     struct shoal_compressor *comp;
+    shoal_status_t (*run)(struct shoal_comm *comm, const struct shoal_call *call);
     shoal_compress_info_t *info;
     /* The signature kind when not the call's own (0): a compressor's inner
      * full-precision all-reduces carry SHOAL_SIG_COMPRESSOR. */

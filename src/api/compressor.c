@@ -2,8 +2,8 @@
  * checkpoints, and the compressed all-reduce (compressor.h). */
 #include "compressor.h"
 
-#include "codec.h"
-#include "powersgd.h"
+#include "compress/codec.h"
+#include "compress/powersgd.h"
 
 #include "base/dtype.h"
 
@@ -516,6 +516,7 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
         .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
                  .count = c->count, .dtype = c->dtype, .op = op},
         .comp = c,
+        .run = shoal_compressor_run,
         .info = info,
     };
     shoal_status_t s = shoal_call_issue(comm, &call, nb, req_p);
