@@ -5,6 +5,7 @@
 #include "base/config.h"
 #include "base/dtype.h"
 #include "base/log.h"
+#include "core/link_probe.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,6 @@
 #include "cluster.h"
 #include "topo.h"
 
-struct shoal_comm;
 
 typedef struct {
     double lat_s;   /* one small message, one way */
@@ -35,11 +34,6 @@ shoal_status_t shoal_links_parse(const char *text, shoal_links_t *links_p);
 
 /* The class between ranks a and b of a cluster view. */
 shoal_link_class_t shoal_links_class(const shoal_cluster_t *c, int a, int b);
-
-/* core/link_probe.c's (see link_probe.h there). Declared here too only
- * because the simulator, being reworked as its own library, calls it
- * without that header; the declaration leaves once it includes it. */
-void shoal_links_flat(struct shoal_comm *comm);
 
 /* Print the classes with their figures (shoal_info -T). */
 void shoal_links_print(const shoal_links_t *links, FILE *out);
