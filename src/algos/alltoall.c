@@ -145,7 +145,7 @@ static shoal_status_t direct_run(shoal_plan_t *plan)
     if (n == 1)
         return SHOAL_OK;
     uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
-    /* The message array lives in the communicator's working memory, which
+    /* The message array lives in the plan's working memory, which
      * stops growing after the first call of a given size. */
     size_t m = (size_t)n - 1;
     void *mem;

@@ -81,7 +81,7 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
     }
     if (n == 1)
         return SHOAL_OK;
-    /* The messages live in the communicator's working memory, which stops
+    /* The messages live in the plan's working memory, which stops
      * growing after the first call on this many ranks. */
     void *mem;
     size_t m = (size_t)n - 1;
