@@ -4,8 +4,9 @@
 # and sizes that are no multiple of the element, ranks started by mpirun
 # (through PMIx) and by torchrun-style variables; then every collective of
 # --coll at 1..8 ranks over shm and tcp, every type of each, and groups of
-# operations (-m); the compressed all-reduces of --compress. Run from the
-# repository root (make test does).
+# operations (-m); the compressed all-reduces of --compress; buffers from
+# shoal_mem_alloc (--mem shared). Run from the repository root (make test
+# does).
 
 # The bench to test: tools/ for the default build; a build elsewhere (the
 # Makefile puts other BUILD directories' tools in $(BUILD)/bin) passes its own.
@@ -379,6 +380,90 @@ bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress 
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
 bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
+
+# --mem shared: the send and receive buffers from shoal_mem_alloc, which
+# peers can map. Over shared memory the all-gather, all-to-all and broadcast
+# then write straight into the peers' buffers (the "put" algorithm, which
+# the cost model takes from 256 KiB of output per rank); with --mem host
+# the same put finds no shareable buffer and falls back to the slots on
+# every rank. Sizes 0 .. 2 MiB in steps of x8 (9 rows), every root: the
+# largest rows take put, and the ALGO log shows it, without a fallback.
+PUT_COLLS="allgather alltoall broadcast"
+MSIZES="-b 0 -e 2M -f 8"
+MNSIZES=9
+put_ok() { grep -q ': put, est\.' "$1" && ! grep -q 'put falls back' "$1"; }
+for coll in $PUT_COLLS; do
+    for np in 2 3; do
+        out="$TMP/$coll.mem$np.out"
+        # shellcheck disable=SC2086 # MSIZES is several flags
+        SHOAL_DEBUG=debug SHOAL_DEBUG_SUBSYS=ALGO $LIMIT $BENCH -np $np --coll $coll \
+            --mem shared $MSIZES -r -1 -c 1 -n 1 -w 1 >"$out" 2>"$out.err"
+        rc=$?
+        nrows=$MNSIZES
+        rooted $coll && nrows=$((MNSIZES * np))
+        check "--mem shared --coll $coll -np $np: exits 0, $nrows rows, none wrong, guards intact" \
+            run_ok $coll "$out" $rc $nrows || { show "$out"; show "$out.err"; }
+        check "--mem shared --coll $coll -np $np: put chosen, no rank fell back to the slots" \
+            put_ok "$out.err" || show "$out.err"
+    done
+    # put forced onto every size (rows of no element, counts that no rank
+    # count divides) and onto groups of 10 in slices of one block; over tcp,
+    # where peers cannot write, the shared buffers serve as any other.
+    out="$TMP/$coll.memput.out"
+    SHOAL_ALGO=$coll:put $LIMIT $BENCH -np 3 --coll $coll --mem shared $SIZES -r -1 -c 1 \
+        -n 1 -w 1 >"$out" 2>&1
+    rc=$?
+    nrows=$NSIZES
+    rooted $coll && nrows=$((NSIZES * 3))
+    check "--mem shared SHOAL_ALGO=$coll:put -np 3: exits 0, $nrows rows, none wrong" \
+        run_ok $coll "$out" $rc $nrows || show "$out"
+    out="$TMP/$coll.memm.out"
+    SHOAL_ALGO=$coll:put $LIMIT $BENCH -np 3 --coll $coll --mem shared -b 0 -e 3M -f 7 \
+        -m 10 -c 1 -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--mem shared SHOAL_ALGO=$coll:put -np 3 -m 10: exits 0, 9 rows, none wrong" \
+        run_ok $coll "$out" $rc 9 || show "$out"
+    out="$TMP/$coll.memtcp.out"
+    # shellcheck disable=SC2086 # MSIZES is several flags
+    SHOAL_SHM_ENABLE=n $LIMIT $BENCH -np 3 --coll $coll --mem shared $MSIZES -c 1 -n 1 -w 1 \
+        >"$out" 2>&1
+    rc=$?
+    check "--mem shared --coll $coll -np 3 over tcp: exits 0, $MNSIZES rows, none wrong" \
+        run_ok $coll "$out" $rc $MNSIZES || show "$out"
+done
+# The contrast that makes put_ok mean something: malloc'd buffers, same run.
+out="$TMP/allgather.memhost.out"
+SHOAL_DEBUG=debug SHOAL_DEBUG_SUBSYS=ALGO $LIMIT $BENCH -np 2 --coll allgather --mem host \
+    -b 2M -e 2M -c 1 -n 1 -w 1 >"$out" 2>"$out.err"
+rc=$?
+check "--mem host --coll allgather -np 2 at 2 MiB: exits 0, put falls back to the slots" \
+    sh -c "[ $rc -eq 0 ] && grep -q 'put falls back' '$out.err'" || show "$out.err"
+check "the header names the memory: shared, host by default" \
+    sh -c "grep -q '^# Memory: shared (send and receive buffers from shoal_mem_alloc)\$' '$TMP/broadcast.mem3.out' &&
+        grep -Eq '^#  Rank  2 Pid +[0-9]+ on +[^ ]+ shared memory\$' '$TMP/broadcast.mem3.out' &&
+        grep -q '^# Memory: host (send and receive buffers from malloc)\$' '$TMP/gather.3.out' &&
+        grep -Eq '^#  Rank  2 Pid +[0-9]+ on +[^ ]+ host memory\$' '$TMP/gather.3.out'"
+out="$TMP/mem.json.out"
+$LIMIT $BENCH -np 2 --coll alltoall --mem=shared -b 1M -e 1M -c 1 -n 1 -w 1 \
+    -J "$TMP/mem.json" >"$out" 2>&1
+rc=$?
+check "--mem shared -J: the JSON settings name the memory" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^  \"memory\": \"shared\",\$' '$TMP/mem.json' &&
+        grep -q '\"status\": \"ok\"' '$TMP/mem.json'" || { show "$out"; show "$TMP/mem.json"; }
+check "-J without --mem: the JSON settings say host" \
+    grep -q '^  "memory": "host",$' "$TMP/comp.json"
+# The compressed all-reduce takes the bench's buffers, shared ones too.
+out="$TMP/comp.mem.out"
+# shellcheck disable=SC2086 # CSIZES is several flags
+$LIMIT "$BENCH" -np 2 --compress int8 --mem shared $CSIZES -n 2 -w 1 >"$out" 2>&1
+rc=$?
+check "--compress int8 --mem shared -np 2: exits 0, relerr below 1e-2" \
+    crun_err_ok "$out" $rc 1e-2 || show "$out"
+$BENCH -np 2 --mem foo >"$TMP/badmem.out" 2>&1
+rc=$?
+check "--mem foo is refused, naming the kinds" \
+    sh -c "[ $rc -eq 2 ] && grep -q 'unknown --mem \"foo\" (host: malloc, shared: shoal_mem_alloc)' '$TMP/badmem.out'" ||
+    show "$TMP/badmem.out"
 
 # tools/netns_bench.sh --iperf3: iperf3's TCP figure between the first two
 # namespaces before the run, and each size row's busbw over it after. Needs

@@ -12,7 +12,9 @@
  * rank 0 also writes the settings and the rows as JSON, for
  * tools/compare_mpi and tools/plot_bench. --compress times the compressed
  * all-reduce instead (bench_compress.c), with the wire bytes, the ratio and
- * the error against the exact sum in the table. */
+ * the error against the exact sum in the table. --mem shared takes the send
+ * and receive buffers from shoal_mem_alloc, whose blocks peers can map: the
+ * all-gather, all-to-all and broadcast then write straight into them. */
 #include "shoal.h"
 
 #include "bench_compress.h"
@@ -99,6 +101,24 @@ typedef enum {
 
 typedef struct shoal_bench_row shoal_bench_row_t;
 
+/* Where the buffers handed to shoal come from (--mem). */
+typedef enum {
+    SHOAL_BENCH_MEM_HOST,   /* malloc: every algorithm copies through staging */
+    SHOAL_BENCH_MEM_SHARED, /* shoal_mem_alloc: peers may write into them */
+    SHOAL_BENCH_MEM_COUNT
+} shoal_bench_mem_t;
+
+static const char *const shoal_bench_mem_names[SHOAL_BENCH_MEM_COUNT] = {
+    [SHOAL_BENCH_MEM_HOST] = "host",
+    [SHOAL_BENCH_MEM_SHARED] = "shared",
+};
+
+/* What the header says each kind is. */
+static const char *const shoal_bench_mem_sources[SHOAL_BENCH_MEM_COUNT] = {
+    [SHOAL_BENCH_MEM_HOST] = "malloc",
+    [SHOAL_BENCH_MEM_SHARED] = "shoal_mem_alloc",
+};
+
 /* One collective as the bench drives it. The sizes follow nccl-tests: a row
  * of S bytes has S / element-size elements; a collective whose buffers hold
  * one block per rank passes a count of elements / nranks, and its size
@@ -158,6 +178,7 @@ typedef struct {
     int nprocs;        /* -np; 0 = ranks from the environment */
     double memcpy_gbs; /* measured baseline; < 0 when it could not be */
     const char *json_path; /* -J: rank 0 writes the results there as JSON */
+    shoal_bench_mem_t mem; /* --mem: where the send and receive buffers come from */
     /* --compress, --compress-opts and --shape as given, and what they set. */
     const char *comp_kind;
     const char *comp_opts;
@@ -165,8 +186,11 @@ typedef struct {
     shoal_bench_comp_t comp;
 } shoal_bench_opts_t;
 
-/* Buffers of one rank, sized for the largest row. */
+/* Buffers of one rank, sized for the largest row. send and recv, which
+ * shoal sees, come from the allocator of mem; expect and tmp, which only
+ * the checker reads, from malloc. */
 typedef struct {
+    shoal_bench_mem_t mem;
     unsigned char *send;
     unsigned char *recv; /* max_bytes + guard */
     unsigned char *expect;
@@ -421,6 +445,10 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                           complete before they return\n"
             "  -J,--json <file>         rank 0 also writes the settings and results as\n"
             "                           JSON to <file>\n"
+            "  --mem <host/shared>      send and receive buffers from malloc (host, the\n"
+            "                           default) or from shoal_mem_alloc (shared: the\n"
+            "                           all-gather, all-to-all and broadcast of 256K and\n"
+            "                           more per rank write into the peers' buffers)\n"
             "  --compress <kind>        time the compressed all-reduce: int8, ternary,\n"
             "                           powersgd or powersgd:RANK (error feedback on);\n"
             "                           float, half or bfloat16, sum or avg, no -m. The\n"
@@ -499,6 +527,19 @@ static int shoal_bench_parse_dtype(const char *text, shoal_bench_opts_t *o)
     return -1;
 }
 
+static int shoal_bench_parse_mem(const char *text, shoal_bench_opts_t *o)
+{
+    for (int m = 0; m < SHOAL_BENCH_MEM_COUNT; m++) {
+        if (!strcmp(text, shoal_bench_mem_names[m])) {
+            o->mem = (shoal_bench_mem_t)m;
+            return 0;
+        }
+    }
+    fprintf(stderr, "allreduce_bench: unknown --mem \"%s\" (host: malloc, shared: "
+            "shoal_mem_alloc)\n", text);
+    return -1;
+}
+
 static int shoal_bench_parse_coll(const char *text, shoal_bench_opts_t *o)
 {
     for (size_t c = 0; c < SHOAL_BENCH_NCOLLS; c++) {
@@ -530,6 +571,7 @@ static const shoal_bench_flag_t shoal_bench_flags[] = {
     {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
     {'K', 0, "coll"},     {'J', 1, "json"},      {'h', 1, "help"},
     {'X', 0, "compress"}, {'Y', 0, "compress-opts"}, {'S', 0, "shape"},
+    {'M', 0, "mem"},
 };
 
 #define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
@@ -586,6 +628,7 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
     case 'X': o->comp_kind = val; return 0;
     case 'Y': o->comp_opts = val; return 0;
     case 'S': o->comp_shape = val; return 0;
+    case 'M': return shoal_bench_parse_mem(val, o);
     }
     return -1;
 }
@@ -1341,6 +1384,8 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
          * can show is the setting that steers it. */
         printf("# Collective: %s  SHOAL_ALGO: %s\n", o->coll->name,
                shoal_config_get()->algo.algo);
+        printf("# Memory: %s (send and receive buffers from %s)\n",
+               shoal_bench_mem_names[o->mem], shoal_bench_mem_sources[o->mem]);
         if (o->comp.on) {
             char desc[256];
             shoal_bench_comp_describe(&o->comp, desc, sizeof(desc));
@@ -1351,8 +1396,8 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
         }
         printf("#\n# Using ranks\n");
         for (int r = 0; r < nranks; r++)
-            printf("#  Rank %2d Pid %6lld on %10s host memory\n", r, (long long)info[r].pid,
-                   info[r].host);
+            printf("#  Rank %2d Pid %6lld on %10s %s memory\n", r, (long long)info[r].pid,
+                   info[r].host, shoal_bench_mem_names[o->mem]);
         printf("#\n");
         if (o->memcpy_gbs > 0)
             printf("# memcpy bandwidth (1 thread, 64 MiB): %.2f GB/s\n", o->memcpy_gbs);
@@ -1416,6 +1461,7 @@ static FILE *shoal_bench_json_open(const shoal_bench_opts_t *o, int nranks)
     bench_json_str(f, "dtype", dtypes);
     bench_json_str(f, "op", o->coll->reduces ? ops : "none");
     bench_json_str(f, "algorithm", shoal_config_get()->algo.algo);
+    bench_json_str(f, "memory", shoal_bench_mem_names[o->mem]);
     if (o->comp.on)
         shoal_bench_comp_json(f, &o->comp);
     fprintf(f, "  \"iterations\": %d,\n  \"warmup\": %d,\n  \"agg_iters\": %d,\n"
@@ -1444,34 +1490,76 @@ static int shoal_bench_json_close(FILE *f, const char *path, int code)
     return code;
 }
 
+/* One zeroed buffer that shoal will see, from the allocator of mem; NULL,
+ * said why, when there is none. */
+static unsigned char *shoal_bench_buf_alloc(shoal_bench_mem_t mem, size_t len, int rank)
+{
+    if (mem == SHOAL_BENCH_MEM_HOST) {
+        void *p = calloc(1, len);
+        if (!p)
+            fprintf(stderr, "# rank %d: cannot allocate %zu bytes\n", rank, len);
+        return p;
+    }
+    void *p = NULL;
+    shoal_status_t s = shoal_mem_alloc(len, &p); /* zeroed, like calloc */
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "# rank %d: shoal_mem_alloc(%zu): %s (%s)\n", rank, len,
+                shoal_status_string(s), shoal_comm_last_error(NULL));
+        return NULL;
+    }
+    return p;
+}
+
+/* shoal_mem_free refuses NULL (it is no block of its own), so the buffers
+ * a failed allocation never made are skipped here. */
+static void shoal_bench_buf_free(shoal_bench_mem_t mem, unsigned char *p)
+{
+    if (mem == SHOAL_BENCH_MEM_HOST)
+        free(p);
+    else if (p)
+        shoal_mem_free(p);
+}
+
 static void shoal_bench_bufs_free(shoal_bench_bufs_t *b)
 {
-    free(b->send);
-    free(b->recv);
+    shoal_bench_buf_free(b->mem, b->send);
+    shoal_bench_buf_free(b->mem, b->recv);
     free(b->expect);
     free(b->tmp);
     memset(b, 0, sizeof(*b));
 }
 
 /* Zeroed, so that the slices -m reaches beyond a row's input hold plain
- * numbers rather than whatever malloc returned. */
-static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, shoal_bench_bufs_t *b)
+ * numbers rather than whatever malloc returned. With --mem shared each
+ * buffer is one block, so that every slice and every in-place offset of a
+ * row lies inside a block its peers can map. */
+static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, int rank, shoal_bench_bufs_t *b)
 {
     size_t len = o->max_bytes ? o->max_bytes : 1;
     memset(b, 0, sizeof(*b));
-    b->send = calloc(1, len);
-    b->recv = calloc(1, len + SHOAL_BENCH_GUARD_BYTES);
+    b->mem = o->mem;
+    b->send = shoal_bench_buf_alloc(o->mem, len, rank);
+    if (!b->send)
+        goto err;
+    b->recv = shoal_bench_buf_alloc(o->mem, len + SHOAL_BENCH_GUARD_BYTES, rank);
+    if (!b->recv)
+        goto err_free_bufs;
     /* The compressed rows compute their exact sums as they go. */
-    int expect = o->check && !o->comp.on;
-    if (expect) {
+    if (o->check && !o->comp.on) {
         b->expect = malloc(len);
         b->tmp = malloc(len);
-    }
-    if (!b->send || !b->recv || (expect && (!b->expect || !b->tmp))) {
-        shoal_bench_bufs_free(b);
-        return -1;
+        if (!b->expect || !b->tmp) {
+            fprintf(stderr, "# rank %d: cannot allocate 2 x %zu bytes to check results\n",
+                    rank, len);
+            goto err_free_bufs;
+        }
     }
     return 0;
+
+err_free_bufs:
+    shoal_bench_bufs_free(b);
+err:
+    return -1;
 }
 
 /* Every size of one type, op and root. */
@@ -1508,10 +1596,8 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
         return SHOAL_BENCH_EXIT_ERROR;
     }
     shoal_bench_bufs_t b;
-    if (shoal_bench_bufs_alloc(o, &b)) {
-        fprintf(stderr, "# rank %d: cannot allocate buffers of %zu bytes\n", rank, o->max_bytes);
+    if (shoal_bench_bufs_alloc(o, rank, &b))
         return SHOAL_BENCH_EXIT_ERROR;
-    }
     shoal_bench_totals_t tot = {0, 0, 0, 0, NULL, 0};
     int code = SHOAL_BENCH_EXIT_ERROR;
     /* A file that cannot be written fails rank 0, whose abort stops the
@@ -1679,6 +1765,7 @@ int main(int argc, char **argv)
     o.nops = 1;
     o.ops[0] = SHOAL_SUM;
     o.memcpy_gbs = -1;
+    o.mem = SHOAL_BENCH_MEM_HOST;
 
     int pr = shoal_bench_parse_args(argc, argv, &o);
     if (pr != 0) {
