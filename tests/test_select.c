@@ -3,12 +3,18 @@
  * result (every dtype x op where the collective reduces) for rank counts
  * 1..8 and counts 0, 1, odd and several pieces, over shared memory; a few
  * over tcp. The lists come from the library itself (shoal_algo_at), so a
- * new algorithm is tested as soon as it is registered. Unknown names fail
- * at init; a forced algorithm that cannot serve a call falls back. */
+ * new algorithm is tested as soon as it is registered. After every call
+ * the communicator's flight recorder says which algorithm ran: the forced
+ * one whenever its cost says it can serve the call, and the cost model's
+ * choice only where it says it cannot; over shared memory with two ranks
+ * or more, every algorithm must serve some of the calls. Unknown names
+ * fail at init. */
 #include "harness.h"
 
 #include "algos/algo.h"
 #include "base/dtype.h"
+#include "core/comm.h"
+#include "core/flight.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +25,129 @@
 static const size_t counts[] = {0, 1, 19, 2 * TEST_CHUNK + 7};
 #define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
 
+/* What a rank body tests: the collective and the algorithm that
+ * SHOAL_ALGO forces for it, and whether that algorithm must serve at
+ * least one of the calls. */
+typedef struct {
+    shoal_coll_kind_t kind;
+    const char *algo;
+    int must_run;
+} forced_t;
+
 static int32_t val(int rank, size_t i, int salt)
 {
     return (int32_t)(harness_mix((uint32_t)rank * 7919u + (uint32_t)i * 31u + (uint32_t)salt) &
                      0xffffff);
 }
 
-/* Reducing kinds: every dtype x op at count c, exact reference. */
-static int check_reducing(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int n, size_t c)
+/* The newest operation of comm, as its flight recorder noted it when the
+ * operation started: the record reads "#N call of B: signature, ALGO,
+ * done in ..." (core/flight.h; without the signature for a group's sends
+ * and receives). *id_p gets N (0 when there is no record yet) and name
+ * (cap bytes) ALGO; 0 on success, 1 when the newest record is not of that
+ * form. */
+static int last_record(shoal_comm_t comm, unsigned long long *id_p, char *name, size_t cap)
 {
+    /* The text holds times, which may take more digits from one call to
+     * the next: room to spare, and a second try if that was not enough. */
+    size_t cap_text = shoal_flight_format(comm->flight, NULL, 0) + 256, len;
+    char *text = malloc(cap_text);
+    int rc = 1;
+    *id_p = 0;
+    if (!text)
+        goto out;
+    len = shoal_flight_format(comm->flight, text, cap_text);
+    if (len >= cap_text) {
+        char *more = realloc(text, len + 256);
+        if (!more)
+            goto out;
+        text = more;
+        cap_text = len + 256;
+        len = shoal_flight_format(comm->flight, text, cap_text);
+        if (len >= cap_text)
+            goto out;
+    }
+    if (len == 0) {
+        rc = 0;
+        goto out;
+    }
+    if (text[len - 1] == '\n')
+        text[len - 1] = '\0';
+    char *line = strrchr(text, '\n');
+    line = line ? line + 1 : text;
+    char *state = strstr(line, ", done in ");
+    if (sscanf(line, "#%llu ", id_p) != 1 || !state)
+        goto out;
+    *state = '\0';
+    char *algo = line + strlen(line);
+    while (algo > line && algo[-1] != ',' && algo[-1] != ':')
+        algo--;
+    if (algo == line || algo[0] != ' ' || strlen(algo + 1) >= cap)
+        goto out;
+    algo++;
+    strcpy(name, algo);
+    rc = 0;
+out:
+    free(text);
+    return rc;
+}
+
+/* In this rank's process: the flight record that check_ran saw last, and
+ * how many calls ran the forced algorithm. */
+static unsigned long long seen_record;
+static int forced_runs;
+
+/* After a call described by args (as the algorithms see it) that returned
+ * SHOAL_OK: the algorithm that ran. Every call that moves something runs
+ * an operation; one that moves nothing may finish without. A call of the
+ * forced collective (a receive counts as the send's) must run the forced
+ * algorithm exactly when the algorithm's cost says it can serve the call
+ * (SHOAL_ALGO's contract); otherwise the cost model's choice runs. A call
+ * of another collective is the cost model's, and not checked. */
+static int check_ran(shoal_comm_t comm, const forced_t *f, const shoal_coll_args_t *args)
+{
+    shoal_coll_kind_t kind = args->kind == SHOAL_COLL_RECV ? SHOAL_COLL_SEND : args->kind;
+    char ran[64];
+    unsigned long long id;
+    RANK_CHECK(last_record(comm, &id, ran, sizeof(ran)) == 0, fail,
+               "%s of %zu: the flight recorder's newest record names no algorithm",
+               shoal_coll_kind_name(args->kind), args->count);
+    int new_record = id != seen_record;
+    seen_record = id;
+    size_t moved = args->count;
+    if (args->sendcounts) {
+        int n;
+        RANK_CHECK(shoal_comm_size(comm, &n) == SHOAL_OK, fail, "shoal_comm_size");
+        moved = 0;
+        for (int j = 0; j < n; j++)
+            moved += args->sendcounts[j] + args->recvcounts[j];
+    }
+    RANK_CHECK(new_record || moved == 0, fail, "%s of %zu ran no operation",
+               shoal_coll_kind_name(args->kind), args->count);
+    if (!new_record || kind != f->kind)
+        return 0;
+    const shoal_algo_ops_t *a = shoal_algo_find(kind, f->algo);
+    RANK_CHECK(a != NULL, fail, "no %s algorithm %s", shoal_coll_kind_name(kind), f->algo);
+    if (a->cost(comm, args) >= 0) {
+        RANK_CHECK(strcmp(ran, f->algo) == 0, fail,
+                   "SHOAL_ALGO=%s:%s, but %s of %zu x %s ran %s", shoal_coll_kind_name(kind),
+                   f->algo, shoal_coll_kind_name(args->kind), args->count,
+                   shoal_dtype_name(args->dtype), ran);
+        forced_runs++;
+    } else {
+        RANK_CHECK(strcmp(ran, f->algo) != 0, fail,
+                   "%s ran %s of %zu x %s, which its cost says it cannot serve", f->algo,
+                   shoal_coll_kind_name(args->kind), args->count, shoal_dtype_name(args->dtype));
+    }
+    return 0;
+fail:
+    return 1;
+}
+
+/* Reducing kinds: every dtype x op at count c, exact reference. */
+static int check_reducing(shoal_comm_t comm, const forced_t *f, int rank, int n, size_t c)
+{
+    shoal_coll_kind_t kind = f->kind;
     for (int d = 0; d < SHOAL_DTYPE_COUNT; d++) {
         for (int o = 0; o < SHOAL_OP_COUNT; o++) {
             shoal_dtype_t dt = (shoal_dtype_t)d;
@@ -40,14 +160,17 @@ static int check_reducing(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, i
             harness_expected(want, tmp, in_n, n, dt, op);
             shoal_status_t s;
             size_t off = 0, len = c;
+            shoal_coll_args_t args = {.kind = kind, .sendbuf = in, .recvbuf = out, .count = c,
+                                      .dtype = dt, .op = op};
             if (kind == SHOAL_COLL_ALLREDUCE) {
                 s = shoal_allreduce(in, out, c, dt, op, comm);
             } else if (kind == SHOAL_COLL_REDUCE_SCATTER) {
                 s = shoal_reduce_scatter(in, out, c, dt, op, comm);
                 off = (size_t)rank * c;
             } else {
-                s = shoal_reduce(in, out, c, dt, op, (int)(c % (size_t)n), comm);
-                if (rank != (int)(c % (size_t)n))
+                args.root = (int)(c % (size_t)n);
+                s = shoal_reduce(in, out, c, dt, op, args.root, comm);
+                if (rank != args.root)
                     len = 0;
             }
             RANK_CHECK(s == SHOAL_OK, fail, "%s %s %s count %zu: %s (%s)",
@@ -57,6 +180,8 @@ static int check_reducing(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, i
                        "%s %s %s count %zu on rank %d/%d: wrong result",
                        shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
                        rank, n);
+            if (check_ran(comm, f, &args))
+                goto fail;
             free(in);
             free(out);
             free(want);
@@ -70,12 +195,18 @@ fail:
 
 /* Moving kinds: int32 payloads that name their source, destination and
  * index. */
-static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int n, size_t c)
+static int check_moving(shoal_comm_t comm, const forced_t *f, int rank, int n, size_t c)
 {
+    shoal_coll_kind_t kind = f->kind;
     size_t total = c * (size_t)n;
     int32_t *in = calloc(total + 1, 4), *out = malloc(total * 4 + 4);
     int root = (int)(c % (size_t)n);
     shoal_status_t s = SHOAL_OK;
+    /* The call as the algorithms see it, for check_ran; the rooted kinds
+     * and point-to-point set their root or peer below. */
+    shoal_coll_args_t args = {.kind = kind, .sendbuf = in, .recvbuf = out, .count = c,
+                              .dtype = SHOAL_INT32, .op = SHOAL_SUM};
+    int called = 1;
     memset(out, 0xee, total * 4 + 4);
     switch (kind) {
     case SHOAL_COLL_ALLGATHER:
@@ -90,6 +221,7 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
     case SHOAL_COLL_BROADCAST:
         for (size_t i = 0; i < c; i++)
             in[i] = val(root, i, 2);
+        args.root = root;
         s = shoal_broadcast(in, out, c, SHOAL_INT32, root, comm);
         for (size_t i = 0; i < c && s == SHOAL_OK; i++)
             RANK_CHECK(out[i] == val(root, i, 2), fail, "broadcast [%zu]", i);
@@ -125,6 +257,15 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
             for (size_t i = 0; i < rc[j]; i++)
                 RANK_CHECK(vout[rd[j] + i] == val(j * 100 + rank, i, 4), fail,
                            "alltoallv [%d][%zu]", j, i);
+        args.sendbuf = vin;
+        args.recvbuf = vout;
+        args.sendcounts = sc;
+        args.sdispls = sd;
+        args.recvcounts = rc;
+        args.rdispls = rd;
+        if (s == SHOAL_OK && check_ran(comm, f, &args))
+            goto fail;
+        called = 0; /* checked here, while the counts are in scope */
         free(vin);
         free(vout);
         break;
@@ -132,6 +273,7 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
     case SHOAL_COLL_GATHER:
         for (size_t i = 0; i < c; i++)
             in[i] = val(rank, i, 5);
+        args.root = root;
         s = shoal_gather(in, out, c, SHOAL_INT32, root, comm);
         for (int r = 0; r < n && s == SHOAL_OK && rank == root; r++)
             for (size_t i = 0; i < c; i++)
@@ -141,6 +283,7 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
         for (int r = 0; r < n; r++)
             for (size_t i = 0; i < c; i++)
                 in[(size_t)r * c + i] = val(r, i, 6);
+        args.root = root;
         s = shoal_scatter(in, out, c, SHOAL_INT32, root, comm);
         for (size_t i = 0; i < c && s == SHOAL_OK; i++)
             RANK_CHECK(out[i] == val(rank, i, 6), fail, "scatter [%zu]", i);
@@ -148,8 +291,10 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
     case SHOAL_COLL_SEND:
     case SHOAL_COLL_RECV:
         /* Around the ring: even ranks send first, odd ones receive first. */
+        called = n > 1;
         if (n == 1)
             break;
+        args.root = (rank + n - 1) % n; /* the last call of either order */
         for (size_t i = 0; i < c; i++)
             in[i] = val(rank, i, 7);
         if (rank % 2 == 0) {
@@ -165,10 +310,13 @@ static int check_moving(shoal_comm_t comm, shoal_coll_kind_t kind, int rank, int
             RANK_CHECK(out[i] == val((rank + n - 1) % n, i, 7), fail, "recv [%zu]", i);
         break;
     default:
+        called = 0;
         break;
     }
     RANK_CHECK(s == SHOAL_OK, fail, "%s count %zu: %s (%s)", shoal_coll_kind_name(kind), c,
                shoal_status_string(s), shoal_comm_last_error(comm));
+    if (called && check_ran(comm, f, &args))
+        goto fail;
     free(in);
     free(out);
     return 0;
@@ -178,18 +326,18 @@ fail:
 
 static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
-    shoal_coll_kind_t kind = *(const shoal_coll_kind_t *)arg;
+    const forced_t *f = arg;
+    shoal_coll_kind_t kind = f->kind;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(n, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     for (size_t k = 0; k < NCOUNTS; k++) {
         int reducing = kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
                        kind == SHOAL_COLL_REDUCE;
-        /* Every dtype x op on the small counts; the large one in int32 sum
-         * only, through the same code as check_moving's payloads. */
-        if (reducing && (counts[k] < 100 ? check_reducing(comm, kind, rank, n, counts[k]) : 0))
+        /* Every dtype x op at every count, several pieces included. */
+        if (reducing && check_reducing(comm, f, rank, n, counts[k]))
             return 1;
-        if (!reducing && check_moving(comm, kind, rank, n, counts[k]))
+        if (!reducing && check_moving(comm, f, rank, n, counts[k]))
             return 1;
     }
     if (kind == SHOAL_COLL_ALLREDUCE) {
@@ -200,6 +348,10 @@ static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
             in[i] = (float)val(rank, i, 8) * 1e-3f + 0.1f / (float)(rank + 1);
         RANK_CHECK(shoal_allreduce(in, out, c, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
                    "float allreduce");
+        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = in, .recvbuf = out,
+                                  .count = c, .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
+        if (check_ran(comm, f, &args))
+            goto fail;
         memcpy(root, out, c * 4);
         RANK_CHECK(shoal_broadcast(root, root, c, SHOAL_FLOAT32, 0, comm) == SHOAL_OK, fail,
                    "bcast");
@@ -209,6 +361,8 @@ static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
         free(out);
         free(root);
     }
+    RANK_CHECK(!f->must_run || forced_runs > 0, fail, "%s never ran %s", f->algo,
+               shoal_coll_kind_name(kind));
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
@@ -221,7 +375,11 @@ static void run_forced(shoal_coll_kind_t kind, const char *algo, const char *tl,
     snprintf(setting, sizeof(setting), "%s:%s", shoal_coll_kind_name(kind), algo);
     harness_setenv("SHOAL_ALGO", setting);
     harness_setenv("SHOAL_SHM_ENABLE", strcmp(tl, "shm") ? "n" : "y");
-    int rc = harness_run_ranks(n, rank_kind, &kind, 120);
+    /* On one host over shared memory every algorithm can serve some call
+     * of the matrix once there are peers: one that never runs there has
+     * lost its place in the selection. */
+    forced_t f = {.kind = kind, .algo = algo, .must_run = !strcmp(tl, "shm") && n >= 2};
+    int rc = harness_run_ranks(n, rank_kind, &f, 120);
     if (rc != 0)
         print_error("SHOAL_ALGO=%s over %s with %d ranks failed\n", setting, tl, n);
     assert_int_equal(rc, 0);
