@@ -9,10 +9,13 @@
 #include "transport/transport.h"
 
 #include <dirent.h>
+#include <linux/futex.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define TEST_TIMEOUT_S 120
@@ -392,14 +395,13 @@ static void test_flush_then_destroy(void **state)
     assert_int_equal(harness_run_ranks(2, rank_flush, NULL, TEST_TIMEOUT_S), 0);
 }
 
-/* The shm doorbell: rank 0 sleeps in the transport (shoal_transport_sleep,
- * long past any spin budget, with a 20 s timeout) waiting for something
- * rank 1 does only 20 ms later: a post (rank 0 waits to receive) and a
- * released slot (rank 0 waits for room). Each sleep must end when rank 1
- * acts, long before its timeout: a peer that forgot to ring would leave it
- * asleep for the whole 20 s. */
+/* The shm doorbell: rank 0 sleeps in the transport (its sleep op, long
+ * past any spin budget, with a 20 s timeout) waiting for something rank 1
+ * does only once it sees rank 0 asleep: a post (rank 0 waits to receive)
+ * and a released slot (rank 0 waits for room). Each sleep must end when
+ * rank 1 acts, long before its timeout: a peer that forgot to ring would
+ * leave it asleep for the whole 20 s. */
 #define BELL_ROUNDS 6
-#define BELL_DELAY_US 20000
 #define BELL_SLEEP_NS (20ull * 1000000000ull)
 #define BELL_LATE_NS (5ull * 1000000000ull)
 
@@ -436,6 +438,62 @@ fail:
     return 1;
 }
 
+/* Whether the main thread of process pid is blocked in a futex wait on
+ * shared memory (FUTEX_WAIT without FUTEX_PRIVATE_FLAG): in rank 0 of the
+ * doorbell test, only the shm doorbell's sleep waits so (threads of one
+ * process wait on private futexes). /proc/PID/task/TID/syscall names the
+ * call a blocked thread is in, and reads "running" while it runs. Where
+ * it cannot be read, wchan, which names only the kernel function a thread
+ * sleeps in, is asked for a futex wait of either kind. 1 yes, 0 no (or
+ * not yet seen), -1 when neither file can be opened. */
+static int in_shared_futex_wait(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/syscall", (int)pid, (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        long nr;
+        unsigned long addr, op;
+        int n = fscanf(f, "%ld %lx %lx", &nr, &addr, &op);
+        fclose(f);
+        if (n == 3)
+            return nr == SYS_futex && (op & FUTEX_CMD_MASK) == FUTEX_WAIT &&
+                   !(op & FUTEX_PRIVATE_FLAG);
+        if (n != EOF)
+            return 0; /* "running", or not in a system call */
+    }
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/wchan", (int)pid, (int)pid);
+    f = fopen(path, "r");
+    if (!f)
+        return -1;
+    char fn[128] = "";
+    int n = fscanf(f, "%127s", fn);
+    fclose(f);
+    return n == 1 && strstr(fn, "futex") != NULL;
+}
+
+/* Rank 1's side of each step: returns once rank 0 (process pid) sleeps in
+ * the doorbell, so that only a ring from what rank 1 does next can wake it
+ * before its timeout. Fails when rank 0 does not sleep within WAIT_NS, or
+ * when /proc cannot tell. */
+static int wait_asleep(pid_t pid)
+{
+    uint64_t deadline = shoal_deadline_after(WAIT_NS);
+    int r;
+    while ((r = in_shared_futex_wait(pid)) == 0) {
+        RANK_CHECK(!shoal_deadline_passed(deadline), fail,
+                   "rank 0 (pid %d) never slept in the doorbell, as far as "
+                   "/proc/%d/task/%d/syscall or wchan tell",
+                   (int)pid, (int)pid, (int)pid);
+        sched_yield();
+    }
+    RANK_CHECK(r == 1, fail, "cannot read /proc/%d/task/%d/syscall or wchan", (int)pid,
+               (int)pid);
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
@@ -443,12 +501,20 @@ static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     shoal_ep_t *ep = comm->eps[1 - rank];
     RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
+    /* Rank 1 watches rank 0's process through /proc: rank 0 tells its pid
+     * (once past init, so that no wait of init's is taken for the
+     * doorbell's) and lets rank 1 read its system calls where Yama allows
+     * only ancestors (the call fails harmlessly without Yama). */
+    pid_t pid0 = getpid();
+    if (rank == 0)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    s = shoal_bootstrap_bcast(comm->bootstrap, &pid0, sizeof(pid0), 0);
+    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
     uint64_t seq = 0;
     for (int round = 0; round < BELL_ROUNDS; round++) {
         /* Rank 0 waits for data, then fills rank 1's FIFO and waits for room. */
         if (rank == 1) {
-            usleep(BELL_DELAY_US);
-            if (send_msg(comm, 0, seq))
+            if (wait_asleep(pid0) || send_msg(comm, 0, seq))
                 return 1;
         } else if (bell_wait(comm, ep, 0) || recv_msg(comm, 1, seq)) {
             return 1;
@@ -470,7 +536,8 @@ static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void
         } else {
             s = shoal_bootstrap_bcast(comm->bootstrap, &filled, sizeof(filled), 0);
             RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
-            usleep(BELL_DELAY_US);
+            if (wait_asleep(pid0))
+                return 1;
             for (uint64_t i = 0; i < filled; i++) {
                 const void *buf;
                 size_t len;
