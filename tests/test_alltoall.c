@@ -220,8 +220,8 @@ MATRIX_TEST(tcp, 6) MATRIX_TEST(tcp, 7) MATRIX_TEST(tcp, 8)
 static void test_cost(void **state)
 {
     (void)state;
-    struct shoal_comm comm = {.rank = 0, .nranks = 8, .link_lat_s = 2e-6,
-                              .link_bw_Bps = 10e9};
+    shoal_team_t comm = {.rank = 0, .nranks = 8, .cost = {.link_lat_s = 2e-6,
+                         .link_bw_Bps = 10e9}};
     shoal_coll_args_t small = {.kind = SHOAL_COLL_ALLTOALL, .count = 1, .dtype = SHOAL_INT32};
     shoal_coll_args_t large = small;
     large.count = 1 << 20;

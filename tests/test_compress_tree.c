@@ -68,7 +68,7 @@ static void test_default_chunk(void **state)
  * nhosts hosts; only the fields the choice reads are set. */
 static const char *chosen(const shoal_codec_ops_t *ops, int algo, int nranks, int nhosts)
 {
-    static struct shoal_comm comm;
+    static shoal_team_t comm;
     shoal_codec_t c = {.ops = ops, .block = 64};
     comm.nranks = nranks;
     comm.nhosts = nhosts;

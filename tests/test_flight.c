@@ -26,15 +26,15 @@ static struct shoal_comm *fake_comm(int rank, int nranks, const int *with_ep, in
 {
     struct shoal_comm *comm = calloc(1, sizeof(*comm));
     assert_non_null(comm);
-    comm->rank = rank;
-    comm->nranks = nranks;
-    comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
-    assert_non_null(comm->eps);
+    comm->team.rank = rank;
+    comm->team.nranks = nranks;
+    comm->team.eps = calloc((size_t)nranks, sizeof(*comm->team.eps));
+    assert_non_null(comm->team.eps);
     for (int i = 0; i < nwith; i++) {
         shoal_ep_t *ep = calloc(1, sizeof(*ep));
         assert_non_null(ep);
         ep->peer = with_ep[i];
-        comm->eps[with_ep[i]] = ep;
+        comm->team.eps[with_ep[i]] = ep;
     }
     return comm;
 }
@@ -46,26 +46,26 @@ static struct shoal_comm *fake_comm_full(int rank, int nranks)
     for (int p = 0; p < nranks; p++) {
         if (p == rank)
             continue;
-        comm->eps[p] = calloc(1, sizeof(shoal_ep_t));
-        assert_non_null(comm->eps[p]);
-        comm->eps[p]->peer = p;
+        comm->team.eps[p] = calloc(1, sizeof(shoal_ep_t));
+        assert_non_null(comm->team.eps[p]);
+        comm->team.eps[p]->peer = p;
     }
     return comm;
 }
 
 static void fake_comm_free(struct shoal_comm *comm)
 {
-    for (int p = 0; p < comm->nranks; p++)
-        free(comm->eps[p]);
-    free(comm->eps);
+    for (int p = 0; p < comm->team.nranks; p++)
+        free(comm->team.eps[p]);
+    free(comm->team.eps);
     free(comm);
 }
 
 static void set_bytes(struct shoal_comm *comm, int peer, unsigned long long tx,
                       unsigned long long rx)
 {
-    atomic_store_explicit(&comm->eps[peer]->tx_bytes, tx, memory_order_relaxed);
-    atomic_store_explicit(&comm->eps[peer]->rx_bytes, rx, memory_order_relaxed);
+    atomic_store_explicit(&comm->team.eps[peer]->tx_bytes, tx, memory_order_relaxed);
+    atomic_store_explicit(&comm->team.eps[peer]->rx_bytes, rx, memory_order_relaxed);
 }
 
 #define TEXT_MAX 65536
@@ -469,8 +469,8 @@ static void *executor(void *arg)
         shoal_sig_t sig = sig_allreduce;
         sig.seq = id;
         shoal_flight_start(t->f, id, "ring", &sig);
-        atomic_fetch_add_explicit(&t->comm->eps[1]->tx_bytes, 64, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t->comm->eps[1]->rx_bytes, 64, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->comm->team.eps[1]->tx_bytes, 64, memory_order_relaxed);
+        atomic_fetch_add_explicit(&t->comm->team.eps[1]->rx_bytes, 64, memory_order_relaxed);
         if (id % 97 == 0 && shoal_flight_format(t->f, text, sizeof(text)) >= sizeof(text))
             atomic_store(&t->bad, 1);
         shoal_flight_finish(t->f, id, SHOAL_OK);
@@ -542,9 +542,9 @@ static int dump_child(const char *path)
                           calloc(1, sizeof(shoal_ep_t))};
     if (!comm || !eps[1] || !eps[3])
         return 2;
-    comm->rank = 2;
-    comm->nranks = 4;
-    comm->eps = eps;
+    comm->team.rank = 2;
+    comm->team.nranks = 4;
+    comm->team.eps = eps;
     shoal_flight_t *f;
     if (shoal_flight_create(comm, 3, &f) != SHOAL_OK)
         return 3;

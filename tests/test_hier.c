@@ -37,14 +37,14 @@ static size_t test_count(int c, size_t es)
  * host then rank (no NUMA here), rails by local position. */
 static int check_view(shoal_comm_t comm, const layout_t *lay)
 {
-    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_cluster_t *c = &comm->team.cluster;
     int n = lay->nranks, seen[MAX_RANKS] = {0}, nl[MAX_RANKS] = {0};
     for (int r = 0; r < n; r++)
         nl[lay->host_of[r]]++;
     int hosts = 0;
     for (int h = 0; h < MAX_RANKS; h++)
         hosts += nl[h] > 0;
-    RANK_CHECK(c->nhosts == hosts && comm->nhosts == hosts, fail, "%d hosts, want %d", c->nhosts,
+    RANK_CHECK(c->nhosts == hosts && comm->team.nhosts == hosts, fail, "%d hosts, want %d", c->nhosts,
                hosts);
     int pos = 0;
     for (int h = 0; h < c->nhosts; h++) {
@@ -234,17 +234,17 @@ static int rank_numa(int rank, int nranks, const shoal_unique_id_t *id, void *ar
     harness_setenv("SHOAL_TOPO_LINKS", "tcp:100us:100M,shm-xnuma:2us:3G");
     shoal_comm_t comm;
     RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
-    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_cluster_t *c = &comm->team.cluster;
     static const int want_ring[6] = {1, 3, 5, 0, 2, 4};
     for (int i = 0; i < nranks; i++)
         RANK_CHECK(c->by_host[i] == want_ring[i], fail, "ring position %d holds rank %d, want %d",
                    i, c->by_host[i], want_ring[i]);
     RANK_CHECK(c->place[rank].numa == (rank % 2 ? 0 : 1), fail, "rank %d on NUMA node %d", rank,
                c->place[rank].numa);
-    RANK_CHECK(c->cross_numa && comm->links.intra == SHOAL_LINK_SHM_CROSS_NUMA, fail,
-               "intra class %s", shoal_link_class_name(comm->links.intra));
-    RANK_CHECK(comm->links.cls[SHOAL_LINK_SHM_CROSS_NUMA].bw_Bps == 3.0 * (1 << 30) &&
-                   comm->links.cls[SHOAL_LINK_TCP].lat_s > 99e-6, fail,
+    RANK_CHECK(c->cross_numa && comm->team.cost.links.intra == SHOAL_LINK_SHM_CROSS_NUMA, fail,
+               "intra class %s", shoal_link_class_name(comm->team.cost.links.intra));
+    RANK_CHECK(comm->team.cost.links.cls[SHOAL_LINK_SHM_CROSS_NUMA].bw_Bps == 3.0 * (1 << 30) &&
+                   comm->team.cost.links.cls[SHOAL_LINK_TCP].lat_s > 99e-6, fail,
                "SHOAL_TOPO_LINKS not applied");
     int32_t x[37];
     for (int i = 0; i < 37; i++)
@@ -279,13 +279,13 @@ static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *
     harness_setenv("SHOAL_TOPO_PROBE", "y");
     shoal_comm_t comm;
     RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
-    RANK_CHECK(comm->links.measured[SHOAL_LINK_SHM_SAME_NUMA] &&
-                   comm->links.measured[SHOAL_LINK_TCP], fail,
+    RANK_CHECK(comm->team.cost.links.measured[SHOAL_LINK_SHM_SAME_NUMA] &&
+                   comm->team.cost.links.measured[SHOAL_LINK_TCP], fail,
                "the probe measured nothing");
-    double mine[4] = {comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].lat_s,
-                      comm->links.cls[SHOAL_LINK_SHM_SAME_NUMA].bw_Bps,
-                      comm->links.cls[SHOAL_LINK_TCP].lat_s,
-                      comm->links.cls[SHOAL_LINK_TCP].bw_Bps};
+    double mine[4] = {comm->team.cost.links.cls[SHOAL_LINK_SHM_SAME_NUMA].lat_s,
+                      comm->team.cost.links.cls[SHOAL_LINK_SHM_SAME_NUMA].bw_Bps,
+                      comm->team.cost.links.cls[SHOAL_LINK_TCP].lat_s,
+                      comm->team.cost.links.cls[SHOAL_LINK_TCP].bw_Bps};
     double all[4 * MAX_RANKS] = {0};
     memcpy(all + 4 * rank, mine, sizeof(mine));
     RANK_CHECK(shoal_allreduce(all, all, 4 * (size_t)nranks, SHOAL_FLOAT64, SHOAL_SUM, comm) ==
@@ -302,7 +302,7 @@ static int rank_choice(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(shoal_comm_split(comm, 0, rank, &set) == SHOAL_OK, fail, "split");
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1 << 22,
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
-    const shoal_algo_ops_t *algo = shoal_algo_select(set, &args);
+    const shoal_algo_ops_t *algo = shoal_algo_select(&set->team, &args);
     RANK_CHECK(algo && !strcmp(algo->name, "hier"), fail, "4M floats over 2 hosts: %s",
                algo ? algo->name : "none");
     RANK_CHECK(shoal_comm_destroy(set) == SHOAL_OK && shoal_comm_destroy(comm) == SHOAL_OK, fail,

@@ -13,6 +13,7 @@
  *   still right. */
 #include "harness.h"
 
+#include "algos/algo.h"
 #include "core/comm.h"
 #include "core/reg.h"
 
@@ -106,7 +107,9 @@ static void test_reg_cache(void **state)
 
 /* ---- collectives -------------------------------------------------------- */
 
-typedef enum { MODE_SHARED, MODE_MIXED } mem_mode_t;
+/* Every buffer shareable; rank 0's malloc'd; or every buffer shareable
+ * while the plan skips the exchange (no put due). */
+typedef enum { MODE_SHARED, MODE_MIXED, MODE_SKIPPED } mem_mode_t;
 
 static const size_t counts[] = {0, 1, 1001, 3 * TEST_CHUNK / 4 + 7};
 #define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
@@ -136,9 +139,9 @@ static void mem_put(mem_mode_t mode, int rank, void *p)
 static uint64_t puts_now(shoal_comm_t comm)
 {
     uint64_t n = 0;
-    for (int q = 0; q < comm->nranks; q++)
-        if (comm->eps[q])
-            n += atomic_load_explicit(&comm->eps[q]->puts, memory_order_relaxed);
+    for (int q = 0; q < comm->team.nranks; q++)
+        if (comm->team.eps[q])
+            n += atomic_load_explicit(&comm->team.eps[q]->puts, memory_order_relaxed);
     return n;
 }
 
@@ -233,6 +236,59 @@ static void run_colls(int nranks, mem_mode_t mode)
     harness_setenv("SHOAL_ALGO", NULL);
 }
 
+/* A plan whose call fell back (some rank's buffer not shareable) skips the
+ * key exchange for the next 16 calls of its shape, every rank alike, and
+ * waits twice as long after each further refusal; a call with shareable
+ * buffers on every rank after the wait puts again and ends the back-off. */
+static int rank_skip(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    const size_t count = 1001;
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+        return 1;
+    shoal_plan_t *plan = comm->team.plans[SHOAL_COLL_ALLGATHER];
+    RANK_CHECK(plan && plan->skip == 16 && plan->skip_len == 16, fail,
+               "rank %d: after a refusal skip %u of %u, want 16 of 16", rank,
+               plan ? plan->skip : 0, plan ? plan->skip_len : 0);
+    /* Shareable everywhere, but inside the wait: slots, no put. */
+    for (int k = 0; k < 16; k++) {
+        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SKIPPED))
+            return 1;
+    }
+    RANK_CHECK(plan == comm->team.plans[SHOAL_COLL_ALLGATHER] && plan->skip == 0, fail,
+               "rank %d: %u calls still to skip", rank, plan->skip);
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SHARED))
+        return 1;
+    RANK_CHECK(plan->skip_len == 0, fail, "rank %d: back-off kept after a put", rank);
+    /* Refused twice in a row: the second wait is twice as long. */
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+        return 1;
+    for (int k = 0; k < 16; k++) {
+        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+            return 1;
+    }
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+        return 1;
+    RANK_CHECK(plan->skip == 32 && plan->skip_len == 32, fail,
+               "rank %d: after two refusals skip %u of %u, want 32 of 32", rank, plan->skip,
+               plan->skip_len);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_skip(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_ALGO", "allgather:put");
+    assert_int_equal(harness_run_ranks(3, rank_skip, NULL, 60), 0);
+    harness_setenv("SHOAL_ALGO", NULL);
+}
+
 #define COLL_TEST(n)                                                          \
     static void test_shared_##n(void **state)                                 \
     {                                                                         \
@@ -258,6 +314,7 @@ int main(void)
         cmocka_unit_test(test_shared_7), cmocka_unit_test(test_shared_8),
         cmocka_unit_test(test_mixed_2),  cmocka_unit_test(test_mixed_3),
         cmocka_unit_test(test_mixed_4),  cmocka_unit_test(test_mixed_8),
+        cmocka_unit_test(test_skip),
     };
     (void)test_mixed_1, (void)test_mixed_5, (void)test_mixed_6, (void)test_mixed_7;
     return cmocka_run_group_tests_name("mem", tests, NULL, NULL);

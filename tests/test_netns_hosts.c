@@ -406,7 +406,7 @@ static int run_moves(rank_t *r, size_t c)
 static int check_hosts(const rank_t *r, const layout_t *l, int nns)
 {
     shoal_comm_t comm = r->comm;
-    RANK_CHECK(comm->nhosts == nns, fail, "rank %d: %d hosts seen, want %d", r->rank, comm->nhosts,
+    RANK_CHECK(comm->team.nhosts == nns, fail, "rank %d: %d hosts seen, want %d", r->rank, comm->team.nhosts,
                nns);
     for (int p = 0; p < r->n; p++) {
         int same = l->ns_of[p] == l->ns_of[r->rank];
@@ -416,8 +416,8 @@ static int check_hosts(const rank_t *r, const layout_t *l, int nns)
         if (p == r->rank)
             continue;
         const char *want = same ? "shm" : "tcp";
-        RANK_CHECK(!strcmp(comm->eps[p]->ops->name, want), fail, "rank %d -> %d over %s, want %s",
-                   r->rank, p, comm->eps[p]->ops->name, want);
+        RANK_CHECK(!strcmp(comm->team.eps[p]->ops->name, want), fail, "rank %d -> %d over %s, want %s",
+                   r->rank, p, comm->team.eps[p]->ops->name, want);
     }
     return 0;
 fail:
@@ -433,7 +433,7 @@ static int run_codec(rank_t *r, int nhosts)
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1000,
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &probe,
                               .codec_algo = SHOAL_COMPRESS_ALGO_AUTO};
-    const shoal_algo_ops_t *a = shoal_codec_algo_select(r->comm, &args);
+    const shoal_algo_ops_t *a = shoal_codec_algo_select(&r->comm->team, &args);
     RANK_CHECK(a && !strcmp(a->name, "hier-codec"), fail, "rank %d: AUTO picks %s across hosts",
                r->rank, a ? a->name : "nothing");
     cref_bufs_t b;

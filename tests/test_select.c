@@ -128,7 +128,7 @@ static int check_ran(shoal_comm_t comm, const forced_t *f, const shoal_coll_args
         return 0;
     const shoal_algo_ops_t *a = shoal_algo_find(kind, f->algo);
     RANK_CHECK(a != NULL, fail, "no %s algorithm %s", shoal_coll_kind_name(kind), f->algo);
-    if (a->cost(comm, args) >= 0) {
+    if (a->cost(&comm->team, args) >= 0) {
         RANK_CHECK(strcmp(ran, f->algo) == 0, fail,
                    "SHOAL_ALGO=%s:%s, but %s of %zu x %s ran %s", shoal_coll_kind_name(kind),
                    f->algo, shoal_coll_kind_name(args->kind), args->count,
@@ -458,14 +458,14 @@ static void test_bad_setting(void **state)
 
 /* A communicator for the cost model alone: 8 ranks on one host, 2 us and
  * 10 GB/s links, nothing connected. */
-static void fake_comm(struct shoal_comm *comm)
+static void fake_comm(shoal_team_t *comm)
 {
     memset(comm, 0, sizeof(*comm));
     comm->nranks = 8;
     comm->nhosts = 1;
     comm->chunk_size = 128 << 10;
-    comm->link_lat_s = 2e-6;
-    comm->link_bw_Bps = 10e9;
+    comm->cost.link_lat_s = 2e-6;
+    comm->cost.link_bw_Bps = 10e9;
 }
 
 /* The selection itself: a bare name forces every collective that has it;
@@ -474,7 +474,7 @@ static void fake_comm(struct shoal_comm *comm)
 static void test_select_rules(void **state)
 {
     (void)state;
-    struct shoal_comm comm;
+    shoal_team_t comm;
     fake_comm(&comm);
     shoal_coll_args_t big = {.kind = SHOAL_COLL_ALLREDUCE, .count = 64 << 20,
                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
@@ -505,7 +505,7 @@ static void test_select_rules(void **state)
 static void test_choice_memo(void **state)
 {
     (void)state;
-    struct shoal_comm comm;
+    shoal_team_t comm;
     fake_comm(&comm);
     harness_setenv("SHOAL_ALGO", NULL);
     shoal_coll_args_t big = {.kind = SHOAL_COLL_ALLREDUCE, .count = 64 << 20,
@@ -517,17 +517,17 @@ static void test_choice_memo(void **state)
     assert_ptr_not_equal(want_big, want_small);
     for (int i = 0; i < 3; i++) {
         assert_ptr_equal(shoal_algo_choose(&comm, &big), want_big);
-        assert_ptr_equal(comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo, want_big);
+        assert_ptr_equal(comm.memo[SHOAL_COLL_ALLREDUCE].algo, want_big);
         assert_ptr_equal(shoal_algo_choose(&comm, &small), want_small);
     }
     /* A memo planted by hand stands for a repeated call... */
-    comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
+    comm.memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
     assert_ptr_equal(shoal_algo_choose(&comm, &small), want_big);
     /* ...but not for other arguments, nor after the settings change. */
     shoal_coll_args_t other = small;
     other.dtype = SHOAL_FLOAT64;
     assert_ptr_equal(shoal_algo_choose(&comm, &other), shoal_algo_select(&comm, &other));
-    comm.algo_memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
+    comm.memo[SHOAL_COLL_ALLREDUCE].algo = want_big;
     harness_setenv("SHOAL_ALGO", "allreduce:tree");
     const shoal_algo_ops_t *tree = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "tree");
     assert_non_null(tree);

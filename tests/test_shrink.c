@@ -146,7 +146,7 @@ static int rank_shrink(int rank, int nranks, const shoal_unique_id_t *id, void *
     if (c->fate == FATE_BROKEN) {
         /* The dead rank never joins: with a short deadline the collective
          * fails soon, and the parent stays broken. */
-        comm->timeout_ns = 100000000ull;
+        comm->team.timeout_ns = 100000000ull;
         shoal_status_t s = one_allreduce(comm);
         RANK_CHECK(s == SHOAL_ERR_PEER || s == SHOAL_ERR_TIMEOUT, fail, "broken all-reduce gave %s",
                    shoal_status_string(s));

@@ -57,7 +57,7 @@ static void test_every_schedule(void **state)
                     shoal_coll_args_t args = {.kind = (shoal_coll_kind_t)k,
                                               .count = counts[ci], .dtype = SHOAL_FLOAT32,
                                               .op = SHOAL_SUM};
-                    if (a->cost(shoal_sim_comm(sim, 0), &args) < 0)
+                    if (a->cost(shoal_sim_team(sim, 0), &args) < 0)
                         continue;
                     double t = -1;
                     shoal_status_t s = shoal_sim_run(sim, (shoal_coll_kind_t)k, counts[ci],
@@ -77,30 +77,30 @@ static void test_every_schedule(void **state)
  * (or, with deadlock, both ranks wait to receive first). */
 static int deadlock;
 
-static double stream_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double stream_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    (void)comm, (void)args;
+    (void)team, (void)args;
     return 0;
 }
 
-static shoal_status_t stream_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t stream_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                   shoal_plan_t *plan)
 {
-    return shoal_plan_init(comm, args, 0, plan);
+    return shoal_plan_init(team, args, 0, plan);
 }
 
 static shoal_status_t stream_run(shoal_plan_t *plan)
 {
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    int me = comm->rank;
+    shoal_team_t *team = p->team;
+    int me = team->rank;
     if (me > 1)
         return SHOAL_OK;
     p->deadline_ns = UINT64_MAX;
-    p->send_ep = me == 0 ? shoal_comm_ep(comm, 1) : NULL;
-    p->recv_ep = me == 1 ? shoal_comm_ep(comm, 0) : NULL;
+    p->send_ep = me == 0 ? shoal_team_ep(team, 1) : NULL;
+    p->recv_ep = me == 1 ? shoal_team_ep(team, 0) : NULL;
     if (deadlock) {
-        p->recv_ep = shoal_comm_ep(comm, 1 - me);
+        p->recv_ep = shoal_team_ep(team, 1 - me);
         return shoal_prim_recv(p, (char *)plan->args.recvbuf, plan->esize);
     }
     size_t bytes = plan->args.count * plan->esize, piece = plan->piece_elems * plan->esize;
@@ -181,10 +181,10 @@ static unsigned long long sent_bytes(shoal_sim_t *sim)
 {
     unsigned long long sum = 0;
     for (int r = 0; r < shoal_sim_nranks(sim); r++) {
-        struct shoal_comm *c = shoal_sim_comm(sim, r);
-        for (int peer = 0; peer < c->nranks; peer++)
-            if (c->eps[peer])
-                sum += atomic_load(&c->eps[peer]->tx_bytes);
+        shoal_team_t *t = shoal_sim_team(sim, r);
+        for (int peer = 0; peer < t->nranks; peer++)
+            if (t->eps[peer])
+                sum += atomic_load(&t->eps[peer]->tx_bytes);
     }
     return sum;
 }
@@ -247,7 +247,7 @@ static void test_cost_model_choice(void **state)
                 const char *best_name = "", *auto_name = "";
                 for (int i = 0; shoal_algo_at((shoal_coll_kind_t)k, i); i++) {
                     const shoal_algo_ops_t *a = shoal_algo_at((shoal_coll_kind_t)k, i);
-                    if (a->cost(shoal_sim_comm(sim, 0), &args) < 0)
+                    if (a->cost(shoal_sim_team(sim, 0), &args) < 0)
                         continue;
                     assert_int_equal(shoal_sim_run(sim, (shoal_coll_kind_t)k, count,
                                                    SHOAL_FLOAT32, a, &t, NULL),

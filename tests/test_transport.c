@@ -1,6 +1,6 @@
 /* Transports under a real communicator: forked ranks form one with the
  * public API, then move messages through the internal endpoints
- * (comm->eps[peer]) of shm and tcp: every size class, many more messages
+ * (comm->team.eps[peer]) of shm and tcp: every size class, many more messages
  * than slots, all pairs at once and pair by pair, and peers that leave. */
 #include "harness.h"
 
@@ -38,7 +38,7 @@ static unsigned char pattern(int src, int dst, uint64_t seq, size_t i)
 /* Every size class: empty, tiny, odd, around the stripe and chunk bounds. */
 static size_t msg_size(const struct shoal_comm *comm, int src, int dst, uint64_t seq)
 {
-    size_t c = comm->chunk_size;
+    size_t c = comm->team.chunk_size;
     const size_t sizes[] = {0, 1, 7, 63, 64, 65, 1000, 1023, 1024, 1025, 2047, 2049,
                             c / 3 + 1, c / 2 - 1, c / 2, c - 1, c};
     size_t n = sizeof(sizes) / sizeof(sizes[0]);
@@ -85,7 +85,7 @@ static shoal_status_t wait_send(struct shoal_comm *comm, shoal_ep_t *ep, void **
         shoal_status_t s = ep->ops->send_slot(ep, buf_p, cap_p);
         if (s != SHOAL_INPROGRESS)
             return s;
-        s = shoal_transport_progress(comm);
+        s = shoal_team_progress(&comm->team);
         if (s != SHOAL_OK)
             return s;
         if (shoal_deadline_passed(deadline))
@@ -100,7 +100,7 @@ static shoal_status_t wait_recv(struct shoal_comm *comm, shoal_ep_t *ep, const v
         shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p, NULL);
         if (s != SHOAL_INPROGRESS)
             return s;
-        s = shoal_transport_progress(comm);
+        s = shoal_team_progress(&comm->team);
         if (s != SHOAL_OK)
             return s;
         if (shoal_deadline_passed(deadline))
@@ -110,13 +110,13 @@ static shoal_status_t wait_recv(struct shoal_comm *comm, shoal_ep_t *ep, const v
 
 static int send_msg(struct shoal_comm *comm, int peer, uint64_t seq)
 {
-    shoal_ep_t *ep = comm->eps[peer];
+    shoal_ep_t *ep = comm->team.eps[peer];
     void *buf;
-    size_t cap, len = msg_size(comm, comm->rank, peer, seq);
+    size_t cap, len = msg_size(comm, comm->team.rank, peer, seq);
     shoal_status_t s = wait_send(comm, ep, &buf, &cap, shoal_deadline_after(WAIT_NS));
     RANK_CHECK(s == SHOAL_OK, fail, "send_slot to %d: %s", peer, shoal_status_string(s));
-    RANK_CHECK(cap == comm->chunk_size, fail, "slot of %zu B", cap);
-    fill(buf, len, comm->rank, peer, seq);
+    RANK_CHECK(cap == comm->team.chunk_size, fail, "slot of %zu B", cap);
+    fill(buf, len, comm->team.rank, peer, seq);
     s = ep->ops->send_post(ep, len, NULL);
     RANK_CHECK(s == SHOAL_OK, fail, "send_post to %d: %s", peer, shoal_status_string(s));
     return 0;
@@ -126,12 +126,12 @@ fail:
 
 static int recv_msg(struct shoal_comm *comm, int peer, uint64_t seq)
 {
-    shoal_ep_t *ep = comm->eps[peer];
+    shoal_ep_t *ep = comm->team.eps[peer];
     const void *buf;
     size_t len;
     shoal_status_t s = wait_recv(comm, ep, &buf, &len, shoal_deadline_after(WAIT_NS));
     RANK_CHECK(s == SHOAL_OK, fail, "recv_slot from %d: %s", peer, shoal_status_string(s));
-    RANK_CHECK(check(buf, len, peer, comm->rank, seq, msg_size(comm, peer, comm->rank, seq)) == 0,
+    RANK_CHECK(check(buf, len, peer, comm->team.rank, seq, msg_size(comm, peer, comm->team.rank, seq)) == 0,
                fail, "content from %d", peer);
     s = ep->ops->recv_release(ep);
     RANK_CHECK(s == SHOAL_OK, fail, "recv_release from %d: %s", peer, shoal_status_string(s));
@@ -144,7 +144,7 @@ fail:
  * FIFOs fill up and wrap around in both directions of every pair. */
 static int run_stream(struct shoal_comm *comm)
 {
-    int n = comm->nranks, me = comm->rank;
+    int n = comm->team.nranks, me = comm->team.rank;
     uint64_t sent[64] = {0}, got[64] = {0};
     uint64_t deadline = shoal_deadline_after(WAIT_NS);
     int busy = 1;
@@ -153,7 +153,7 @@ static int run_stream(struct shoal_comm *comm)
         for (int p = 0; p < n; p++) {
             if (p == me)
                 continue;
-            shoal_ep_t *ep = comm->eps[p];
+            shoal_ep_t *ep = comm->team.eps[p];
             void *sbuf;
             size_t cap;
             while (sent[p] < STREAM_MSGS) {
@@ -182,7 +182,7 @@ static int run_stream(struct shoal_comm *comm)
             }
             busy |= sent[p] < STREAM_MSGS || got[p] < STREAM_MSGS;
         }
-        shoal_status_t s = shoal_transport_progress(comm);
+        shoal_status_t s = shoal_team_progress(&comm->team);
         RANK_CHECK(s == SHOAL_OK, fail, "progress: %s", shoal_status_string(s));
         RANK_CHECK(!shoal_deadline_passed(deadline), fail, "stream did not finish");
     }
@@ -210,7 +210,7 @@ static int partner(int rank, int r, int m)
  * message, so every message waits for the previous round trip. */
 static int run_pingpong(struct shoal_comm *comm)
 {
-    int n = comm->nranks, me = comm->rank;
+    int n = comm->team.nranks, me = comm->team.rank;
     int m = n + (n & 1);
     for (int r = 0; r < m - 1; r++) {
         int p = partner(me, r, m);
@@ -261,13 +261,13 @@ static int rank_xfer(int rank, int nranks, const shoal_unique_id_t *id, void *va
     RANK_CHECK(count_own_segments() == 0, fail, "init left a segment in /dev/shm");
     for (int p = 0; p < nranks; p++) {
         if (p == rank) {
-            RANK_CHECK(comm->eps[p] == NULL, fail, "endpoint to self");
+            RANK_CHECK(comm->team.eps[p] == NULL, fail, "endpoint to self");
             continue;
         }
-        RANK_CHECK(comm->eps[p] != NULL, fail, "no endpoint to %d", p);
+        RANK_CHECK(comm->team.eps[p] != NULL, fail, "no endpoint to %d", p);
         const char *want = comm->host_of[p] == comm->host_of[rank] ? arg->local_tl : "tcp";
-        RANK_CHECK(strcmp(comm->eps[p]->ops->name, want) == 0, fail,
-                   "rank %d reached over %s, not %s", p, comm->eps[p]->ops->name, want);
+        RANK_CHECK(strcmp(comm->team.eps[p]->ops->name, want) == 0, fail,
+                   "rank %d reached over %s, not %s", p, comm->team.eps[p]->ops->name, want);
     }
     if (run_stream(comm) || run_pingpong(comm) || run_stream(comm))
         return 1;
@@ -348,7 +348,7 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    shoal_ep_t *ep = comm->eps[1 - rank];
+    shoal_ep_t *ep = comm->team.eps[1 - rank];
     uint64_t count = 0;
     if (rank == 0) {
         void *buf;
@@ -369,7 +369,7 @@ static int rank_flush(int rank, int nranks, const shoal_unique_id_t *id, void *a
         uint64_t deadline = shoal_deadline_after(WAIT_NS);
         unsigned spins = 0;
         while ((s = ep->ops->flush(ep)) == SHOAL_INPROGRESS && !shoal_deadline_passed(deadline)) {
-            s = shoal_transport_progress(comm);
+            s = shoal_team_progress(&comm->team);
             RANK_CHECK(s == SHOAL_OK, fail, "progress: %s", shoal_status_string(s));
             backoff(&spins);
         }
@@ -425,7 +425,7 @@ static int bell_wait(struct shoal_comm *comm, shoal_ep_t *ep, int for_room)
             break;
         RANK_CHECK(s == SHOAL_INPROGRESS, fail, "slot: %s", shoal_status_string(s));
         uint64_t t0 = shoal_now_ns();
-        s = shoal_transport_sleep(comm, BELL_SLEEP_NS, BELL_SLEEP_NS);
+        s = shoal_team_sleep(&comm->team, BELL_SLEEP_NS, BELL_SLEEP_NS);
         RANK_CHECK(s == SHOAL_OK, fail, "the transport would not sleep: %s",
                    shoal_status_string(s));
         RANK_CHECK(shoal_now_ns() - t0 < BELL_LATE_NS, fail, "slept %.1f s: rank 1 never rang",
@@ -499,7 +499,7 @@ static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    shoal_ep_t *ep = comm->eps[1 - rank];
+    shoal_ep_t *ep = comm->team.eps[1 - rank];
     RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
     /* Rank 1 watches rank 0's process through /proc: rank 0 tells its pid
      * (once past init, so that no wait of init's is taken for the
@@ -612,7 +612,7 @@ static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *v
     if (send_msg(comm, 1, 0))
         return 1;
     uint64_t deadline = shoal_deadline_after(WAIT_NS);
-    shoal_ep_t *ep = comm->eps[1];
+    shoal_ep_t *ep = comm->team.eps[1];
     if (mode == LEAVE_WHILE_AWAITED) {
         const void *buf;
         size_t len;
@@ -629,7 +629,7 @@ static int rank_leave(int rank, int nranks, const shoal_unique_id_t *id, void *v
     RANK_CHECK(s == SHOAL_ERR_PEER, fail, "got %s, expected %s", shoal_status_string(s),
                shoal_status_string(SHOAL_ERR_PEER));
     /* The loss is sticky: progress keeps reporting it. */
-    s = shoal_transport_progress(comm);
+    s = shoal_team_progress(&comm->team);
     RANK_CHECK(s == SHOAL_ERR_PEER, fail, "progress after the loss: %s", shoal_status_string(s));
     shoal_comm_abort(comm);
     return 0;
@@ -664,9 +664,9 @@ static uint8_t fake_tags[2][SHOAL_TAG_BYTES];
 static void fake_open(fake_rank_t *r, int rank)
 {
     memset(r, 0, sizeof(*r));
-    r->comm.rank = rank;
-    r->comm.nranks = 2;
-    r->comm.chunk_size = 4096;
+    r->comm.team.rank = rank;
+    r->comm.team.nranks = 2;
+    r->comm.team.chunk_size = 4096;
     r->comm.host_of = r->host_of;
     fake_pids[rank] = (uint32_t)getpid();
     for (size_t i = 0; i < SHOAL_TAG_BYTES; i++)
@@ -674,7 +674,7 @@ static void fake_open(fake_rank_t *r, int rank)
                                                   (uint32_t)getpid());
     r->comm.pids = fake_pids;
     r->comm.tags = fake_tags;
-    shoal_tl_params_t par = {.rank = rank, .nranks = 2, .chunk_size = r->comm.chunk_size,
+    shoal_tl_params_t par = {.rank = rank, .nranks = 2, .chunk_size = r->comm.team.chunk_size,
                              .host_of = r->host_of, .pids = fake_pids, .tags = fake_tags};
     assert_int_equal(shoal_shm_ops.open(&par, &r->ctx), SHOAL_OK);
     r->blob_len = sizeof(r->blob);

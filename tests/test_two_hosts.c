@@ -73,13 +73,13 @@ static int two_host_rank(int rank, int nranks, int id_fd_in, int id_fd_out)
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, &id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    RANK_CHECK(comm->nhosts == 2, fail, "%d hosts seen, want 2", comm->nhosts);
+    RANK_CHECK(comm->team.nhosts == 2, fail, "%d hosts seen, want 2", comm->team.nhosts);
     for (int peer = 0; peer < nranks; peer++) {
         if (peer == rank)
             continue;
         const char *want = (peer < 2) == (rank < 2) ? "shm" : "tcp";
-        RANK_CHECK(!strcmp(comm->eps[peer]->ops->name, want), fail,
-                   "rank %d -> %d over %s, want %s", rank, peer, comm->eps[peer]->ops->name, want);
+        RANK_CHECK(!strcmp(comm->team.eps[peer]->ops->name, want), fail,
+                   "rank %d -> %d over %s, want %s", rank, peer, comm->team.eps[peer]->ops->name, want);
     }
     const size_t counts[] = {1, 1001, 3 << 20};
     for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {

@@ -205,7 +205,7 @@ static int check_xfer_all(shoal_comm_t comm, int rank, int n)
             recvs[k].esize = 4;
         }
     }
-    shoal_status_t s = shoal_xfer_run(comm, sends, k, recvs, k,
+    shoal_status_t s = shoal_xfer_run(&comm->team, sends, k, recvs, k,
                                       shoal_deadline_after(20ull * 1000000000ull));
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d: xfer_run with every peer: %s", rank,
                shoal_status_string(s));
@@ -405,7 +405,7 @@ static int rank_crossed(int rank, int nranks, const shoal_unique_id_t *id, void 
      * engine must still receive while the send waits for room. */
     shoal_xfer_t s0 = {.ep = shoal_comm_ep(comm, peer), .buf = out, .bytes = CROSS_BYTES};
     shoal_xfer_t r0 = {.ep = shoal_comm_ep(comm, peer), .buf = in, .bytes = CROSS_BYTES};
-    shoal_status_t s = shoal_xfer_run(comm, &s0, 1, &r0, 1,
+    shoal_status_t s = shoal_xfer_run(&comm->team, &s0, 1, &r0, 1,
                                       shoal_deadline_after(20ull * 1000000000ull));
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d: crossed xfer: %s", rank, shoal_status_string(s));
     if (check_bytes(in, CROSS_BYTES, peer, rank, 99, "crossed message") ||
@@ -497,7 +497,7 @@ static int rank_timeout(int rank, int nranks, const shoal_unique_id_t *id, void 
     shoal_xfer_t x = {.ep = shoal_comm_ep(comm, 1 - rank), .buf = buf, .bytes = 8};
     shoal_status_t s;
     if (rank == 1) {
-        s = shoal_xfer_run(comm, NULL, 0, &x, 1, shoal_deadline_after(200ull * 1000000ull));
+        s = shoal_xfer_run(&comm->team, NULL, 0, &x, 1, shoal_deadline_after(200ull * 1000000ull));
         RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "missing message: %s", shoal_status_string(s));
         RANK_CHECK(!x.started && x.done == 0, fail, "a piece of a missing message moved");
     }
@@ -507,7 +507,7 @@ static int rank_timeout(int rank, int nranks, const shoal_unique_id_t *id, void 
     RANK_CHECK(s == SHOAL_OK, fail, "barrier after a timeout: %s", shoal_status_string(s));
     if (rank == 0 && !strcmp(transport, "shm")) {
         x.bytes = sizeof(buf);
-        s = shoal_xfer_run(comm, &x, 1, NULL, 0, shoal_deadline_after(200ull * 1000000ull));
+        s = shoal_xfer_run(&comm->team, &x, 1, NULL, 0, shoal_deadline_after(200ull * 1000000ull));
         RANK_CHECK(s == SHOAL_ERR_TIMEOUT, fail, "send without room: %s", shoal_status_string(s));
         RANK_CHECK(x.done > 0 && x.done < x.bytes, fail, "send without room moved %zu of %zu B",
                    x.done, x.bytes);
@@ -527,10 +527,10 @@ static int rank_abort(int rank, int nranks, const shoal_unique_id_t *id, void *a
     RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     unsigned char b[8];
     shoal_xfer_t x = {.ep = shoal_comm_ep(comm, 1 - rank), .buf = b, .bytes = sizeof(b)};
-    atomic_store(&comm->aborted, 1);
-    shoal_status_t s = shoal_xfer_run(comm, NULL, 0, &x, 1,
+    atomic_store(&comm->team.aborted, 1);
+    shoal_status_t s = shoal_xfer_run(&comm->team, NULL, 0, &x, 1,
                                       shoal_deadline_after(20ull * 1000000000ull));
-    atomic_store(&comm->aborted, 0);
+    atomic_store(&comm->team.aborted, 0);
     RANK_CHECK(s == SHOAL_ERR_ABORTED, fail, "aborted xfer: %s", shoal_status_string(s));
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;

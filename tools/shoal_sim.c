@@ -175,7 +175,7 @@ int main(int argc, char **argv)
 
     printf("# shoal_sim: %d hosts x %d ranks = %d ranks, %s %s sum, chunk %zu B\n", nhosts,
            per_host, n, shoal_coll_kind_name(kind), shoal_dtype_name(dtype),
-           shoal_sim_comm(sim, 0)->chunk_size);
+           shoal_sim_team(sim, 0)->chunk_size);
     printf("# inside a host %s: %.2f us, %.2f GB/s; between hosts %s: %.2f us, %.2f GB/s\n",
            shoal_link_class_name(cfg.links.intra), cfg.links.cls[cfg.links.intra].lat_s * 1e6,
            cfg.links.cls[cfg.links.intra].bw_Bps / 1e9, shoal_link_class_name(cfg.links.inter),
@@ -199,7 +199,7 @@ int main(int argc, char **argv)
             double t;
             const char *name = NULL;
             /* An algorithm that cannot serve this call gets a dash. */
-            if (a && a->cost(shoal_sim_comm(sim, 0),
+            if (a && a->cost(shoal_sim_team(sim, 0),
                              &(shoal_coll_args_t){.kind = kind, .count = count,
                                                   .dtype = dtype, .op = SHOAL_SUM}) < 0) {
                 printf(" %11s %7s", "-", "-");

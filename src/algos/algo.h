@@ -4,7 +4,7 @@
 #ifndef SHOAL_ALGO_H
 #define SHOAL_ALGO_H
 
-#include "core/comm.h"
+#include "team.h"
 #include "prims.h"
 
 /* What a call asks for. The values index the per-collective algorithm lists
@@ -64,8 +64,8 @@ typedef struct {
 } shoal_coll_args_t;
 
 /*
- * A ring over some ranks of comm (a team) and where each position's block
- * lies in the buffer a ring schedule works on. Position p is comm rank
+ * A ring over some ranks of team (a team) and where each position's block
+ * lies in the buffer a ring schedule works on. Position p is team rank
  * ranks[p]; the caller is at position me. Layouts of block p:
  * - BY_RANK: [ranks[p] * unit, + unit): one block per rank, by rank (the
  *   flat reduce-scatter and all-gather).
@@ -104,15 +104,15 @@ size_t shoal_ring_seg_off(size_t total, int nseg, int s, size_t align);
 void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring);
 /* The ranks of this rank's host in local order, with layout (the caller
  * sets unit or total). */
-void shoal_ring_local(struct shoal_comm *comm, int layout, shoal_ring_t *ring_p);
+void shoal_ring_local(shoal_team_t *team, int layout, shoal_ring_t *ring_p);
 /* Rail j across hosts, this rank at its host's position: rails is the
  * cluster's rail_ranks or rail_mod_ranks. Layout BY_HOST (the caller sets
  * unit where the schedule uses blocks). */
-void shoal_ring_rail(struct shoal_comm *comm, const int *rails, int j, shoal_ring_t *ring_p);
-/* Every rank of comm in the cluster's ring order, blocks BY_RANK of unit. */
-void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p);
+void shoal_ring_rail(shoal_team_t *team, const int *rails, int j, shoal_ring_t *ring_p);
+/* Every rank of team in the cluster's ring order, blocks BY_RANK of unit. */
+void shoal_ring_flat(shoal_team_t *team, size_t unit, shoal_ring_t *ring_p);
 
-/* The ring schedules, over the team with p's stage and kernels (p->comm,
+/* The ring schedules, over the team with p's stage and kernels (p->team,
  * st, reduce, dtype, esize, avg_n and deadline set; the endpoints are
  * bound here):
  * - allreduce: count elements of src reduced into dst on every member
@@ -172,6 +172,12 @@ typedef struct shoal_plan {
     unsigned settings;        /* shoal_config_generation() then */
     void *scratch;            /* working memory of its runs, owned */
     size_t scratch_bytes;
+    /* An algorithm that may run another in its place (the put collectives
+     * when some rank's buffer is not shareable): that one's plan, owned,
+     * and how many calls to run it before trying again, and the length of
+     * the last such wait; the same on every rank. */
+    struct shoal_plan *fallback;
+    unsigned skip, skip_len;
     shoal_coll_args_t args;   /* the call it runs (buffers rebound per run) */
     shoal_prims_t prims;
     size_t esize;
@@ -214,11 +220,11 @@ typedef shoal_status_t (*shoal_tree_part_fn)(shoal_plan_t *plan, void *ctx, int 
 void shoal_tree_layout(size_t count, size_t align, size_t pe, shoal_tree_layout_t *l_p);
 /* Estimated seconds of the tree schedule over layout l moving bytes in
  * all, in pieces of at most piece_bytes. */
-double shoal_tree_cost_of(const struct shoal_comm *comm, const shoal_tree_layout_t *l,
+double shoal_tree_cost_of(const shoal_team_t *team, const shoal_tree_layout_t *l,
                           double bytes, double piece_bytes);
 /* The plan of the tree all-reduce: shoal_plan_init and this rank's
  * parent and children in both trees (nbr, nnbr). */
-shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_tree_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                shoal_plan_t *plan);
 /* The endpoint of this rank's neighbour which in tree t; NULL for none. */
 shoal_ep_t *shoal_tree_ep(const shoal_plan_t *plan, int t, int which);
@@ -231,88 +237,88 @@ shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t
 /* Cost and plan of the flat codec schedules (the ring and the two-shot):
  * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec
  * stage (shoal_plan_stage). */
-double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args);
-shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+double shoal_codec_flat_cost(const shoal_team_t *team, const shoal_coll_args_t *args);
+shoal_status_t shoal_codec_flat_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan);
 
 typedef struct shoal_algo_ops {
     size_t size; /* sizeof(shoal_algo_ops_t) */
     const char *name;
-    /* Estimated seconds for args on comm, for selection; < 0: cannot run. */
-    double (*cost)(const struct shoal_comm *comm, const shoal_coll_args_t *args);
-    shoal_status_t (*plan)(struct shoal_comm *comm, const shoal_coll_args_t *args,
+    /* Estimated seconds for args on team, for selection; < 0: cannot run. */
+    double (*cost)(const shoal_team_t *team, const shoal_coll_args_t *args);
+    shoal_status_t (*plan)(shoal_team_t *team, const shoal_coll_args_t *args,
                            shoal_plan_t *plan_p);
     shoal_status_t (*run)(shoal_plan_t *plan);
 } shoal_algo_ops_t;
 
-/* Cost model inputs: the slowest link of comm (largest latency, smallest
+/* Cost model inputs: the slowest link of team (largest latency, smallest
  * bandwidth over every peer's transport, or the SHOAL_ALGO_LAT/_BW
  * settings), and whether every rank shares this rank's host. */
-static inline double shoal_algo_lat(const struct shoal_comm *comm)
+static inline double shoal_algo_lat(const shoal_team_t *team)
 {
-    return comm->link_lat_s;
+    return team->cost.link_lat_s;
 }
-static inline double shoal_algo_bw(const struct shoal_comm *comm)
+static inline double shoal_algo_bw(const shoal_team_t *team)
 {
-    return comm->link_bw_Bps;
+    return team->cost.link_bw_Bps;
 }
 /* The links inside a host and between hosts, for the hierarchical
  * algorithms (topo/links.h). Flows that leave a host at once share its
  * link between hosts. */
-static inline const shoal_link_cost_t *shoal_algo_intra(const struct shoal_comm *comm)
+static inline const shoal_link_cost_t *shoal_algo_intra(const shoal_team_t *team)
 {
-    return &comm->links.cls[comm->links.intra];
+    return &team->cost.links.cls[team->cost.links.intra];
 }
-static inline const shoal_link_cost_t *shoal_algo_inter(const struct shoal_comm *comm)
+static inline const shoal_link_cost_t *shoal_algo_inter(const shoal_team_t *team)
 {
-    return &comm->links.cls[comm->links.inter];
+    return &team->cost.links.cls[team->cost.links.inter];
 }
 /* How many ranks of a host send across hosts at once when every rank
  * does: the share of the host's link each gets is 1 / this. */
-static inline double shoal_algo_host_share(const struct shoal_comm *comm)
+static inline double shoal_algo_host_share(const shoal_team_t *team)
 {
-    return comm->nhosts > 1 ? comm->cluster.max_local : 1;
+    return team->nhosts > 1 ? team->cluster.max_local : 1;
 }
 /* Bytes of one element of args' dtype times n. */
 double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
 
 /* Start plan for args: zeroed, the arguments, element size, piece size
- * (chunk_size / esize) and the prims' comm, dtype, esize and the plain
+ * (chunk_size / esize) and the prims' team, dtype, esize and the plain
  * stage; with reduces, also the op's kernel (AVG: the SUM kernel, avg_n
  * left 0). SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
-shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_plan_init(shoal_team_t *team, const shoal_coll_args_t *args,
                                int reduces, shoal_plan_t *plan);
 /* At least bytes of working memory owned by plan, kept for its later runs
  * (a plan of one shape asks for the same each run, so only its first run
  * allocates) and freed with it. */
 shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p);
 /* A plan of algo for args, made by algo->plan in memory of its own. */
-shoal_status_t shoal_plan_create(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *algo,
                                  const shoal_coll_args_t *args, shoal_plan_t **plan_p);
 /* Run plan for args, a call of the shape it was made for (its buffers, and
  * a codec's state and residual, may differ from the last run's). */
 shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args);
 /* Free plan and what it owns; NULL is ignored. */
 void shoal_plan_destroy(shoal_plan_t *plan);
-/* comm's plan of algo for args: the cached one of args' collective when it
+/* team's plan of algo for args: the cached one of args' collective when it
  * was made for the same shape and settings, else a new one that replaces
  * it (all-to-all-v calls, whose counts differ per call, get one that is
  * not cached: the caller destroys it when *cached_p is 0). Executor only. */
-shoal_status_t shoal_plan_get(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+shoal_status_t shoal_plan_get(shoal_team_t *team, const shoal_algo_ops_t *algo,
                               const shoal_coll_args_t *args, shoal_plan_t **plan_p,
                               int *cached_p);
-/* Destroy every plan comm keeps (its destroy). */
-void shoal_plan_cache_release(struct shoal_comm *comm);
+/* Destroy every plan team keeps (its destroy). */
+void shoal_plan_cache_release(shoal_team_t *team);
 
 /* Bind the stage of args to an initialised plan: the codec stage with the
  * codec and residual when args carries a codec (fp32 only), and its piece
  * in stage_elems. SHOAL_ERR_INTERNAL when no piece of it fits a slot. */
-shoal_status_t shoal_plan_stage(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_plan_stage(shoal_team_t *team, const shoal_coll_args_t *args,
                                 shoal_plan_t *plan);
 
 /* Plan of the ring algorithms that reduce (all-reduce, reduce-scatter):
  * neighbours rank+-1, pieces of chunk_size, the op's kernel, AVG over n. */
-shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_ring_reduce_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan);
 
 /* The algorithms, by collective. */
@@ -353,12 +359,12 @@ shoal_status_t shoal_algo_check_setting(void);
  * serve the call (else a warning and the cost model's choice), otherwise the
  * cheapest by cost. Logs the choice and its estimate at INFO (ALGO). NULL
  * only when no algorithm can serve the call. */
-const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
+const shoal_algo_ops_t *shoal_algo_select(const shoal_team_t *team,
                                           const shoal_coll_args_t *args);
 /* shoal_algo_select for a call about to run: the communicator remembers the
  * last choice per collective, and a call with the same count, type, op and
  * root takes it without asking the cost model again. */
-const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm,
+const shoal_algo_ops_t *shoal_algo_choose(shoal_team_t *team,
                                           const shoal_coll_args_t *args);
 
 /* The schedule of a compressed all-reduce (args->codec set, checked):
@@ -368,7 +374,7 @@ const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm,
  * ring requantises at every hop, so its error grows with its length),
  * except for shared-scale codecs (ternary), whose ring sums are exact.
  * Logs the choice at INFO (ALGO). NULL for an unknown codec_algo. */
-const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
+const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
                                                 const shoal_coll_args_t *args);
 
 /* The i-th algorithm of kind (NULL past the last), for listings. */

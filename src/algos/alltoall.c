@@ -30,46 +30,46 @@
 
 /* Elements that this rank sends to peers other than itself, averaged over
  * the n-1 peers: the block size that the cost model charges per step. */
-static double a2a_block_bytes(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double a2a_block_bytes(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    int n = comm->nranks;
+    int n = team->nranks;
     if (args->kind == SHOAL_COLL_ALLTOALL || n == 1)
         return shoal_algo_bytes(args, args->count);
     size_t total = 0;
     for (int j = 0; j < n; j++) {
-        if (j != comm->rank)
+        if (j != team->rank)
             total += args->sendcounts[j];
     }
     return shoal_algo_bytes(args, total) / (n - 1);
 }
 
 /* Across hosts, every rank of a host sends at once over the host's link. */
-static double a2a_bw(const struct shoal_comm *comm)
+static double a2a_bw(const shoal_team_t *team)
 {
-    return shoal_algo_bw(comm) / shoal_algo_host_share(comm);
+    return shoal_algo_bw(team) / shoal_algo_host_share(team);
 }
 
-static double pairwise_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double pairwise_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double n = comm->nranks;
-    return (n - 1) * (shoal_algo_lat(comm) + a2a_block_bytes(comm, args) / a2a_bw(comm));
+    double n = team->nranks;
+    return (n - 1) * (shoal_algo_lat(team) + a2a_block_bytes(team, args) / a2a_bw(team));
 }
 
-static double direct_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double direct_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double n = comm->nranks;
+    double n = team->nranks;
     double extra = n - 1 > DIRECT_FREE_STREAMS ? n - 1 - DIRECT_FREE_STREAMS : 0;
-    return shoal_algo_lat(comm) + (n - 1) * a2a_block_bytes(comm, args) / a2a_bw(comm) *
+    return shoal_algo_lat(team) + (n - 1) * a2a_block_bytes(team, args) / a2a_bw(team) *
                                       (1 + DIRECT_CONTENTION * extra);
 }
 
-static shoal_status_t a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t a2a_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                shoal_plan_t *plan)
 {
-    int n = comm->nranks, r = comm->rank;
+    int n = team->nranks, r = team->rank;
     if (args->kind != SHOAL_COLL_ALLTOALL && args->kind != SHOAL_COLL_ALLTOALLV)
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
     if (s != SHOAL_OK)
         return s;
     if (args->kind == SHOAL_COLL_ALLTOALLV) {
@@ -83,7 +83,7 @@ static shoal_status_t a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t 
         }
     }
     for (int j = 0; j < n; j++) {
-        if (j != r && !shoal_comm_ep(comm, j))
+        if (j != r && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
@@ -103,7 +103,7 @@ static void a2a_block(const shoal_plan_t *plan, int j, int send, shoal_xfer_t *x
     }
     char *base = send ? (char *)a->sendbuf : (char *)a->recvbuf;
     memset(x, 0, sizeof(*x));
-    x->ep = shoal_comm_ep(plan->prims.comm, j);
+    x->ep = shoal_team_ep(plan->prims.team, j);
     /* A 0-element block may come with a NULL buffer: no byte is touched. */
     x->buf = count ? base + off * plan->esize : base;
     x->bytes = count * plan->esize;
@@ -113,38 +113,38 @@ static void a2a_block(const shoal_plan_t *plan, int j, int send, shoal_xfer_t *x
 static void a2a_copy_own(const shoal_plan_t *plan)
 {
     shoal_xfer_t in, out;
-    int r = plan->prims.comm->rank;
+    int r = plan->prims.team->rank;
     a2a_block(plan, r, 1, &in);
     a2a_block(plan, r, 0, &out);
     /* The core stages an in-place call's input, so the blocks never overlap. */
     if (in.bytes)
-        shoal_move_out(plan->prims.comm, out.buf, in.buf, in.bytes);
+        shoal_move_out(plan->prims.team, out.buf, in.buf, in.bytes);
 }
 
 static shoal_status_t pairwise_run(shoal_plan_t *plan)
 {
-    struct shoal_comm *comm = plan->prims.comm;
-    int n = comm->nranks, r = comm->rank;
+    shoal_team_t *team = plan->prims.team;
+    int n = team->nranks, r = team->rank;
     a2a_copy_own(plan);
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
     shoal_status_t s = SHOAL_OK;
     for (int k = 1; k < n && s == SHOAL_OK; k++) {
         shoal_xfer_t out, in;
         a2a_block(plan, (r + k) % n, 1, &out);
         a2a_block(plan, (r - k + n) % n, 0, &in);
-        s = shoal_xfer_run(comm, &out, out.bytes > 0, &in, in.bytes > 0, deadline);
+        s = shoal_xfer_run(team, &out, out.bytes > 0, &in, in.bytes > 0, deadline);
     }
     return s;
 }
 
 static shoal_status_t direct_run(shoal_plan_t *plan)
 {
-    struct shoal_comm *comm = plan->prims.comm;
-    int n = comm->nranks, r = comm->rank;
+    shoal_team_t *team = plan->prims.team;
+    int n = team->nranks, r = team->rank;
     a2a_copy_own(plan);
     if (n == 1)
         return SHOAL_OK;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
     /* The message array lives in the plan's working memory, which
      * stops growing after the first call of a given size. */
     size_t m = (size_t)n - 1;
@@ -162,7 +162,7 @@ static shoal_status_t direct_run(shoal_plan_t *plan)
         a2a_block(plan, (r - k + n) % n, 0, &x[m + nr]);
         nr += x[m + nr].bytes > 0;
     }
-    return shoal_xfer_run(comm, x, ns, x + m, nr, deadline);
+    return shoal_xfer_run(team, x, ns, x + m, nr, deadline);
 }
 
 const shoal_algo_ops_t shoal_pairwise_alltoall_ops = {

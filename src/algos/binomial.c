@@ -27,28 +27,28 @@ static int binomial_depth(int n)
     return d;
 }
 
-static double binomial_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double binomial_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    int depth = binomial_depth(comm->nranks);
+    int depth = binomial_depth(team->nranks);
     if (depth + 1 > SHOAL_PLAN_NBRS)
         return -1;
     /* Every level forwards the whole message once before the next level
      * has all of it, less what pipelining overlaps. */
-    return depth * (shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) /
-                                                shoal_algo_bw(comm));
+    return depth * (shoal_algo_lat(team) + shoal_algo_bytes(args, args->count) /
+                                                shoal_algo_bw(team));
 }
 
-static shoal_status_t binomial_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t binomial_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                     shoal_plan_t *plan)
 {
-    int n = comm->nranks, root = args->root;
+    int n = team->nranks, root = args->root;
     if (root < 0 || root >= n || binomial_depth(n) + 1 > SHOAL_PLAN_NBRS)
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
     if (s != SHOAL_OK)
         return s;
 
-    int v = (comm->rank - root + n) % n;
+    int v = (team->rank - root + n) % n;
     /* The root's lowest set bit is "above n": it adopts every power of two. */
     long low = v ? (long)(v & -v) : 2L * n;
     plan->nbr[0] = v ? (v - (int)low + root) % n : -1;
@@ -57,16 +57,16 @@ static shoal_status_t binomial_plan(struct shoal_comm *comm, const shoal_coll_ar
         plan->nbr[plan->nnbr++] = (int)((v + m + root) % n);
 
     for (int i = 0; i < plan->nnbr; i++) {
-        if (plan->nbr[i] >= 0 && !shoal_comm_ep(comm, plan->nbr[i]))
+        if (plan->nbr[i] >= 0 && !shoal_team_ep(team, plan->nbr[i]))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
 }
 
-static shoal_status_t binomial_reduce_plan(struct shoal_comm *comm,
+static shoal_status_t binomial_reduce_plan(shoal_team_t *team,
                                            const shoal_coll_args_t *args, shoal_plan_t *plan)
 {
-    shoal_status_t s = binomial_plan(comm, args, plan);
+    shoal_status_t s = binomial_plan(team, args, plan);
     if (s != SHOAL_OK)
         return s;
     plan->prims.reduce = shoal_reduce_fn(args->dtype, args->op);
@@ -75,7 +75,7 @@ static shoal_status_t binomial_reduce_plan(struct shoal_comm *comm,
 
 static shoal_ep_t *nbr_ep(const shoal_plan_t *plan, int i)
 {
-    return plan->nbr[i] >= 0 ? shoal_comm_ep(plan->prims.comm, plan->nbr[i]) : NULL;
+    return plan->nbr[i] >= 0 ? shoal_team_ep(plan->prims.team, plan->nbr[i]) : NULL;
 }
 
 /* Flush every endpoint this rank sent to: the children for a broadcast,
@@ -104,12 +104,12 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
     char *dst = a->recvbuf;
     int is_root = plan->nbr[0] < 0, last = plan->nnbr - 1;
 
-    if (p->comm->nranks == 1 || a->count == 0) {
+    if (p->team->nranks == 1 || a->count == 0) {
         if (dst != src && a->count > 0)
-            shoal_move(p->comm, dst, src, a->count * es);
+            shoal_move(p->team, dst, src, a->count * es);
         return SHOAL_OK;
     }
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     p->recv_ep = nbr_ep(plan, 0);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {
@@ -119,7 +119,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
         int c = last;
         if (is_root) {
             if (dst != src)
-                shoal_move(p->comm, out, src + off * es, bytes);
+                shoal_move(p->team, out, src + off * es, bytes);
         } else {
             p->send_ep = c >= 1 ? nbr_ep(plan, c--) : NULL;
             s = shoal_prim_recv_copy_send(p, out, bytes);
@@ -143,17 +143,17 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     size_t es = plan->esize;
     const char *src = a->sendbuf;
     char *dst = a->recvbuf;
     int is_root = plan->nbr[0] < 0, nchild = plan->nnbr - 1;
-    int avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
+    int avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
 
-    if (comm->nranks == 1 || a->count == 0) {
+    if (team->nranks == 1 || a->count == 0) {
         /* AVG over one rank is the input itself. */
         if (dst != src && a->count > 0)
-            shoal_move(comm, dst, src, a->count * es);
+            shoal_move(team, dst, src, a->count * es);
         return SHOAL_OK;
     }
     char *acc = NULL;
@@ -164,7 +164,7 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
             return s;
         acc = scratch;
     }
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     shoal_ep_t *parent = nbr_ep(plan, 0);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {

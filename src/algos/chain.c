@@ -14,56 +14,56 @@
 #include "base/clock.h"
 #include "base/dtype.h"
 
-static double chain_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double chain_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* The whole message crosses one link once, after n-1 piece latencies to
      * fill the pipe. */
-    double n = comm->nranks, bw = shoal_algo_bw(comm);
-    return (n - 1) * (shoal_algo_lat(comm) + (double)comm->chunk_size / bw) +
+    double n = team->nranks, bw = shoal_algo_bw(team);
+    return (n - 1) * (shoal_algo_lat(team) + (double)team->chunk_size / bw) +
            shoal_algo_bytes(args, args->count) / bw;
 }
 
 /* Plan a chain along the cluster's ring order whose first rank is at ring
  * position `first`: this rank receives from its predecessor unless it is
  * first, and sends to its successor unless it is last. */
-static shoal_status_t chain_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t chain_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                  int first, shoal_plan_t *plan)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    int n = comm->nranks, me = c->ring_pos[comm->rank];
+    const shoal_cluster_t *c = &team->cluster;
+    int n = team->nranks, me = c->ring_pos[team->rank];
     int root = args->root;
-    if (root < 0 || root >= n || shoal_plan_init(comm, args, 0, plan) != SHOAL_OK)
+    if (root < 0 || root >= n || shoal_plan_init(team, args, 0, plan) != SHOAL_OK)
         return SHOAL_ERR_INTERNAL;
     int pos = (me - first + n) % n;
     shoal_prims_t *p = &plan->prims;
-    p->send_ep = pos < n - 1 ? shoal_comm_ep(comm, c->by_host[(me + 1) % n]) : NULL;
-    p->recv_ep = pos > 0 ? shoal_comm_ep(comm, c->by_host[(me + n - 1) % n]) : NULL;
+    p->send_ep = pos < n - 1 ? shoal_team_ep(team, c->by_host[(me + 1) % n]) : NULL;
+    p->recv_ep = pos > 0 ? shoal_team_ep(team, c->by_host[(me + n - 1) % n]) : NULL;
     if ((pos < n - 1 && !p->send_ep) || (pos > 0 && !p->recv_ep))
         return SHOAL_ERR_INTERNAL;
     return SHOAL_OK;
 }
 
-static shoal_status_t bcast_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t bcast_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                  shoal_plan_t *plan)
 {
-    if (args->root < 0 || args->root >= comm->nranks)
+    if (args->root < 0 || args->root >= team->nranks)
         return SHOAL_ERR_INTERNAL;
-    return chain_plan(comm, args, comm->cluster.ring_pos[args->root], plan);
+    return chain_plan(team, args, team->cluster.ring_pos[args->root], plan);
 }
 
-static shoal_status_t reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t reduce_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                   shoal_plan_t *plan)
 {
-    int n = comm->nranks;
+    int n = team->nranks;
     if (args->root < 0 || args->root >= n)
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = chain_plan(comm, args, (comm->cluster.ring_pos[args->root] + 1) % n, plan);
+    shoal_status_t s = chain_plan(team, args, (team->cluster.ring_pos[args->root] + 1) % n, plan);
     if (s != SHOAL_OK)
         return s;
     shoal_prims_t *p = &plan->prims;
     p->reduce = shoal_reduce_fn(args->dtype, args->op);
     /* Only the root, at the end of the chain, finishes AVG. */
-    p->avg_n = args->op == SHOAL_AVG && comm->rank == args->root ? n : 0;
+    p->avg_n = args->op == SHOAL_AVG && team->rank == args->root ? n : 0;
     return p->reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
 
@@ -74,14 +74,14 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
     size_t es = plan->esize;
     const char *src = a->sendbuf;
     char *dst = a->recvbuf;
-    int is_root = p->comm->rank == plan->args.root;
+    int is_root = p->team->rank == plan->args.root;
 
-    if (p->comm->nranks == 1) {
+    if (p->team->nranks == 1) {
         if (dst != src)
-            shoal_move(p->comm, dst, src, a->count * es);
+            shoal_move(p->team, dst, src, a->count * es);
         return SHOAL_OK;
     }
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {
         size_t len = a->count - off < plan->piece_elems ? a->count - off : plan->piece_elems;
@@ -89,7 +89,7 @@ static shoal_status_t bcast_run(shoal_plan_t *plan)
         if (is_root) {
             s = shoal_prim_send(p, src + off * es, bytes);
             if (dst != src)
-                shoal_move(p->comm, dst + off * es, src + off * es, bytes);
+                shoal_move(p->team, dst + off * es, src + off * es, bytes);
         } else if (p->send_ep) {
             s = shoal_prim_recv_copy_send(p, dst + off * es, bytes);
         } else {
@@ -107,13 +107,13 @@ static shoal_status_t reduce_run(shoal_plan_t *plan)
     const char *src = a->sendbuf;
     char *dst = a->recvbuf;
 
-    if (p->comm->nranks == 1) {
+    if (p->team->nranks == 1) {
         /* AVG over one rank is the input itself. */
         if (dst != src)
-            shoal_move(p->comm, dst, src, a->count * es);
+            shoal_move(p->team, dst, src, a->count * es);
         return SHOAL_OK;
     }
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     shoal_status_t s = SHOAL_OK;
     for (size_t off = 0; off < a->count && s == SHOAL_OK; off += plan->piece_elems) {
         size_t len = a->count - off < plan->piece_elems ? a->count - off : plan->piece_elems;

@@ -11,7 +11,7 @@
  * many ranks its error stays within a few quantisations. */
 #define CODEC_RING_MAX_RANKS 8
 
-const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
+const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
                                                 const shoal_coll_args_t *args)
 {
     const shoal_codec_t *c = args->codec;
@@ -28,14 +28,14 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
         algo = &shoal_tree_codec_allreduce_ops;
         break;
     case SHOAL_COMPRESS_ALGO_AUTO:
-        if (comm->nhosts > 1) {
+        if (team->nhosts > 1) {
             algo = &shoal_hier_codec_allreduce_ops;
             why = "several hosts";
         } else if (c->ops == &shoal_codec_ternary) {
             algo = &shoal_ring_codec_allreduce_ops;
             why = "exact sums of shared scales";
         } else {
-            int ring = comm->nranks <= CODEC_RING_MAX_RANKS;
+            int ring = team->nranks <= CODEC_RING_MAX_RANKS;
             algo = ring ? &shoal_ring_codec_allreduce_ops : &shoal_twoshot_codec_allreduce_ops;
             why = ring ? "few ranks" : "many ranks";
         }
@@ -45,6 +45,6 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const struct shoal_comm *comm,
         return NULL;
     }
     shoal_info(ALGO, "compressed allreduce of %zu x %s on %d ranks (%d hosts): %s (%s)",
-               args->count, c->ops->name, comm->nranks, comm->nhosts, algo->name, why);
+               args->count, c->ops->name, team->nranks, team->nhosts, algo->name, why);
     return algo;
 }

@@ -23,14 +23,19 @@
  * Keys are attached through the endpoint's cache (transport.h), so a
  * buffer used again maps nothing new; the exchange itself is repeated
  * every call, as it is the permission to write and it tells freed or
- * reallocated buffers apart. */
+ * reallocated buffers apart.
+ *
+ * A call whose ranks did not all offer keys falls back, and the plan then
+ * runs the fallback straight away for the next PUT_SKIP_MIN calls of its
+ * shape, doubling up to PUT_SKIP_MAX while the buffers stay unshareable:
+ * a program that never uses shareable memory pays one control round in
+ * hundreds of calls, not one per call. Every rank counts the same calls
+ * and saw the same answers, so all skip alike. */
 #include "algo.h"
 
 #include "base/clock.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "core/fault.h"
-#include "core/reg.h"
 
 #include <string.h>
 
@@ -42,6 +47,9 @@
 /* Share of the slot algorithm's time the direct one is charged: one copy
  * per byte instead of two, without the pipeline's hops. */
 #define PUT_SPEEDUP 0.5
+
+#define PUT_SKIP_MIN 16u
+#define PUT_SKIP_MAX 1024u
 
 enum { PUT_KEY = 1, PUT_NOKEY, PUT_FALLBACK, PUT_DATA };
 
@@ -73,7 +81,7 @@ enum { ST_IDLE = 0, ST_CTRL, ST_XFER, ST_FLUSH, ST_DONE };
 
 /* The cheapest other algorithm of the call's kind: what every rank runs
  * when the keys say no (the same choice on every rank, as the model's). */
-static const shoal_algo_ops_t *put_fallback(const struct shoal_comm *comm,
+static const shoal_algo_ops_t *put_fallback(const shoal_team_t *team,
                                             const shoal_coll_args_t *args,
                                             const shoal_algo_ops_t *self, double *cost_p)
 {
@@ -85,7 +93,7 @@ static const shoal_algo_ops_t *put_fallback(const struct shoal_comm *comm,
             break;
         if (a == self)
             continue;
-        double c = a->cost(comm, args);
+        double c = a->cost(team, args);
         if (c >= 0 && (!best || c < best_cost)) {
             best = a;
             best_cost = c;
@@ -95,18 +103,18 @@ static const shoal_algo_ops_t *put_fallback(const struct shoal_comm *comm,
     return best;
 }
 
-static double put_cost_of(const struct shoal_comm *comm, const shoal_coll_args_t *args,
+static double put_cost_of(const shoal_team_t *team, const shoal_coll_args_t *args,
                           const shoal_algo_ops_t *self)
 {
-    if (comm->nranks < 2 || comm->nhosts != 1)
+    if (team->nranks < 2 || team->nhosts != 1)
         return -1;
     /* Only a transport that writes into peers' memory (shm) can serve it;
      * one whose put_signal is the shared stub (tcp, the simulator's) never
      * could, and its control messages would be wasted. */
-    if (!comm->tl_sole || comm->tl_sole->ops->put_signal == shoal_tl_stub_put_signal)
+    if (!team->tl_sole || team->tl_sole->ops->put_signal == shoal_tl_stub_put_signal)
         return -1;
     double fb_cost;
-    if (!put_fallback(comm, args, self, &fb_cost))
+    if (!put_fallback(team, args, self, &fb_cost))
         return -1;
     if (shoal_algo_bytes(args, args->count) < PUT_MIN_BYTES)
         return PUT_UNPICKED;
@@ -114,28 +122,28 @@ static double put_cost_of(const struct shoal_comm *comm, const shoal_coll_args_t
 }
 
 /* This rank's control message for its output [buf, buf + len). */
-static void put_own_key(struct shoal_comm *comm, void *buf, size_t len, put_ctrl_t *c)
+static void put_own_key(shoal_team_t *team, void *buf, size_t len, put_ctrl_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->type = PUT_NOKEY;
-    shoal_tl_ctx_t *ctx = comm->tl_sole;
+    shoal_tl_ctx_t *ctx = team->tl_sole;
     if (!ctx || !buf || len == 0)
         return;
     int t = 0;
-    while (t < comm->ntl && comm->tl_ctx[t] != ctx)
+    while (t < team->ntl && team->tl_ctx[t] != ctx)
         t++;
-    const shoal_reg_t *reg = shoal_reg_lookup(comm, buf, len);
-    if (t == comm->ntl || t >= SHOAL_REG_TL || !reg || !reg->mem[t])
+    shoal_mem_t *mem = t < team->ntl ? team->hooks->mem_of(team, t, buf, len) : NULL;
+    if (!mem)
         return;
     size_t klen = sizeof(c->key);
-    if (ctx->ops->rkey_pack(ctx, reg->mem[t], buf, len, c->key, &klen) == SHOAL_OK) {
+    if (ctx->ops->rkey_pack(ctx, mem, buf, len, c->key, &klen) == SHOAL_OK) {
         c->type = PUT_KEY;
         c->keylen = (uint32_t)klen;
     }
 }
 
 /* A one-piece control message to ep; SHOAL_INPROGRESS while no slot. */
-static shoal_status_t put_post_ctrl(struct shoal_comm *comm, shoal_ep_t *ep, uint32_t type)
+static shoal_status_t put_post_ctrl(shoal_team_t *team, shoal_ep_t *ep, uint32_t type)
 {
     void *slot;
     size_t cap;
@@ -144,37 +152,37 @@ static shoal_status_t put_post_ctrl(struct shoal_comm *comm, shoal_ep_t *ep, uin
         return s;
     put_ctrl_t c = {.type = type};
     memcpy(slot, &c, sizeof(c));
-    return ep->ops->send_post(ep, sizeof(c), &comm->sig);
+    return ep->ops->send_post(ep, sizeof(c), team->hdr);
 }
 
 /* The first message of peer after the keys: a signal (its block is in
  * place), or a control message. *type_p: 0 for a signal. */
-static shoal_status_t put_take_first(struct shoal_comm *comm, put_peer_t *p, uint32_t *type_p)
+static shoal_status_t put_take_first(shoal_team_t *team, put_peer_t *p, uint32_t *type_p)
 {
     const void *in;
     size_t len;
-    shoal_sig_t sig;
-    shoal_status_t s = p->ep->ops->recv_slot(p->ep, &in, &len, &sig);
+    unsigned char hdr[SHOAL_TL_HDR_BYTES];
+    shoal_status_t s = p->ep->ops->recv_slot(p->ep, &in, &len, hdr);
     if (s != SHOAL_OK)
         return s;
     if (len == 0) {
         *type_p = 0;
     } else if (len == sizeof(put_ctrl_t)) {
-        if (!shoal_sig_equal(&sig, &comm->sig))
-            return shoal_fault_mismatch(comm, p->peer, &sig);
+        if (memcmp(hdr, team->hdr, sizeof(hdr)))
+            return shoal_team_mismatch(team, p->peer, hdr);
         put_ctrl_t c;
         memcpy(&c, in, sizeof(c));
         *type_p = c.type;
     } else {
-        shoal_fault_cause(comm, "rank %d got a %zu-B message from rank %d where a signal or "
-                          "a control message was due", comm->rank, len, p->peer);
+        shoal_team_cause(team, "rank %d got a %zu-B message from rank %d where a signal or "
+                          "a control message was due", team->rank, len, p->peer);
         return SHOAL_ERR_MISMATCH;
     }
     return p->ep->ops->recv_release(p->ep);
 }
 
 /* One pass over peer p's sending side; *moved_p set when anything moved. */
-static shoal_status_t put_send_step(struct shoal_comm *comm, put_peer_t *p, int *moved_p)
+static shoal_status_t put_send_step(shoal_team_t *team, put_peer_t *p, int *moved_p)
 {
     shoal_status_t s = SHOAL_OK;
     switch (p->send_state) {
@@ -187,7 +195,7 @@ static shoal_status_t put_send_step(struct shoal_comm *comm, put_peer_t *p, int 
             }
             break;
         }
-        s = put_post_ctrl(comm, p->ep, PUT_DATA);
+        s = put_post_ctrl(team, p->ep, PUT_DATA);
         if (s == SHOAL_OK) {
             p->sx = (shoal_xfer_t){.ep = p->ep, .buf = (void *)p->src, .bytes = p->bytes};
             p->send_state = ST_XFER;
@@ -195,7 +203,7 @@ static shoal_status_t put_send_step(struct shoal_comm *comm, put_peer_t *p, int 
         }
         break;
     case ST_XFER:
-        s = shoal_xfer_step(comm, &p->sx, 1, NULL, 0, moved_p);
+        s = shoal_xfer_step(team, &p->sx, 1, NULL, 0, moved_p);
         if (s == SHOAL_OK && shoal_xfer_complete(&p->sx))
             p->send_state = ST_FLUSH;
         break;
@@ -210,14 +218,14 @@ static shoal_status_t put_send_step(struct shoal_comm *comm, put_peer_t *p, int 
     return s == SHOAL_INPROGRESS ? SHOAL_OK : s;
 }
 
-static shoal_status_t put_recv_step(struct shoal_comm *comm, put_peer_t *p, int *moved_p,
+static shoal_status_t put_recv_step(shoal_team_t *team, put_peer_t *p, int *moved_p,
                                     int *fallback_p)
 {
     shoal_status_t s = SHOAL_OK;
     uint32_t type = UINT32_MAX;
     switch (p->recv_state) {
     case ST_IDLE:
-        s = put_take_first(comm, p, &type);
+        s = put_take_first(team, p, &type);
         if (s != SHOAL_OK)
             break;
         *moved_p = 1;
@@ -230,13 +238,13 @@ static shoal_status_t put_recv_step(struct shoal_comm *comm, put_peer_t *p, int 
             *fallback_p = 1;
             p->recv_state = ST_DONE;
         } else {
-            shoal_fault_cause(comm, "rank %d got control message %u from rank %d where a "
-                              "signal was due", comm->rank, type, p->peer);
+            shoal_team_cause(team, "rank %d got control message %u from rank %d where a "
+                              "signal was due", team->rank, type, p->peer);
             s = SHOAL_ERR_MISMATCH;
         }
         break;
     case ST_XFER:
-        s = shoal_xfer_step(comm, NULL, 0, &p->rx, 1, moved_p);
+        s = shoal_xfer_step(team, NULL, 0, &p->rx, 1, moved_p);
         if (s == SHOAL_OK && shoal_xfer_complete(&p->rx))
             p->recv_state = ST_DONE;
         break;
@@ -247,7 +255,7 @@ static shoal_status_t put_recv_step(struct shoal_comm *comm, put_peer_t *p, int 
 }
 
 /* Drive every peer's sides to the end, or to the deadline. */
-static shoal_status_t put_drive(struct shoal_comm *comm, put_peer_t *peers, int np,
+static shoal_status_t put_drive(shoal_team_t *team, put_peer_t *peers, int np,
                                 uint64_t deadline, int *fallback_p)
 {
     shoal_idle_t w = {0};
@@ -255,9 +263,9 @@ static shoal_status_t put_drive(struct shoal_comm *comm, put_peer_t *peers, int 
         int moved = 0, left = 0;
         for (int i = 0; i < np; i++) {
             put_peer_t *p = &peers[i];
-            shoal_status_t s = put_send_step(comm, p, &moved);
+            shoal_status_t s = put_send_step(team, p, &moved);
             if (s == SHOAL_OK)
-                s = put_recv_step(comm, p, &moved, fallback_p);
+                s = put_recv_step(team, p, &moved, fallback_p);
             if (s != SHOAL_OK)
                 return s;
             left += p->send_state != ST_DONE || p->recv_state != ST_DONE;
@@ -265,7 +273,7 @@ static shoal_status_t put_drive(struct shoal_comm *comm, put_peer_t *peers, int 
         if (!left)
             return SHOAL_OK;
         if (!moved) {
-            shoal_status_t s = shoal_prims_idle(comm, deadline, &w);
+            shoal_status_t s = shoal_prims_idle(team, deadline, &w);
             if (s != SHOAL_OK)
                 return s;
         } else {
@@ -275,12 +283,12 @@ static shoal_status_t put_drive(struct shoal_comm *comm, put_peer_t *peers, int 
 }
 
 /* Working memory: the peers and the control messages. */
-static shoal_status_t put_mem(struct shoal_comm *comm, put_peer_t **peers_p,
+static shoal_status_t put_mem(shoal_plan_t *plan, put_peer_t **peers_p,
                               put_ctrl_t **ctrl_p, shoal_xfer_t **x_p)
 {
-    size_t n = (size_t)comm->nranks;
+    size_t n = (size_t)plan->prims.team->nranks;
     void *mem;
-    shoal_status_t s = shoal_comm_scratch(comm, n * (sizeof(put_peer_t) + sizeof(put_ctrl_t) +
+    shoal_status_t s = shoal_plan_scratch(plan, n * (sizeof(put_peer_t) + sizeof(put_ctrl_t) +
                                                      2 * sizeof(shoal_xfer_t)), &mem);
     if (s != SHOAL_OK)
         return s;
@@ -292,109 +300,142 @@ static shoal_status_t put_mem(struct shoal_comm *comm, put_peer_t **peers_p,
 
 static shoal_status_t put_run_fallback(shoal_plan_t *plan, const shoal_algo_ops_t *self)
 {
-    struct shoal_comm *comm = plan->prims.comm;
+    shoal_team_t *team = plan->prims.team;
     double c;
-    const shoal_algo_ops_t *fb = put_fallback(comm, &plan->args, self, &c);
+    const shoal_algo_ops_t *fb = put_fallback(team, &plan->args, self, &c);
     if (!fb)
         return SHOAL_ERR_INTERNAL;
-    shoal_debug(ALGO, "rank %d: %s falls back to %s", comm->rank, self->name, fb->name);
-    shoal_plan_t fp;
-    shoal_status_t s = fb->plan(comm, &plan->args, &fp);
-    return s == SHOAL_OK ? fb->run(&fp) : s;
+    shoal_debug(ALGO, "rank %d: %s falls back to %s", team->rank, self->name, fb->name);
+    /* The fallback's plan lives with this one, made on the first fallback. */
+    if (!plan->fallback || plan->fallback->algo != fb) {
+        shoal_plan_destroy(plan->fallback);
+        plan->fallback = NULL;
+        shoal_status_t s = shoal_plan_create(team, fb, &plan->args, &plan->fallback);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    return shoal_plan_run(plan->fallback, &plan->args);
+}
+
+/* Some rank offered no key: skip the exchange for a while (the same
+ * decision on every rank), then fall back. */
+static shoal_status_t put_declined(shoal_plan_t *plan, const shoal_algo_ops_t *self)
+{
+    plan->skip_len = plan->skip_len ? plan->skip_len * 2 : PUT_SKIP_MIN;
+    if (plan->skip_len > PUT_SKIP_MAX)
+        plan->skip_len = PUT_SKIP_MAX;
+    plan->skip = plan->skip_len;
+    return put_run_fallback(plan, self);
+}
+
+/* A call of a plan that is skipping the exchange: straight to the fallback. */
+static int put_skipping(shoal_plan_t *plan)
+{
+    if (!plan->skip)
+        return 0;
+    plan->skip--;
+    return 1;
 }
 
 /* All-gather and all-to-all: keys to and from everyone. block(j) is this
  * rank's block for rank j (src), placed at off in j's buffer. */
 static shoal_status_t put_symmetric(shoal_plan_t *plan, const shoal_algo_ops_t *self)
 {
-    struct shoal_comm *comm = plan->prims.comm;
+    shoal_team_t *team = plan->prims.team;
     const shoal_coll_args_t *a = &plan->args;
-    int n = comm->nranks, r = comm->rank;
+    int n = team->nranks, r = team->rank;
     size_t bytes = a->count * plan->esize;
     char *out = a->recvbuf;
     const char *in = a->sendbuf;
     int a2a = a->kind == SHOAL_COLL_ALLTOALL;
     /* This rank's own block, in place unless an all-gather's input is
      * already there. */
+    if (n > 1 && bytes && put_skipping(plan))
+        return put_run_fallback(plan, self);
     const char *own = a2a ? in + (size_t)r * bytes : in;
     if (bytes && own != out + (size_t)r * bytes)
-        shoal_move_out(comm, out + (size_t)r * bytes, own, bytes);
+        shoal_move_out(team, out + (size_t)r * bytes, own, bytes);
     if (n == 1 || bytes == 0)
         return SHOAL_OK;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
     put_peer_t *peers;
     put_ctrl_t *ctrl;
     shoal_xfer_t *x;
-    shoal_status_t s = put_mem(comm, &peers, &ctrl, &x);
+    shoal_status_t s = put_mem(plan, &peers, &ctrl, &x);
     if (s != SHOAL_OK)
         return s;
-    put_own_key(comm, out, (size_t)n * bytes, &ctrl[r]);
+    put_own_key(team, out, (size_t)n * bytes, &ctrl[r]);
     size_t m = (size_t)n - 1;
     for (int k = 1; k < n; k++) {
         int j = (r + k) % n;
-        x[k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[r],
+        x[k - 1] = (shoal_xfer_t){.ep = shoal_team_ep(team, j), .buf = &ctrl[r],
                                   .bytes = sizeof(put_ctrl_t)};
-        x[m + k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[j],
+        x[m + k - 1] = (shoal_xfer_t){.ep = shoal_team_ep(team, j), .buf = &ctrl[j],
                                       .bytes = sizeof(put_ctrl_t)};
     }
-    s = shoal_xfer_run(comm, x, m, x + m, m, deadline);
+    s = shoal_xfer_run(team, x, m, x + m, m, deadline);
     if (s != SHOAL_OK)
         return s;
     for (int j = 0; j < n; j++) {
         if (ctrl[j].type != PUT_KEY)
-            return put_run_fallback(plan, self);
+            return put_declined(plan, self);
     }
+    plan->skip_len = 0;
     for (int k = 1; k < n; k++) {
         int j = (r + k) % n;
         put_peer_t *p = &peers[k - 1];
-        *p = (put_peer_t){.peer = j, .ep = shoal_comm_ep(comm, j), .bytes = bytes,
+        *p = (put_peer_t){.peer = j, .ep = shoal_team_ep(team, j), .bytes = bytes,
                           .off = (size_t)r * bytes, .dst = out + (size_t)j * bytes,
                           .rbytes = bytes};
         p->src = a2a ? in + (size_t)j * bytes : in;
         if (p->ep->ops->rkey_attach(p->ep, ctrl[j].key, ctrl[j].keylen, &p->rmem) != SHOAL_OK)
             p->rmem = NULL;
     }
-    return put_drive(comm, peers, n - 1, deadline, NULL);
+    return put_drive(team, peers, n - 1, deadline, NULL);
 }
 
 static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *self)
 {
-    struct shoal_comm *comm = plan->prims.comm;
+    shoal_team_t *team = plan->prims.team;
     const shoal_coll_args_t *a = &plan->args;
-    int n = comm->nranks, r = comm->rank, root = a->root;
+    int n = team->nranks, r = team->rank, root = a->root;
     size_t bytes = a->count * plan->esize;
+    if (n > 1 && bytes && put_skipping(plan))
+        return put_run_fallback(plan, self);
     if (r == root && bytes && a->sendbuf != a->recvbuf)
-        shoal_move_out(comm, a->recvbuf, a->sendbuf, bytes);
+        shoal_move_out(team, a->recvbuf, a->sendbuf, bytes);
     if (n == 1 || bytes == 0)
         return SHOAL_OK;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
     put_peer_t *peers;
     put_ctrl_t *ctrl;
     shoal_xfer_t *x;
-    shoal_status_t s = put_mem(comm, &peers, &ctrl, &x);
+    shoal_status_t s = put_mem(plan, &peers, &ctrl, &x);
     if (s != SHOAL_OK)
         return s;
     if (r != root) {
-        put_own_key(comm, a->recvbuf, bytes, &ctrl[r]);
-        x[0] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, root), .buf = &ctrl[r],
+        put_own_key(team, a->recvbuf, bytes, &ctrl[r]);
+        x[0] = (shoal_xfer_t){.ep = shoal_team_ep(team, root), .buf = &ctrl[r],
                               .bytes = sizeof(put_ctrl_t)};
-        s = shoal_xfer_run(comm, x, 1, NULL, 0, deadline);
+        s = shoal_xfer_run(team, x, 1, NULL, 0, deadline);
         if (s != SHOAL_OK)
             return s;
         int fallback = 0;
-        peers[0] = (put_peer_t){.peer = root, .ep = shoal_comm_ep(comm, root),
+        peers[0] = (put_peer_t){.peer = root, .ep = shoal_team_ep(team, root),
                                 .send_state = ST_DONE, .dst = a->recvbuf, .rbytes = bytes};
-        s = put_drive(comm, peers, 1, deadline, &fallback);
-        return s == SHOAL_OK && fallback ? put_run_fallback(plan, self) : s;
+        s = put_drive(team, peers, 1, deadline, &fallback);
+        if (s == SHOAL_OK && !fallback)
+            plan->skip_len = 0;
+        return s == SHOAL_OK && fallback ? put_declined(plan, self) : s;
     }
     size_t m = (size_t)n - 1;
     int all_keys = 1;
     for (int k = 1; k < n; k++) {
         int j = (root + k) % n;
-        x[k - 1] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, j), .buf = &ctrl[j],
+        x[k - 1] = (shoal_xfer_t){.ep = shoal_team_ep(team, j), .buf = &ctrl[j],
                                   .bytes = sizeof(put_ctrl_t)};
     }
-    s = shoal_xfer_run(comm, NULL, 0, x, m, deadline);
+    s = shoal_xfer_run(team, NULL, 0, x, m, deadline);
     if (s != SHOAL_OK)
         return s;
     for (int k = 1; k < n; k++)
@@ -402,7 +443,7 @@ static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *
     for (int k = 1; k < n; k++) {
         int j = (root + k) % n;
         put_peer_t *p = &peers[k - 1];
-        *p = (put_peer_t){.peer = j, .ep = shoal_comm_ep(comm, j), .src = a->recvbuf,
+        *p = (put_peer_t){.peer = j, .ep = shoal_team_ep(team, j), .src = a->recvbuf,
                           .bytes = bytes, .recv_state = ST_DONE};
         if (!all_keys)
             continue;
@@ -413,48 +454,49 @@ static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *
         /* Every peer hears "fall back" before the slot algorithm starts. */
         shoal_idle_t w = {0};
         for (int k = 1; k < n && s == SHOAL_OK;) {
-            s = put_post_ctrl(comm, peers[k - 1].ep, PUT_FALLBACK);
+            s = put_post_ctrl(team, peers[k - 1].ep, PUT_FALLBACK);
             if (s == SHOAL_OK)
                 k++;
             else if (s == SHOAL_INPROGRESS)
-                s = shoal_prims_idle(comm, deadline, &w);
+                s = shoal_prims_idle(team, deadline, &w);
         }
-        return s == SHOAL_OK ? put_run_fallback(plan, self) : s;
+        return s == SHOAL_OK ? put_declined(plan, self) : s;
     }
-    return put_drive(comm, peers, n - 1, deadline, NULL);
+    plan->skip_len = 0;
+    return put_drive(team, peers, n - 1, deadline, NULL);
 }
 
-static shoal_status_t put_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                shoal_plan_t *plan)
 {
     if (args->kind != SHOAL_COLL_ALLGATHER && args->kind != SHOAL_COLL_ALLTOALL &&
         args->kind != SHOAL_COLL_BROADCAST)
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
     if (s != SHOAL_OK)
         return s;
-    for (int j = 0; j < comm->nranks; j++) {
-        if (j != comm->rank && !shoal_comm_ep(comm, j))
+    for (int j = 0; j < team->nranks; j++) {
+        if (j != team->rank && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
 }
 
-static double put_allgather_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double put_allgather_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return put_cost_of(comm, args, &shoal_put_allgather_ops);
+    return put_cost_of(team, args, &shoal_put_allgather_ops);
 }
 
-static double put_alltoall_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double put_alltoall_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     if (args->kind != SHOAL_COLL_ALLTOALL)
         return -1;
-    return put_cost_of(comm, args, &shoal_put_alltoall_ops);
+    return put_cost_of(team, args, &shoal_put_alltoall_ops);
 }
 
-static double put_broadcast_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double put_broadcast_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return put_cost_of(comm, args, &shoal_put_broadcast_ops);
+    return put_cost_of(team, args, &shoal_put_broadcast_ops);
 }
 
 static shoal_status_t put_allgather_run(shoal_plan_t *plan)

@@ -11,27 +11,27 @@
 
 #include <string.h>
 
-static double direct_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double direct_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* The root's traffic bounds it: n-1 blocks through its links. */
-    double n = comm->nranks;
-    return shoal_algo_lat(comm) +
-           (n - 1) * shoal_algo_bytes(args, args->count) / shoal_algo_bw(comm);
+    double n = team->nranks;
+    return shoal_algo_lat(team) +
+           (n - 1) * shoal_algo_bytes(args, args->count) / shoal_algo_bw(team);
 }
 
-static shoal_status_t gs_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t gs_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                               shoal_plan_t *plan)
 {
-    int n = comm->nranks, r = comm->rank;
+    int n = team->nranks, r = team->rank;
     if (args->root < 0 || args->root >= n ||
         (args->kind != SHOAL_COLL_GATHER && args->kind != SHOAL_COLL_SCATTER))
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
     if (s != SHOAL_OK)
         return s;
     /* The root needs every peer; the others only the root. */
     for (int j = 0; j < n; j++) {
-        if (j != r && (r == args->root || j == args->root) && !shoal_comm_ep(comm, j))
+        if (j != r && (r == args->root || j == args->root) && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
@@ -41,7 +41,7 @@ static shoal_status_t gs_plan(struct shoal_comm *comm, const shoal_coll_args_t *
 static void gs_msg(shoal_plan_t *plan, int peer, void *buf, shoal_xfer_t *x)
 {
     memset(x, 0, sizeof(*x));
-    x->ep = shoal_comm_ep(plan->prims.comm, peer);
+    x->ep = shoal_team_ep(plan->prims.team, peer);
     x->buf = buf;
     x->bytes = plan->args.count * plan->esize;
     x->esize = plan->esize;
@@ -56,17 +56,17 @@ static char *gs_block(const shoal_plan_t *plan, const void *buf, int j)
 static shoal_status_t gs_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    int n = comm->nranks, r = comm->rank, root = a->root;
+    shoal_team_t *team = plan->prims.team;
+    int n = team->nranks, r = team->rank, root = a->root;
     int gather = a->kind == SHOAL_COLL_GATHER;
     size_t bytes = a->count * plan->esize;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
 
     if (r != root) {
         shoal_xfer_t x;
         gs_msg(plan, root, gather ? (void *)a->sendbuf : a->recvbuf, &x);
-        return gather ? shoal_xfer_run(comm, &x, 1, NULL, 0, deadline)
-                      : shoal_xfer_run(comm, NULL, 0, &x, 1, deadline);
+        return gather ? shoal_xfer_run(team, &x, 1, NULL, 0, deadline)
+                      : shoal_xfer_run(team, NULL, 0, &x, 1, deadline);
     }
     /* The n-block buffer of the root, and its own block's other side. */
     const void *all = gather ? a->recvbuf : a->sendbuf;
@@ -75,9 +75,9 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
     char *own = bytes ? gs_block(plan, all, root) : mine;
     if (own != mine) {
         if (gather)
-            shoal_move(comm, own, mine, bytes);
+            shoal_move(team, own, mine, bytes);
         else
-            shoal_move(comm, mine, own, bytes);
+            shoal_move(team, mine, own, bytes);
     }
     if (n == 1)
         return SHOAL_OK;
@@ -93,8 +93,8 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
         int j = (root + k) % n;
         gs_msg(plan, j, bytes ? gs_block(plan, all, j) : (void *)all, &x[k - 1]);
     }
-    return gather ? shoal_xfer_run(comm, NULL, 0, x, m, deadline)
-                  : shoal_xfer_run(comm, x, m, NULL, 0, deadline);
+    return gather ? shoal_xfer_run(team, NULL, 0, x, m, deadline)
+                  : shoal_xfer_run(team, x, m, NULL, 0, deadline);
 }
 
 const shoal_algo_ops_t shoal_direct_gather_ops = {

@@ -36,11 +36,11 @@
 #include <string.h>
 
 /* Both need the local ring over this host's ranks in segments of count. */
-static shoal_status_t hier_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t hier_plan_common(shoal_team_t *team, const shoal_coll_args_t *args,
                                        int reduces, shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, reduces, plan);
-    shoal_ring_local(comm, SHOAL_RING_BY_SEG, &plan->ring);
+    shoal_status_t s = shoal_plan_init(team, args, reduces, plan);
+    shoal_ring_local(team, SHOAL_RING_BY_SEG, &plan->ring);
     plan->ring.total = args->count;
     return s;
 }
@@ -56,53 +56,53 @@ static void hier_seg(const shoal_cluster_t *c, size_t count, int j, size_t align
 
 /* Cost of the parts inside a host: steps of the local ring, each moving
  * bytes over the slowest link inside it. */
-static double hier_local_cost(const struct shoal_comm *comm, double steps, double bytes)
+static double hier_local_cost(const shoal_team_t *team, double steps, double bytes)
 {
-    const shoal_link_cost_t *in = shoal_algo_intra(comm);
+    const shoal_link_cost_t *in = shoal_algo_intra(team);
     return steps * in->lat_s + bytes / in->bw_Bps;
 }
 
 /* The all-reduce of bytes whose rails carry wire bytes across hosts. */
-static double hier_allreduce_cost_of(const struct shoal_comm *comm, double bytes, double wire)
+static double hier_allreduce_cost_of(const shoal_team_t *team, double bytes, double wire)
 {
-    double l = comm->cluster.max_local, hs = comm->nhosts;
-    const shoal_link_cost_t *out = shoal_algo_inter(comm);
+    double l = team->cluster.max_local, hs = team->nhosts;
+    const shoal_link_cost_t *out = shoal_algo_inter(team);
     /* Every host sends 2 (H-1)/H of the data across, its rails sharing its
      * link; the local phases are a ring reduce-scatter and all-gather. */
     double cross = hs > 1 ? 2 * (hs - 1) * out->lat_s + 2 * (hs - 1) / hs * wire / out->bw_Bps
                           : 0;
-    return hier_local_cost(comm, 2 * (l - 1), 2 * (l - 1) / l * bytes) + cross;
+    return hier_local_cost(team, 2 * (l - 1), 2 * (l - 1) / l * bytes) + cross;
 }
 
-static double hier_allreduce_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double hier_allreduce_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double bytes = shoal_algo_bytes(args, args->count);
-    return hier_allreduce_cost_of(comm, bytes, bytes);
+    return hier_allreduce_cost_of(team, bytes, bytes);
 }
 
-static shoal_status_t hier_allreduce_plan(struct shoal_comm *comm,
+static shoal_status_t hier_allreduce_plan(shoal_team_t *team,
                                           const shoal_coll_args_t *args, shoal_plan_t *plan)
 {
-    return hier_plan_common(comm, args, 1, plan);
+    return hier_plan_common(team, args, 1, plan);
 }
 
 /* A compressed run: zero the residuals of the values outside this rank's
  * segments [off, off + len), which it does not quantise. */
 static void hier_codec_residual(shoal_prims_t *p, size_t count, size_t off, size_t len)
 {
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     if (!p->residual)
         return;
-    comm->kern->zero(comm, p->residual, off * sizeof(float));
-    comm->kern->zero(comm, p->residual + off + len, (count - off - len) * sizeof(float));
+    team->kern->zero(team, p->residual, off * sizeof(float));
+    team->kern->zero(team, p->residual + off + len, (count - off - len) * sizeof(float));
 }
 
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    const shoal_cluster_t *c = &comm->cluster;
+    shoal_team_t *team = p->team;
+    const shoal_cluster_t *c = &team->cluster;
     const shoal_ring_t *local = &plan->ring;
     size_t es = plan->esize, off, len;
     char *dst = a->recvbuf;
@@ -110,7 +110,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     /* The rails run the plan's stage; the phases inside the host move
      * elements as they are. */
     const shoal_stage_ops_t *rail_st = p->st;
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     /* 1. This rank's segments, summed over its host, land in dst. */
     p->avg_n = 0;
     p->st = &shoal_stage_plain;
@@ -118,7 +118,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
     /* 2. Each of them reduced across hosts along its rail (AVG finished),
      * through the codec when the call compresses. */
-    p->avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
+    p->avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
     p->st = rail_st;
     if (s == SHOAL_OK)
         hier_codec_residual(p, a->count, off, len);
@@ -127,7 +127,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     for (int j = first; j < end && s == SHOAL_OK; j++) {
         shoal_ring_t rail;
         size_t so, sl;
-        shoal_ring_rail(comm, c->rail_ranks, j, &rail);
+        shoal_ring_rail(team, c->rail_ranks, j, &rail);
         hier_seg(c, a->count, j, local->align, &so, &sl);
         s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl, so,
                                      plan->stage_elems);
@@ -150,25 +150,25 @@ const shoal_algo_ops_t shoal_hier_allreduce_ops = {
 };
 
 /* Only between hosts: on one host there is no link to spare. */
-static double hier_codec_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double hier_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     const shoal_codec_t *c = args->codec;
-    if (!c || comm->nhosts < 2)
+    if (!c || team->nhosts < 2)
         return -1;
-    return hier_allreduce_cost_of(comm, shoal_algo_bytes(args, args->count),
+    return hier_allreduce_cost_of(team, shoal_algo_bytes(args, args->count),
                                   (double)c->ops->wire_bytes(c, args->count));
 }
 
-static shoal_status_t hier_codec_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t hier_codec_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    if (!args->codec || args->dtype != SHOAL_FLOAT32 || comm->nhosts < 2)
+    if (!args->codec || args->dtype != SHOAL_FLOAT32 || team->nhosts < 2)
         return SHOAL_ERR_INTERNAL;
-    shoal_status_t s = hier_plan_common(comm, args, 1, plan);
+    shoal_status_t s = hier_plan_common(team, args, 1, plan);
     if (s != SHOAL_OK)
         return s;
     plan->ring.align = args->codec->block;
-    return shoal_plan_stage(comm, args, plan);
+    return shoal_plan_stage(team, args, plan);
 }
 
 const shoal_algo_ops_t shoal_hier_codec_allreduce_ops = {
@@ -179,38 +179,38 @@ const shoal_algo_ops_t shoal_hier_codec_allreduce_ops = {
     .run = hier_allreduce_run,
 };
 
-static double hier_bcast_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double hier_bcast_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double l = comm->cluster.max_local, hs = comm->nhosts;
+    double l = team->cluster.max_local, hs = team->nhosts;
     double bytes = shoal_algo_bytes(args, args->count);
-    const shoal_link_cost_t *out = shoal_algo_inter(comm);
-    double piece = bytes / l < (double)comm->chunk_size ? bytes / l : (double)comm->chunk_size;
+    const shoal_link_cost_t *out = shoal_algo_inter(team);
+    double piece = bytes / l < (double)team->chunk_size ? bytes / l : (double)team->chunk_size;
     /* Scatter on the root's host, chains of H-1 hops across hosts that
      * together move the whole message once over the root host's link, and
      * a local all-gather. */
     double cross = hs > 1 ? (hs - 1) * (out->lat_s + piece / out->bw_Bps) + bytes / out->bw_Bps
                           : 0;
-    return hier_local_cost(comm, l, (l - 1) / l * bytes) +
-           hier_local_cost(comm, l - 1, (l - 1) / l * bytes) + cross;
+    return hier_local_cost(team, l, (l - 1) / l * bytes) +
+           hier_local_cost(team, l - 1, (l - 1) / l * bytes) + cross;
 }
 
-static shoal_status_t hier_bcast_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t hier_bcast_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    if (args->root < 0 || args->root >= comm->nranks)
+    if (args->root < 0 || args->root >= team->nranks)
         return SHOAL_ERR_INTERNAL;
-    return hier_plan_common(comm, args, 0, plan);
+    return hier_plan_common(team, args, 0, plan);
 }
 
 /* 1. The root sends each segment to its owner on the root's host. */
 static shoal_status_t bcast_scatter(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    const shoal_cluster_t *c = &comm->cluster;
+    shoal_team_t *team = plan->prims.team;
+    const shoal_cluster_t *c = &team->cluster;
     int hr = c->host_of[a->root], m = c->max_local;
     size_t es = plan->esize;
-    if (c->host_of[comm->rank] != hr)
+    if (c->host_of[team->rank] != hr)
         return SHOAL_OK;
     shoal_xfer_t xs[m];
     size_t nx = 0;
@@ -220,15 +220,15 @@ static shoal_status_t bcast_scatter(shoal_plan_t *plan)
         hier_seg(c, a->count, j, 0, &so, &sl);
         if (owner == a->root)
             continue;
-        if (comm->rank == a->root)
-            xs[nx++] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, owner),
+        if (team->rank == a->root)
+            xs[nx++] = (shoal_xfer_t){.ep = shoal_team_ep(team, owner),
                                       .buf = (char *)a->sendbuf + so * es, .bytes = sl * es};
-        else if (comm->rank == owner)
-            xs[nx++] = (shoal_xfer_t){.ep = shoal_comm_ep(comm, a->root),
+        else if (team->rank == owner)
+            xs[nx++] = (shoal_xfer_t){.ep = shoal_team_ep(team, a->root),
                                       .buf = (char *)a->recvbuf + so * es, .bytes = sl * es};
     }
-    int is_root = comm->rank == a->root;
-    return shoal_xfer_run(comm, is_root ? xs : NULL, is_root ? nx : 0, is_root ? NULL : xs,
+    int is_root = team->rank == a->root;
+    return shoal_xfer_run(team, is_root ? xs : NULL, is_root ? nx : 0, is_root ? NULL : xs,
                           is_root ? 0 : nx, plan->prims.deadline_ns);
 }
 
@@ -261,22 +261,22 @@ static shoal_status_t hier_bcast_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    const shoal_cluster_t *c = &comm->cluster;
+    shoal_team_t *team = p->team;
+    const shoal_cluster_t *c = &team->cluster;
     const shoal_ring_t *local = &plan->ring;
     size_t es = plan->esize;
     char *dst = a->recvbuf;
 
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    if (comm->rank == a->root && dst != a->sendbuf)
-        shoal_move(comm, dst, a->sendbuf, a->count * es);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
+    if (team->rank == a->root && dst != a->sendbuf)
+        shoal_move(team, dst, a->sendbuf, a->count * es);
     shoal_status_t s = bcast_scatter(plan);
     int first, end;
     shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
     for (int j = first; j < end && s == SHOAL_OK; j++) {
         shoal_ring_t rail;
         size_t so, sl;
-        shoal_ring_rail(comm, c->rail_ranks, j, &rail);
+        shoal_ring_rail(team, c->rail_ranks, j, &rail);
         hier_seg(c, a->count, j, 0, &so, &sl);
         s = bcast_chain(plan, &rail, c->host_of[a->root], dst + so * es, sl);
     }

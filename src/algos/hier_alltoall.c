@@ -24,30 +24,30 @@ static int agent_of(const shoal_cluster_t *c, int h, int g)
     return shoal_cluster_rank_at(c, h, g % shoal_cluster_nlocal(c, h));
 }
 
-static double hier_a2a_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double hier_a2a_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     if (args->kind != SHOAL_COLL_ALLTOALL)
         return -1; /* the agents would need every rank's counts */
-    double n = comm->nranks, l = comm->cluster.max_local, hs = comm->nhosts;
+    double n = team->nranks, l = team->cluster.max_local, hs = team->nhosts;
     double bytes = shoal_algo_bytes(args, args->count) * n;
-    const shoal_link_cost_t *in = shoal_algo_intra(comm), *out = shoal_algo_inter(comm);
+    const shoal_link_cost_t *in = shoal_algo_intra(team), *out = shoal_algo_inter(team);
     double local = 2 * (in->lat_s + bytes / in->bw_Bps);
     double cross = hs > 1 ? out->lat_s * (hs - 1) / l + l * bytes * (hs - 1) / hs / out->bw_Bps
                           : 0;
     return local + cross;
 }
 
-static shoal_status_t hier_a2a_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t hier_a2a_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                     shoal_plan_t *plan)
 {
     if (args->kind != SHOAL_COLL_ALLTOALL)
         return SHOAL_ERR_INTERNAL;
-    return shoal_plan_init(comm, args, 0, plan);
+    return shoal_plan_init(team, args, 0, plan);
 }
 
 /* A phase's messages, collected before they run. */
 typedef struct {
-    struct shoal_comm *comm;
+    shoal_team_t *team;
     shoal_xfer_t *sends, *recvs;
     size_t ns, nr;
     size_t block;
@@ -57,7 +57,7 @@ static void phase_add(a2a_phase_t *ph, int send, int peer, char *buf)
 {
     shoal_xfer_t *x = send ? &ph->sends[ph->ns++] : &ph->recvs[ph->nr++];
     memset(x, 0, sizeof(*x));
-    x->ep = shoal_comm_ep(ph->comm, peer);
+    x->ep = shoal_team_ep(ph->team, peer);
     x->buf = buf;
     x->bytes = ph->block;
 }
@@ -65,15 +65,15 @@ static void phase_add(a2a_phase_t *ph, int send, int peer, char *buf)
 /* Move buf to peer (or copy it into dst when peer is this rank). */
 static void phase_send(a2a_phase_t *ph, int peer, char *buf, char *self_dst)
 {
-    if (peer == ph->comm->rank)
-        shoal_move(ph->comm, self_dst, buf, ph->block);
+    if (peer == ph->team->rank)
+        shoal_move(ph->team, self_dst, buf, ph->block);
     else
         phase_add(ph, 1, peer, buf);
 }
 
 static shoal_status_t phase_run(a2a_phase_t *ph, uint64_t deadline)
 {
-    shoal_status_t s = shoal_xfer_run(ph->comm, ph->sends, ph->ns, ph->recvs, ph->nr, deadline);
+    shoal_status_t s = shoal_xfer_run(ph->team, ph->sends, ph->ns, ph->recvs, ph->nr, deadline);
     ph->ns = ph->nr = 0;
     return s;
 }
@@ -81,16 +81,16 @@ static shoal_status_t phase_run(a2a_phase_t *ph, uint64_t deadline)
 static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    const shoal_cluster_t *c = &comm->cluster;
-    int n = comm->nranks, me = comm->rank, h = c->host_of[me], hs = c->nhosts;
+    shoal_team_t *team = plan->prims.team;
+    const shoal_cluster_t *c = &team->cluster;
+    int n = team->nranks, me = team->rank, h = c->host_of[me], hs = c->nhosts;
     int lh = shoal_cluster_nlocal(c, h);
     size_t block = a->count * plan->esize;
     const char *src = a->sendbuf;
     char *dst = a->recvbuf;
     if (block == 0)
         return SHOAL_OK;
-    shoal_move(comm, dst + (size_t)me * block, src + (size_t)me * block, block);
+    shoal_move(team, dst + (size_t)me * block, src + (size_t)me * block, block);
 
     /* Working memory: the message arrays, then per host this rank is the
      * agent for, its outgoing and incoming agent buffers. */
@@ -105,14 +105,14 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
                                                     2 * agent_blocks * block, &mem);
     if (s != SHOAL_OK)
         return s;
-    a2a_phase_t ph = {.comm = comm, .sends = mem, .recvs = (shoal_xfer_t *)mem + cap,
+    a2a_phase_t ph = {.team = team, .sends = mem, .recvs = (shoal_xfer_t *)mem + cap,
                       .block = block};
     char *agg = (char *)mem + 2 * cap * sizeof(shoal_xfer_t);
 #define OUT(at, i, j, lg) (agg + ((at) + (size_t)(i) * (size_t)(lg) + (size_t)(j)) * block)
 #define IN(at, i, j) (agg + (agent_blocks + (at) + (size_t)(i) * (size_t)lh + (size_t)(j)) * block)
 #define SBLK(r) ((char *)src + (size_t)(r) * block)
 #define RBLK(r) (dst + (size_t)(r) * block)
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
 
     /* 1. Inside the host: blocks for local ranks straight to them, blocks
      * for other hosts to this host's agent for each. */
@@ -140,7 +140,7 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
             int from = shoal_cluster_rank_at(c, h, i);
             for (int j = 0; j < lg; j++) {
                 if (from == me)
-                    shoal_move(comm, OUT(at, i, j, lg), SBLK(shoal_cluster_rank_at(c, g, j)),
+                    shoal_move(team, OUT(at, i, j, lg), SBLK(shoal_cluster_rank_at(c, g, j)),
                                block);
                 else
                     phase_add(&ph, 0, from, OUT(at, i, j, lg));
@@ -159,12 +159,12 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
         size_t nb = (size_t)lh * (size_t)shoal_cluster_nlocal(c, g);
         shoal_xfer_t *x = &ph.sends[ph.ns++];
         memset(x, 0, sizeof(*x));
-        x->ep = shoal_comm_ep(comm, peer);
+        x->ep = shoal_team_ep(team, peer);
         x->buf = OUT(at, 0, 0, 1);
         x->bytes = nb * block;
         x = &ph.recvs[ph.nr++];
         memset(x, 0, sizeof(*x));
-        x->ep = shoal_comm_ep(comm, peer);
+        x->ep = shoal_team_ep(team, peer);
         x->buf = IN(at, 0, 0);
         x->bytes = nb * block;
         at += nb;

@@ -29,42 +29,42 @@ static int rail_block_rank(const shoal_cluster_t *c, int j, int k)
 
 /* Copy every rank's block between buf (n blocks by rank) and the staging
  * of this host: to_stage 1 packs buf into stage, 0 unpacks. */
-static void hier_stage(struct shoal_comm *comm, char *stage, char *buf, size_t block,
+static void hier_stage(shoal_team_t *team, char *stage, char *buf, size_t block,
                        int to_stage)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    int h = c->host_of[comm->rank];
+    const shoal_cluster_t *c = &team->cluster;
+    int h = c->host_of[team->rank];
     for (int j = 0; j < c->max_local; j++) {
         size_t at = (size_t)shoal_cluster_stage_off(c, h, j);
         for (int k = 0; k < shoal_cluster_rail_size(c, j); k++) {
             char *s = stage + (at + (size_t)k) * block;
             char *b = buf + (size_t)rail_block_rank(c, j, k) * block;
-            shoal_move(comm, to_stage ? s : b, to_stage ? b : s, block);
+            shoal_move(team, to_stage ? s : b, to_stage ? b : s, block);
         }
     }
 }
 
-static shoal_status_t hier_rsag_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t hier_rsag_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, args->kind == SHOAL_COLL_REDUCE_SCATTER, plan);
-    shoal_ring_local(comm, SHOAL_RING_BY_RAIL, &plan->ring);
+    shoal_status_t s = shoal_plan_init(team, args, args->kind == SHOAL_COLL_REDUCE_SCATTER, plan);
+    shoal_ring_local(team, SHOAL_RING_BY_RAIL, &plan->ring);
     plan->ring.unit = args->count;
     return s;
 }
 
 /* The rail ring of rail j, blocks of count by host. */
-static void hier_rail_of(struct shoal_comm *comm, int j, size_t count, shoal_ring_t *rail_p)
+static void hier_rail_of(shoal_team_t *team, int j, size_t count, shoal_ring_t *rail_p)
 {
-    shoal_ring_rail(comm, comm->cluster.rail_mod_ranks, j, rail_p);
+    shoal_ring_rail(team, team->cluster.rail_mod_ranks, j, rail_p);
     rail_p->unit = count;
 }
 
-static double hier_rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double hier_rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double l = comm->cluster.max_local, hs = comm->nhosts;
-    double total = shoal_algo_bytes(args, args->count) * comm->nranks;
-    const shoal_link_cost_t *in = shoal_algo_intra(comm), *out = shoal_algo_inter(comm);
+    double l = team->cluster.max_local, hs = team->nhosts;
+    double total = shoal_algo_bytes(args, args->count) * team->nranks;
+    const shoal_link_cost_t *in = shoal_algo_intra(team), *out = shoal_algo_inter(team);
     /* Staging (a copy of the whole buffer), the local ring, and each host
      * sending (H-1)/H of the data across over its shared link. */
     double local = (l - 1) * in->lat_s + (l - 1) / l * total / in->bw_Bps + total / in->bw_Bps;
@@ -76,27 +76,27 @@ static shoal_status_t hier_rs_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    const shoal_cluster_t *c = &comm->cluster;
+    shoal_team_t *team = p->team;
+    const shoal_cluster_t *c = &team->cluster;
     const shoal_ring_t *local = &plan->ring;
     size_t es = plan->esize, block = a->count * es, off, len;
     char *stage;
     if (block == 0)
         return SHOAL_OK;
-    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)comm->nranks + block,
+    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)team->nranks + block,
                                           (void **)&stage);
     if (s != SHOAL_OK)
         return s;
-    char *spare = stage + block * (size_t)comm->nranks; /* results this rank does not keep */
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    hier_stage(comm, stage, (char *)a->sendbuf, block, 1);
+    char *spare = stage + block * (size_t)team->nranks; /* results this rank does not keep */
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
+    hier_stage(team, stage, (char *)a->sendbuf, block, 1);
     p->avg_n = 0;
     shoal_ring_block(local, local->me, &off, &len);
     s = shoal_ring_rs_run(p, local, stage, stage + off * es, plan->piece_elems);
-    p->avg_n = a->op == SHOAL_AVG ? comm->nranks : 0;
+    p->avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
     for (int j = local->me; j < c->max_local && s == SHOAL_OK; j += local->n) {
         shoal_ring_t rail;
-        hier_rail_of(comm, j, a->count, &rail);
+        hier_rail_of(team, j, a->count, &rail);
         char *src = stage + (size_t)shoal_cluster_stage_off(c, local->host, j) * block;
         /* This rank's own block is on rail me; other rails hold none of
          * this host's. */
@@ -110,20 +110,20 @@ static shoal_status_t hier_ag_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    const shoal_cluster_t *c = &comm->cluster;
+    shoal_team_t *team = p->team;
+    const shoal_cluster_t *c = &team->cluster;
     const shoal_ring_t *local = &plan->ring;
     size_t es = plan->esize, block = a->count * es;
     char *stage;
     if (block == 0)
         return SHOAL_OK;
-    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)comm->nranks, (void **)&stage);
+    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)team->nranks, (void **)&stage);
     if (s != SHOAL_OK)
         return s;
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     for (int j = local->me; j < c->max_local && s == SHOAL_OK; j += local->n) {
         shoal_ring_t rail;
-        hier_rail_of(comm, j, a->count, &rail);
+        hier_rail_of(team, j, a->count, &rail);
         char *buf = stage + (size_t)shoal_cluster_stage_off(c, local->host, j) * block;
         s = shoal_ring_ag_run(p, &rail, j == local->me ? a->sendbuf : NULL, buf,
                               plan->piece_elems);
@@ -131,7 +131,7 @@ static shoal_status_t hier_ag_run(shoal_plan_t *plan)
     if (s == SHOAL_OK)
         s = shoal_ring_ag_run(p, local, NULL, stage, plan->piece_elems);
     if (s == SHOAL_OK)
-        hier_stage(comm, stage, a->recvbuf, block, 0);
+        hier_stage(team, stage, a->recvbuf, block, 0);
     return s;
 }
 

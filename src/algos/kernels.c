@@ -1,11 +1,11 @@
 /* The host kernels: the passes over memory of a schedule on host buffers. */
 #include "kernels.h"
 
-#include "core/comm.h"
+#include "team.h"
 
 #include <string.h>
 
-static void host_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+static void host_move(shoal_team_t *team, void *dst, const void *src, size_t bytes)
 {
     if (bytes)
         memcpy(dst, src, bytes);
@@ -13,41 +13,41 @@ static void host_move(struct shoal_comm *comm, void *dst, const void *src, size_
 
 /* A plain store reads every line in before it writes it: for an output too
  * large for the caches, that read only costs bandwidth and pushes the
- * inputs out, so such an operation streams (comm->stream_out). */
-static void host_move_out(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+ * inputs out, so such an operation streams (team->stream_out). */
+static void host_move_out(shoal_team_t *team, void *dst, const void *src, size_t bytes)
 {
-    if (comm->stream_out)
+    if (team->stream_out)
         shoal_copy_stream(dst, src, bytes);
     else if (bytes)
         memcpy(dst, src, bytes);
 }
 
-static void host_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+static void host_combine(shoal_team_t *team, shoal_reduce_fn_t fn, void *dst,
                          const void *a, const void *b, size_t count, size_t esize)
 {
     fn(dst, a, b, count);
 }
 
-static void host_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
+static void host_finish_avg(shoal_team_t *team, void *dst, size_t count,
                             shoal_dtype_t dtype, int n)
 {
     shoal_avg_finish(dst, dst, count, dtype, n);
 }
 
-static void host_zero(struct shoal_comm *comm, void *dst, size_t bytes)
+static void host_zero(shoal_team_t *team, void *dst, size_t bytes)
 {
     if (bytes)
         memset(dst, 0, bytes);
 }
 
-static void host_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *wire,
+static void host_encode(shoal_team_t *team, const shoal_codec_t *c, void *wire,
                         const float *src, float *residual, size_t n, size_t first)
 {
     if (n)
         c->ops->encode(c, wire, src, residual, n, first);
 }
 
-static void host_add_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *out,
+static void host_add_encode(shoal_team_t *team, const shoal_codec_t *c, void *out,
                             const void *in, const float *src, float *residual, size_t n,
                             size_t first)
 {
@@ -55,7 +55,7 @@ static void host_add_encode(struct shoal_comm *comm, const shoal_codec_t *c, voi
         c->ops->add_encode(c, out, in, src, residual, n, first);
 }
 
-static void host_decode(struct shoal_comm *comm, const shoal_codec_t *c, float *dst,
+static void host_decode(shoal_team_t *team, const shoal_codec_t *c, float *dst,
                         const void *wire, size_t n, size_t first)
 {
     if (n)

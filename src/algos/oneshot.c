@@ -17,22 +17,22 @@
 #include "base/clock.h"
 #include "base/dtype.h"
 
-static double oneshot_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double oneshot_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double bytes = shoal_algo_bytes(args, args->count);
-    if (comm->nhosts != 1 || bytes > (double)comm->chunk_size)
+    if (team->nhosts != 1 || bytes > (double)team->chunk_size)
         return -1;
-    return shoal_algo_lat(comm) + (comm->nranks - 1) * bytes / shoal_algo_bw(comm);
+    return shoal_algo_lat(team) + (team->nranks - 1) * bytes / shoal_algo_bw(team);
 }
 
-static shoal_status_t oneshot_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t oneshot_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                    shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 1, plan);
     if (s != SHOAL_OK || args->count > plan->piece_elems)
         return SHOAL_ERR_INTERNAL;
-    for (int r = 0; r < comm->nranks; r++) {
-        if (r != comm->rank && !shoal_comm_ep(comm, r))
+    for (int r = 0; r < team->nranks; r++) {
+        if (r != team->rank && !shoal_team_ep(team, r))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
@@ -42,8 +42,8 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    int n = comm->nranks, r = comm->rank;
+    shoal_team_t *team = p->team;
+    int n = team->nranks, r = team->rank;
     size_t count = a->count, bytes = count * plan->esize;
     const char *in = a->sendbuf;
     char *acc = a->recvbuf;
@@ -51,7 +51,7 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
 
     if (n == 1 || count == 0) {
         if (acc != in && count > 0)
-            shoal_move(comm, acc, in, bytes);
+            shoal_move(team, acc, in, bytes);
         return SHOAL_OK;
     }
     /* In place, rank 0's input lands on ours before we fold ours in: keep
@@ -61,13 +61,13 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
         s = shoal_plan_scratch(plan, bytes, &keep);
         if (s != SHOAL_OK)
             return s;
-        shoal_move(comm, keep, in, bytes);
+        shoal_move(team, keep, in, bytes);
         in = keep;
     }
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     /* Starting after ourselves spreads the first pieces over the peers. */
     for (int k = 1; k < n && s == SHOAL_OK; k++) {
-        p->send_ep = shoal_comm_ep(comm, (r + k) % n);
+        p->send_ep = shoal_team_ep(team, (r + k) % n);
         s = shoal_prim_send(p, in, bytes);
     }
     p->send_ep = NULL;
@@ -77,26 +77,26 @@ static shoal_status_t oneshot_run(shoal_plan_t *plan)
     int avg_n = a->op == SHOAL_AVG ? n : 0;
     if (r == 0) {
         if (acc != in)
-            shoal_move(comm, acc, in, bytes);
+            shoal_move(team, acc, in, bytes);
     } else {
-        p->recv_ep = shoal_comm_ep(comm, 0);
+        p->recv_ep = shoal_team_ep(team, 0);
         s = shoal_prim_recv(p, acc, bytes);
     }
     for (int k = 1; k < n && s == SHOAL_OK; k++) {
         p->avg_n = k == n - 1 ? avg_n : 0;
         if (k != r) {
-            p->recv_ep = shoal_comm_ep(comm, k);
+            p->recv_ep = shoal_team_ep(team, k);
             s = shoal_prim_recv_reduce_copy_send(p, acc, acc, bytes);
             continue;
         }
-        shoal_combine(comm, p->reduce, acc, in, acc, count, p->esize);
+        shoal_combine(team, p->reduce, acc, in, acc, count, p->esize);
         if (p->avg_n > 0)
-            shoal_finish_avg(comm, acc, count, p->dtype, p->avg_n);
+            shoal_finish_avg(team, acc, count, p->dtype, p->avg_n);
     }
     p->avg_n = 0;
     /* Everything went out before the receives; flush each peer. */
     for (int k = 1; k < n && s == SHOAL_OK; k++) {
-        p->send_ep = shoal_comm_ep(comm, (r + k) % n);
+        p->send_ep = shoal_team_ep(team, (r + k) % n);
         s = shoal_prim_flush(p);
     }
     p->send_ep = NULL;

@@ -10,23 +10,23 @@
 
 #include <string.h>
 
-static double p2p_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double p2p_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) / shoal_algo_bw(comm);
+    return shoal_algo_lat(team) + shoal_algo_bytes(args, args->count) / shoal_algo_bw(team);
 }
 
-static shoal_status_t p2p_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t p2p_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                shoal_plan_t *plan)
 {
     if (args->kind != SHOAL_COLL_SEND && args->kind != SHOAL_COLL_RECV)
         return SHOAL_ERR_INTERNAL;
-    if (args->root < 0 || args->root >= comm->nranks || args->root == comm->rank ||
-        !shoal_comm_ep(comm, args->root)) {
+    if (args->root < 0 || args->root >= team->nranks || args->root == team->rank ||
+        !shoal_team_ep(team, args->root)) {
         shoal_error(ALGO, "rank %d: %s with rank %d, which is not a peer it reaches",
-                    comm->rank, shoal_coll_kind_name(args->kind), args->root);
+                    team->rank, shoal_coll_kind_name(args->kind), args->root);
         return SHOAL_ERR_INTERNAL;
     }
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
     if (s != SHOAL_OK)
         return s;
     plan->nbr[0] = args->root;
@@ -37,17 +37,17 @@ static shoal_status_t p2p_plan(struct shoal_comm *comm, const shoal_coll_args_t 
 static shoal_status_t p2p_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
+    shoal_team_t *team = plan->prims.team;
+    uint64_t deadline = shoal_deadline_after(team->timeout_ns);
     int send = a->kind == SHOAL_COLL_SEND;
     shoal_xfer_t x = {
-        .ep = shoal_comm_ep(comm, a->root),
+        .ep = shoal_team_ep(team, a->root),
         .buf = send ? (void *)a->sendbuf : a->recvbuf,
         .bytes = a->count * plan->esize,
         .esize = plan->esize,
     };
-    return send ? shoal_xfer_run(comm, &x, 1, NULL, 0, deadline)
-                : shoal_xfer_run(comm, NULL, 0, &x, 1, deadline);
+    return send ? shoal_xfer_run(team, &x, 1, NULL, 0, deadline)
+                : shoal_xfer_run(team, NULL, 0, &x, 1, deadline);
 }
 
 const shoal_algo_ops_t shoal_p2p_ops = {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_plan_init(shoal_team_t *team, const shoal_coll_args_t *args,
                                int reduces, shoal_plan_t *plan)
 {
     memset(plan, 0, sizeof(*plan));
@@ -19,9 +19,9 @@ shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t 
     plan->esize = shoal_dtype_bytes(args->dtype);
     if (plan->esize == 0)
         return SHOAL_ERR_INTERNAL;
-    plan->piece_elems = comm->chunk_size / plan->esize;
+    plan->piece_elems = team->chunk_size / plan->esize;
     shoal_prims_t *p = &plan->prims;
-    p->comm = comm;
+    p->team = team;
     p->dtype = args->dtype;
     p->esize = plan->esize;
     p->st = &shoal_stage_plain;
@@ -31,7 +31,7 @@ shoal_status_t shoal_plan_init(struct shoal_comm *comm, const shoal_coll_args_t 
     return plan->piece_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
 
-shoal_status_t shoal_plan_stage(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_plan_stage(shoal_team_t *team, const shoal_coll_args_t *args,
                                 shoal_plan_t *plan)
 {
     shoal_prims_t *p = &plan->prims;
@@ -42,7 +42,7 @@ shoal_status_t shoal_plan_stage(struct shoal_comm *comm, const shoal_coll_args_t
     p->st = &shoal_stage_codec;
     p->codec = args->codec;
     p->residual = args->residual;
-    plan->stage_elems = p->st->piece_elems(p, comm->chunk_size);
+    plan->stage_elems = p->st->piece_elems(p, team->chunk_size);
     return plan->stage_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
 
@@ -53,7 +53,7 @@ shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p
         void *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!mem) {
             shoal_error(MEM, "rank %d: no memory for %zu B of working space",
-                        plan->prims.comm->rank, bytes);
+                        plan->prims.team->rank, bytes);
             return SHOAL_ERR_NO_MEMORY;
         }
         free(plan->scratch);
@@ -64,15 +64,15 @@ shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_plan_create(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *algo,
                                  const shoal_coll_args_t *args, shoal_plan_t **plan_p)
 {
     shoal_plan_t *plan = malloc(sizeof(*plan));
     if (!plan) {
-        shoal_error(MEM, "rank %d: no memory for a plan", comm->rank);
+        shoal_error(MEM, "rank %d: no memory for a plan", team->rank);
         return SHOAL_ERR_NO_MEMORY;
     }
-    shoal_status_t s = algo->plan(comm, args, plan);
+    shoal_status_t s = algo->plan(team, args, plan);
     if (s != SHOAL_OK) {
         free(plan);
         return s;
@@ -83,6 +83,8 @@ shoal_status_t shoal_plan_create(struct shoal_comm *comm, const shoal_algo_ops_t
     plan->settings = shoal_config_generation();
     plan->scratch = NULL;
     plan->scratch_bytes = 0;
+    plan->fallback = NULL;
+    plan->skip = plan->skip_len = 0;
     *plan_p = plan;
     return SHOAL_OK;
 }
@@ -99,6 +101,7 @@ void shoal_plan_destroy(shoal_plan_t *plan)
 {
     if (!plan)
         return;
+    shoal_plan_destroy(plan->fallback);
     free(plan->scratch);
     free(plan);
 }
@@ -119,20 +122,20 @@ static int plan_fits(const shoal_plan_t *plan, const shoal_algo_ops_t *algo,
                   c->packed == d->packed);
 }
 
-shoal_status_t shoal_plan_get(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
+shoal_status_t shoal_plan_get(shoal_team_t *team, const shoal_algo_ops_t *algo,
                               const shoal_coll_args_t *args, shoal_plan_t **plan_p,
                               int *cached_p)
 {
     unsigned settings = shoal_config_generation();
     int cache = args->sendcounts == NULL && (unsigned)args->kind < SHOAL_ALGO_MEMO_KINDS;
-    shoal_plan_t **slot = cache ? &comm->plans[args->kind] : NULL;
+    shoal_plan_t **slot = cache ? &team->plans[args->kind] : NULL;
     *cached_p = cache;
     if (slot && *slot && plan_fits(*slot, algo, args, settings)) {
         *plan_p = *slot;
         return SHOAL_OK;
     }
     shoal_plan_t *plan;
-    shoal_status_t s = shoal_plan_create(comm, algo, args, &plan);
+    shoal_status_t s = shoal_plan_create(team, algo, args, &plan);
     if (s != SHOAL_OK)
         return s;
     if (slot) {
@@ -143,10 +146,10 @@ shoal_status_t shoal_plan_get(struct shoal_comm *comm, const shoal_algo_ops_t *a
     return SHOAL_OK;
 }
 
-void shoal_plan_cache_release(struct shoal_comm *comm)
+void shoal_plan_cache_release(shoal_team_t *team)
 {
     for (int k = 0; k < SHOAL_ALGO_MEMO_KINDS; k++) {
-        shoal_plan_destroy(comm->plans[k]);
-        comm->plans[k] = NULL;
+        shoal_plan_destroy(team->plans[k]);
+        team->plans[k] = NULL;
     }
 }

@@ -5,7 +5,6 @@
 #include "prims.h"
 
 #include "base/clock.h"
-#include "core/fault.h"
 #include "base/log.h"
 
 #include <sched.h>
@@ -17,12 +16,12 @@
  * within it. */
 #define PRIMS_SLEEP_NS 1000000u
 
-shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, shoal_idle_t *w)
+shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_idle_t *w)
 {
-    shoal_status_t s = shoal_transport_progress(comm);
+    shoal_status_t s = shoal_team_progress(team);
     if (s != SHOAL_OK)
         return s;
-    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+    if (atomic_load_explicit(&team->aborted, memory_order_relaxed))
         return SHOAL_ERR_ABORTED;
     if (++w->spins < PRIMS_SPINS)
         return SHOAL_OK;
@@ -30,13 +29,13 @@ shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, s
     if (shoal_deadline_passed(deadline_ns))
         return SHOAL_ERR_TIMEOUT;
     /* A long wait may be for a rank that died or failed elsewhere. */
-    s = shoal_fault_watch(comm, 0);
+    s = shoal_team_watch(team);
     if (s != SHOAL_OK)
         return s;
     uint64_t now = shoal_now_ns();
     if (w->since_ns == 0)
         w->since_ns = now;
-    s = shoal_transport_sleep(comm, now - w->since_ns, PRIMS_SLEEP_NS);
+    s = shoal_team_sleep(team, now - w->since_ns, PRIMS_SLEEP_NS);
     if (s == SHOAL_OK)
         return SHOAL_OK;
     if (s != SHOAL_INPROGRESS && s != SHOAL_ERR_UNSUPPORTED)
@@ -45,16 +44,16 @@ shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, s
     return SHOAL_OK;
 }
 
-/* Counted in comm->tx_bytes. */
+/* Counted in team->tx_bytes. */
 shoal_status_t shoal_prims_post(shoal_prims_t *p, size_t bytes)
 {
-    p->comm->tx_bytes += bytes;
-    return p->send_ep->ops->send_post(p->send_ep, bytes, &p->comm->sig);
+    p->team->tx_bytes += bytes;
+    return p->send_ep->ops->send_post(p->send_ep, bytes, p->team->hdr);
 }
 
 static shoal_status_t prims_idle(shoal_prims_t *p, shoal_idle_t *w)
 {
-    return shoal_prims_idle(p->comm, p->deadline_ns, w);
+    return shoal_prims_idle(p->team, p->deadline_ns, w);
 }
 
 shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p)
@@ -74,8 +73,8 @@ shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_
         }
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
-                shoal_fault_cause(p->comm, "rank %d waited for rank %d to make room for "
-                                  "more data until the deadline", p->comm->rank, ep->peer);
+                shoal_team_cause(p->team, "rank %d waited for rank %d to make room for "
+                                  "more data until the deadline", p->team->rank, ep->peer);
             return s;
         }
     }
@@ -87,24 +86,24 @@ shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void 
     shoal_idle_t wait = {0, 0};
     for (;;) {
         size_t len;
-        shoal_sig_t sig;
-        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len, &sig);
+        unsigned char hdr[SHOAL_TL_HDR_BYTES];
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len, hdr);
         if (s == SHOAL_OK) {
             /* Before a byte of it is read: a piece of another operation. */
-            if (!shoal_sig_equal(&sig, &p->comm->sig))
-                return shoal_fault_mismatch(p->comm, ep->peer, &sig);
+            if (memcmp(hdr, p->team->hdr, sizeof(hdr)))
+                return shoal_team_mismatch(p->team, ep->peer, hdr);
             if (len != bytes) {
                 shoal_error(ALGO, "rank %d: got %zu B from rank %d where %zu B were due",
-                            p->comm->rank, len, ep->peer, bytes);
+                            p->team->rank, len, ep->peer, bytes);
                 return SHOAL_ERR_INTERNAL;
             }
-            p->comm->rx_bytes += len;
+            p->team->rx_bytes += len;
             return SHOAL_OK;
         }
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
-                shoal_fault_cause(p->comm, "rank %d waited for data from rank %d until the "
-                                  "deadline", p->comm->rank, ep->peer);
+                shoal_team_cause(p->team, "rank %d waited for data from rank %d until the "
+                                  "deadline", p->team->rank, ep->peer);
             return s;
         }
     }
@@ -134,7 +133,7 @@ shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes)
     shoal_status_t s = shoal_prims_wait_send(p, bytes, &out);
     if (s != SHOAL_OK)
         return s;
-    shoal_move(p->comm, out, src, bytes);
+    shoal_move(p->team, out, src, bytes);
     return shoal_prims_post(p, bytes);
 }
 
@@ -144,7 +143,7 @@ shoal_status_t shoal_prim_recv(shoal_prims_t *p, void *dst, size_t bytes)
     shoal_status_t s = shoal_prims_wait_recv(p, bytes, &in);
     if (s != SHOAL_OK)
         return s;
-    shoal_move_out(p->comm, dst, in, bytes);
+    shoal_move_out(p->team, dst, in, bytes);
     return p->recv_ep->ops->recv_release(p->recv_ep);
 }
 
@@ -155,7 +154,7 @@ shoal_status_t shoal_prim_recv_reduce_send(shoal_prims_t *p, const void *src, si
     shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
-    shoal_combine(p->comm, p->reduce, out, in, src, bytes / p->esize, p->esize);
+    shoal_combine(p->team, p->reduce, out, in, src, bytes / p->esize, p->esize);
     return shoal_prims_pass_on(p, bytes, out);
 }
 
@@ -167,9 +166,9 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
     if (s != SHOAL_OK)
         return s;
     size_t count = bytes / p->esize;
-    shoal_combine(p->comm, p->reduce, dst, in, src, count, p->esize);
+    shoal_combine(p->team, p->reduce, dst, in, src, count, p->esize);
     if (p->avg_n > 0)
-        shoal_finish_avg(p->comm, dst, count, p->dtype, p->avg_n);
+        shoal_finish_avg(p->team, dst, count, p->dtype, p->avg_n);
     s = p->recv_ep->ops->recv_release(p->recv_ep);
     if (s != SHOAL_OK || !p->send_ep)
         return s;
@@ -183,9 +182,9 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
     shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
-    shoal_move_out(p->comm, dst, in, bytes);
+    shoal_move_out(p->team, dst, in, bytes);
     if (out)
-        shoal_move(p->comm, out, in, bytes);
+        shoal_move(p->team, out, in, bytes);
     return shoal_prims_pass_on(p, bytes, out);
 }
 
@@ -198,7 +197,7 @@ shoal_status_t shoal_prim_flush(shoal_prims_t *p)
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_error(ALGO, "rank %d: data for rank %d still unsent at the deadline",
-                            p->comm->rank, ep->peer);
+                            p->team->rank, ep->peer);
             return s;
         }
     }

@@ -1,5 +1,5 @@
 /* Pipeline primitives: the few moves every algorithm is a schedule of. Each
- * moves one piece of at most comm->chunk_size bytes through the endpoints'
+ * moves one piece of at most team->chunk_size bytes through the endpoints'
  * slot FIFOs, waiting (while driving transport progress) until a slot is
  * free or a piece has arrived, up to the operation's deadline. */
 #ifndef SHOAL_PRIMS_H
@@ -7,7 +7,7 @@
 
 #include "base/dtype.h"
 #include "compress/codec.h"
-#include "core/comm.h"
+#include "team.h"
 #include "kernels.h"
 #include "reduce.h"
 
@@ -17,36 +17,36 @@
  * kernel calls and AVG finishes all go through the communicator's kernels
  * (kernels.h), so that the same schedules run over host memory, in the
  * simulator (which touches no data) and, later, on devices. */
-static inline void shoal_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+static inline void shoal_move(shoal_team_t *team, void *dst, const void *src, size_t bytes)
 {
-    comm->kern->move(comm, dst, src, bytes);
+    team->kern->move(team, dst, src, bytes);
 }
 
 /* A copy into the operation's output that nothing reads again before it
  * returns: streamed past the caches when the operation's output is too
- * large for them (comm->stream_out, set per operation). */
-static inline void shoal_move_out(struct shoal_comm *comm, void *dst, const void *src,
+ * large for them (team->stream_out, set per operation). */
+static inline void shoal_move_out(shoal_team_t *team, void *dst, const void *src,
                                   size_t bytes)
 {
-    comm->kern->move_out(comm, dst, src, bytes);
+    team->kern->move_out(team, dst, src, bytes);
 }
 
-static inline void shoal_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+static inline void shoal_combine(shoal_team_t *team, shoal_reduce_fn_t fn, void *dst,
                                  const void *a, const void *b, size_t count, size_t esize)
 {
-    comm->kern->combine(comm, fn, dst, a, b, count, esize);
+    team->kern->combine(team, fn, dst, a, b, count, esize);
 }
 
-static inline void shoal_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
+static inline void shoal_finish_avg(shoal_team_t *team, void *dst, size_t count,
                                     shoal_dtype_t dtype, int n)
 {
-    comm->kern->finish_avg(comm, dst, count, dtype, n);
+    team->kern->finish_avg(team, dst, count, dtype, n);
 }
 
 struct shoal_stage_ops;
 
 typedef struct {
-    struct shoal_comm *comm;
+    shoal_team_t *team;
     shoal_ep_t *send_ep;      /* next rank, or NULL */
     shoal_ep_t *recv_ep;      /* previous rank, or NULL */
     shoal_reduce_fn_t reduce; /* dst = received op local */
@@ -73,7 +73,7 @@ typedef struct {
  * and every few calls check the deadline, then yield the core or, once the
  * wait has gone on long enough for the transport, sleep until a peer
  * rings. SHOAL_OK to go on waiting. */
-shoal_status_t shoal_prims_idle(struct shoal_comm *comm, uint64_t deadline_ns, shoal_idle_t *w);
+shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_idle_t *w);
 
 /* Piece out to send_ep. */
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes);
@@ -136,7 +136,7 @@ typedef struct {
  * (no self messages). SHOAL_ERR_TIMEOUT (naming the peers still owed),
  * SHOAL_ERR_PEER, SHOAL_ERR_ABORTED or SHOAL_ERR_INTERNAL (a piece of the
  * wrong size) otherwise. */
-shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
+shoal_status_t shoal_xfer_run(shoal_team_t *team, shoal_xfer_t *sends, size_t nsends,
                               shoal_xfer_t *recvs, size_t nrecvs, uint64_t deadline_ns);
 
 /* One pass of shoal_xfer_run that never waits: move every piece that can
@@ -145,7 +145,7 @@ shoal_status_t shoal_xfer_run(struct shoal_comm *comm, shoal_xfer_t *sends, size
  * bytes and started is set (sends also need their endpoint's flush to say
  * SHOAL_OK before the operation may be called complete). No deadline: the
  * caller owns it. Errors as shoal_xfer_run. */
-shoal_status_t shoal_xfer_step(struct shoal_comm *comm, shoal_xfer_t *sends, size_t nsends,
+shoal_status_t shoal_xfer_step(shoal_team_t *team, shoal_xfer_t *sends, size_t nsends,
                                shoal_xfer_t *recvs, size_t nrecvs, int *moved_p);
 
 /* Whether x is complete (for sends: handed to the transport). */

@@ -32,7 +32,7 @@
 #define RHD_ALIGN_ELEMS 16
 
 typedef struct {
-    struct shoal_comm *comm;
+    shoal_team_t *team;
     int p2, rem;
     int v;                /* this rank's virtual rank; -1 if it folds away */
     size_t es;
@@ -76,12 +76,12 @@ static size_t rhd_off(const rhd_t *h, int b)
 
 static void rhd_init(rhd_t *h, const shoal_plan_t *plan, size_t unit)
 {
-    struct shoal_comm *comm = plan->prims.comm;
-    int r = comm->rank;
+    shoal_team_t *team = plan->prims.team;
+    int r = team->rank;
     memset(h, 0, sizeof(*h));
-    h->comm = comm;
-    h->p2 = rhd_p2(comm->nranks);
-    h->rem = comm->nranks - h->p2;
+    h->team = team;
+    h->p2 = rhd_p2(team->nranks);
+    h->rem = team->nranks - h->p2;
     h->v = r < 2 * h->rem ? (r % 2 ? r / 2 : -1) : r - h->rem;
     h->es = plan->esize;
     h->unit = unit;
@@ -89,7 +89,7 @@ static void rhd_init(rhd_t *h, const shoal_plan_t *plan, size_t unit)
     size_t bs = (h->count + (size_t)h->p2 - 1) / (size_t)h->p2;
     h->bs = (bs + RHD_ALIGN_ELEMS - 1) / RHD_ALIGN_ELEMS * RHD_ALIGN_ELEMS;
     h->reduce = plan->prims.reduce;
-    h->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    h->deadline_ns = shoal_deadline_after(team->timeout_ns);
 }
 
 /* Send sbytes from sbuf to real rank peer while receiving rbytes from it
@@ -97,13 +97,13 @@ static void rhd_init(rhd_t *h, const shoal_plan_t *plan, size_t unit)
 static shoal_status_t rhd_exchange(rhd_t *h, int peer, const void *sbuf, size_t sbytes,
                                    void *rbuf, size_t rbytes, int reduce)
 {
-    shoal_ep_t *ep = shoal_comm_ep(h->comm, peer);
+    shoal_ep_t *ep = shoal_team_ep(h->team, peer);
     shoal_xfer_t snd = {.ep = ep, .buf = (void *)sbuf, .bytes = sbytes};
     shoal_xfer_t rcv = {.ep = ep, .buf = rbuf, .bytes = rbytes,
                         .reduce = reduce ? h->reduce : NULL, .esize = h->es};
     if (sbytes == 0 && rbytes == 0)
         return SHOAL_OK;
-    return shoal_xfer_run(h->comm, &snd, sbytes > 0, &rcv, rbytes > 0, h->deadline_ns);
+    return shoal_xfer_run(h->team, &snd, sbytes > 0, &rcv, rbytes > 0, h->deadline_ns);
 }
 
 /* Recursive halving over work, the full-size working buffer: step d keeps
@@ -120,7 +120,7 @@ static shoal_status_t rhd_halve(rhd_t *h, const char *src, char *work)
         size_t keep = rhd_off(h, upper ? mid : lo), keep_end = rhd_off(h, upper ? hi : mid);
         size_t give = rhd_off(h, upper ? lo : mid), give_end = rhd_off(h, upper ? mid : hi);
         if (src != work)
-            shoal_move(h->comm, work + keep * es, src + keep * es, (keep_end - keep) * es);
+            shoal_move(h->team, work + keep * es, src + keep * es, (keep_end - keep) * es);
         shoal_status_t s = rhd_exchange(h, rhd_real(h, h->v ^ d), src + give * es,
                                         (give_end - give) * es, work + keep * es,
                                         (keep_end - keep) * es, 1);
@@ -153,15 +153,15 @@ static shoal_status_t rhd_double(rhd_t *h, char *work)
 static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    int r = comm->rank;
+    shoal_team_t *team = plan->prims.team;
+    int r = team->rank;
     size_t bytes = a->count * plan->esize;
     const char *src = a->sendbuf;
     char *work = a->recvbuf;
 
-    if (comm->nranks == 1 || a->count == 0) {
+    if (team->nranks == 1 || a->count == 0) {
         if (work != src && bytes > 0)
-            shoal_move(comm, work, src, bytes);
+            shoal_move(team, work, src, bytes);
         return SHOAL_OK;
     }
     rhd_t h;
@@ -174,7 +174,7 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
     }
     if (r < 2 * h.rem) {
         if (work != src)
-            shoal_move(comm, work, src, bytes);
+            shoal_move(team, work, src, bytes);
         s = rhd_exchange(&h, r - 1, NULL, 0, work, bytes, 1);
         if (s != SHOAL_OK)
             return s;
@@ -185,7 +185,7 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
         return s;
     size_t own = rhd_off(&h, h.v), own_end = rhd_off(&h, h.v + 1);
     if (a->op == SHOAL_AVG && own_end > own)
-        shoal_finish_avg(comm, work + own * h.es, own_end - own, a->dtype, comm->nranks);
+        shoal_finish_avg(team, work + own * h.es, own_end - own, a->dtype, team->nranks);
     s = rhd_double(&h, work);
     if (s == SHOAL_OK && r < 2 * h.rem)
         s = rhd_exchange(&h, r - 1, work, bytes, NULL, 0, 0);
@@ -195,16 +195,16 @@ static shoal_status_t rhd_allreduce_run(shoal_plan_t *plan)
 static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    int r = comm->rank;
-    size_t es = plan->esize, bytes = a->count * es, total = (size_t)comm->nranks * bytes;
+    shoal_team_t *team = plan->prims.team;
+    int r = team->rank;
+    size_t es = plan->esize, bytes = a->count * es, total = (size_t)team->nranks * bytes;
     const char *src = a->sendbuf;
     char *dst = a->recvbuf;
 
-    if (comm->nranks == 1 || a->count == 0) {
+    if (team->nranks == 1 || a->count == 0) {
         /* One rank's AVG is its own value. */
         if (dst != src && bytes > 0)
-            shoal_move(comm, dst, src, bytes);
+            shoal_move(team, dst, src, bytes);
         return SHOAL_OK;
     }
     rhd_t h;
@@ -222,7 +222,7 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
         return s;
     char *work = scratch;
     if (r < 2 * h.rem) {
-        shoal_move(comm, work, src, total);
+        shoal_move(team, work, src, total);
         s = rhd_exchange(&h, r - 1, NULL, 0, work, total, 1);
         if (s != SHOAL_OK)
             return s;
@@ -233,8 +233,8 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
         return s;
     size_t own = rhd_off(&h, h.v), own_end = rhd_off(&h, h.v + 1);
     if (a->op == SHOAL_AVG)
-        shoal_finish_avg(comm, work + own * es, own_end - own, a->dtype, comm->nranks);
-    shoal_move(comm, dst, work + (size_t)r * bytes, bytes);
+        shoal_finish_avg(team, work + own * es, own_end - own, a->dtype, team->nranks);
+    shoal_move(team, dst, work + (size_t)r * bytes, bytes);
     if (r < 2 * h.rem)
         s = rhd_exchange(&h, r - 1, work + (size_t)(r - 1) * bytes, bytes, NULL, 0, 0);
     return s;
@@ -243,8 +243,8 @@ static shoal_status_t rhd_reduce_scatter_run(shoal_plan_t *plan)
 static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
-    struct shoal_comm *comm = plan->prims.comm;
-    int n = comm->nranks, r = comm->rank;
+    shoal_team_t *team = plan->prims.team;
+    int n = team->nranks, r = team->rank;
     size_t bytes = a->count * plan->esize, total = (size_t)n * bytes;
     char *dst = a->recvbuf;
     char *own = dst + (size_t)r * bytes;
@@ -252,7 +252,7 @@ static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
     if (a->count == 0)
         return SHOAL_OK;
     if (own != (const char *)a->sendbuf)
-        shoal_move(comm, own, a->sendbuf, bytes);
+        shoal_move(team, own, a->sendbuf, bytes);
     if (n == 1)
         return SHOAL_OK;
     rhd_t h;
@@ -263,11 +263,11 @@ static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
         s = rhd_exchange(&h, r + 1, own, bytes, NULL, 0, 0);
         if (s != SHOAL_OK)
             return s;
-        shoal_ep_t *ep = shoal_comm_ep(comm, r + 1);
+        shoal_ep_t *ep = shoal_team_ep(team, r + 1);
         shoal_xfer_t rest[2] = {{.ep = ep, .buf = dst, .bytes = (size_t)r * bytes},
                                 {.ep = ep, .buf = own + bytes, .bytes = total - (size_t)(r + 1) * bytes}};
         /* Rank r is even and below n-1, so only the first can be empty. */
-        return shoal_xfer_run(comm, NULL, 0, rest + (r == 0), 2 - (r == 0), h.deadline_ns);
+        return shoal_xfer_run(team, NULL, 0, rest + (r == 0), 2 - (r == 0), h.deadline_ns);
     }
     if (r < 2 * h.rem) {
         s = rhd_exchange(&h, r - 1, NULL, 0, own - bytes, bytes, 0);
@@ -277,10 +277,10 @@ static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
     s = rhd_double(&h, dst);
     if (s != SHOAL_OK || r >= 2 * h.rem)
         return s;
-    shoal_ep_t *ep = shoal_comm_ep(comm, r - 1);
+    shoal_ep_t *ep = shoal_team_ep(team, r - 1);
     shoal_xfer_t rest[2] = {{.ep = ep, .buf = dst, .bytes = (size_t)(r - 1) * bytes},
                             {.ep = ep, .buf = own, .bytes = total - (size_t)r * bytes}};
-    return shoal_xfer_run(comm, rest + (r == 1), 2 - (r == 1), NULL, 0, h.deadline_ns);
+    return shoal_xfer_run(team, rest + (r == 1), 2 - (r == 1), NULL, 0, h.deadline_ns);
 }
 
 /* The exchanges' latency and volume over the virtual ranks: steps of
@@ -288,72 +288,72 @@ static shoal_status_t rhd_allgather_run(shoal_plan_t *plan)
  * halved or doubled). The fold adds a pass of fold_bytes each way. */
 /* copy: bytes put into the working buffer before the first exchange, a
  * pass over memory that the ring, which reduces on the fly, does not make. */
-static double rhd_cost_of(const struct shoal_comm *comm, double steps, double pbytes,
+static double rhd_cost_of(const shoal_team_t *team, double steps, double pbytes,
                           double fold_in, double fold_out, double copy)
 {
-    int p2 = rhd_p2(comm->nranks);
+    int p2 = rhd_p2(team->nranks);
     /* The largest exchanges pair ranks of different hosts, every rank of a
      * host at once: they share its link. */
-    double lat = shoal_algo_lat(comm), bw = shoal_algo_bw(comm) / shoal_algo_host_share(comm);
+    double lat = shoal_algo_lat(team), bw = shoal_algo_bw(team) / shoal_algo_host_share(team);
     double cost = steps * lat + pbytes * (p2 - 1) / p2 / bw + copy / bw;
-    if (comm->nranks > p2)
+    if (team->nranks > p2)
         cost += 2 * lat + (fold_in + fold_out) / bw;
     return cost;
 }
 
-static double rhd_allreduce_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double rhd_allreduce_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double bytes = shoal_algo_bytes(args, args->count);
-    return rhd_cost_of(comm, 2.0 * rhd_log2(rhd_p2(comm->nranks)), 2 * bytes, bytes, bytes,
+    return rhd_cost_of(team, 2.0 * rhd_log2(rhd_p2(team->nranks)), 2 * bytes, bytes, bytes,
                        bytes);
 }
 
-static double rhd_reduce_scatter_cost(const struct shoal_comm *comm,
+static double rhd_reduce_scatter_cost(const shoal_team_t *team,
                                       const shoal_coll_args_t *args)
 {
-    double block = shoal_algo_bytes(args, args->count), total = block * comm->nranks;
-    return rhd_cost_of(comm, rhd_log2(rhd_p2(comm->nranks)), total, total, block, total);
+    double block = shoal_algo_bytes(args, args->count), total = block * team->nranks;
+    return rhd_cost_of(team, rhd_log2(rhd_p2(team->nranks)), total, total, block, total);
 }
 
-static double rhd_allgather_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double rhd_allgather_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double block = shoal_algo_bytes(args, args->count), total = block * comm->nranks;
-    return rhd_cost_of(comm, rhd_log2(rhd_p2(comm->nranks)), total, block, total, block);
+    double block = shoal_algo_bytes(args, args->count), total = block * team->nranks;
+    return rhd_cost_of(team, rhd_log2(rhd_p2(team->nranks)), total, block, total, block);
 }
 
 /* Checks that every partner this rank will meet has an endpoint, and sets
  * the op's kernel when the collective reduces. */
-static shoal_status_t rhd_plan_common(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t rhd_plan_common(shoal_team_t *team, const shoal_coll_args_t *args,
                                       int reduces, shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, reduces, plan);
+    shoal_status_t s = shoal_plan_init(team, args, reduces, plan);
     if (s != SHOAL_OK)
         return s;
-    if (comm->nranks == 1)
+    if (team->nranks == 1)
         return SHOAL_OK;
 
     rhd_t h;
     rhd_init(&h, plan, 1);
-    int r = comm->rank, fold = r < 2 * h.rem ? (r % 2 ? r - 1 : r + 1) : -1;
-    if (fold >= 0 && !shoal_comm_ep(comm, fold))
+    int r = team->rank, fold = r < 2 * h.rem ? (r % 2 ? r - 1 : r + 1) : -1;
+    if (fold >= 0 && !shoal_team_ep(team, fold))
         return SHOAL_ERR_INTERNAL;
     for (int d = 1; h.v >= 0 && d < h.p2; d *= 2) {
-        if (!shoal_comm_ep(comm, rhd_real(&h, h.v ^ d)))
+        if (!shoal_team_ep(team, rhd_real(&h, h.v ^ d)))
             return SHOAL_ERR_INTERNAL;
     }
     return SHOAL_OK;
 }
 
-static shoal_status_t rhd_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t rhd_reduce_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    return rhd_plan_common(comm, args, 1, plan);
+    return rhd_plan_common(team, args, 1, plan);
 }
 
-static shoal_status_t rhd_gather_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t rhd_gather_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    return rhd_plan_common(comm, args, 0, plan);
+    return rhd_plan_common(team, args, 0, plan);
 }
 
 const shoal_algo_ops_t shoal_rhd_allreduce_ops = {

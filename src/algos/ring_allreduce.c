@@ -25,19 +25,19 @@
 
 #include "base/clock.h"
 
-static double ring_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double ring_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* 2(n-1) steps, each moving 1/n of the data. */
-    double n = comm->nranks;
-    return 2 * (n - 1) * (shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) / n /
-                                                     shoal_algo_bw(comm));
+    double n = team->nranks;
+    return 2 * (n - 1) * (shoal_algo_lat(team) + shoal_algo_bytes(args, args->count) / n /
+                                                     shoal_algo_bw(team));
 }
 
 static shoal_status_t ring_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     return shoal_ring_allreduce_run(p, &plan->ring, a->sendbuf, a->recvbuf, a->count, 0,
                                     plan->stage_elems);
 }
@@ -50,24 +50,24 @@ const shoal_algo_ops_t shoal_ring_allreduce_ops = {
     .run = ring_run,
 };
 
-double shoal_codec_flat_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+double shoal_codec_flat_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* 2(n-1) steps, each moving 1/n of the wire form. */
-    double n = comm->nranks;
+    double n = team->nranks;
     const shoal_codec_t *c = args->codec;
     double bytes = c ? (double)c->ops->wire_bytes(c, args->count) : 0;
-    return 2 * (n - 1) * (shoal_algo_lat(comm) + bytes / n / shoal_algo_bw(comm));
+    return 2 * (n - 1) * (shoal_algo_lat(team) + bytes / n / shoal_algo_bw(team));
 }
 
-shoal_status_t shoal_codec_flat_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_codec_flat_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_ring_reduce_plan(comm, args, plan);
+    shoal_status_t s = shoal_ring_reduce_plan(team, args, plan);
     if (s != SHOAL_OK)
         return s;
     if (!args->codec)
         return SHOAL_ERR_INTERNAL;
-    return shoal_plan_stage(comm, args, plan);
+    return shoal_plan_stage(team, args, plan);
 }
 
 const shoal_algo_ops_t shoal_ring_codec_allreduce_ops = {

@@ -15,20 +15,20 @@
 #include "base/clock.h"
 #include "base/dtype.h"
 
-static double ring_gs_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double ring_gs_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* n-1 hops to fill the pipe, then the root's one link carries n-1
      * blocks. */
-    double n = comm->nranks, bw = shoal_algo_bw(comm);
-    return (n - 1) * (shoal_algo_lat(comm) + (double)comm->chunk_size / bw) +
+    double n = team->nranks, bw = shoal_algo_bw(team);
+    return (n - 1) * (shoal_algo_lat(team) + (double)team->chunk_size / bw) +
            (n - 1) * shoal_algo_bytes(args, args->count) / bw;
 }
 
-static shoal_status_t ring_gs_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t ring_gs_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                    shoal_plan_t *plan)
 {
-    int n = comm->nranks, r = comm->rank, root = args->root;
-    if (root < 0 || root >= n || shoal_plan_init(comm, args, 0, plan) != SHOAL_OK)
+    int n = team->nranks, r = team->rank, root = args->root;
+    if (root < 0 || root >= n || shoal_plan_init(team, args, 0, plan) != SHOAL_OK)
         return SHOAL_ERR_INTERNAL;
     int pos = (r - root - 1 + n) % n; /* the root is at n-1 */
     int gather = args->kind == SHOAL_COLL_GATHER;
@@ -37,8 +37,8 @@ static shoal_status_t ring_gs_plan(struct shoal_comm *comm, const shoal_coll_arg
      * of the flow receives nothing and the last sends nothing. */
     int first = gather ? pos == 0 : r == root;
     int last = gather ? r == root : pos == n - 2;
-    p->send_ep = n > 1 && !last ? shoal_comm_ep(comm, (r + 1) % n) : NULL;
-    p->recv_ep = n > 1 && !first ? shoal_comm_ep(comm, (r + n - 1) % n) : NULL;
+    p->send_ep = n > 1 && !last ? shoal_team_ep(team, (r + 1) % n) : NULL;
+    p->recv_ep = n > 1 && !first ? shoal_team_ep(team, (r + n - 1) % n) : NULL;
     if ((n > 1 && !last && !p->send_ep) ||
         (n > 1 && !first && !p->recv_ep))
         return SHOAL_ERR_INTERNAL;
@@ -48,7 +48,7 @@ static shoal_status_t ring_gs_plan(struct shoal_comm *comm, const shoal_coll_arg
 /* Block of the rank at position pos in the root's n-block buffer. */
 static char *ring_gs_block(const shoal_plan_t *plan, const void *buf, int pos)
 {
-    int n = plan->prims.comm->nranks;
+    int n = plan->prims.team->nranks;
     int rank = (plan->args.root + 1 + pos) % n;
     return (char *)buf + (size_t)rank * plan->args.count * plan->esize;
 }
@@ -89,14 +89,14 @@ static shoal_status_t ring_gather_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    int n = p->comm->nranks, r = p->comm->rank;
+    int n = p->team->nranks, r = p->team->rank;
     size_t np = ring_gs_npieces(plan), block = a->count * plan->esize;
     shoal_status_t s = SHOAL_OK;
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     if (r == a->root) {
         char *own = (char *)a->recvbuf + (size_t)r * block;
         if (own != a->sendbuf)
-            shoal_move(p->comm, own, a->sendbuf, block);
+            shoal_move(p->team, own, a->sendbuf, block);
         for (int pos = n - 2; pos >= 0 && s == SHOAL_OK; pos--) {
             char *dst = ring_gs_block(plan, a->recvbuf, pos);
             for (size_t k = 0; k < np && s == SHOAL_OK; k++) {
@@ -120,14 +120,14 @@ static shoal_status_t ring_scatter_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    int n = p->comm->nranks, r = p->comm->rank;
+    int n = p->team->nranks, r = p->team->rank;
     size_t np = ring_gs_npieces(plan), block = a->count * plan->esize;
     shoal_status_t s = SHOAL_OK;
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     if (r == a->root) {
         const char *own = (const char *)a->sendbuf + (size_t)r * block;
         if (own != a->recvbuf)
-            shoal_move(p->comm, a->recvbuf, own, block);
+            shoal_move(p->team, a->recvbuf, own, block);
         for (int pos = n - 2; pos >= 0 && s == SHOAL_OK; pos--) {
             const char *src = ring_gs_block(plan, a->sendbuf, pos);
             for (size_t k = 0; k < np && s == SHOAL_OK; k++) {

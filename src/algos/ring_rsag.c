@@ -6,31 +6,31 @@
 
 #include "base/clock.h"
 
-static double rsag_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* n-1 steps, each moving one block of count elements. */
-    double n = comm->nranks;
-    return (n - 1) * (shoal_algo_lat(comm) + shoal_algo_bytes(args, args->count) /
-                                                 shoal_algo_bw(comm));
+    double n = team->nranks;
+    return (n - 1) * (shoal_algo_lat(team) + shoal_algo_bytes(args, args->count) /
+                                                 shoal_algo_bw(team));
 }
 
 /* The part of the plan shared by both: the flat ring and piece size. The
  * all-gather plan is just this; it leaves p->reduce NULL because it only
  * uses the primitives that copy. */
-static shoal_status_t rsag_plan_ring(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t rsag_plan_ring(shoal_team_t *team, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, 0, plan);
-    shoal_ring_flat(comm, args->count, &plan->ring);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
+    shoal_ring_flat(team, args->count, &plan->ring);
     return s;
 }
 
-shoal_status_t shoal_ring_reduce_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_ring_reduce_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
-    shoal_ring_flat(comm, args->count, &plan->ring);
-    plan->prims.avg_n = args->op == SHOAL_AVG ? comm->nranks : 0;
+    shoal_status_t s = shoal_plan_init(team, args, 1, plan);
+    shoal_ring_flat(team, args->count, &plan->ring);
+    plan->prims.avg_n = args->op == SHOAL_AVG ? team->nranks : 0;
     return s;
 }
 
@@ -38,7 +38,7 @@ static shoal_status_t rs_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    p->deadline_ns = shoal_deadline_after(p->comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     return shoal_ring_rs_run(p, &plan->ring, a->sendbuf, a->recvbuf, plan->piece_elems);
 }
 
@@ -46,9 +46,9 @@ static shoal_status_t ag_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
-    const char *place = (char *)a->recvbuf + (size_t)comm->rank * a->count * plan->esize;
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    shoal_team_t *team = p->team;
+    const char *place = (char *)a->recvbuf + (size_t)team->rank * a->count * plan->esize;
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     return shoal_ring_ag_run(p, &plan->ring, place == a->sendbuf ? NULL : a->sendbuf,
                              a->recvbuf, plan->piece_elems);
 }

@@ -62,8 +62,8 @@ void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *le
 void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring)
 {
     int n = ring->n, me = ring->me;
-    p->send_ep = n > 1 ? shoal_comm_ep(p->comm, ring->ranks[(me + 1) % n]) : NULL;
-    p->recv_ep = n > 1 ? shoal_comm_ep(p->comm, ring->ranks[(me + n - 1) % n]) : NULL;
+    p->send_ep = n > 1 ? shoal_team_ep(p->team, ring->ranks[(me + 1) % n]) : NULL;
+    p->recv_ep = n > 1 ? shoal_team_ep(p->team, ring->ranks[(me + n - 1) % n]) : NULL;
 }
 
 /* Element range [*off_p, *off_p + *len_p) of block b in a loop of real
@@ -224,7 +224,7 @@ shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, con
     shoal_ring_block(ring, r, &own_at, &own_len);
     if (n == 1) {
         if (own)
-            shoal_move_out(p->comm, dst + own_at * es, own, own_len * es);
+            shoal_move_out(p->team, dst + own_at * es, own, own_len * es);
         return SHOAL_OK;
     }
     shoal_ring_bind(p, ring);
@@ -236,7 +236,7 @@ shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, con
         if (!own) {
             s = st->send(p, dst + at * es, at, len);
         } else if ((s = st->send(p, own + (at - own_at) * es, at, len)) == SHOAL_OK && len) {
-            shoal_move_out(p->comm, dst + at * es, own + (at - own_at) * es, len * es);
+            shoal_move_out(p->team, dst + at * es, own + (at - own_at) * es, len * es);
         }
         for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
             len = STEP(k);
@@ -251,37 +251,37 @@ shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, con
     return s == SHOAL_OK ? shoal_prim_flush(p) : s;
 }
 
-void shoal_ring_local(struct shoal_comm *comm, int layout, shoal_ring_t *ring_p)
+void shoal_ring_local(shoal_team_t *team, int layout, shoal_ring_t *ring_p)
 {
-    const shoal_cluster_t *c = &comm->cluster;
-    int h = c->host_of[comm->rank];
+    const shoal_cluster_t *c = &team->cluster;
+    int h = c->host_of[team->rank];
     memset(ring_p, 0, sizeof(*ring_p));
     ring_p->n = shoal_cluster_nlocal(c, h);
-    ring_p->me = c->local_of[comm->rank];
+    ring_p->me = c->local_of[team->rank];
     ring_p->ranks = c->by_host + c->host_start[h];
     ring_p->layout = layout;
     ring_p->host = h;
     ring_p->cluster = c;
 }
 
-void shoal_ring_rail(struct shoal_comm *comm, const int *rails, int j, shoal_ring_t *ring_p)
+void shoal_ring_rail(shoal_team_t *team, const int *rails, int j, shoal_ring_t *ring_p)
 {
-    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_cluster_t *c = &team->cluster;
     memset(ring_p, 0, sizeof(*ring_p));
     ring_p->n = c->nhosts;
-    ring_p->me = c->host_of[comm->rank];
+    ring_p->me = c->host_of[team->rank];
     ring_p->ranks = rails + (size_t)j * (size_t)c->nhosts;
     ring_p->layout = SHOAL_RING_BY_HOST;
     ring_p->rail = j;
     ring_p->cluster = c;
 }
 
-void shoal_ring_flat(struct shoal_comm *comm, size_t unit, shoal_ring_t *ring_p)
+void shoal_ring_flat(shoal_team_t *team, size_t unit, shoal_ring_t *ring_p)
 {
-    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_cluster_t *c = &team->cluster;
     memset(ring_p, 0, sizeof(*ring_p));
-    ring_p->n = comm->nranks;
-    ring_p->me = c->ring_pos[comm->rank];
+    ring_p->n = team->nranks;
+    ring_p->me = c->ring_pos[team->rank];
     ring_p->ranks = c->by_host;
     ring_p->layout = SHOAL_RING_BY_RANK;
     ring_p->unit = unit;

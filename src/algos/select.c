@@ -171,7 +171,7 @@ static int forced_visit(int kind, const char *name, size_t len, void *ctx)
     return 0;
 }
 
-const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
+const shoal_algo_ops_t *shoal_algo_select(const shoal_team_t *team,
                                           const shoal_coll_args_t *args)
 {
     if ((unsigned)args->kind >= SHOAL_COLL_KIND_COUNT)
@@ -179,22 +179,22 @@ const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
     const char *text = shoal_config_get()->algo.algo;
     forced_ctx_t f = {.kind = (int)args->kind};
     if (setting_walk(text, forced_visit, &f) == 0 && f.forced) {
-        double c = f.forced->cost(comm, args);
+        double c = f.forced->cost(team, args);
         if (c >= 0) {
             shoal_info(ALGO, "%s of %zu x %s on %d ranks: %s (forced), est. %.1f us",
                        kind_names[args->kind], args->count, shoal_dtype_name(args->dtype),
-                       comm->nranks, f.forced->name, c * 1e6);
+                       team->nranks, f.forced->name, c * 1e6);
             return f.forced;
         }
         shoal_warn(ALGO, "SHOAL_ALGO forces %s for %s, which cannot serve %zu x %s on %d ranks; "
                    "the cost model chooses instead", f.forced->name, kind_names[args->kind],
-                   args->count, shoal_dtype_name(args->dtype), comm->nranks);
+                   args->count, shoal_dtype_name(args->dtype), team->nranks);
     }
     const shoal_algo_ops_t *best = NULL;
     double best_cost = 0;
     for (int i = 0; i < MAX_ALGOS && algos[args->kind][i]; i++) {
         const shoal_algo_ops_t *a = algos[args->kind][i];
-        double c = a->cost(comm, args);
+        double c = a->cost(team, args);
         if (c >= 0 && (!best || c < best_cost)) {
             best = a;
             best_cost = c;
@@ -202,31 +202,31 @@ const shoal_algo_ops_t *shoal_algo_select(const struct shoal_comm *comm,
     }
     if (best)
         shoal_info(ALGO, "%s of %zu x %s on %d ranks: %s, est. %.1f us", kind_names[args->kind],
-                   args->count, shoal_dtype_name(args->dtype), comm->nranks, best->name,
+                   args->count, shoal_dtype_name(args->dtype), team->nranks, best->name,
                    best_cost * 1e6);
     else
         shoal_error(ALGO, "no %s algorithm can serve %zu x %s on %d ranks",
                     kind_names[args->kind], args->count, shoal_dtype_name(args->dtype),
-                    comm->nranks);
+                    team->nranks);
     return best;
 }
 
 _Static_assert(SHOAL_COLL_KIND_COUNT <= SHOAL_ALGO_MEMO_KINDS, "raise SHOAL_ALGO_MEMO_KINDS");
 
-const shoal_algo_ops_t *shoal_algo_choose(struct shoal_comm *comm, const shoal_coll_args_t *args)
+const shoal_algo_ops_t *shoal_algo_choose(shoal_team_t *team, const shoal_coll_args_t *args)
 {
     /* While choices are logged each call makes its own, so that the log
      * says what every call runs; the -v collectives' costs read their
      * count arrays. */
     int logged = SHOAL_LOG_INFO <= shoal_log_level && (SHOAL_SUBSYS(ALGO) & shoal_log_subsys);
     if ((unsigned)args->kind >= SHOAL_COLL_KIND_COUNT || args->sendcounts || logged)
-        return shoal_algo_select(comm, args);
-    shoal_algo_memo_t *m = &comm->algo_memo[args->kind];
+        return shoal_algo_select(team, args);
+    shoal_algo_memo_t *m = &team->memo[args->kind];
     unsigned settings = shoal_config_generation();
     if (m->algo && m->count == args->count && m->dtype == (int)args->dtype &&
         m->op == (int)args->op && m->root == args->root && m->settings == settings)
         return m->algo;
-    const shoal_algo_ops_t *a = shoal_algo_select(comm, args);
+    const shoal_algo_ops_t *a = shoal_algo_select(team, args);
     if (a)
         *m = (shoal_algo_memo_t){.algo = a, .count = args->count, .dtype = (int)args->dtype,
                                  .op = (int)args->op, .root = args->root,

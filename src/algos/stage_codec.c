@@ -19,25 +19,25 @@ static float *codec_residual(const shoal_prims_t *p, size_t first)
 
 static void codec_encode(shoal_prims_t *p, void *wire, const float *src, size_t first, size_t n)
 {
-    struct shoal_comm *comm = p->comm;
-    comm->kern->encode(comm, p->codec, wire, src, codec_residual(p, first), n, first);
+    shoal_team_t *team = p->team;
+    team->kern->encode(team, p->codec, wire, src, codec_residual(p, first), n, first);
 }
 
 static void codec_add_encode(shoal_prims_t *p, void *out, const void *in, const float *src,
                              size_t first, size_t n)
 {
-    struct shoal_comm *comm = p->comm;
-    comm->kern->add_encode(comm, p->codec, out, in, src, codec_residual(p, first), n, first);
+    shoal_team_t *team = p->team;
+    team->kern->add_encode(team, p->codec, out, in, src, codec_residual(p, first), n, first);
 }
 
 /* dst = decode(wire), AVG finished: the same bits on every rank that
  * decodes the same wire. */
 static void codec_decode(shoal_prims_t *p, float *dst, const void *wire, size_t first, size_t n)
 {
-    struct shoal_comm *comm = p->comm;
-    comm->kern->decode(comm, p->codec, dst, wire, n, first);
+    shoal_team_t *team = p->team;
+    team->kern->decode(team, p->codec, dst, wire, n, first);
     if (p->avg_n > 0 && n)
-        shoal_finish_avg(comm, dst, n, SHOAL_FLOAT32, p->avg_n);
+        shoal_finish_avg(team, dst, n, SHOAL_FLOAT32, p->avg_n);
 }
 
 size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot)
@@ -74,13 +74,13 @@ static size_t codec_tmp_bytes(const shoal_prims_t *p, size_t n)
  * and a residual of zeros. */
 static void codec_alone(shoal_prims_t *p, const void *src, void *dst, size_t first, size_t n)
 {
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     if (dst != src)
-        shoal_move(comm, dst, src, n * sizeof(float));
+        shoal_move(team, dst, src, n * sizeof(float));
     if (p->residual)
-        comm->kern->zero(comm, p->residual + first, n * sizeof(float));
+        team->kern->zero(team, p->residual + first, n * sizeof(float));
     if (p->avg_n > 1)
-        shoal_finish_avg(comm, dst, n, SHOAL_FLOAT32, p->avg_n);
+        shoal_finish_avg(team, dst, n, SHOAL_FLOAT32, p->avg_n);
 }
 
 static shoal_status_t codec_send(shoal_prims_t *p, const void *src, size_t first, size_t n)
@@ -150,9 +150,9 @@ static shoal_status_t codec_recv_copy_keep_send(shoal_prims_t *p, void *dst, voi
         return s;
     codec_decode(p, dst, in, first, n);
     if (out)
-        shoal_move(p->comm, out, in, bytes);
+        shoal_move(p->team, out, in, bytes);
     if (wire)
-        shoal_move(p->comm, wire, in, bytes);
+        shoal_move(p->team, wire, in, bytes);
     return shoal_prims_pass_on(p, bytes, out);
 }
 
@@ -166,13 +166,13 @@ static shoal_status_t codec_recv_copy_send(shoal_prims_t *p, void *dst, size_t f
 static shoal_status_t codec_recv_reduce(shoal_prims_t *p, const void *src, void *dst,
                                         size_t first, size_t n)
 {
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     const void *in;
     shoal_status_t s = shoal_prims_wait_recv(p, codec_wire(p, n), &in);
     if (s != SHOAL_OK)
         return s;
-    comm->kern->decode(comm, p->codec, p->tmp, in, n, first);
-    shoal_combine(comm, p->reduce, dst, p->tmp, src, n, sizeof(float));
+    team->kern->decode(team, p->codec, p->tmp, in, n, first);
+    shoal_combine(team, p->reduce, dst, p->tmp, src, n, sizeof(float));
     return shoal_prims_release(p);
 }
 

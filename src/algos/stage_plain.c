@@ -29,9 +29,9 @@ static size_t plain_tmp_bytes(const shoal_prims_t *p, size_t n)
 static void plain_alone(shoal_prims_t *p, const void *src, void *dst, size_t first, size_t n)
 {
     if (dst != src)
-        shoal_move(p->comm, dst, src, n * p->esize);
+        shoal_move(p->team, dst, src, n * p->esize);
     if (p->avg_n > 1)
-        shoal_finish_avg(p->comm, dst, n, p->dtype, p->avg_n);
+        shoal_finish_avg(p->team, dst, n, p->dtype, p->avg_n);
 }
 
 static shoal_status_t plain_send(shoal_prims_t *p, const void *src, size_t first, size_t n)
@@ -69,9 +69,9 @@ static shoal_status_t plain_reduce_in(shoal_prims_t *p, const void *src, void *d
     shoal_status_t s = shoal_prims_wait_recv(p, n * p->esize, &in);
     if (s != SHOAL_OK)
         return s;
-    shoal_combine(p->comm, p->reduce, dst, in, src, n, p->esize);
+    shoal_combine(p->team, p->reduce, dst, in, src, n, p->esize);
     if (final && p->avg_n > 0)
-        shoal_finish_avg(p->comm, dst, n, p->dtype, p->avg_n);
+        shoal_finish_avg(p->team, dst, n, p->dtype, p->avg_n);
     return shoal_prims_release(p);
 }
 
@@ -85,9 +85,9 @@ static shoal_status_t plain_copy_send(shoal_prims_t *p, const void *src, void *d
                                       size_t first, size_t n)
 {
     if (dst != src)
-        shoal_move(p->comm, dst, src, n * p->esize);
+        shoal_move(p->team, dst, src, n * p->esize);
     if (p->avg_n > 0)
-        shoal_finish_avg(p->comm, dst, n, p->dtype, p->avg_n);
+        shoal_finish_avg(p->team, dst, n, p->dtype, p->avg_n);
     return shoal_prim_send(p, dst, n * p->esize);
 }
 

@@ -119,12 +119,12 @@ void shoal_tree_layout(size_t count, size_t align, size_t pe, shoal_tree_layout_
     l_p->pieces_b = div_up(l_p->count_b, pe);
 }
 
-double shoal_tree_cost_of(const struct shoal_comm *comm, const shoal_tree_layout_t *l,
+double shoal_tree_cost_of(const shoal_team_t *team, const shoal_tree_layout_t *l,
                           double bytes, double piece_bytes)
 {
     /* Tree edges join ranks by number, not by host: every rank of a host may
      * cross at once and share its link. */
-    double bw = shoal_algo_bw(comm) / shoal_algo_host_share(comm);
+    double bw = shoal_algo_bw(team) / shoal_algo_host_share(team);
     size_t windows = div_up(l->pieces_a + l->pieces_b, SHOAL_TREE_WINDOW);
     if (windows == 0)
         windows = 1;
@@ -133,36 +133,36 @@ double shoal_tree_cost_of(const struct shoal_comm *comm, const shoal_tree_layout
      * Data: an interior rank takes in two halves and passes on one going
      * up, and the reverse going down, for its half of the message. */
     double piece = bytes < piece_bytes ? bytes : piece_bytes;
-    return (double)windows * 2 * tree_depth(comm->nranks) * (shoal_algo_lat(comm) + piece / bw) +
+    return (double)windows * 2 * tree_depth(team->nranks) * (shoal_algo_lat(team) + piece / bw) +
            2 * bytes / bw;
 }
 
-static double tree_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double tree_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     size_t es = shoal_dtype_bytes(args->dtype);
-    if (es == 0 || comm->chunk_size < es)
+    if (es == 0 || team->chunk_size < es)
         return -1;
     shoal_tree_layout_t l;
-    shoal_tree_layout(args->count, TREE_ALIGN_ELEMS, comm->chunk_size / es, &l);
-    return shoal_tree_cost_of(comm, &l, shoal_algo_bytes(args, args->count),
-                              (double)comm->chunk_size);
+    shoal_tree_layout(args->count, TREE_ALIGN_ELEMS, team->chunk_size / es, &l);
+    return shoal_tree_cost_of(team, &l, shoal_algo_bytes(args, args->count),
+                              (double)team->chunk_size);
 }
 
-shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+shoal_status_t shoal_tree_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                shoal_plan_t *plan)
 {
-    int n = comm->nranks;
-    shoal_status_t s = shoal_plan_init(comm, args, 1, plan);
+    int n = team->nranks;
+    shoal_status_t s = shoal_plan_init(team, args, 1, plan);
     if (s != SHOAL_OK)
         return s;
     for (int t = 0; t < 2; t++) {
         /* Tree B is tree A over mirrored ranks; the mirror is its own
          * inverse, so it maps positions back to ranks too. */
-        int pos = t ? n - 1 - comm->rank : comm->rank;
+        int pos = t ? n - 1 - team->rank : team->rank;
         long nb[3] = {pos ? (pos - 1) / 2 : -1, 2L * pos + 1, 2L * pos + 2};
         for (int k = 0; k < 3; k++) {
             int r = nb[k] < 0 || nb[k] >= n ? -1 : (int)(t ? n - 1 - nb[k] : nb[k]);
-            if (r >= 0 && !shoal_comm_ep(comm, r))
+            if (r >= 0 && !shoal_team_ep(team, r))
                 return SHOAL_ERR_INTERNAL;
             plan->nbr[3 * t + k] = r;
         }
@@ -177,7 +177,7 @@ shoal_status_t shoal_tree_plan(struct shoal_comm *comm, const shoal_coll_args_t 
 shoal_ep_t *shoal_tree_ep(const shoal_plan_t *plan, int t, int which)
 {
     int r = plan->nbr[3 * t + which];
-    return r >= 0 ? shoal_comm_ep(plan->prims.comm, r) : NULL;
+    return r >= 0 ? shoal_team_ep(plan->prims.team, r) : NULL;
 }
 
 /* Piece q of the global order: its tree and element range. Half A is
@@ -291,7 +291,7 @@ static shoal_status_t tree_flush(shoal_plan_t *plan)
     shoal_prims_t *p = &plan->prims;
     shoal_status_t s = SHOAL_OK;
     for (int i = 0; i < plan->nnbr && s == SHOAL_OK; i++) {
-        p->send_ep = plan->nbr[i] >= 0 ? shoal_comm_ep(p->comm, plan->nbr[i]) : NULL;
+        p->send_ep = plan->nbr[i] >= 0 ? shoal_team_ep(p->team, plan->nbr[i]) : NULL;
         s = shoal_prim_flush(p);
     }
     p->send_ep = NULL;
@@ -323,11 +323,11 @@ static shoal_status_t tree_run(shoal_plan_t *plan)
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
     const shoal_stage_ops_t *st = p->st;
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     size_t pe = plan->stage_elems;
 
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
-    if (comm->nranks == 1 || a->count == 0) {
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
+    if (team->nranks == 1 || a->count == 0) {
         st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
         return SHOAL_OK;
     }
@@ -357,27 +357,27 @@ const shoal_algo_ops_t shoal_tree_allreduce_ops = {
     .run = tree_run,
 };
 
-static double tree_codec_cost(const struct shoal_comm *comm, const shoal_coll_args_t *args)
+static double tree_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     const shoal_codec_t *c = args->codec;
-    size_t pe = c ? shoal_ring_codec_piece(c, comm->chunk_size) : 0;
+    size_t pe = c ? shoal_ring_codec_piece(c, team->chunk_size) : 0;
     if (pe == 0)
         return -1;
     shoal_tree_layout_t l;
     shoal_tree_layout(args->count, c->block, pe, &l);
-    return shoal_tree_cost_of(comm, &l, (double)c->ops->wire_bytes(c, args->count),
+    return shoal_tree_cost_of(team, &l, (double)c->ops->wire_bytes(c, args->count),
                               (double)c->ops->wire_bytes(c, pe));
 }
 
-static shoal_status_t tree_codec_plan(struct shoal_comm *comm, const shoal_coll_args_t *args,
+static shoal_status_t tree_codec_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    shoal_status_t s = shoal_tree_plan(comm, args, plan);
+    shoal_status_t s = shoal_tree_plan(team, args, plan);
     if (s != SHOAL_OK)
         return s;
     if (!args->codec || args->codec->ops != &shoal_codec_int8)
         return SHOAL_ERR_INTERNAL;
-    return shoal_plan_stage(comm, args, plan);
+    return shoal_plan_stage(team, args, plan);
 }
 
 const shoal_algo_ops_t shoal_tree_codec_allreduce_ops = {

@@ -47,7 +47,7 @@ static shoal_status_t twoshot_flush(shoal_prims_t *p, const shoal_ring_t *ring)
 {
     shoal_status_t s = SHOAL_OK;
     for (int k = 1; k < ring->n && s == SHOAL_OK; k++) {
-        p->send_ep = shoal_comm_ep(p->comm, ring->ranks[(ring->me + k) % ring->n]);
+        p->send_ep = shoal_team_ep(p->team, ring->ranks[(ring->me + k) % ring->n]);
         s = shoal_prim_flush(p);
     }
     return s;
@@ -67,8 +67,8 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
         size_t off, len, at;
 #define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
         for (int k = 1; k < n && s == SHOAL_OK; k++) {
-            p->send_ep = shoal_comm_ep(p->comm, ring->ranks[(r + k) % n]);
-            p->recv_ep = shoal_comm_ep(p->comm, ring->ranks[(r - k + n) % n]);
+            p->send_ep = shoal_team_ep(p->team, ring->ranks[(r + k) % n]);
+            p->recv_ep = shoal_team_ep(p->team, ring->ranks[(r - k + n) % n]);
             at = PIECE((r + k) % n);
             s = st->send(p, src + at * es, at, len);
             if (s != SHOAL_OK)
@@ -95,9 +95,9 @@ static shoal_status_t twoshot_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    struct shoal_comm *comm = p->comm;
+    shoal_team_t *team = p->team;
     const shoal_ring_t *ring = &plan->ring;
-    p->deadline_ns = shoal_deadline_after(comm->timeout_ns);
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     if (ring->n == 1) {
         p->st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
         return SHOAL_OK;

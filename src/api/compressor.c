@@ -167,7 +167,7 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     c->opt = *o;
     c->count = count;
     c->dtype = dtype;
-    c->nranks = comm->nranks;
+    c->nranks = comm->team.nranks;
     c->hash = options_hash(o, count, dtype, layout);
     int ok = 1;
     if (o->error_feedback) {
@@ -218,7 +218,7 @@ shoal_status_t shoal_compressor_create(shoal_comm_t comm, const shoal_compress_o
     /* Every rank takes part in the exchange, a rank with bad arguments
      * too (with hash 0), so that all fail alike instead of some waiting. */
     uint64_t mine = problem ? 0 : options_hash(options, count, dtype, layout);
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     uint64_t *all = calloc((size_t)n, sizeof(*all));
     shoal_comm_leave(comm);
     if (!all)
@@ -392,7 +392,7 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
     shoal_codec_t codec = {
         .ops = &shoal_codec_int8, .block = c->opt.block,
         .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
-        .seed = rank_seed(c, comm->rank), .step = c->step,
+        .seed = rank_seed(c, comm->team.rank), .step = c->step,
     };
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
@@ -408,17 +408,17 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
         /* Across hosts (hier-codec) each host compresses the sum of its
          * ranks, up to max_local times a rank's largest value: scales that
          * cover it, so that no host's sum is clipped. */
-        if (comm->nhosts > 1 && c->opt.algo == SHOAL_COMPRESS_ALGO_AUTO) {
+        if (comm->team.nhosts > 1 && c->opt.algo == SHOAL_COMPRESS_ALGO_AUTO) {
             for (size_t b = 0; b < c->nblocks; b++)
-                c->scales[b] *= (float)comm->cluster.max_local;
+                c->scales[b] *= (float)comm->team.cluster.max_local;
         }
         codec.ops = &shoal_codec_ternary;
         codec.round = SHOAL_ROUND_STOCHASTIC;
         codec.scales = c->scales;
         /* A value's sum is within +-nranks: 4-bit codes up to 7 ranks,
          * 8-bit up to 127, 16-bit beyond. */
-        codec.packed = comm->nranks <= 7;
-        codec.wide = comm->nranks > 127;
+        codec.packed = comm->team.nranks <= 7;
+        codec.wide = comm->team.nranks > 127;
     }
     return inner(comm, call, x, out, c->count, call->args.op, &codec, res);
 }
@@ -427,7 +427,7 @@ static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *
                                    const float *x, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     if (c->step < c->opt.warmup_steps) {
         shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL);
         if (s == SHOAL_OK && res)
@@ -452,7 +452,7 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
 {
     shoal_compressor_t c = call->comp;
     const shoal_coll_args_t *a = &call->args;
-    uint64_t tx0 = comm->tx_bytes, rx0 = comm->rx_bytes;
+    uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
     /* The input: the buffer itself, or a widened copy plus the residual. */
     const float *x = a->sendbuf;
     if (c->x) {
@@ -472,11 +472,11 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
             c->res = res;
         }
         if (call->info) {
-            uint64_t sent = comm->tx_bytes - tx0;
-            double n = comm->nranks;
+            uint64_t sent = comm->team.tx_bytes - tx0;
+            double n = comm->team.nranks;
             double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
             *call->info = (shoal_compress_info_t){
-                .bytes_sent = sent, .bytes_received = comm->rx_bytes - rx0,
+                .bytes_sent = sent, .bytes_received = comm->team.rx_bytes - rx0,
                 .ratio = sent ? plain / (double)sent : 0, .step = c->step};
         }
         c->step++;

@@ -102,7 +102,7 @@ static shoal_call_t rooted_call(const char *what, shoal_coll_kind_t kind, shoal_
                                 shoal_dtype_t dtype, shoal_op_t op, int root)
 {
     shoal_call_t c = call_of(what, kind, sendbuf, recvbuf, count, dtype, op, root);
-    int is_root = shoal_comm_valid(comm) && comm->rank == root;
+    int is_root = shoal_comm_valid(comm) && comm->team.rank == root;
     if (!is_root && (kind == SHOAL_COLL_BROADCAST || kind == SHOAL_COLL_SCATTER))
         c.args.sendbuf = NULL;
     if (!is_root && (kind == SHOAL_COLL_REDUCE || kind == SHOAL_COLL_GATHER))

@@ -76,11 +76,11 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: invalid codec (block %zu, rounding %d; blocks of 32, 64 "
                                "or 128 values)", call->what, c->block, (int)c->round);
-    if (shoal_ring_codec_piece(c, comm->chunk_size) == 0)
+    if (shoal_ring_codec_piece(c, comm->team.chunk_size) == 0)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: one %s block of %zu values (%zu B) exceeds the %zu B "
                                "pipeline piece (SHOAL_CHUNK_SIZE)", call->what, c->ops->name,
-                               c->block, c->ops->wire_bytes(c, c->block), comm->chunk_size);
+                               c->block, c->ops->wire_bytes(c, c->block), comm->team.chunk_size);
     if (a->codec_algo != SHOAL_COMPRESS_ALGO_AUTO && a->codec_algo != SHOAL_COMPRESS_ALGO_RING &&
         a->codec_algo != SHOAL_COMPRESS_ALGO_TWO_SHOT && a->codec_algo != SHOAL_COMPRESS_ALGO_TREE)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
@@ -115,7 +115,7 @@ static shoal_status_t check_alltoallv(struct shoal_comm *comm, const shoal_call_
                                       size_t es, size_t *sext_p, size_t *rext_p)
 {
     const shoal_coll_args_t *a = &call->args;
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     if (!a->sendcounts || !a->sdispls || !a->recvcounts || !a->rdispls)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: a count or displacement array is NULL", call->what);
@@ -126,7 +126,7 @@ static shoal_status_t check_alltoallv(struct shoal_comm *comm, const shoal_call_
             return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                    "%s: block of rank %d overflows the address space "
                                    "(displacement + count in bytes)", call->what, j);
-        if (j == comm->rank && a->sendcounts[j] != a->recvcounts[j])
+        if (j == comm->team.rank && a->sendcounts[j] != a->recvcounts[j])
             return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                    "%s: this rank sends itself %zu elements but expects %zu",
                                    call->what, a->sendcounts[j], a->recvcounts[j]);
@@ -161,7 +161,7 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
 {
     shoal_coll_args_t *a = &call->args;
     const char *what = call->what;
-    int n = comm->nranks, r = comm->rank;
+    int n = comm->team.nranks, r = comm->team.rank;
     if (call->barrier)
         return SHOAL_OK;
     size_t es = shoal_dtype_bytes(a->dtype);
@@ -253,13 +253,13 @@ int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call)
 {
     const shoal_coll_args_t *a = &call->args;
     if (call->barrier)
-        return comm->nranks == 1;
+        return comm->team.nranks == 1;
     if (shoal_call_is_p2p(call))
         return 0; /* an empty message still matches one receive */
     /* An all-to-all-v that moves nothing here may move data between others:
      * it still runs, so that every rank numbers its collectives alike
      * (operation signatures, sig.h). */
     if (a->kind == SHOAL_COLL_ALLTOALLV)
-        return comm->nranks == 1;
+        return comm->team.nranks == 1;
     return a->count == 0;
 }

@@ -19,7 +19,7 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
 {
     /* Once aborted, whatever broke next (a peer seeing us go) is the abort's
      * doing: report that. */
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+    if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
     else
         s = shoal_fault_explain(comm, s);
@@ -39,7 +39,7 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
     pthread_mutex_lock(&comm->watch_lock);
     snprintf(cause, sizeof(cause), "%s", comm->cause);
     pthread_mutex_unlock(&comm->watch_lock);
-    shoal_comm_fail(comm, s, "%s failed on rank %d%s%s", what, comm->rank,
+    shoal_comm_fail(comm, s, "%s failed on rank %d%s%s", what, comm->team.rank,
                     cause[0] ? ": " : "", cause);
     /* What this rank was doing, and how far each peer got. */
     shoal_flight_dump(comm->flight, shoal_status_string(s));
@@ -51,7 +51,7 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *a
 {
     shoal_plan_t *plan;
     int cached;
-    shoal_status_t s = shoal_plan_get(comm, algo, args, &plan, &cached);
+    shoal_status_t s = shoal_plan_get(&comm->team, algo, args, &plan, &cached);
     if (s == SHOAL_OK) {
         s = shoal_plan_run(plan, args);
         if (!cached)
@@ -77,21 +77,22 @@ static void begin_sig(struct shoal_comm *comm, const shoal_coll_args_t *args, un
     if (c)
         root = (int32_t)shoal_sig_codec_id(c->ops->name, c->block, (int)c->round,
                                            c->wide ? 16 : c->packed ? 4 : 8, args->codec_algo);
-    comm->sig = (shoal_sig_t){
+    shoal_comm_set_sig(comm, (shoal_sig_t){
         .seq = comm->nseq++,
         .count = args->kind == SHOAL_COLL_ALLTOALLV ? SHOAL_SIG_COUNT_ANY : args->count,
         .kind = (uint8_t)kind,
         .dtype = (uint8_t)args->dtype,
         .op = (uint8_t)args->op,
         .root = root,
-    };
+    });
     shoal_fault_reset(comm);
 }
 
 void shoal_coll_begin_p2p(struct shoal_comm *comm)
 {
-    comm->sig = (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P, .root = -1};
-    comm->stream_out = 0;
+    shoal_comm_set_sig(comm, (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P,
+                                            .root = -1});
+    comm->team.stream_out = 0;
     shoal_fault_reset(comm);
 }
 
@@ -101,10 +102,10 @@ static size_t output_bytes(const struct shoal_comm *comm, const shoal_coll_args_
     size_t n = a->count;
     if (a->kind == SHOAL_COLL_ALLGATHER || a->kind == SHOAL_COLL_ALLTOALL ||
         a->kind == SHOAL_COLL_GATHER) {
-        n *= (size_t)comm->nranks;
+        n *= (size_t)comm->team.nranks;
     } else if (a->kind == SHOAL_COLL_ALLTOALLV) {
         n = 0;
-        for (int j = 0; j < comm->nranks; j++)
+        for (int j = 0; j < comm->team.nranks; j++)
             n += a->recvcounts[j];
     }
     return n * shoal_dtype_bytes(a->dtype);
@@ -114,10 +115,10 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
                                    const shoal_coll_args_t *args, unsigned sig_kind)
 {
     begin_sig(comm, args, sig_kind);
-    comm->stream_out = output_bytes(comm, args) >= comm->stream_min;
+    comm->team.stream_out = output_bytes(comm, args) >= comm->stream_min;
     /* A compressed all-reduce runs the codec schedule its call asks for. */
     const shoal_algo_ops_t *algo =
-        args->codec ? shoal_codec_algo_select(comm, args) : shoal_algo_choose(comm, args);
+        args->codec ? shoal_codec_algo_select(&comm->team, args) : shoal_algo_choose(&comm->team, args);
     shoal_flight_start(comm->flight, comm->flight_cur, algo ? algo->name : "none", &comm->sig);
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
@@ -129,16 +130,16 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
  * sum scales). */
 static size_t input_elems(const struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
-    return a->kind == SHOAL_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->nranks : a->count;
+    return a->kind == SHOAL_COLL_REDUCE_SCATTER ? a->count * (size_t)comm->team.nranks : a->count;
 }
 
 /* Extent in elements of an all-to-all's send buffer. */
 static size_t alltoall_extent(const struct shoal_comm *comm, const shoal_coll_args_t *a)
 {
     if (a->kind == SHOAL_COLL_ALLTOALL)
-        return a->count * (size_t)comm->nranks;
+        return a->count * (size_t)comm->team.nranks;
     size_t ext = 0;
-    for (int j = 0; j < comm->nranks; j++) {
+    for (int j = 0; j < comm->team.nranks; j++) {
         if (a->sendcounts[j] && a->sdispls[j] + a->sendcounts[j] > ext)
             ext = a->sdispls[j] + a->sendcounts[j];
     }
@@ -154,11 +155,11 @@ double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *ca
                                  .recvbuf = &byte, .count = 1, .dtype = SHOAL_UINT8,
                                  .op = SHOAL_MAX};
     const shoal_coll_args_t *args = call->barrier ? &barrier : &call->args;
-    const shoal_algo_ops_t *algo = shoal_algo_select(comm, args);
-    double t = algo ? algo->cost(comm, args) : 0;
+    const shoal_algo_ops_t *algo = shoal_algo_select(&comm->team, args);
+    double t = algo ? algo->cost(&comm->team, args) : 0;
     if (t <= 0 && !call->barrier) {
         /* A single rank only copies: its input at the local bandwidth. */
-        t = shoal_algo_bytes(args, args->count) / comm->link_bw_Bps;
+        t = shoal_algo_bytes(args, args->count) / comm->team.cost.link_bw_Bps;
     }
     return t > 0 ? t : 0;
 }
@@ -303,7 +304,7 @@ static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls
         if (!shoal_call_is_p2p(&calls[i]))
             continue;
         int send = a->kind == SHOAL_COLL_SEND;
-        if (a->root == comm->rank) {
+        if (a->root == comm->team.rank) {
             if (send)
                 selfs[nss++] = &calls[i];
             else
@@ -335,7 +336,7 @@ static shoal_status_t run_p2p(struct shoal_comm *comm, const shoal_call_t *calls
     if (s == SHOAL_OK && ns + nr > 0) {
         shoal_coll_begin_p2p(comm);
         shoal_flight_start(comm->flight, comm->flight_cur, "p2p", &comm->sig);
-        s = shoal_xfer_run(comm, x, ns, x + n - nr, nr, shoal_deadline_after(comm->timeout_ns));
+        s = shoal_xfer_run(&comm->team, x, ns, x + n - nr, nr, shoal_deadline_after(comm->team.timeout_ns));
         if (s != SHOAL_OK)
             s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ns, nr);
     }

@@ -9,6 +9,7 @@
 #include "flight.h"
 #include "link_probe.h"
 #include "reg.h"
+#include "wireup.h"
 
 #include "bootstrap.h"
 #include "base/clock.h"
@@ -172,7 +173,7 @@ shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
                            caller, (void *)comm);
     shoal_status_t s = SHOAL_OK;
     int err = atomic_load_explicit(&comm->error, memory_order_acquire);
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+    if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted", caller);
     else if (err != SHOAL_OK)
         s = comm_broken(comm, caller, (shoal_status_t)err);
@@ -233,7 +234,7 @@ typedef struct {
  * number the distinct hosts in rank order. */
 static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
 {
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     comm->host_ids = calloc((size_t)n, sizeof(*comm->host_ids));
     comm->host_of = calloc((size_t)n, sizeof(*comm->host_of));
     comm->rdv_addrs = calloc((size_t)n, sizeof(*comm->rdv_addrs));
@@ -244,13 +245,13 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
     if (!comm->host_ids || !comm->host_of || !comm->rdv_addrs || !comm->pids || !comm->tags ||
         !cards)
         goto out_free_cards;
-    shoal_host_id(cards[comm->rank].host_id);
-    shoal_place_self(&cards[comm->rank].place);
-    cards[comm->rank].pid = (uint32_t)getpid();
-    s = shoal_auth_random(cards[comm->rank].tag, SHOAL_TAG_BYTES);
+    shoal_host_id(cards[comm->team.rank].host_id);
+    shoal_place_self(&cards[comm->team.rank].place);
+    cards[comm->team.rank].pid = (uint32_t)getpid();
+    s = shoal_auth_random(cards[comm->team.rank].tag, SHOAL_TAG_BYTES);
     if (s != SHOAL_OK)
         goto out_free_cards;
-    s = shoal_shrink_listen(comm, cards[comm->rank].rdv_addr);
+    s = shoal_shrink_listen(comm, cards[comm->team.rank].rdv_addr);
     if (s != SHOAL_OK)
         goto out_free_cards;
     s = shoal_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
@@ -264,17 +265,17 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
     }
     if (s != SHOAL_OK) {
         shoal_error(INIT, "rank %d: malformed rendezvous address in the init exchange",
-                    comm->rank);
+                    comm->team.rank);
         s = SHOAL_ERR_INTERNAL;
         goto out_free_cards;
     }
-    comm->nhosts = 0;
+    comm->team.nhosts = 0;
     for (int r = 0; r < n; r++) {
         comm->host_ids[r][SHOAL_HOST_ID_MAX - 1] = '\0';
         int h = 0;
         while (h < r && strcmp(comm->host_ids[h], comm->host_ids[r]))
             h++;
-        comm->host_of[r] = h < r ? comm->host_of[h] : comm->nhosts++;
+        comm->host_of[r] = h < r ? comm->host_of[h] : comm->team.nhosts++;
     }
     shoal_place_t *places = malloc((size_t)n * sizeof(*places));
     if (!places) {
@@ -283,7 +284,7 @@ static shoal_status_t comm_exchange_cards(struct shoal_comm *comm)
     }
     for (int r = 0; r < n; r++)
         places[r] = cards[r].place;
-    s = shoal_cluster_build(&comm->cluster, n, comm->host_of, comm->nhosts, places);
+    s = shoal_cluster_build(&comm->team.cluster, n, comm->host_of, comm->team.nhosts, places);
     free(places);
 out_free_cards:
     free(cards);
@@ -297,7 +298,7 @@ static shoal_status_t comm_buffer(struct shoal_comm *comm, void **buf, size_t *l
     if (bytes > *len) {
         void *p = malloc(bytes);
         if (!p) {
-            shoal_error(MEM, "rank %d: no memory for %zu B of working space", comm->rank, bytes);
+            shoal_error(MEM, "rank %d: no memory for %zu B of working space", comm->team.rank, bytes);
             return SHOAL_ERR_NO_MEMORY;
         }
         free(*buf);
@@ -325,7 +326,7 @@ static void comm_free(struct shoal_comm *comm)
     shoal_flight_destroy(comm->flight);
     comm->flight = NULL;
     shoal_transport_teardown(comm);
-    shoal_plan_cache_release(comm);
+    shoal_plan_cache_release(&comm->team);
     free(comm->scratch);
     free(comm->stage);
     free(comm->premul);
@@ -335,9 +336,9 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->rdv_addrs);
     if (comm->bootstrap)
         shoal_bootstrap_destroy(comm->bootstrap);
-    free(comm->eps);
+    free(comm->team.eps);
     free(comm->host_ids);
-    shoal_cluster_free(&comm->cluster);
+    shoal_cluster_free(&comm->team.cluster);
     free(comm->host_of);
     free(comm->pids);
     free(comm->tags);
@@ -365,26 +366,27 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (!comm)
         return thread_fail(SHOAL_ERR_NO_MEMORY, "shoal_comm_init: out of memory");
     shoal_log_clear_error();
-    comm->rank = rank;
-    comm->nranks = nranks;
-    comm->kern = &shoal_host_kernels;
+    comm->team.rank = rank;
+    comm->team.nranks = nranks;
+    comm->team.kern = &shoal_host_kernels;
+    comm->team.hooks = &shoal_comm_team_hooks;
     comm->rdv_fd = -1;
     pthread_mutex_init(&comm->watch_lock, NULL);
-    comm->timeout_ns = cfg->core.timeout_ns;
-    comm->eps = calloc((size_t)nranks, sizeof(*comm->eps));
-    shoal_status_t s = comm->eps ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+    comm->team.timeout_ns = cfg->core.timeout_ns;
+    comm->team.eps = calloc((size_t)nranks, sizeof(*comm->team.eps));
+    shoal_status_t s = comm->team.eps ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
     if (s != SHOAL_OK)
         goto err_free;
 
-    s = shoal_bootstrap_init(id, rank, nranks, comm->timeout_ns, &comm->bootstrap);
+    s = shoal_bootstrap_init(id, rank, nranks, comm->team.timeout_ns, &comm->bootstrap);
     if (s != SHOAL_OK)
         goto err_free;
     s = comm_exchange_cards(comm);
     if (s != SHOAL_OK)
         goto err_free;
-    comm->chunk_size = shoal_config_chunk(cfg, comm->nhosts > 1 || !cfg->shm.enable);
+    comm->team.chunk_size = shoal_config_chunk(cfg, comm->team.nhosts > 1 || !cfg->shm.enable);
     comm->stream_min = shoal_config_stream_min(
-        cfg, shoal_cluster_nlocal(&comm->cluster, comm->host_of[comm->rank]));
+        cfg, shoal_cluster_nlocal(&comm->team.cluster, comm->host_of[comm->team.rank]));
     s = shoal_transport_wireup(comm);
     if (s == SHOAL_OK)
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);
@@ -399,7 +401,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
     shoal_info(INIT, "rank %d/%d ready: %d host(s), chunk %zu B", rank, nranks,
-               comm->nhosts, comm->chunk_size);
+               comm->team.nhosts, comm->team.chunk_size);
     *comm_p = comm;
     return SHOAL_OK;
 
@@ -433,7 +435,7 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
     shoal_status_t s = shoal_comm_enter(comm, "shoal_comm_split");
     if (s != SHOAL_OK)
         return s;
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     split_entry_t *all = NULL;
     shoal_unique_id_t *ids = NULL;
     if (!newcomm_p || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
@@ -449,7 +451,7 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
         s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_split: out of memory");
         goto out_free;
     }
-    all[comm->rank] = (split_entry_t){color, key, comm->rank};
+    all[comm->team.rank] = (split_entry_t){color, key, comm->team.rank};
     s = shoal_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
     if (s != SHOAL_OK)
         goto err_broken;
@@ -462,12 +464,12 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
             continue;
         if (first < 0)
             first = all[i].rank;
-        if (all[i].rank == comm->rank)
+        if (all[i].rank == comm->team.rank)
             newrank = newsize;
         newsize++;
     }
-    if (color != SHOAL_SPLIT_NOCOLOR && first == comm->rank) {
-        s = shoal_bootstrap_id_create(&ids[comm->rank]);
+    if (color != SHOAL_SPLIT_NOCOLOR && first == comm->team.rank) {
+        s = shoal_bootstrap_id_create(&ids[comm->team.rank]);
         if (s != SHOAL_OK) {
             /* Peers would wait for an id that never comes: break the
              * exchange for everyone by failing it here, after logging. */
@@ -513,7 +515,7 @@ static shoal_status_t comm_destroy(shoal_comm_t comm, int wait_peers)
     /* Operations still queued run first. A broken communicator skips the
      * barrier (use abort then). */
     shoal_status_t s = shoal_exec_destroy(comm, 1);
-    if (wait_peers && s == SHOAL_OK && !atomic_load(&comm->aborted) &&
+    if (wait_peers && s == SHOAL_OK && !atomic_load(&comm->team.aborted) &&
         atomic_load(&comm->error) == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
     if (!registry_remove(comm))
@@ -541,7 +543,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
     if (!comm || !registry_remove(comm))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
-    atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    atomic_store_explicit(&comm->team.aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
     /* Calls in flight on other threads see the flag at their next poll (or
      * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED; a
@@ -565,7 +567,7 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *sta
         return s;
     shoal_fault_watch(comm, 0);
     shoal_status_t err = (shoal_status_t)atomic_load_explicit(&comm->error, memory_order_acquire);
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+    if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         err = SHOAL_ERR_ABORTED;
     if (err != SHOAL_OK) {
         /* Recorded, not logged: callers poll this, and the failure was
@@ -587,7 +589,7 @@ shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
     if (!shoal_comm_valid(comm) || !rank_p)
         return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_rank: %s",
                            rank_p ? "invalid communicator" : "rank_p is NULL");
-    *rank_p = comm->rank;
+    *rank_p = comm->team.rank;
     return SHOAL_OK;
 }
 
@@ -596,6 +598,6 @@ shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p)
     if (!shoal_comm_valid(comm) || !size_p)
         return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_size: %s",
                            size_p ? "invalid communicator" : "size_p is NULL");
-    *size_p = comm->nranks;
+    *size_p = comm->team.nranks;
     return SHOAL_OK;
 }

@@ -1,4 +1,5 @@
-/* The communicator object, shared by core, algorithms and transports. */
+/* The communicator object: core's state around the team the algorithms
+ * see (algos/team.h). */
 #ifndef SHOAL_COMM_H
 #define SHOAL_COMM_H
 
@@ -6,50 +7,36 @@
 #include "base/config.h"
 #include "shoal.h"
 #include "sig.h"
-#include "topo/cluster.h"
-#include "topo/links.h"
-#include "transport/transport.h"
+#include "algos/team.h"
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 
-#define SHOAL_MAX_TRANSPORTS 4
 #define SHOAL_HOST_ID_MAX SHOAL_CONFIG_STR_MAX
 #define SHOAL_ERROR_MAX 512
 #define SHOAL_TAG_BYTES 16
 
 struct shoal_reg;
 
-/* The cost model's last choice for one collective and the arguments it
- * was made for (select.c). */
-typedef struct {
-    const void *algo; /* const shoal_algo_ops_t *; NULL before the first */
-    size_t count;
-    int dtype, op, root;
-    unsigned settings; /* shoal_config_generation() then */
-} shoal_algo_memo_t;
-#define SHOAL_ALGO_MEMO_KINDS 16
-
 struct shoal_comm {
-    int rank;
-    int nranks;
-    uint64_t timeout_ns;      /* deadline length of every blocking wait */
-    size_t chunk_size;        /* bytes per pipeline piece and transport slot */
+    /* What the algorithms see (algos/team.h): rank, nranks, nhosts,
+     * timeout_ns, chunk_size, the cluster view and cost context, the
+     * endpoints and transports, the kernels, the running operation's header,
+     * streaming flag and byte counters, the abort flag, the selection memo
+     * and the cached plans. */
+    shoal_team_t team;
     /* An operation whose output on this rank reaches stream_min bytes
-     * writes it with streaming stores (stream_out set while it runs; see
-     * shoal_move_out in algos/prims.h). */
+     * writes it with streaming stores (team.stream_out set while it runs;
+     * see shoal_move_out in algos/prims.h). */
     size_t stream_min;
-    int stream_out;
     shoal_bootstrap_t *bootstrap;
 
     /* Host identity of every rank, from the bootstrap exchange. */
     char (*host_ids)[SHOAL_HOST_ID_MAX];
     int *host_of;             /* dense host index of each rank */
-    int nhosts;
-    /* Hosts, local ranks, rails and ring order, built from the same
-     * exchange (topo/cluster.h). */
-    shoal_cluster_t cluster;
     /* Every rank's process id (for messages) and a random tag of its own
      * for this communicator, also from the init exchange: transports name
      * what they create in the file system after it, so that the other
@@ -57,19 +44,6 @@ struct shoal_comm {
      * its wireup finished. */
     uint32_t *pids;
     uint8_t (*tags)[SHOAL_TAG_BYTES];
-
-    shoal_tl_ctx_t *tl_ctx[SHOAL_MAX_TRANSPORTS]; /* open transports, NULL-terminated */
-    int ntl;
-    /* The one transport every endpoint uses, when there is one (waits may
-     * then sleep in it); NULL when endpoints span transports. */
-    shoal_tl_ctx_t *tl_sole;
-    shoal_ep_t **eps;         /* eps[peer]; NULL for self */
-
-    /* Cost model inputs: the link classes (topo/links.h), and the slowest
-     * link any two ranks use, for the flat algorithms (algos/algo.h). */
-    shoal_links_t links;
-    double link_lat_s;
-    double link_bw_Bps;
 
     /* Pre-multiplied sums: op SHOAL_OP_COUNT + i is premul[i] while used. */
     struct shoal_premul *premul;
@@ -83,16 +57,6 @@ struct shoal_comm {
     size_t scratch_bytes;
     void *stage;
     size_t stage_bytes;
-    /* The kernels every pass of a schedule over local memory goes through
-     * (algos/kernels.h): the host's, or in a simulation (src/sim/) kernels
-     * that touch no data and count the bytes of each pass in the state
-     * kern_ctx points to. */
-    const struct shoal_kernels *kern;
-    void *kern_ctx;
-    /* Payload bytes this rank posted to and took from its endpoints, over
-     * the communicator's life (prims.c, xfer.c): a compressed call's
-     * shoal_compress_info_t is the difference across it. */
-    uint64_t tx_bytes, rx_bytes;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
@@ -110,14 +74,10 @@ struct shoal_comm {
     struct shoal_reg *regs;
 
     /* Failure detection (fault.h). sig is the running operation's
-     * signature and nseq counts the collectives run, both written by the
-     * executor only. cause says why the running operation failed, set
+     * signature (team.hdr carries its bytes on every piece) and nseq
+     * counts the collectives run, both written by the executor only. cause says why the running operation failed, set
      * where that was found; the watch state is guarded by watch_lock. */
     shoal_sig_t sig;
-    shoal_algo_memo_t algo_memo[SHOAL_ALGO_MEMO_KINDS]; /* per collective kind */
-    /* The last plan run per collective kind (algos/algo.h: shoal_plan_get),
-     * kept for the next call of the same shape; executor only. */
-    struct shoal_plan *plans[SHOAL_ALGO_MEMO_KINDS];
     uint64_t nseq;
     char cause[SHOAL_ERROR_MAX];
     pthread_mutex_t watch_lock;
@@ -127,7 +87,6 @@ struct shoal_comm {
     uint64_t flight_cur;      /* the running task's record; executor only */
 
     uint64_t serial;          /* distinct for every communicator this process made */
-    atomic_int aborted;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     atomic_int active;        /* API calls in flight; abort waits for them */
     char last_error[SHOAL_ERROR_MAX];
@@ -198,8 +157,27 @@ shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **bu
 /* Peer's endpoint; NULL for self. */
 static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)
 {
-    return comm->eps[peer];
+    return comm->team.eps[peer];
 }
+
+/* The communicator a team belongs to (every team core makes is embedded
+ * in one). */
+static inline struct shoal_comm *shoal_team_comm(shoal_team_t *team)
+{
+    return (struct shoal_comm *)((char *)team - offsetof(struct shoal_comm, team));
+}
+
+/* The running operation's signature: kept typed for core, and as the
+ * header bytes every piece of the team carries. Executor only. */
+static inline void shoal_comm_set_sig(struct shoal_comm *comm, shoal_sig_t sig)
+{
+    comm->sig = sig;
+    memcpy(comm->team.hdr, &sig, sizeof(sig));
+}
+
+/* The team's hooks into core (fault watch, causes, mismatches,
+ * registrations), for every communicator's team. */
+extern const shoal_team_hooks_t shoal_comm_team_hooks;
 
 /* Shrink (shrink.c): open this rank's rendezvous listener on the
  * bootstrap's local address (comm->rdv_fd) and pack its address for the

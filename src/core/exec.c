@@ -106,7 +106,7 @@ static void task_complete(shoal_task_t *t, shoal_status_t status)
 
 static shoal_status_t task_exec(struct shoal_comm *comm, shoal_task_t *t)
 {
-    if (atomic_load_explicit(&comm->aborted, memory_order_acquire))
+    if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         return SHOAL_ERR_ABORTED;
     int err = atomic_load_explicit(&comm->error, memory_order_acquire);
     if (err != SHOAL_OK)
@@ -180,7 +180,7 @@ static int list_overdue(const xfer_list_t *l, int sends, uint64_t now,
     for (size_t i = 0; i < l->n; i++) {
         if (now > l->task[i]->deadline_ns) {
             shoal_fault_cause(comm, "rank %d waited until the deadline for its %s of %zu B "
-                              "%s rank %d (%zu B moved)", comm->rank,
+                              "%s rank %d (%zu B moved)", comm->team.rank,
                               sends ? "send" : "receive", l->x[i].bytes, sends ? "to" : "from",
                               l->x[i].ep->peer, l->x[i].done);
             return 1;
@@ -200,7 +200,7 @@ static shoal_status_t session_absorb(struct shoal_exec *ex)
         shoal_call_xfer(t->comm, &t->calls[0], &x);
         if (list_push(send ? &ex->sends : &ex->recvs, &x, t))
             return SHOAL_ERR_NO_MEMORY;
-        t->deadline_ns = shoal_deadline_after(t->comm->timeout_ns);
+        t->deadline_ns = shoal_deadline_after(t->comm->team.timeout_ns);
         shoal_flight_start(t->comm->flight, t->flight, "p2p", NULL);
         ex->head = t->next;
         if (!ex->head)
@@ -221,10 +221,10 @@ static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
     int moved = 0;
     shoal_coll_begin_p2p(comm);
     if (s == SHOAL_OK)
-        s = shoal_xfer_step(comm, ex->sends.x, ex->sends.n, ex->recvs.x, ex->recvs.n, &moved);
+        s = shoal_xfer_step(&comm->team, ex->sends.x, ex->sends.n, ex->recvs.x, ex->recvs.n, &moved);
     if (s == SHOAL_OK && !moved)
         s = shoal_fault_watch(comm, 0);
-    if (s == SHOAL_OK && atomic_load_explicit(&comm->aborted, memory_order_acquire))
+    if (s == SHOAL_OK && atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
     pthread_mutex_lock(&exec_lock);
     if (s == SHOAL_OK && !moved) {
@@ -378,10 +378,10 @@ static size_t call_bytes(const struct shoal_comm *comm, const shoal_call_t *c)
     size_t n = a->count;
     if (a->kind == SHOAL_COLL_ALLTOALLV) {
         n = 0;
-        for (int j = 0; j < comm->nranks; j++)
+        for (int j = 0; j < comm->team.nranks; j++)
             n += a->sendcounts[j];
     } else if (a->kind == SHOAL_COLL_REDUCE_SCATTER || a->kind == SHOAL_COLL_ALLTOALL) {
-        n *= (size_t)comm->nranks;
+        n *= (size_t)comm->team.nranks;
     }
     return n * shoal_dtype_bytes(a->dtype);
 }
@@ -439,7 +439,7 @@ static shoal_status_t exec_kick(struct shoal_comm *comm)
     if (!ex->has_thread) {
         int e = pthread_create(&ex->thread, NULL, exec_thread, ex);
         if (e) {
-            shoal_error(INIT, "rank %d: cannot start the progress thread: %s", comm->rank,
+            shoal_error(INIT, "rank %d: cannot start the progress thread: %s", comm->team.rank,
                         strerror(e));
             return SHOAL_ERR_SYSTEM;
         }

@@ -25,7 +25,7 @@ static void fault_vcause(struct shoal_comm *comm, const char *fmt, va_list ap)
     pthread_mutex_lock(&comm->watch_lock);
     if (!comm->cause[0]) {
         vsnprintf(comm->cause, sizeof(comm->cause), fmt, ap);
-        shoal_debug(INIT, "rank %d: %s", comm->rank, comm->cause);
+        shoal_debug(INIT, "rank %d: %s", comm->team.rank, comm->cause);
     }
     pthread_mutex_unlock(&comm->watch_lock);
 }
@@ -50,7 +50,7 @@ void shoal_fault_reset(struct shoal_comm *comm)
 shoal_status_t shoal_fault_mismatch(struct shoal_comm *comm, int peer, const shoal_sig_t *sig)
 {
     char mine[SHOAL_SIG_STR_MAX], theirs[SHOAL_SIG_STR_MAX];
-    shoal_fault_cause(comm, "rank %d runs %s, but rank %d sent data of %s", comm->rank,
+    shoal_fault_cause(comm, "rank %d runs %s, but rank %d sent data of %s", comm->team.rank,
                       shoal_sig_format(&comm->sig, mine, sizeof(mine)), peer,
                       shoal_sig_format(sig, theirs, sizeof(theirs)));
     return SHOAL_ERR_MISMATCH;
@@ -58,7 +58,7 @@ shoal_status_t shoal_fault_mismatch(struct shoal_comm *comm, int peer, const sho
 
 shoal_status_t shoal_fault_watch(struct shoal_comm *comm, int force)
 {
-    if (comm->nranks == 1 || !comm->bootstrap)
+    if (comm->team.nranks == 1 || !comm->bootstrap)
         return SHOAL_OK;
     if (pthread_mutex_trylock(&comm->watch_lock) != 0)
         return SHOAL_OK; /* another thread is looking */
@@ -79,7 +79,7 @@ shoal_status_t shoal_fault_watch(struct shoal_comm *comm, int force)
     comm->news = 1;
     if (!comm->cause[0])
         snprintf(comm->cause, sizeof(comm->cause), "%s", text);
-    shoal_error(INIT, "rank %d: %s (%s)", comm->rank, text, shoal_status_string(s));
+    shoal_error(INIT, "rank %d: %s (%s)", comm->team.rank, text, shoal_status_string(s));
     int ok = SHOAL_OK;
     atomic_compare_exchange_strong_explicit(&comm->error, &ok, (int)s, memory_order_acq_rel,
                                             memory_order_acquire);
@@ -90,7 +90,7 @@ out:
 
 shoal_status_t shoal_fault_explain(struct shoal_comm *comm, shoal_status_t status)
 {
-    if (status != SHOAL_ERR_PEER || comm->nranks == 1 || !comm->bootstrap)
+    if (status != SHOAL_ERR_PEER || comm->team.nranks == 1 || !comm->bootstrap)
         return status;
     uint64_t until = shoal_now_ns() + SHOAL_EXPLAIN_NS;
     do {
@@ -100,19 +100,19 @@ shoal_status_t shoal_fault_explain(struct shoal_comm *comm, shoal_status_t statu
         sched_yield();
     } while (shoal_now_ns() < until);
     shoal_fault_cause(comm, "a connection of rank %d to another rank broke (the log names "
-                      "the rank)", comm->rank);
+                      "the rank)", comm->team.rank);
     return status;
 }
 
 void shoal_fault_report(struct shoal_comm *comm, shoal_status_t status)
 {
-    if (status == SHOAL_ERR_ABORTED || comm->nranks == 1 || !comm->bootstrap)
+    if (status == SHOAL_ERR_ABORTED || comm->team.nranks == 1 || !comm->bootstrap)
         return;
     /* Room for the prefix: a cut cause still names what matters first. */
     char text[SHOAL_ERROR_MAX + 32];
     pthread_mutex_lock(&comm->watch_lock);
     int news = comm->news;
-    snprintf(text, sizeof(text), "rank %d reports: %s", comm->rank,
+    snprintf(text, sizeof(text), "rank %d reports: %s", comm->team.rank,
              comm->cause[0] ? comm->cause : shoal_status_string(status));
     pthread_mutex_unlock(&comm->watch_lock);
     if (!news)

@@ -44,7 +44,7 @@ struct shoal_flight {
 
 shoal_status_t shoal_flight_create(struct shoal_comm *comm, size_t depth, shoal_flight_t **f_p)
 {
-    if (!f_p || (depth > 0 && (!comm || comm->nranks < 1))) {
+    if (!f_p || (depth > 0 && (!comm || comm->team.nranks < 1))) {
         shoal_error(INIT, "flight recorder: %s", !f_p ? "NULL f_p" : "no communicator");
         return SHOAL_ERR_INVALID_ARG;
     }
@@ -52,7 +52,7 @@ shoal_status_t shoal_flight_create(struct shoal_comm *comm, size_t depth, shoal_
         *f_p = NULL;
         return SHOAL_OK;
     }
-    size_t nranks = (size_t)comm->nranks;
+    size_t nranks = (size_t)comm->team.nranks;
     shoal_flight_t *f = calloc(1, sizeof(*f));
     if (!f)
         goto err_nomem;
@@ -70,8 +70,8 @@ shoal_status_t shoal_flight_create(struct shoal_comm *comm, size_t depth, shoal_
         goto err_free_base;
     pthread_mutex_init(&f->lock, NULL);
     f->comm = comm;
-    f->rank = comm->rank;
-    f->nranks = comm->nranks;
+    f->rank = comm->team.rank;
+    f->nranks = comm->team.nranks;
     f->depth = depth;
     *f_p = f;
     return SHOAL_OK;
@@ -166,7 +166,7 @@ uint64_t shoal_flight_queue(shoal_flight_t *f, const char *what, size_t bytes)
 
 static shoal_ep_t *flight_ep(const shoal_flight_t *f, int peer)
 {
-    return f->comm->eps ? shoal_comm_ep(f->comm, peer) : NULL;
+    return f->comm->team.eps ? shoal_comm_ep(f->comm, peer) : NULL;
 }
 
 void shoal_flight_start(shoal_flight_t *f, uint64_t id, const char *algo, const shoal_sig_t *sig)

@@ -43,9 +43,9 @@ typedef struct shoal_flight shoal_flight_t;
 #define SHOAL_FLIGHT_PEERS_MAX 16
 
 /* A recorder of depth records for comm (0: no recorder, *f_p = NULL).
- * comm must have its rank and nranks set; its endpoints (comm->eps) are read
+ * comm must have its rank and nranks set; its endpoints (comm->team.eps) are read
  * only by start, format and dump, and must stay valid whenever those run
- * (comm->eps may still be NULL then: no peer is listed). The recorder
+ * (comm->team.eps may still be NULL then: no peer is listed). The recorder
  * belongs to the caller, who frees it with shoal_flight_destroy.
  * Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG (NULL f_p, or depth > 0 with a
  * NULL comm or nranks < 1); SHOAL_ERR_NO_MEMORY (logged). *f_p is written

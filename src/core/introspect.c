@@ -115,13 +115,13 @@ shoal_status_t shoal_introspect_topo(FILE *out)
 
 void shoal_introspect_cluster(shoal_comm_t comm, FILE *out)
 {
-    const shoal_cluster_t *c = &comm->cluster;
+    const shoal_cluster_t *c = &comm->team.cluster;
     const char **names = calloc((size_t)c->nhosts, sizeof(*names));
-    for (int r = 0; names && r < comm->nranks; r++)
+    for (int r = 0; names && r < comm->team.nranks; r++)
         names[comm->host_of[r]] = names[comm->host_of[r]] ? names[comm->host_of[r]]
                                                            : comm->host_ids[r];
     shoal_cluster_print(c, names, out);
-    shoal_links_print(&comm->links, out);
+    shoal_links_print(&comm->team.cost.links, out);
     free(names);
 }
 

@@ -58,12 +58,12 @@ static shoal_status_t probe_rtt(struct shoal_comm *comm, int peer, int leader, c
             t0 = shoal_now_ns();
         shoal_xfer_t out = {.ep = ep, .buf = buf, .bytes = leader ? bytes : 8};
         shoal_xfer_t in = {.ep = ep, .buf = buf, .bytes = leader ? 8 : bytes};
-        uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
-        shoal_status_t s = leader ? shoal_xfer_run(comm, &out, 1, NULL, 0, deadline)
-                                  : shoal_xfer_run(comm, NULL, 0, &in, 1, deadline);
+        uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
+        shoal_status_t s = leader ? shoal_xfer_run(&comm->team, &out, 1, NULL, 0, deadline)
+                                  : shoal_xfer_run(&comm->team, NULL, 0, &in, 1, deadline);
         if (s == SHOAL_OK)
-            s = leader ? shoal_xfer_run(comm, NULL, 0, &in, 1, deadline)
-                       : shoal_xfer_run(comm, &out, 1, NULL, 0, deadline);
+            s = leader ? shoal_xfer_run(&comm->team, NULL, 0, &in, 1, deadline)
+                       : shoal_xfer_run(&comm->team, &out, 1, NULL, 0, deadline);
         if (s != SHOAL_OK)
             return s;
     }
@@ -81,26 +81,27 @@ typedef struct {
 static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
 {
     int pairs[PROBE_PAIRS][2];
-    probe_pairs(&comm->cluster, pairs);
-    probe_card_t *cards = calloc((size_t)comm->nranks, sizeof(*cards));
+    probe_pairs(&comm->team.cluster, pairs);
+    probe_card_t *cards = calloc((size_t)comm->team.nranks, sizeof(*cards));
     char *buf = malloc(PROBE_BIG_BYTES);
     shoal_status_t s = cards && buf ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
-    comm->sig = (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P, .root = -1};
-    probe_card_t *mine = cards ? &cards[comm->rank] : NULL;
+    shoal_comm_set_sig(comm, (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P,
+                                            .root = -1});
+    probe_card_t *mine = cards ? &cards[comm->team.rank] : NULL;
     for (int i = 0; i < PROBE_PAIRS && s == SHOAL_OK; i++) {
         int a = pairs[i][0], b = pairs[i][1];
-        if (a < 0 || (comm->rank != a && comm->rank != b))
+        if (a < 0 || (comm->team.rank != a && comm->team.rank != b))
             continue;
-        int peer = comm->rank == a ? b : a;
+        int peer = comm->team.rank == a ? b : a;
         double small, big;
         memset(buf, 0, PROBE_BIG_BYTES);
-        s = probe_rtt(comm, peer, comm->rank == a, buf, 8, PROBE_SMALL_REPS, &small);
+        s = probe_rtt(comm, peer, comm->team.rank == a, buf, 8, PROBE_SMALL_REPS, &small);
         if (s == SHOAL_OK)
-            s = probe_rtt(comm, peer, comm->rank == a, buf, PROBE_BIG_BYTES, PROBE_BIG_REPS,
+            s = probe_rtt(comm, peer, comm->team.rank == a, buf, PROBE_BIG_BYTES, PROBE_BIG_REPS,
                           &big);
-        if (s != SHOAL_OK || comm->rank != a)
+        if (s != SHOAL_OK || comm->team.rank != a)
             continue;
-        shoal_link_class_t cls = shoal_links_class(&comm->cluster, a, b);
+        shoal_link_class_t cls = shoal_links_class(&comm->team.cluster, a, b);
         double lat = small / 2, t = big - small;
         mine->lat_s[cls] = lat;
         mine->bw_Bps[cls] = PROBE_BIG_BYTES / (t > 1e-9 ? t : 1e-9);
@@ -108,7 +109,7 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
     }
     if (s == SHOAL_OK)
         s = shoal_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
-    for (int r = comm->nranks - 1; r >= 0 && s == SHOAL_OK; r--) {
+    for (int r = comm->team.nranks - 1; r >= 0 && s == SHOAL_OK; r--) {
         for (int c = 0; c < SHOAL_LINK_CLASS_COUNT; c++) {
             if (cards[r].measured[c]) {
                 links->cls[c].lat_s = cards[r].lat_s[c];
@@ -125,9 +126,9 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
 shoal_status_t shoal_links_setup(struct shoal_comm *comm)
 {
     const shoal_config_t *cfg = shoal_config_get();
-    shoal_links_t *l = &comm->links;
+    shoal_links_t *l = &comm->team.cost.links;
     shoal_links_defaults(l);
-    l->intra = comm->cluster.cross_numa ? SHOAL_LINK_SHM_CROSS_NUMA : SHOAL_LINK_SHM_SAME_NUMA;
+    l->intra = comm->team.cluster.cross_numa ? SHOAL_LINK_SHM_CROSS_NUMA : SHOAL_LINK_SHM_SAME_NUMA;
     l->inter = SHOAL_LINK_TCP;
     shoal_status_t s = SHOAL_OK;
     if (cfg->topo.probe)
@@ -142,17 +143,7 @@ shoal_status_t shoal_links_setup(struct shoal_comm *comm)
         if (cfg->algo.bandwidth)
             l->cls[c].bw_Bps = (double)cfg->algo.bandwidth;
     }
-    shoal_links_flat(comm);
+    shoal_cost_flat(&comm->team.cost, comm->team.nhosts);
     return SHOAL_OK;
-}
-
-void shoal_links_flat(struct shoal_comm *comm)
-{
-    /* The flat algorithms plan for the slowest link any two ranks use. */
-    const shoal_links_t *l = &comm->links;
-    const shoal_link_cost_t *in = &l->cls[l->intra], *out = &l->cls[l->inter];
-    int multi = comm->nhosts > 1;
-    comm->link_lat_s = multi && out->lat_s > in->lat_s ? out->lat_s : in->lat_s;
-    comm->link_bw_Bps = multi && out->bw_Bps < in->bw_Bps ? out->bw_Bps : in->bw_Bps;
 }
 

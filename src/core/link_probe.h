@@ -9,17 +9,13 @@
 
 struct shoal_comm;
 
-/* Fill comm->links at init, after wireup: defaults, then the probe when
+/* Fill comm->team.cost at init, after wireup: defaults, then the probe when
  * SHOAL_TOPO_PROBE is on (a collective call of every rank: one rank of each
  * measured pair times round trips, and a bootstrap all-gather gives every
  * rank the same figures), then SHOAL_TOPO_LINKS, then SHOAL_ALGO_LATENCY /
  * SHOAL_ALGO_BANDWIDTH for every class; and the flat model's slowest link
- * (comm->link_lat_s, link_bw_Bps). Errors: a bad SHOAL_TOPO_LINKS, or the
+ * (shoal_cost_flat). Errors: a bad SHOAL_TOPO_LINKS, or the
  * probe's communication. */
 shoal_status_t shoal_links_setup(struct shoal_comm *comm);
-
-/* comm->link_lat_s and link_bw_Bps from comm->links (the last step of
- * shoal_links_setup; the simulator's communicators start here). */
-void shoal_links_flat(struct shoal_comm *comm);
 
 #endif

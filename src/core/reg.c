@@ -20,8 +20,8 @@ _Static_assert(SHOAL_REG_TL >= SHOAL_MAX_TRANSPORTS, "raise SHOAL_REG_TL");
  * its slots. */
 static void reg_domains(struct shoal_comm *comm, shoal_reg_t *reg)
 {
-    for (int t = 0; t < comm->ntl && t < SHOAL_REG_TL; t++) {
-        shoal_tl_ctx_t *ctx = comm->tl_ctx[t];
+    for (int t = 0; t < comm->team.ntl && t < SHOAL_REG_TL; t++) {
+        shoal_tl_ctx_t *ctx = comm->team.tl_ctx[t];
         reg->mem[t] = NULL;
         if (ctx && ctx->ops->mem_reg(ctx, reg->buf, reg->size, SHOAL_MEM_HOST, &reg->mem[t]) !=
                        SHOAL_OK)
@@ -31,9 +31,9 @@ static void reg_domains(struct shoal_comm *comm, shoal_reg_t *reg)
 
 static void reg_drop(struct shoal_comm *comm, shoal_reg_t *reg)
 {
-    for (int t = 0; t < comm->ntl && t < SHOAL_REG_TL; t++) {
-        if (reg->mem[t] && comm->tl_ctx[t])
-            comm->tl_ctx[t]->ops->mem_dereg(comm->tl_ctx[t], reg->mem[t]);
+    for (int t = 0; t < comm->team.ntl && t < SHOAL_REG_TL; t++) {
+        if (reg->mem[t] && comm->team.tl_ctx[t])
+            comm->team.tl_ctx[t]->ops->mem_dereg(comm->team.tl_ctx[t], reg->mem[t]);
         reg->mem[t] = NULL;
     }
 }
@@ -96,7 +96,7 @@ shoal_status_t shoal_comm_register(shoal_comm_t comm, void *buf, size_t size, vo
         s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: out of memory", what);
         goto out_leave;
     }
-    shoal_debug(MEM, "rank %d: registered %zu B at %p as %p", comm->rank, size, buf,
+    shoal_debug(MEM, "rank %d: registered %zu B at %p as %p", comm->team.rank, size, buf,
                 (void *)reg);
     *handle_p = reg;
 out_leave:
@@ -122,7 +122,7 @@ shoal_status_t shoal_comm_deregister(shoal_comm_t comm, void *handle)
     }
     shoal_reg_t *reg = *pp;
     *pp = reg->next;
-    shoal_debug(MEM, "rank %d: deregistered %zu B at %p", comm->rank, reg->size, reg->buf);
+    shoal_debug(MEM, "rank %d: deregistered %zu B at %p", comm->team.rank, reg->size, reg->buf);
     reg_free(comm, reg);
 out_leave:
     shoal_comm_leave(comm);
@@ -154,7 +154,7 @@ const shoal_reg_t *shoal_reg_lookup(struct shoal_comm *comm, const void *ptr, si
         if (!reg->user && !shoal_shmem_live(reg->serial)) {
             *pp = reg->next;
             shoal_debug(MEM, "rank %d: %zu B at %p were freed: cache entry dropped",
-                        comm->rank, reg->size, reg->buf);
+                        comm->team.rank, reg->size, reg->buf);
             reg_free(comm, reg);
             continue;
         }
@@ -170,7 +170,7 @@ const shoal_reg_t *shoal_reg_lookup(struct shoal_comm *comm, const void *ptr, si
         return NULL;
     shoal_reg_t *reg = reg_new(comm, blk.base, blk.len, 0);
     if (reg)
-        shoal_debug(MEM, "rank %d: cached shareable block of %zu B at %p", comm->rank,
+        shoal_debug(MEM, "rank %d: cached shareable block of %zu B at %p", comm->team.rank,
                     blk.len, blk.base);
     return reg;
 }
@@ -196,5 +196,5 @@ void shoal_reg_release_all(struct shoal_comm *comm)
     }
     if (n)
         shoal_debug(MEM, "rank %d: %zu registrations left at the end of the communicator were "
-                    "freed", comm->rank, n);
+                    "freed", comm->team.rank, n);
 }

@@ -33,7 +33,7 @@ typedef struct shoal_reg {
     size_t size;
     int user;                 /* 1: a caller's registration; 0: cached by lookup */
     uint64_t serial;          /* shareable block it lies in (shmem.h); 0: none */
-    struct shoal_mem *mem[SHOAL_REG_TL]; /* per comm->tl_ctx[t]; NULL where refused */
+    struct shoal_mem *mem[SHOAL_REG_TL]; /* per comm->team.tl_ctx[t]; NULL where refused */
 } shoal_reg_t;
 
 /* The newest live caller's registration of comm covering [ptr, ptr + len),

@@ -56,7 +56,7 @@ shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
     shoal_status_t s = shoal_sock_bind(&addr, &comm->rdv_fd);
     if (s != SHOAL_OK) {
         shoal_error(INIT, "rank %d: cannot open the rendezvous listener for shrink",
-                    comm->rank);
+                    comm->team.rank);
         return s;
     }
     shoal_bootstrap_addr_pack(&addr, packed);
@@ -74,11 +74,11 @@ static void shrink_unlisten(struct shoal_comm *comm, uint64_t serial)
     if (comm->rdv_fd >= 0) {
         close(comm->rdv_fd);
         comm->rdv_fd = -1;
-        shoal_sockaddr_t addr = comm->rdv_addrs[comm->rank];
+        shoal_sockaddr_t addr = comm->rdv_addrs[comm->team.rank];
         if (shoal_sock_bind(&addr, &comm->rdv_fd) != SHOAL_OK) {
             comm->rdv_fd = -1;
             shoal_warn(INIT, "rank %d: cannot bind the rendezvous port again; a later shrink "
-                       "that this rank would lead will fail", comm->rank);
+                       "that this rank would lead will fail", comm->team.rank);
         }
     }
     shoal_comm_leave(comm);
@@ -97,16 +97,16 @@ static shoal_status_t shrink_secret(struct shoal_comm *comm, const unsigned char
                                     uint8_t secret[SHOAL_SECRET_BYTES])
 {
     size_t label_len = sizeof(shoal_shrink_label) - 1;
-    size_t map_len = ((size_t)comm->nranks + 7) / 8;
+    size_t map_len = ((size_t)comm->team.nranks + 7) / 8;
     size_t len = label_len + 8 + map_len;
     uint8_t *msg = calloc(1, len);
     if (!msg)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_shrink: out of memory");
     memcpy(msg, shoal_shrink_label, label_len);
     shrink_put_u32(msg + label_len, comm->nshrinks);
-    shrink_put_u32(msg + label_len + 4, (uint32_t)comm->nranks);
+    shrink_put_u32(msg + label_len + 4, (uint32_t)comm->team.nranks);
     uint8_t *map = msg + label_len + 8;
-    for (int r = 0; r < comm->nranks; r++) {
+    for (int r = 0; r < comm->team.nranks; r++) {
         if (excluded[r])
             map[r / 8] |= (uint8_t)(0x80u >> (r % 8));
     }
@@ -125,7 +125,7 @@ static shoal_status_t shrink_check(struct shoal_comm *comm, const int *exclude, 
                                    int flags, shoal_comm_t *newcomm_p, unsigned char *excluded)
 {
     static const char what[] = "shoal_comm_shrink";
-    int n = comm->nranks;
+    int n = comm->team.nranks;
     if (!newcomm_p)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: newcomm_p is NULL", what);
     if (flags != SHOAL_SHRINK_DEFAULT && flags != SHOAL_SHRINK_ABORT)
@@ -151,10 +151,10 @@ static shoal_status_t shrink_check(struct shoal_comm *comm, const int *exclude, 
     if (nexclude == n)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: all %d ranks are excluded", what, n);
-    if (excluded[comm->rank])
+    if (excluded[comm->team.rank])
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: rank %d is in exclude (excluded ranks do not call it)",
-                               what, comm->rank);
+                               what, comm->team.rank);
     return SHOAL_OK;
 }
 
@@ -167,7 +167,7 @@ static shoal_status_t shrink_check(struct shoal_comm *comm, const int *exclude, 
  * find nothing left to wait for. */
 static void shrink_stop_entered(struct shoal_comm *comm)
 {
-    atomic_store_explicit(&comm->aborted, 1, memory_order_release);
+    atomic_store_explicit(&comm->team.aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
     while (atomic_load_explicit(&comm->active, memory_order_acquire) > 1) /* not this call */
         sched_yield();
@@ -193,7 +193,7 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
     shoal_status_t s = shoal_comm_enter_any(comm, what);
     if (s != SHOAL_OK)
         return s;
-    unsigned char *excluded = calloc((size_t)comm->nranks, 1);
+    unsigned char *excluded = calloc((size_t)comm->team.nranks, 1);
     if (!excluded) {
         s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: out of memory", what);
         goto err_leave;
@@ -204,13 +204,13 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
     if (flags == SHOAL_SHRINK_ABORT)
         shrink_stop_entered(comm);
 
-    int leader = -1, newrank = 0, newsize = comm->nranks - nexclude;
-    for (int r = 0; r < comm->nranks; r++) {
+    int leader = -1, newrank = 0, newsize = comm->team.nranks - nexclude;
+    for (int r = 0; r < comm->team.nranks; r++) {
         if (excluded[r])
             continue;
         if (leader < 0)
             leader = r;
-        newrank += r < comm->rank;
+        newrank += r < comm->team.rank;
     }
     uint8_t secret[SHOAL_SECRET_BYTES];
     s = shrink_secret(comm, excluded, secret);
@@ -219,10 +219,10 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
         goto err_free_excluded;
     shoal_unique_id_t id;
     s = shoal_bootstrap_id_make(&comm->rdv_addrs[leader], secret, &id);
-    if (s == SHOAL_OK && leader == comm->rank) {
+    if (s == SHOAL_OK && leader == comm->team.rank) {
         if (comm->rdv_fd < 0 || listen(comm->rdv_fd, SOMAXCONN) != 0) {
             shoal_error(INIT, "rank %d: cannot listen on the rendezvous socket: %s",
-                        comm->rank, comm->rdv_fd < 0 ? "lost after an earlier shrink"
+                        comm->team.rank, comm->rdv_fd < 0 ? "lost after an earlier shrink"
                                                      : strerror(errno));
             s = SHOAL_ERR_SYSTEM;
         } else {
@@ -234,7 +234,7 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
                         what);
         goto err_free_excluded;
     }
-    int oldrank = comm->rank, oldsize = comm->nranks;
+    int oldrank = comm->team.rank, oldsize = comm->team.nranks;
     uint64_t serial = comm->serial;
     free(excluded);
     /* Forming the new communicator waits for its peers: comm is let go

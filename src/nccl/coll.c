@@ -59,11 +59,11 @@ static ncclResult_t check_host(struct ncclComm *comm, shoal_comm_t sc, const doo
     size_t es;
     if (shoal_dtype_size((shoal_dtype_t)c->dtype, &es) != SHOAL_OK || c->count == 0)
         return ncclSuccess;
-    int n = sc->nranks;
+    int n = sc->team.nranks;
     if (c->count > SIZE_MAX / es / (size_t)n)
         return ncclSuccess;
     size_t send, recv;
-    buffer_elems(c, sc->rank, n, &send, &recv);
+    buffer_elems(c, sc->team.rank, n, &send, &recv);
     const void *bad = NULL;
     const char *which = NULL;
     if (send && c->sendbuf && !shoal_nccl_is_host(c->sendbuf, send * es, 0)) {

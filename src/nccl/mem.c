@@ -103,12 +103,12 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
         return res;
     /* Arguments are checked after the exchange, so that a rank with a bad
      * one fails with the others instead of leaving them waiting. */
-    int n = sc->nranks;
+    int n = sc->team.nranks;
     win_info_t *all = calloc((size_t)n, sizeof(*all));
     if (!all)
         return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
-    all[sc->rank] = (win_info_t){.size = size, .flags = winFlags};
-    shoal_status_t s = shoal_allgather(&all[sc->rank], all, sizeof(*all), SHOAL_UINT8, sc);
+    all[sc->team.rank] = (win_info_t){.size = size, .flags = winFlags};
+    shoal_status_t s = shoal_allgather(&all[sc->team.rank], all, sizeof(*all), SHOAL_UINT8, sc);
     if (s != SHOAL_OK) {
         free(all);
         return shoal_nccl_result(s);

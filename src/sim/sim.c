@@ -5,7 +5,6 @@
 #include "base/config.h"
 #include "base/dtype.h"
 #include "base/log.h"
-#include "core/link_probe.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -91,29 +90,65 @@ int shoal_sim_nranks(const shoal_sim_t *sim)
     return sim->n;
 }
 
-struct shoal_comm *shoal_sim_comm(shoal_sim_t *sim, int rank)
+shoal_team_t *shoal_sim_team(shoal_sim_t *sim, int rank)
 {
-    return &sim->comms[rank];
+    return &sim->ranks[rank].team;
 }
 
-static void sim_comm_init(shoal_sim_t *sim, int r, size_t chunk)
+/* The hooks of a simulated rank's team: no other rank fails behind its
+ * back, and a failure's cause is kept for the simulator's message. */
+static shoal_status_t sim_watch(shoal_team_t *team)
 {
-    struct shoal_comm *c = &sim->comms[r];
+    return SHOAL_OK;
+}
+
+static void sim_cause(shoal_team_t *team, const char *text)
+{
+    shoal_sim_rank_t *rk = (shoal_sim_rank_t *)team;
+    if (!rk->cause[0])
+        snprintf(rk->cause, sizeof(rk->cause), "%s", text);
+}
+
+static shoal_status_t sim_mismatch(shoal_team_t *team, int peer, const void *hdr)
+{
+    sim_cause(team, "a piece of another operation arrived");
+    return SHOAL_ERR_MISMATCH;
+}
+
+/* Simulated buffers are never registered: the put schedules fall back. */
+static shoal_mem_t *sim_mem_of(shoal_team_t *team, int tl, const void *buf, size_t len)
+{
+    return NULL;
+}
+
+static const shoal_team_hooks_t sim_hooks = {
+    .size = sizeof(shoal_team_hooks_t),
+    .watch = sim_watch,
+    .cause = sim_cause,
+    .mismatch = sim_mismatch,
+    .mem_of = sim_mem_of,
+};
+
+static void sim_rank_init(shoal_sim_t *sim, int r, size_t chunk)
+{
+    shoal_sim_rank_t *rk = &sim->ranks[r];
+    shoal_team_t *c = &rk->team;
+    rk->sim = sim;
+    rk->rank = r;
     c->rank = r;
     c->nranks = sim->n;
     c->timeout_ns = 86400ull * 1000000000ull; /* waits end in the scheduler, not here */
     c->chunk_size = chunk;
-    c->host_of = sim->host_of;
     c->nhosts = sim->cfg.nhosts;
     c->cluster = sim->cluster; /* shared arrays: freed once, by the simulation */
     c->kern = &shoal_sim_dry_kernels;
     c->kern_ctx = &sim->dry_bytes[r];
-    c->rdv_fd = -1;
-    pthread_mutex_init(&c->watch_lock, NULL);
+    c->hooks = &sim_hooks;
     shoal_sim_ctx_t *ctx = &sim->ctxs[r];
     ctx->base.ops = &shoal_sim_ops;
-    ctx->base.comm = c;
     ctx->sim = sim;
+    ctx->team = c;
+    ctx->rank = r;
     c->tl_ctx[0] = &ctx->base;
     c->ntl = 1;
     c->eps = &sim->ep_ptrs[(size_t)r * sim->n];
@@ -124,8 +159,8 @@ static void sim_comm_init(shoal_sim_t *sim, int r, size_t chunk)
         ep->peer = b;
         c->eps[b] = b == r ? NULL : ep;
     }
-    c->links = sim->cfg.links;
-    shoal_links_flat(c);
+    c->cost.links = sim->cfg.links;
+    shoal_cost_flat(&c->cost, c->nhosts);
 }
 
 shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim_p)
@@ -149,7 +184,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     sim->depth = sim->depth_intra > sim->depth_inter ? sim->depth_intra : sim->depth_inter;
     sim->host_of = malloc((size_t)n * sizeof(int));
     shoal_place_t *places = malloc((size_t)n * sizeof(*places));
-    sim->comms = calloc((size_t)n, sizeof(*sim->comms));
+    sim->ranks = calloc((size_t)n, sizeof(*sim->ranks));
     sim->ctxs = calloc((size_t)n, sizeof(*sim->ctxs));
     sim->eps = calloc(nn, sizeof(*sim->eps));
     sim->ep_ptrs = calloc(nn, sizeof(*sim->ep_ptrs));
@@ -169,7 +204,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
                       -1, 0);
     if (sim->nomem == MAP_FAILED)
         sim->nomem = NULL;
-    if (!sim->host_of || !places || !sim->comms || !sim->ctxs || !sim->eps || !sim->ep_ptrs ||
+    if (!sim->host_of || !places || !sim->ranks || !sim->ctxs || !sim->eps || !sim->ep_ptrs ||
         !sim->posted || !sim->released || !sim->slots || !sim->clock || !sim->dry_bytes || !sim->out_free ||
         !sim->in_free || !sim->state || !sim->active || !sim->heap || !sim->fibers ||
         !sim->nomem) {
@@ -194,7 +229,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     if (sim->cluster.cross_numa && sim->cfg.links.intra == SHOAL_LINK_SHM_SAME_NUMA)
         sim->cfg.links.intra = SHOAL_LINK_SHM_CROSS_NUMA;
     for (int r = 0; r < n; r++)
-        sim_comm_init(sim, r, chunk);
+        sim_rank_init(sim, r, chunk);
     *sim_p = sim;
     return SHOAL_OK;
 }
@@ -203,12 +238,9 @@ void shoal_sim_destroy(shoal_sim_t *sim)
 {
     if (!sim)
         return;
-    for (int r = 0; sim->comms && r < sim->n; r++) {
-        struct shoal_comm *c = &sim->comms[r];
-        if (c->ntl)
-            pthread_mutex_destroy(&c->watch_lock);
-        free(c->scratch);
-        free(c->stage);
+    for (int r = 0; sim->ranks && r < sim->n; r++) {
+        for (int k = 0; k < SHOAL_ALGO_MEMO_KINDS; k++)
+            shoal_plan_destroy(sim->ranks[r].team.plans[k]);
     }
     if (sim->nomem)
         munmap(sim->nomem, sim->nomem_bytes);
@@ -227,7 +259,7 @@ void shoal_sim_destroy(shoal_sim_t *sim)
     free(sim->ep_ptrs);
     free(sim->eps);
     free(sim->ctxs);
-    free(sim->comms);
+    free(sim->ranks);
     free(sim->host_of);
     free(sim);
 }
@@ -244,9 +276,9 @@ typedef struct {
 static void sim_rank_main(void *arg)
 {
     sim_task_t *t = arg;
-    struct shoal_comm *comm = &t->sim->comms[t->rank];
+    shoal_team_t *team = &t->sim->ranks[t->rank].team;
     shoal_plan_t *plan = NULL;
-    t->status = shoal_plan_create(comm, t->algo, &t->args, &plan);
+    t->status = shoal_plan_create(team, t->algo, &t->args, &plan);
     if (t->status == SHOAL_OK)
         t->status = shoal_plan_run(plan, &t->args);
     shoal_plan_destroy(plan);
@@ -335,11 +367,11 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         args.residual = (float *)(void *)(mem + resid);
     }
     if (!ops)
-        ops = compressed ? shoal_codec_algo_select(&sim->comms[0], &args)
-                         : shoal_algo_select(&sim->comms[0], &args);
+        ops = compressed ? shoal_codec_algo_select(&sim->ranks[0].team, &args)
+                         : shoal_algo_select(&sim->ranks[0].team, &args);
     shoal_status_t s = SHOAL_OK;
     sim_task_t *tasks = NULL;
-    if (!ops || ops->cost(&sim->comms[0], &args) < 0) {
+    if (!ops || ops->cost(&sim->ranks[0].team, &args) < 0) {
         shoal_error(ALGO, "simulation: %s cannot serve %s on %d ranks", ops ? ops->name : "none",
                     shoal_coll_kind_name(kind), sim->n);
         s = SHOAL_ERR_INVALID_ARG;
@@ -361,6 +393,7 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         sim->clock[r] = t0;
         sim->active[r] = 0;
         sim->dry_bytes[r] = 0;
+        sim->ranks[r].cause[0] = '\0';
         shoal_fiber_start(sim->fibers, r, sim_rank_main, &tasks[r]);
         sim->state[r] = SIM_PARKED;
         shoal_sim_wake(sim, r);
@@ -371,7 +404,7 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         if (tasks[r].status != SHOAL_OK && s == SHOAL_OK) {
             s = tasks[r].status;
             shoal_error(ALGO, "simulation: %s on rank %d: %s (%s)", ops->name, r,
-                        shoal_status_string(s), sim->comms[r].cause);
+                        shoal_status_string(s), sim->ranks[r].cause);
         }
         end = sim->clock[r] > end ? sim->clock[r] : end;
     }

@@ -62,8 +62,8 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
  * (ternary scales) is never read: dry runs only count its passes. */
 void shoal_sim_set_codec(shoal_sim_t *sim, const shoal_codec_t *codec, int algo);
 
-/* Ranks and the communicator of rank 0 (for its cluster view and costs). */
+/* Ranks, and the team of a rank (its cluster view, costs and endpoints). */
 int shoal_sim_nranks(const shoal_sim_t *sim);
-struct shoal_comm *shoal_sim_comm(shoal_sim_t *sim, int rank);
+shoal_team_t *shoal_sim_team(shoal_sim_t *sim, int rank);
 
 #endif

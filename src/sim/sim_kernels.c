@@ -4,50 +4,50 @@
  * which the simulator charges to the rank's clock (shoal_sim_charge). */
 #include "sim_priv.h"
 
-static void dry_count(struct shoal_comm *comm, size_t bytes)
+static void dry_count(struct shoal_team *team, size_t bytes)
 {
-    *(size_t *)comm->kern_ctx += bytes;
+    *(size_t *)team->kern_ctx += bytes;
 }
 
-static void dry_move(struct shoal_comm *comm, void *dst, const void *src, size_t bytes)
+static void dry_move(struct shoal_team *team, void *dst, const void *src, size_t bytes)
 {
-    dry_count(comm, bytes);
+    dry_count(team, bytes);
 }
 
-static void dry_zero(struct shoal_comm *comm, void *dst, size_t bytes)
+static void dry_zero(struct shoal_team *team, void *dst, size_t bytes)
 {
-    dry_count(comm, bytes);
+    dry_count(team, bytes);
 }
 
-static void dry_combine(struct shoal_comm *comm, shoal_reduce_fn_t fn, void *dst,
+static void dry_combine(struct shoal_team *team, shoal_reduce_fn_t fn, void *dst,
                         const void *a, const void *b, size_t count, size_t esize)
 {
-    dry_count(comm, count * esize);
+    dry_count(team, count * esize);
 }
 
-static void dry_finish_avg(struct shoal_comm *comm, void *dst, size_t count,
+static void dry_finish_avg(struct shoal_team *team, void *dst, size_t count,
                            shoal_dtype_t dtype, int n)
 {
-    dry_count(comm, count * shoal_dtype_bytes(dtype));
+    dry_count(team, count * shoal_dtype_bytes(dtype));
 }
 
-static void dry_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *wire,
+static void dry_encode(struct shoal_team *team, const shoal_codec_t *c, void *wire,
                        const float *src, float *residual, size_t n, size_t first)
 {
-    dry_count(comm, n * sizeof(float));
+    dry_count(team, n * sizeof(float));
 }
 
-static void dry_add_encode(struct shoal_comm *comm, const shoal_codec_t *c, void *out,
+static void dry_add_encode(struct shoal_team *team, const shoal_codec_t *c, void *out,
                            const void *in, const float *src, float *residual, size_t n,
                            size_t first)
 {
-    dry_count(comm, n * sizeof(float));
+    dry_count(team, n * sizeof(float));
 }
 
-static void dry_decode(struct shoal_comm *comm, const shoal_codec_t *c, float *dst,
+static void dry_decode(struct shoal_team *team, const shoal_codec_t *c, float *dst,
                        const void *wire, size_t n, size_t first)
 {
-    dry_count(comm, n * sizeof(float));
+    dry_count(team, n * sizeof(float));
 }
 
 const shoal_kernels_t shoal_sim_dry_kernels = {

@@ -3,8 +3,7 @@
 #ifndef SHOAL_SIM_PRIV_H
 #define SHOAL_SIM_PRIV_H
 
-#include "algos/kernels.h"
-#include "core/comm.h"
+#include "algos/team.h"
 #include "fiber.h"
 #include "sim.h"
 
@@ -18,11 +17,22 @@ typedef struct {
     uint32_t len;
 } shoal_sim_slot_t;
 
-/* Every rank's transport context: the simulation it belongs to. */
+/* Every rank's transport context: the simulation and the rank's team. */
 typedef struct {
     shoal_tl_ctx_t base;
     struct shoal_sim *sim;
+    shoal_team_t *team;
+    int rank;
 } shoal_sim_ctx_t;
+
+/* A simulated rank: the team its schedules see, and why its last run
+ * failed (the team's cause hook). */
+typedef struct {
+    shoal_team_t team; /* first: the hooks get it back from the team */
+    struct shoal_sim *sim;
+    int rank;
+    char cause[256];
+} shoal_sim_rank_t;
 
 enum { SIM_READY, SIM_RUNNING, SIM_PARKED, SIM_DONE };
 
@@ -33,7 +43,7 @@ struct shoal_sim {
     size_t depth;                    /* slots reserved per channel: the larger */
     int *host_of;
     shoal_cluster_t cluster;         /* shared by every rank's communicator */
-    struct shoal_comm *comms;        /* comms[r] */
+    shoal_sim_rank_t *ranks;         /* ranks[r] */
     shoal_sim_ctx_t *ctxs;           /* ctxs[r] */
     shoal_ep_t *eps;                 /* eps[a * n + b]: a's endpoint to b */
     shoal_ep_t **ep_ptrs;            /* the eps arrays of the communicators */

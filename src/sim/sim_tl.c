@@ -4,7 +4,6 @@
  * it or frees one of its slots. */
 #include "sim_priv.h"
 
-#include "core/fault.h"
 #include "base/log.h"
 
 static inline shoal_sim_t *ep_sim(const shoal_ep_t *ep)
@@ -19,7 +18,7 @@ static inline double max2(double a, double b)
 
 static inline int ep_rank(const shoal_ep_t *ep)
 {
-    return ep->ctx->comm->rank;
+    return ((const shoal_sim_ctx_t *)ep->ctx)->rank;
 }
 
 static inline int same_host(const shoal_sim_t *sim, int a, int b)
@@ -54,7 +53,7 @@ static shoal_status_t sim_send_slot(shoal_ep_t *ep, void **buf_p, size_t *cap_p)
     sim->clock[a] = max2(sim->clock[a], chan_slot(sim, ch, seq, depth)->freed);
     sim->active[a] = 1;
     *buf_p = sim->nomem;
-    *cap_p = ep->ctx->comm->chunk_size;
+    *cap_p = ((const shoal_sim_ctx_t *)ep->ctx)->team->chunk_size;
     return SHOAL_OK;
 }
 
@@ -109,7 +108,7 @@ static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *
     *len_p = slot->len;
     /* One operation runs at a time on every rank: the signatures agree. */
     if (sig_p)
-        memcpy(sig_p, &ep->ctx->comm->sig, sizeof(shoal_sig_t));
+        memcpy(sig_p, ((const shoal_sim_ctx_t *)ep->ctx)->team->hdr, SHOAL_TL_HDR_BYTES);
     return SHOAL_OK;
 }
 
@@ -134,7 +133,7 @@ static shoal_status_t sim_recv_release(shoal_ep_t *ep)
 static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
 {
     shoal_sim_t *sim = ((shoal_sim_ctx_t *)ctx)->sim;
-    int r = ctx->comm->rank;
+    int r = ((shoal_sim_ctx_t *)ctx)->rank;
     shoal_sim_charge(sim, r);
     if (!sim->deadlock) {
         if (sim->active[r]) {
@@ -146,7 +145,7 @@ static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
         if (!sim->deadlock)
             return SHOAL_OK;
     }
-    shoal_fault_cause(ctx->comm, "rank %d waits for a peer that never sends (the schedule "
+    shoal_team_cause(((shoal_sim_ctx_t *)ctx)->team, "rank %d waits for a peer that never sends (the schedule "
                       "deadlocks)", r);
     return SHOAL_ERR_TIMEOUT;
 }

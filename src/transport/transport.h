@@ -1,9 +1,9 @@
 /* The transport interface. A transport is one static const ops table with a
  * leading size field and no NULL slots (stubs.c has shared stubs that
  * return SHOAL_ERR_UNSUPPORTED), registered in the ordered list of
- * transport.c.
+ * registry.c.
  *
- * Lifecycle, driven by shoal_transport_wireup():
+ * Lifecycle, driven by the communicator's wireup (core/wireup.c):
  *   open(params) -> addr_pack -> (bootstrap all-gather of address blobs)
  *   -> connect(peer) for every peer it reaches, in increasing peer order
  *   -> (bootstrap barrier) -> ready -> data ops and progress -> disconnect
@@ -39,7 +39,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct shoal_comm;
 typedef struct shoal_transport_ops shoal_transport_ops_t;
 
 #define SHOAL_TL_ADDR_MAX 256
@@ -87,9 +86,6 @@ typedef struct shoal_tl_ctx {
     const shoal_transport_ops_t *ops;
     /* What it was opened with (copied by open). */
     shoal_tl_params_t params;
-    /* The communicator the wireup opened it for, for the layers above (the
-     * simulator, the progress loop); transports never read it. */
-    struct shoal_comm *comm;
 } shoal_tl_ctx_t;
 
 /* Base of every endpoint (one per connected peer); embedded first. */
@@ -238,21 +234,9 @@ shoal_status_t shoal_tl_host_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
 extern const shoal_transport_ops_t shoal_shm_ops;
 extern const shoal_transport_ops_t shoal_tcp_ops;
 
-/* Open every enabled transport, pick one per peer (first reachable in list
- * order), connect, and fill comm->eps. Collective over the communicator. */
-shoal_status_t shoal_transport_wireup(struct shoal_comm *comm);
-
-/* Progress every open transport context of comm. */
-shoal_status_t shoal_transport_progress(struct shoal_comm *comm);
-/* A wait that has found nothing for waited_ns: let the transport sleep
- * until a peer may have moved something (see the sleep op). Only a
- * communicator whose endpoints all use one transport sleeps (another one
- * that needs polling would stall meanwhile); SHOAL_ERR_UNSUPPORTED
- * otherwise. */
-shoal_status_t shoal_transport_sleep(struct shoal_comm *comm, uint64_t waited_ns,
-                                     uint64_t timeout_ns);
-
-/* Disconnect every endpoint and close every context. */
-void shoal_transport_teardown(struct shoal_comm *comm);
+/* The transports in order of preference (shared memory wherever it
+ * reaches, tcp elsewhere): SHOAL_NTRANSPORTS of them. */
+#define SHOAL_NTRANSPORTS 2
+extern const shoal_transport_ops_t *const shoal_transports[SHOAL_NTRANSPORTS];
 
 #endif

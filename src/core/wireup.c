@@ -1,24 +1,20 @@
-/* Transport registry and wireup: open each transport, exchange address
- * blobs over the bootstrap network, and connect every peer through the first
- * transport in list order that both ends have open and that reaches it.
+/* Wireup: open each transport, exchange address blobs over the bootstrap
+ * network, and connect every peer through the first transport in list
+ * order (transport/registry.c) that both ends have open and that reaches
+ * it.
  * This file is the one place where the communicator meets the transports:
  * it hands them the narrow shoal_tl_params_t built from it. */
-#include "transport.h"
+#include "wireup.h"
 
-#include "core/comm.h"
-#include "core/reg.h"
+#include "comm.h"
+#include "reg.h"
 #include "base/clock.h"
 #include "base/log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Order is preference: shared memory wherever it reaches, tcp elsewhere. */
-static const shoal_transport_ops_t *const transports[] = {
-    &shoal_shm_ops,
-    &shoal_tcp_ops,
-};
-#define NTRANSPORTS (sizeof(transports) / sizeof(transports[0]))
+#define NTRANSPORTS ((size_t)SHOAL_NTRANSPORTS) /* transport/registry.c */
 
 _Static_assert(NTRANSPORTS <= SHOAL_MAX_TRANSPORTS, "raise SHOAL_MAX_TRANSPORTS");
 /* The header the transports carry is the operation signature. */
@@ -40,9 +36,9 @@ static const uint8_t *wireup_secret(const void *handle)
 static void wireup_params(struct shoal_comm *comm, shoal_tl_params_t *par)
 {
     *par = (shoal_tl_params_t){
-        .rank = comm->rank,
-        .nranks = comm->nranks,
-        .chunk_size = comm->chunk_size,
+        .rank = comm->team.rank,
+        .nranks = comm->team.nranks,
+        .chunk_size = comm->team.chunk_size,
         .host_of = comm->host_of,
         .pids = comm->pids,
         .tags = (const uint8_t(*)[SHOAL_TL_TAG_BYTES])comm->tags,
@@ -61,13 +57,12 @@ typedef struct {
 static shoal_status_t wireup_exchange(struct shoal_comm *comm, const shoal_tl_params_t *par,
                                       size_t t, tl_addr_t *addrs)
 {
-    const shoal_transport_ops_t *ops = transports[t];
-    tl_addr_t *mine = &addrs[comm->rank];
+    const shoal_transport_ops_t *ops = shoal_transports[t];
+    tl_addr_t *mine = &addrs[comm->team.rank];
     memset(mine, 0, sizeof(*mine));
     shoal_tl_ctx_t *ctx = NULL;
     shoal_status_t s = ops->open(par, &ctx);
     if (s == SHOAL_OK) {
-        ctx->comm = comm;
         size_t len = SHOAL_TL_ADDR_MAX;
         s = ops->addr_pack(ctx, mine->blob, &len);
         if (s != SHOAL_OK || len == 0 || len > SHOAL_TL_ADDR_MAX) {
@@ -76,9 +71,9 @@ static shoal_status_t wireup_exchange(struct shoal_comm *comm, const shoal_tl_pa
             return s != SHOAL_OK ? s : SHOAL_ERR_INTERNAL;
         }
         mine->len = (uint32_t)len;
-        comm->tl_ctx[t] = ctx;
+        comm->team.tl_ctx[t] = ctx;
     } else if (s == SHOAL_ERR_UNSUPPORTED) {
-        shoal_debug(INIT, "transport %s not in use on rank %d", ops->name, comm->rank);
+        shoal_debug(INIT, "transport %s not in use on rank %d", ops->name, comm->team.rank);
     } else {
         return s;
     }
@@ -90,22 +85,22 @@ static shoal_status_t wireup_peer(struct shoal_comm *comm, const shoal_tl_params
 {
     for (size_t t = 0; t < NTRANSPORTS; t++) {
         const tl_addr_t *theirs = &addrs[t][peer];
-        if (!comm->tl_ctx[t] || theirs->len == 0)
+        if (!comm->team.tl_ctx[t] || theirs->len == 0)
             continue;
         shoal_tl_caps_t caps = {0};
-        shoal_status_t s = transports[t]->query(par, peer, &caps);
+        shoal_status_t s = shoal_transports[t]->query(par, peer, &caps);
         if (s != SHOAL_OK)
             return s;
         if (!caps.reachable)
             continue;
-        s = transports[t]->connect(comm->tl_ctx[t], peer, theirs->blob, theirs->len, deadline,
-                                   &comm->eps[peer]);
+        s = shoal_transports[t]->connect(comm->team.tl_ctx[t], peer, theirs->blob, theirs->len, deadline,
+                                   &comm->team.eps[peer]);
         if (s != SHOAL_OK)
             return s;
-        shoal_debug(INIT, "rank %d -> %d over %s", comm->rank, peer, transports[t]->name);
+        shoal_debug(INIT, "rank %d -> %d over %s", comm->team.rank, peer, shoal_transports[t]->name);
         return SHOAL_OK;
     }
-    shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s)", comm->rank, peer,
+    shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s)", comm->team.rank, peer,
                 comm->host_ids[peer]);
     return SHOAL_ERR_UNSUPPORTED;
 }
@@ -117,71 +112,51 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
     shoal_tl_params_t par;
     wireup_params(comm, &par);
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
-        addrs[t] = calloc((size_t)comm->nranks, sizeof(tl_addr_t));
+        addrs[t] = calloc((size_t)comm->team.nranks, sizeof(tl_addr_t));
         s = addrs[t] ? wireup_exchange(comm, &par, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
     }
-    comm->ntl = (int)NTRANSPORTS;
-    uint64_t deadline = shoal_deadline_after(comm->timeout_ns);
-    for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
-        if (peer != comm->rank)
+    comm->team.ntl = (int)NTRANSPORTS;
+    uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
+    for (int peer = 0; peer < comm->team.nranks && s == SHOAL_OK; peer++) {
+        if (peer != comm->team.rank)
             s = wireup_peer(comm, &par, peer, addrs, deadline);
     }
     if (s == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
-    comm->tl_sole = NULL;
-    for (int peer = 0; peer < comm->nranks && s == SHOAL_OK; peer++) {
-        shoal_tl_ctx_t *ctx = comm->eps[peer] ? comm->eps[peer]->ctx : NULL;
-        if (ctx && comm->tl_sole && ctx != comm->tl_sole) {
-            comm->tl_sole = NULL;
+    comm->team.tl_sole = NULL;
+    for (int peer = 0; peer < comm->team.nranks && s == SHOAL_OK; peer++) {
+        shoal_tl_ctx_t *ctx = comm->team.eps[peer] ? comm->team.eps[peer]->ctx : NULL;
+        if (ctx && comm->team.tl_sole && ctx != comm->team.tl_sole) {
+            comm->team.tl_sole = NULL;
             break;
         }
         if (ctx)
-            comm->tl_sole = ctx;
+            comm->team.tl_sole = ctx;
     }
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
-        if (comm->tl_ctx[t])
-            s = transports[t]->ready(comm->tl_ctx[t]);
+        if (comm->team.tl_ctx[t])
+            s = shoal_transports[t]->ready(comm->team.tl_ctx[t]);
     }
     for (size_t t = 0; t < NTRANSPORTS; t++)
         free(addrs[t]);
     return s;
 }
 
-shoal_status_t shoal_transport_progress(struct shoal_comm *comm)
-{
-    for (int t = 0; t < comm->ntl; t++) {
-        shoal_tl_ctx_t *ctx = comm->tl_ctx[t];
-        if (ctx) {
-            shoal_status_t s = ctx->ops->progress(ctx);
-            if (s != SHOAL_OK)
-                return s;
-        }
-    }
-    return SHOAL_OK;
-}
-
-shoal_status_t shoal_transport_sleep(struct shoal_comm *comm, uint64_t waited_ns,
-                                     uint64_t timeout_ns)
-{
-    shoal_tl_ctx_t *ctx = comm->tl_sole;
-    return ctx ? ctx->ops->sleep(ctx, waited_ns, timeout_ns) : SHOAL_ERR_UNSUPPORTED;
-}
-
 void shoal_transport_teardown(struct shoal_comm *comm)
 {
     /* Registrations hold memory-domain state of the contexts closed here. */
     shoal_reg_drop_domains(comm);
-    comm->tl_sole = NULL;
-    for (int peer = 0; comm->eps && peer < comm->nranks; peer++) {
-        if (comm->eps[peer]) {
-            comm->eps[peer]->ops->disconnect(comm->eps[peer]);
-            comm->eps[peer] = NULL;
+    comm->team.tl_sole = NULL;
+    for (int peer = 0; comm->team.eps && peer < comm->team.nranks; peer++) {
+        if (comm->team.eps[peer]) {
+            comm->team.eps[peer]->ops->disconnect(comm->team.eps[peer]);
+            comm->team.eps[peer] = NULL;
         }
     }
     for (size_t t = 0; t < NTRANSPORTS; t++) {
-        if (comm->tl_ctx[t]) {
-            comm->tl_ctx[t]->ops->close(comm->tl_ctx[t]);
-            comm->tl_ctx[t] = NULL;
+        if (comm->team.tl_ctx[t]) {
+            comm->team.tl_ctx[t]->ops->close(comm->team.tl_ctx[t]);
+            comm->team.tl_ctx[t] = NULL;
         }
     }
 }

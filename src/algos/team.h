@@ -1,0 +1,128 @@
+/* The team: what the algorithms see of a communicator. Its ranks, the
+ * endpoint to each peer and the transports that move their pieces, the
+ * pipeline piece, the deadline length, the kernels, the cluster view and
+ * the cost context selection reads, the running operation's header and
+ * counters, and the algorithms' own memory of past calls (the selection
+ * memo and the cached plans). The communicator (core/comm.h) embeds one and
+ * keeps everything else (bootstrap, executor, faults, registrations,
+ * shrink); what the schedules must ask of it (a fault watch, the reason of
+ * a failure, a registration) goes through the hooks it sets. */
+#ifndef SHOAL_TEAM_H
+#define SHOAL_TEAM_H
+
+#include "kernels.h"
+#include "topo/cluster.h"
+#include "topo/links.h"
+#include "transport/transport.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHOAL_MAX_TRANSPORTS 4
+/* Collective kinds the memo and the plan cache hold one entry for. */
+#define SHOAL_ALGO_MEMO_KINDS 16
+
+struct shoal_team;
+struct shoal_plan;
+
+/* The cost model's last choice for one collective and the arguments it
+ * was made for (select.c). */
+typedef struct {
+    const void *algo; /* const shoal_algo_ops_t *; NULL before the first */
+    size_t count;
+    int dtype, op, root;
+    unsigned settings; /* shoal_config_generation() then */
+} shoal_algo_memo_t;
+
+/* What a schedule asks of the team's owner. */
+typedef struct shoal_team_hooks {
+    size_t size; /* sizeof(shoal_team_hooks_t) */
+    /* A wait has gone on for a while: SHOAL_OK to go on, or the error of
+     * a rank that died or failed elsewhere. */
+    shoal_status_t (*watch)(struct shoal_team *team);
+    /* Why the running operation is about to fail, for its error message
+     * (the first reason is kept). */
+    void (*cause)(struct shoal_team *team, const char *text);
+    /* A piece from peer carries header hdr (SHOAL_TL_HDR_BYTES), not the
+     * running operation's: logs both and returns SHOAL_ERR_MISMATCH. */
+    shoal_status_t (*mismatch)(struct shoal_team *team, int peer, const void *hdr);
+    /* Transport tl's registration (tl indexes tl_ctx) of the memory that
+     * holds [buf, buf + len), registering a shareable block on first use;
+     * NULL when there is none. */
+    shoal_mem_t *(*mem_of)(struct shoal_team *team, int tl, const void *buf, size_t len);
+} shoal_team_hooks_t;
+
+/* What selection's cost model reads besides the team's shape: the link
+ * classes (topo/links.h) and the slowest link any two ranks use, for the
+ * flat algorithms. */
+typedef struct {
+    shoal_links_t links;
+    double link_lat_s;
+    double link_bw_Bps;
+} shoal_cost_ctx_t;
+
+/* cost->link_lat_s and link_bw_Bps from cost->links: the flat algorithms
+ * plan for the slowest link any two ranks use (between hosts when there
+ * are several). */
+void shoal_cost_flat(shoal_cost_ctx_t *cost, int nhosts);
+
+typedef struct shoal_team {
+    int rank;
+    int nranks;
+    int nhosts;
+    uint64_t timeout_ns;      /* deadline length of every blocking wait */
+    size_t chunk_size;        /* bytes per pipeline piece and transport slot */
+    /* Hosts, local ranks, rails and ring order (topo/cluster.h). */
+    shoal_cluster_t cluster;
+    shoal_cost_ctx_t cost;
+
+    shoal_ep_t **eps;         /* eps[peer]; NULL for self */
+    shoal_tl_ctx_t *tl_ctx[SHOAL_MAX_TRANSPORTS]; /* open transports, NULL-terminated */
+    int ntl;
+    /* The one transport every endpoint uses, when there is one (waits may
+     * then sleep in it); NULL when endpoints span transports. */
+    shoal_tl_ctx_t *tl_sole;
+
+    /* Every pass over local memory (kernels.h) and the kernels' state. */
+    const shoal_kernels_t *kern;
+    void *kern_ctx;
+
+    /* The running operation: the header every piece carries (its
+     * signature, set by the owner) and whether its output streams past the
+     * caches (shoal_move_out). */
+    unsigned char hdr[SHOAL_TL_HDR_BYTES];
+    int stream_out;
+    /* Payload bytes this rank posted to and took from its endpoints over
+     * the team's life (prims.c, xfer.c). */
+    uint64_t tx_bytes, rx_bytes;
+    /* Set by an abort from any thread; every wait polls it. */
+    atomic_int aborted;
+
+    shoal_algo_memo_t memo[SHOAL_ALGO_MEMO_KINDS]; /* select.c, per collective kind */
+    struct shoal_plan *plans[SHOAL_ALGO_MEMO_KINDS]; /* plan.c, per collective kind */
+
+    const shoal_team_hooks_t *hooks;
+} shoal_team_t;
+
+/* Peer's endpoint; NULL for self. */
+static inline shoal_ep_t *shoal_team_ep(const shoal_team_t *team, int peer)
+{
+    return team->eps[peer];
+}
+
+/* Progress every open transport of team. */
+shoal_status_t shoal_team_progress(shoal_team_t *team);
+/* A wait that has found nothing for waited_ns: let the transport sleep
+ * until a peer may have moved something (see the transports' sleep op).
+ * Only a team whose endpoints all use one transport sleeps (another one
+ * that needs polling would stall meanwhile); SHOAL_ERR_UNSUPPORTED
+ * otherwise. */
+shoal_status_t shoal_team_sleep(shoal_team_t *team, uint64_t waited_ns, uint64_t timeout_ns);
+/* The hooks, formatted where they take text. */
+shoal_status_t shoal_team_watch(shoal_team_t *team);
+void shoal_team_cause(shoal_team_t *team, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+shoal_status_t shoal_team_mismatch(shoal_team_t *team, int peer, const void *hdr);
+
+#endif
