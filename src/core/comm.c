@@ -7,6 +7,7 @@
 #include "exec.h"
 #include "fault.h"
 #include "flight.h"
+#include "handle.h"
 #include "link_probe.h"
 #include "reg.h"
 #include "wireup.h"
@@ -18,67 +19,83 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-/* Live communicators of this process: API calls check membership before
- * touching a handle, so a destroyed one is refused instead of used. */
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct shoal_comm **registry;
-static size_t registry_len, registry_cap;
-static uint64_t registry_serial;
+/* Communicator handles. A communicator lives in a shell of comm_pool
+ * (core/handle.h), whose memory is never given back, so an API call checks
+ * its handle by reading the handle's magic rather than by looking it up in
+ * a table under a process-wide lock, which every call on every
+ * communicator would take.
+ *
+ * A communicator whose address was reused: shoal_comm_reenter must refuse a
+ * communicator that was freed while its caller was away, even when a new
+ * one has been made at the same address since. With the table gone, the
+ * shell's serial says which communicator lives in it: it is set, from a
+ * process-wide counter, each time a communicator is made in the shell, and
+ * reenter compares it with the one its caller saved. Keeping a table only
+ * for reenter would bring the lock back on the path of every init and
+ * destroy for the sake of a rare call; the shells make it unnecessary. */
+static shoal_handle_pool_t comm_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_comm, "communicator");
+static _Atomic uint64_t comm_serials;
+
+/* The handle fields that a new communicator in a reused shell keeps
+ * (comm.h): magic, serial and active, together. */
+_Static_assert(offsetof(struct shoal_comm, serial) == offsetof(struct shoal_comm, magic) + 8 &&
+                   offsetof(struct shoal_comm, active) ==
+                       offsetof(struct shoal_comm, serial) + 8,
+               "magic, serial and active must stay together in struct shoal_comm");
+
+/* A shell for a new communicator, every field reset but the handle's: a
+ * stale handle's call may be reading magic and serial and counting itself
+ * in active at this moment, and it backs off when it sees magic (0 until
+ * comm_publish), touching nothing else. */
+static struct shoal_comm *comm_shell_new(void)
+{
+    struct shoal_comm *comm = shoal_handle_alloc(&comm_pool);
+    if (!comm)
+        return NULL;
+    memset(comm, 0, offsetof(struct shoal_comm, magic));
+    size_t tail = offsetof(struct shoal_comm, active) + sizeof(comm->active);
+    memset((char *)comm + tail, 0, sizeof(*comm) - tail);
+    return comm;
+}
+
+/* Let API calls in: a serial of its own first, then the magic that makes
+ * it valid (seq_cst, as the stores of abort and destroy). */
+static void comm_publish(struct shoal_comm *comm)
+{
+    atomic_store(&comm->serial, atomic_fetch_add(&comm_serials, 1) + 1);
+    atomic_store(&comm->magic, SHOAL_COMM_LIVE);
+}
+
+/* Take comm from a live state to what (0 or SHOAL_COMM_ABORTING); 0 when
+ * another thread did first or comm is not a live communicator. */
+static int comm_unpublish(struct shoal_comm *comm, uint64_t what)
+{
+    uint64_t live = SHOAL_COMM_LIVE;
+    return comm && shoal_handle_owns(&comm_pool, comm) &&
+           atomic_compare_exchange_strong(&comm->magic, &live, what);
+}
+
+/* Calls that counted themselves in comm before its magic was cleared have
+ * left; calls after see the cleared magic and touch nothing else. */
+static void comm_wait_calls(struct shoal_comm *comm)
+{
+    while (atomic_load(&comm->active) > 0)
+        sched_yield();
+}
 
 static _Thread_local char thread_error[SHOAL_ERROR_MAX];
 
-static shoal_status_t registry_add(struct shoal_comm *comm)
-{
-    shoal_status_t status = SHOAL_OK;
-    pthread_mutex_lock(&registry_lock);
-    if (registry_len == registry_cap) {
-        size_t cap = registry_cap ? 2 * registry_cap : 16;
-        struct shoal_comm **r = realloc(registry, cap * sizeof(*r));
-        if (!r) {
-            status = SHOAL_ERR_NO_MEMORY;
-            goto out_unlock;
-        }
-        registry = r;
-        registry_cap = cap;
-    }
-    registry[registry_len++] = comm;
-    comm->serial = ++registry_serial;
-out_unlock:
-    pthread_mutex_unlock(&registry_lock);
-    return status;
-}
-
-/* Returns 1 if comm was registered (and now is not). */
-static int registry_remove(struct shoal_comm *comm)
-{
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len; i++) {
-        if (registry[i] == comm) {
-            registry[i] = registry[--registry_len];
-            found = 1;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return found;
-}
-
 int shoal_comm_valid(const struct shoal_comm *comm)
 {
-    int found = 0;
-    if (!comm)
-        return 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len && !found; i++)
-        found = registry[i] == comm;
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    return shoal_handle_owns(&comm_pool, comm) &&
+           atomic_load_explicit(&((struct shoal_comm *)comm)->magic, memory_order_acquire) ==
+               SHOAL_COMM_LIVE;
 }
 
 static shoal_status_t record_error(char *buf, shoal_status_t status, const char *fmt,
@@ -131,18 +148,24 @@ shoal_status_t shoal_comm_set_error(struct shoal_comm *comm, shoal_status_t stat
     return status;
 }
 
-/* Count a call in flight if comm is registered; under the registry lock so
- * that abort, which unregisters first, sees every call that got in. */
-static int comm_try_enter(struct shoal_comm *comm)
+/* Count a call in flight in comm, then read its magic (and serial, when
+ * not 0): the count comes first, so that an abort or destroy, which clears
+ * the magic and then waits for the count to drop, either is seen by this
+ * call or sees it (both sides seq_cst). Returns the magic the call saw,
+ * SHOAL_COMM_LIVE or SHOAL_COMM_ABORTING, with the call counted; 0, not
+ * counted, if comm is not a communicator's shell, not live, or another
+ * serial's. Nothing of comm but its handle fields is read. */
+static uint64_t comm_try_enter(struct shoal_comm *comm, uint64_t serial)
 {
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len && !found; i++)
-        found = registry[i] == comm;
-    if (found)
-        atomic_fetch_add_explicit(&comm->active, 1, memory_order_acq_rel);
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    if (!shoal_handle_owns(&comm_pool, comm))
+        return 0;
+    atomic_fetch_add(&comm->active, 1);
+    uint64_t magic = atomic_load(&comm->magic);
+    if ((magic == SHOAL_COMM_LIVE || magic == SHOAL_COMM_ABORTING) &&
+        (!serial || atomic_load(&comm->serial) == serial))
+        return magic;
+    atomic_fetch_sub(&comm->active, 1);
+    return 0;
 }
 
 void shoal_comm_leave(struct shoal_comm *comm)
@@ -167,16 +190,23 @@ shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller)
 {
     if (!comm)
         return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: communicator is NULL", caller);
-    if (!comm_try_enter(comm))
+    uint64_t magic = comm_try_enter(comm, 0);
+    if (!magic)
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "%s: communicator %p is not valid (destroyed or never created)",
                            caller, (void *)comm);
     shoal_status_t s = SHOAL_OK;
     int err = atomic_load_explicit(&comm->error, memory_order_acquire);
-    if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
+    if (magic == SHOAL_COMM_ABORTING) {
+        /* The call met an abort under way, which waits for it: it is
+         * refused as a call that got in just before would be, with the
+         * reason kept for this thread, as comm is about to go. */
+        s = thread_fail(SHOAL_ERR_ABORTED, "%s: communicator was aborted", caller);
+    } else if (atomic_load_explicit(&comm->team.aborted, memory_order_acquire)) {
         s = shoal_comm_fail(comm, SHOAL_ERR_ABORTED, "%s: communicator was aborted", caller);
-    else if (err != SHOAL_OK)
+    } else if (err != SHOAL_OK) {
         s = comm_broken(comm, caller, (shoal_status_t)err);
+    }
     if (s != SHOAL_OK)
         shoal_comm_leave(comm);
     return s;
@@ -186,25 +216,23 @@ shoal_status_t shoal_comm_enter_any(struct shoal_comm *comm, const char *caller)
 {
     if (!comm)
         return thread_fail(SHOAL_ERR_INVALID_ARG, "%s: communicator is NULL", caller);
-    if (!comm_try_enter(comm))
+    uint64_t magic = comm_try_enter(comm, 0);
+    if (magic == SHOAL_COMM_ABORTING)
+        shoal_comm_leave(comm);
+    if (magic != SHOAL_COMM_LIVE)
         return thread_fail(SHOAL_ERR_INVALID_ARG,
-                           "%s: communicator %p is not valid (destroyed or never created)",
-                           caller, (void *)comm);
+                           "%s: communicator %p is not valid (destroyed, aborted or never "
+                           "created)", caller, (void *)comm);
     return SHOAL_OK;
 }
 
 int shoal_comm_reenter(struct shoal_comm *comm, uint64_t serial)
 {
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    /* Only a registered comm is dereferenced: a freed one is not in the
-     * table, and one made since at the same address has another serial. */
-    for (size_t i = 0; i < registry_len && !found; i++)
-        found = registry[i] == comm && comm->serial == serial;
-    if (found)
-        atomic_fetch_add_explicit(&comm->active, 1, memory_order_acq_rel);
-    pthread_mutex_unlock(&registry_lock);
-    return found;
+    /* A serial is never 0, so a comm of any serial is not accepted. */
+    uint64_t magic = serial ? comm_try_enter(comm, serial) : 0;
+    if (magic == SHOAL_COMM_ABORTING)
+        shoal_comm_leave(comm);
+    return magic == SHOAL_COMM_LIVE;
 }
 
 const char *shoal_comm_last_error(shoal_comm_t comm)
@@ -343,7 +371,10 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->pids);
     free(comm->tags);
     pthread_mutex_destroy(&comm->watch_lock);
-    free(comm);
+    /* Stale handles read the magic: it says "not a communicator" before the
+     * shell can hold another. */
+    atomic_store(&comm->magic, 0);
+    shoal_handle_free(&comm_pool, comm);
 }
 
 shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank,
@@ -362,7 +393,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         return thread_fail(SHOAL_ERR_INVALID_ARG, "shoal_comm_init: SHOAL_ALGO=%s is not valid",
                            cfg->algo.algo);
 
-    struct shoal_comm *comm = calloc(1, sizeof(*comm));
+    struct shoal_comm *comm = comm_shell_new();
     if (!comm)
         return thread_fail(SHOAL_ERR_NO_MEMORY, "shoal_comm_init: out of memory");
     shoal_log_clear_error();
@@ -397,9 +428,7 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     s = shoal_exec_create(comm);
     if (s != SHOAL_OK)
         goto err_free;
-    s = registry_add(comm);
-    if (s != SHOAL_OK)
-        goto err_free;
+    comm_publish(comm);
     shoal_info(INIT, "rank %d/%d ready: %d host(s), chunk %zu B", rank, nranks,
                comm->team.nhosts, comm->team.chunk_size);
     *comm_p = comm;
@@ -518,9 +547,10 @@ static shoal_status_t comm_destroy(shoal_comm_t comm, int wait_peers)
     if (wait_peers && s == SHOAL_OK && !atomic_load(&comm->team.aborted) &&
         atomic_load(&comm->error) == SHOAL_OK)
         s = shoal_bootstrap_barrier(comm->bootstrap);
-    if (!registry_remove(comm))
+    if (!comm_unpublish(comm, 0))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_destroy: communicator %p destroyed twice", (void *)comm);
+    comm_wait_calls(comm);
     comm_free(comm);
     if (s != SHOAL_OK)
         thread_fail(s, "shoal_comm_destroy: %s",
@@ -540,7 +570,7 @@ shoal_status_t shoal_comm_release(shoal_comm_t comm)
 
 shoal_status_t shoal_comm_abort(shoal_comm_t comm)
 {
-    if (!comm || !registry_remove(comm))
+    if (!comm_unpublish(comm, SHOAL_COMM_ABORTING))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
     atomic_store_explicit(&comm->team.aborted, 1, memory_order_release);
@@ -550,8 +580,7 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
      * blocking call whose task is still queued runs it, which fails at
      * once. Only then is the queue torn down: operations left in it (the
      * non-blocking ones) complete with SHOAL_ERR_ABORTED. */
-    while (atomic_load_explicit(&comm->active, memory_order_acquire) > 0)
-        sched_yield();
+    comm_wait_calls(comm);
     shoal_exec_destroy(comm, 0);
     comm_free(comm);
     return SHOAL_OK;

@@ -86,11 +86,22 @@ struct shoal_comm {
     struct shoal_flight *flight; /* recent operations, logged on a failure (flight.h) */
     uint64_t flight_cur;      /* the running task's record; executor only */
 
-    uint64_t serial;          /* distinct for every communicator this process made */
-    atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
+    /* The handle (comm.c, core/handle.h): comm's memory is a shell of the
+     * communicator pool, never freed, so a stale handle may still read
+     * magic and serial and count itself in active, and a new communicator
+     * in the shell resets every field but these three, which stay
+     * together in this order. magic is SHOAL_COMM_LIVE while comm may be
+     * entered, SHOAL_COMM_ABORTING during its abort, 0 otherwise; serial is
+     * distinct for every communicator this process made. */
+    _Atomic uint64_t magic;
+    _Atomic uint64_t serial;
     atomic_int active;        /* API calls in flight; abort waits for them */
+    atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     char last_error[SHOAL_ERROR_MAX];
 };
+
+#define SHOAL_COMM_LIVE 0x73686f616c636f6dull     /* "shoalcom" */
+#define SHOAL_COMM_ABORTING 0x73686f616c61626full /* "shoalabo" */
 
 /* Record the reason of a failure on comm (shoal_comm_last_error) and log it
  * at error level once. Returns status, so callers can `return
@@ -98,7 +109,9 @@ struct shoal_comm {
 shoal_status_t shoal_comm_fail(struct shoal_comm *comm, shoal_status_t status,
                                const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Whether comm is a live communicator of this process. */
+/* Whether comm is a live communicator of this process: a shell of the
+ * communicator pool whose magic says live. Takes no lock and reads nothing
+ * but the pool's table and comm's magic. */
 int shoal_comm_valid(const struct shoal_comm *comm);
 
 /* API entry: comm live, not aborted, no sticky error; on SHOAL_OK the call
@@ -114,7 +127,9 @@ shoal_status_t shoal_comm_enter_any(struct shoal_comm *comm, const char *caller)
 
 /* Enter comm again after leaving it, if it is still the live communicator
  * of that serial (not freed meanwhile, its address not reused); 1 if so,
- * and the caller then leaves it with shoal_comm_leave. Records nothing. */
+ * and the caller then leaves it with shoal_comm_leave. Records nothing.
+ * Safe on a freed comm: its shell stays readable and a communicator made
+ * in it since has another serial. */
 int shoal_comm_reenter(struct shoal_comm *comm, uint64_t serial);
 
 /* shoal_comm_destroy without its closing barrier: the queue drains and
