@@ -11,7 +11,24 @@
  * a piece at a time, in steps that never wait, and each task completes when
  * its message has. A send therefore never waits for a receive that its own
  * rank issues later, whatever the order. A collective or a group waits until
- * the session is empty, since it shares the endpoints' FIFOs with it. */
+ * the session is empty, since it shares the endpoints' FIFOs with it.
+ *
+ * Locks. Each communicator's executor has its own lock and its own
+ * condition variable: a completion wakes only the threads waiting on that
+ * communicator, and calls on different communicators never take the same
+ * lock. A wait is always on one task, so it sleeps on that task's executor
+ * (a wait on several requests waits for each in turn, shoal_wait_all); it
+ * sleeps in slices of EXEC_NAP_NS and looks again after each, so that even
+ * a wake-up that no path sends would cost a slice, never the wait (the
+ * operations themselves carry the deadlines). An executor outlives its
+ * communicator while tasks refer to it: requests stay valid after destroy
+ * and abort, and their waits take its lock.
+ *
+ * Requests live in a handle pool (handle.h) and are checked by their magic.
+ * A request recorded in a group is bound to its task only at the group's
+ * end; a wait on it before that (from another thread) sleeps on a
+ * process-wide condition that binding and completion signal only when such
+ * a waiter exists (unbound_*), so that the common path takes no shared lock. */
 #include "exec.h"
 
 #include "base/clock.h"
@@ -19,6 +36,7 @@
 #include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
+#include "handle.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -29,26 +47,32 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The longest a waiter sleeps before it looks at its task again. */
+#define EXEC_NAP_NS 100000000ull
+
 struct shoal_task {
     struct shoal_comm *comm;
+    struct shoal_exec *ex;    /* comm's executor, which the task keeps alive */
     shoal_task_t *next;       /* queue link */
     uint64_t deadline_ns;     /* p2p session: when its message is overdue */
     shoal_call_t *calls;
     size_t ncalls;
-    int refs;                 /* queue + waiter + bound requests */
+    atomic_int refs;          /* queue + waiter + bound requests */
     int on_stack;             /* a blocking call's own: never freed */
     int borrowed;             /* calls belong to the submitter (a group) */
     uint64_t flight;          /* its flight recorder record */
-    int done;
+    atomic_int done;          /* set, under the executor's lock, after status */
     shoal_status_t status;
     shoal_call_t one;         /* storage for a single call */
 };
 
+#define REQ_LIVE 0x73686f616c726571ull /* "shoalreq" */
+
 struct shoal_request {
-    shoal_task_t *task;       /* NULL until bound, or when completed alone */
-    int done;                 /* completed alone, with status */
+    _Atomic uint64_t magic;   /* REQ_LIVE from new until freed */
+    shoal_task_t *_Atomic task; /* NULL until bound, or when completed alone */
+    atomic_int done;          /* completed alone, with status */
     shoal_status_t status;
-    struct shoal_request *prev, *next; /* live requests, for validity checks */
 };
 
 /* The messages of a p2p session, one per task, in issue order. */
@@ -59,20 +83,61 @@ typedef struct {
 } xfer_list_t;
 
 struct shoal_exec {
+    pthread_mutex_t lock;     /* everything below but refs, and the tasks' completion */
+    pthread_cond_t done;      /* a task completed, or work was left with nobody running it */
+    pthread_cond_t work;      /* wakes the progress thread; both on CLOCK_MONOTONIC */
+    atomic_int refs;          /* the communicator's, and one per heap task */
     shoal_task_t *head, *tail;
     xfer_list_t sends, recvs; /* the p2p session */
     int running;              /* a thread is running a task of this queue */
-    int thread_mode;          /* SHOAL_PROGRESS=thread */
+    int thread_mode;          /* SHOAL_PROGRESS=thread; fixed at create */
     int has_thread;
     int stop;
     pthread_t thread;
-    pthread_cond_t work;      /* wakes the progress thread (CLOCK_MONOTONIC) */
     struct shoal_comm *comm;
 };
 
-static pthread_mutex_t exec_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t exec_done = PTHREAD_COND_INITIALIZER; /* some task completed */
-static struct shoal_request *live_reqs;
+static shoal_handle_pool_t req_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_request, "request");
+
+/* Waits on requests not yet bound to a task (see the top of this file). */
+static pthread_mutex_t unbound_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t unbound_cond = PTHREAD_COND_INITIALIZER;
+static atomic_int unbound_waiters;
+
+static struct timespec nap_until(clockid_t clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    uint64_t ns = (uint64_t)ts.tv_nsec + EXEC_NAP_NS;
+    ts.tv_sec += (time_t)(ns / 1000000000ull);
+    ts.tv_nsec = (long)(ns % 1000000000ull);
+    return ts;
+}
+
+/* Lock held: sleep until woken, or a nap passed. */
+static void exec_nap(struct shoal_exec *ex)
+{
+    struct timespec ts = nap_until(CLOCK_MONOTONIC);
+    pthread_cond_timedwait(&ex->done, &ex->lock, &ts);
+}
+
+/* Drop a reference to ex; the last frees it. The last is never dropped
+ * with ex's lock held: while the communicator lives its reference outlasts
+ * every holder of the lock, and after shoal_exec_destroy only the tasks of
+ * requests hold references, which their waiters drop after unlocking. */
+static void exec_unref(struct shoal_exec *ex)
+{
+    if (atomic_fetch_sub_explicit(&ex->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    pthread_cond_destroy(&ex->work);
+    pthread_cond_destroy(&ex->done);
+    pthread_mutex_destroy(&ex->lock);
+    free(ex->sends.x);
+    free(ex->sends.task);
+    free(ex->recvs.x);
+    free(ex->recvs.task);
+    free(ex);
+}
 
 /* A lone send or receive, which joins the p2p session. */
 static int task_is_p2p(const shoal_task_t *t)
@@ -85,23 +150,32 @@ static int session_active(const struct shoal_exec *ex)
     return ex->sends.n + ex->recvs.n > 0;
 }
 
-/* Lock held. */
+/* Drop a reference to t; the last frees a heap task and its reference to
+ * the executor. May run with the executor's lock held: the last reference
+ * to the executor is not the task's then (see exec_unref). */
 static void task_release(shoal_task_t *t)
 {
-    if (--t->refs == 0 && !t->on_stack) {
-        if (t->calls != &t->one && !t->borrowed)
-            free(t->calls);
-        free(t);
-    }
+    if (atomic_fetch_sub_explicit(&t->refs, 1, memory_order_acq_rel) != 1 || t->on_stack)
+        return;
+    struct shoal_exec *ex = t->ex;
+    if (t->calls != &t->one && !t->borrowed)
+        free(t->calls);
+    free(t);
+    exec_unref(ex);
 }
 
 /* Lock held. */
 static void task_complete(shoal_task_t *t, shoal_status_t status)
 {
     shoal_flight_finish(t->comm->flight, t->flight, status);
-    t->done = 1;
     t->status = status;
+    atomic_store_explicit(&t->done, 1, memory_order_release);
     task_release(t); /* the queue's reference */
+}
+
+static int task_done(const shoal_task_t *t)
+{
+    return atomic_load_explicit(&((shoal_task_t *)t)->done, memory_order_acquire);
 }
 
 static shoal_status_t task_exec(struct shoal_comm *comm, shoal_task_t *t)
@@ -123,13 +197,13 @@ static void exec_run_head(struct shoal_exec *ex)
     if (!ex->head)
         ex->tail = NULL;
     ex->running = 1;
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     t->comm->flight_cur = t->flight;
     shoal_status_t s = task_exec(t->comm, t);
-    pthread_mutex_lock(&exec_lock);
+    pthread_mutex_lock(&ex->lock);
     ex->running = 0;
     task_complete(t, s);
-    pthread_cond_broadcast(&exec_done);
+    pthread_cond_broadcast(&ex->done);
     if (ex->head && ex->has_thread)
         pthread_cond_signal(&ex->work);
 }
@@ -213,11 +287,12 @@ static shoal_status_t session_absorb(struct shoal_exec *ex)
  * newly queued sends and receives, move what can move, complete what is
  * done. A failure (or a message past its deadline) fails the whole session:
  * the FIFOs it shares are in an unknown state. */
-static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
+static void session_step(struct shoal_exec *ex)
 {
+    struct shoal_comm *comm = ex->comm;
     shoal_status_t s = session_absorb(ex);
     ex->running = 1;
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     int moved = 0;
     shoal_coll_begin_p2p(comm);
     if (s == SHOAL_OK)
@@ -226,29 +301,29 @@ static void session_step(struct shoal_exec *ex, struct shoal_comm *comm)
         s = shoal_fault_watch(comm, 0);
     if (s == SHOAL_OK && atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
-    pthread_mutex_lock(&exec_lock);
+    pthread_mutex_lock(&ex->lock);
     if (s == SHOAL_OK && !moved) {
         uint64_t now = shoal_coarse_now_ns();
         if (list_overdue(&ex->sends, 1, now, comm) || list_overdue(&ex->recvs, 0, now, comm))
             s = SHOAL_ERR_TIMEOUT;
     }
     if (s != SHOAL_OK && s != SHOAL_ERR_ABORTED) {
-        pthread_mutex_unlock(&exec_lock);
+        pthread_mutex_unlock(&ex->lock);
         s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ex->sends.n, ex->recvs.n);
-        pthread_mutex_lock(&exec_lock);
+        pthread_mutex_lock(&ex->lock);
     }
     ex->running = 0;
     size_t before = ex->sends.n + ex->recvs.n;
     list_reap(&ex->sends, 1, s);
     list_reap(&ex->recvs, 0, s);
     if (ex->sends.n + ex->recvs.n < before || s != SHOAL_OK)
-        pthread_cond_broadcast(&exec_done);
+        pthread_cond_broadcast(&ex->done);
     if (!moved && s == SHOAL_OK && session_active(ex)) {
         /* Nothing arrived: let the peers' processes run (ranks may share
          * cores) before polling again. */
-        pthread_mutex_unlock(&exec_lock);
+        pthread_mutex_unlock(&ex->lock);
         sched_yield();
-        pthread_mutex_lock(&exec_lock);
+        pthread_mutex_lock(&ex->lock);
     }
 }
 
@@ -263,10 +338,8 @@ static int exec_ready(const struct shoal_exec *ex)
  * or one step of the p2p session). */
 static void exec_step(struct shoal_exec *ex)
 {
-    struct shoal_comm *comm = ex->head ? ex->head->comm : ex->sends.n ? ex->sends.task[0]->comm
-                                                                      : ex->recvs.task[0]->comm;
     if (session_active(ex) || task_is_p2p(ex->head))
-        session_step(ex, comm);
+        session_step(ex);
     else
         exec_run_head(ex);
 }
@@ -274,7 +347,7 @@ static void exec_step(struct shoal_exec *ex)
 static void *exec_thread(void *arg)
 {
     struct shoal_exec *ex = arg;
-    pthread_mutex_lock(&exec_lock);
+    pthread_mutex_lock(&ex->lock);
     uint64_t beat = shoal_config_get()->core.heartbeat_ns;
     while (!ex->stop) {
         if (exec_ready(ex)) {
@@ -286,15 +359,24 @@ static void *exec_thread(void *arg)
         uint64_t until = shoal_now_ns() + beat;
         struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                               .tv_nsec = (long)(until % 1000000000ull)};
-        if (pthread_cond_timedwait(&ex->work, &exec_lock, &ts) == ETIMEDOUT && !ex->stop &&
+        if (pthread_cond_timedwait(&ex->work, &ex->lock, &ts) == ETIMEDOUT && !ex->stop &&
             !exec_ready(ex)) {
-            pthread_mutex_unlock(&exec_lock);
+            pthread_mutex_unlock(&ex->lock);
             shoal_fault_watch(ex->comm, 1);
-            pthread_mutex_lock(&exec_lock);
+            pthread_mutex_lock(&ex->lock);
         }
     }
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     return NULL;
+}
+
+static void cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
 }
 
 shoal_status_t shoal_exec_create(struct shoal_comm *comm)
@@ -304,11 +386,10 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "no memory for the operation queue");
     ex->thread_mode = shoal_config_get()->algo.progress_thread;
     ex->comm = comm;
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&ex->work, &attr);
-    pthread_condattr_destroy(&attr);
+    atomic_init(&ex->refs, 1);
+    pthread_mutex_init(&ex->lock, NULL);
+    cond_init_monotonic(&ex->done);
+    cond_init_monotonic(&ex->work);
     comm->exec = ex;
     return SHOAL_OK;
 }
@@ -319,26 +400,26 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     if (!ex)
         return SHOAL_OK;
     shoal_status_t first = SHOAL_OK;
-    pthread_mutex_lock(&exec_lock);
+    pthread_mutex_lock(&ex->lock);
     if (drain) {
         /* Run what is queued, here if nobody else does. */
         while (ex->head || session_active(ex) || ex->running) {
             if (exec_ready(ex)) {
                 shoal_task_t *t = ex->head;
                 if (t)
-                    t->refs++;
+                    atomic_fetch_add_explicit(&t->refs, 1, memory_order_relaxed);
                 exec_step(ex);
-                if (t && t->done && t->status != SHOAL_OK && first == SHOAL_OK)
+                if (t && task_done(t) && t->status != SHOAL_OK && first == SHOAL_OK)
                     first = t->status;
                 if (t)
                     task_release(t);
             } else {
-                pthread_cond_wait(&exec_done, &exec_lock);
+                exec_nap(ex);
             }
         }
     }
     while (ex->running)
-        pthread_cond_wait(&exec_done, &exec_lock);
+        exec_nap(ex);
     list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
     list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
     while (ex->head) {
@@ -349,26 +430,21 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     ex->tail = NULL;
     ex->stop = 1;
     pthread_cond_signal(&ex->work);
-    pthread_cond_broadcast(&exec_done);
+    pthread_cond_broadcast(&ex->done);
     /* An aborted run notices the flag at its next poll; wait for it so that
      * nobody touches comm once this returns. */
     while (ex->running)
-        pthread_cond_wait(&exec_done, &exec_lock);
+        exec_nap(ex);
     int joined = ex->has_thread;
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     if (joined)
         pthread_join(ex->thread, NULL);
-    pthread_cond_destroy(&ex->work);
-    free(ex->sends.x);
-    free(ex->sends.task);
-    free(ex->recvs.x);
-    free(ex->recvs.task);
-    free(ex);
     comm->exec = NULL;
+    /* Requests may still hold tasks of ex: it goes with the last of them. */
+    exec_unref(ex);
     return first;
 }
 
-/* Lock held. Append t to comm's queue. */
 /* Bytes a call moves out of this rank, roughly: for the flight recorder. */
 static size_t call_bytes(const struct shoal_comm *comm, const shoal_call_t *c)
 {
@@ -386,9 +462,10 @@ static size_t call_bytes(const struct shoal_comm *comm, const shoal_call_t *c)
     return n * shoal_dtype_bytes(a->dtype);
 }
 
-static void exec_append(struct shoal_comm *comm, shoal_task_t *t)
+/* Lock held. Append t to its communicator's queue. */
+static void exec_append(struct shoal_exec *ex, shoal_task_t *t)
 {
-    struct shoal_exec *ex = comm->exec;
+    struct shoal_comm *comm = t->comm;
     size_t bytes = 0;
     for (size_t i = 0; i < t->ncalls; i++)
         bytes += call_bytes(comm, &t->calls[i]);
@@ -405,6 +482,7 @@ static void exec_append(struct shoal_comm *comm, shoal_task_t *t)
 static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *calls,
                                  size_t ncalls, int refs, int borrow, shoal_task_t **task_p)
 {
+    struct shoal_exec *ex = comm->exec;
     shoal_task_t *t = calloc(1, sizeof(*t));
     if (!t)
         return SHOAL_ERR_NO_MEMORY;
@@ -424,23 +502,25 @@ static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *ca
     }
     t->ncalls = ncalls;
     t->comm = comm;
-    t->refs = refs;
-    exec_append(comm, t);
+    t->ex = ex;
+    atomic_init(&t->refs, refs);
+    atomic_init(&t->done, 0);
+    atomic_fetch_add_explicit(&ex->refs, 1, memory_order_relaxed);
+    exec_append(ex, t);
     *task_p = t;
     return SHOAL_OK;
 }
 
 /* Lock held: wake the progress thread, starting it on first use. */
-static shoal_status_t exec_kick(struct shoal_comm *comm)
+static shoal_status_t exec_kick(struct shoal_exec *ex)
 {
-    struct shoal_exec *ex = comm->exec;
     if (!ex->thread_mode)
         return SHOAL_OK;
     if (!ex->has_thread) {
         int e = pthread_create(&ex->thread, NULL, exec_thread, ex);
         if (e) {
-            shoal_error(INIT, "rank %d: cannot start the progress thread: %s", comm->team.rank,
-                        strerror(e));
+            shoal_error(INIT, "rank %d: cannot start the progress thread: %s",
+                        ex->comm->team.rank, strerror(e));
             return SHOAL_ERR_SYSTEM;
         }
         ex->has_thread = 1;
@@ -449,16 +529,16 @@ static shoal_status_t exec_kick(struct shoal_comm *comm)
     return SHOAL_OK;
 }
 
-/* Lock held: wait for t, running queued tasks of its queue when nobody
- * else does (only up to t's completion). */
+/* t's executor's lock held: wait for t, running queued tasks of its queue
+ * when nobody else does (only up to t's completion). */
 static void exec_wait_locked(shoal_task_t *t)
 {
-    while (!t->done) {
-        struct shoal_exec *ex = t->comm->exec;
+    struct shoal_exec *ex = t->ex;
+    while (!task_done(t)) {
         if (exec_ready(ex))
             exec_step(ex);
         else
-            pthread_cond_wait(&exec_done, &exec_lock);
+            exec_nap(ex);
     }
 }
 
@@ -466,111 +546,143 @@ shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls
 {
     /* A blocking call's task lives on its stack: the hot path allocates
      * nothing. The call outlives the task, so calls need no copy; the only
-     * reference is the queue's, dropped when the task completes. */
-    shoal_task_t t = {.comm = comm, .calls = (shoal_call_t *)calls, .ncalls = ncalls,
-                      .refs = 1, .on_stack = 1};
-    pthread_mutex_lock(&exec_lock);
-    exec_append(comm, &t);
+     * reference is the queue's, dropped when the task completes. The caller
+     * has comm entered, so its executor lives throughout: the task takes no
+     * reference to it. */
+    struct shoal_exec *ex = comm->exec;
+    shoal_task_t t = {.comm = comm, .ex = ex, .calls = (shoal_call_t *)calls,
+                      .ncalls = ncalls, .refs = 1, .on_stack = 1};
+    pthread_mutex_lock(&ex->lock);
+    exec_append(ex, &t);
     exec_wait_locked(&t);
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     return t.status;
+}
+
+/* A request was bound or completed alone: wake the threads waiting for
+ * requests not yet bound, if there are any. Its store and this load are
+ * seq_cst, as are the waiter's count and look (unbound_wait), so either the
+ * waiter sees the change or this sees the waiter. */
+static void unbound_notify(void)
+{
+    if (atomic_load(&unbound_waiters) == 0)
+        return;
+    pthread_mutex_lock(&unbound_lock);
+    pthread_cond_broadcast(&unbound_cond);
+    pthread_mutex_unlock(&unbound_lock);
+}
+
+/* Sleep until req is bound or completed, or a nap passed. */
+static void unbound_wait(struct shoal_request *req)
+{
+    atomic_fetch_add(&unbound_waiters, 1);
+    pthread_mutex_lock(&unbound_lock);
+    if (!atomic_load(&req->done) && !atomic_load(&req->task)) {
+        struct timespec ts = nap_until(CLOCK_REALTIME);
+        pthread_cond_timedwait(&unbound_cond, &unbound_lock, &ts);
+    }
+    pthread_mutex_unlock(&unbound_lock);
+    atomic_fetch_sub(&unbound_waiters, 1);
 }
 
 shoal_status_t shoal_exec_submit(struct shoal_comm *comm, const shoal_call_t *calls,
                                  size_t ncalls, shoal_request_t *reqs, size_t nreqs,
                                  shoal_task_t **task_p)
 {
+    struct shoal_exec *ex = comm->exec;
     shoal_task_t *t;
-    pthread_mutex_lock(&exec_lock);
+    pthread_mutex_lock(&ex->lock);
     /* A submitter that waits for the task keeps its calls alive until then:
      * no copy. */
     shoal_status_t s = exec_queue(comm, calls, ncalls, 1 + (int)nreqs + (task_p != NULL),
                                   task_p != NULL, &t);
     if (s == SHOAL_OK) {
         for (size_t i = 0; i < nreqs; i++)
-            reqs[i]->task = t;
-        s = exec_kick(comm);
+            atomic_store(&reqs[i]->task, t);
+        s = exec_kick(ex);
         /* The task stays queued: a caller-mode wait or destroy runs it. */
         if (task_p)
             *task_p = t;
         s = SHOAL_OK;
     }
-    pthread_mutex_unlock(&exec_lock);
+    pthread_mutex_unlock(&ex->lock);
     if (s != SHOAL_OK)
         shoal_comm_fail(comm, s, "%s: no memory to queue the operation", calls[0].what);
+    else if (nreqs)
+        unbound_notify();
     return s;
 }
 
 shoal_status_t shoal_exec_wait(shoal_task_t *t)
 {
-    pthread_mutex_lock(&exec_lock);
+    struct shoal_exec *ex = t->ex;
+    pthread_mutex_lock(&ex->lock);
     exec_wait_locked(t);
     shoal_status_t s = t->status;
+    pthread_mutex_unlock(&ex->lock);
     task_release(t);
-    pthread_mutex_unlock(&exec_lock);
     return s;
 }
 
 shoal_status_t shoal_request_new(shoal_request_t *req_p)
 {
-    struct shoal_request *r = calloc(1, sizeof(*r));
+    struct shoal_request *r = shoal_handle_alloc(&req_pool);
     if (!r)
         return SHOAL_ERR_NO_MEMORY;
-    pthread_mutex_lock(&exec_lock);
-    r->next = live_reqs;
-    if (live_reqs)
-        live_reqs->prev = r;
-    live_reqs = r;
-    pthread_mutex_unlock(&exec_lock);
+    /* A stale handle of the shell's last request may be reading magic
+     * (only): the other fields are reset before it says live again. */
+    atomic_store_explicit(&r->task, NULL, memory_order_relaxed);
+    atomic_store_explicit(&r->done, 0, memory_order_relaxed);
+    r->status = SHOAL_OK;
+    atomic_store_explicit(&r->magic, REQ_LIVE, memory_order_release);
     *req_p = r;
     return SHOAL_OK;
 }
 
 void shoal_request_complete(shoal_request_t req, shoal_status_t status)
 {
-    pthread_mutex_lock(&exec_lock);
-    req->done = 1;
     req->status = status;
-    pthread_cond_broadcast(&exec_done);
-    pthread_mutex_unlock(&exec_lock);
+    atomic_store(&req->done, 1);
+    unbound_notify();
 }
 
-/* Lock held. */
+/* Whether req is a live request of this process: a shell of the request
+ * pool with its magic set. */
 static int req_live(const struct shoal_request *req)
 {
-    for (const struct shoal_request *r = live_reqs; r; r = r->next) {
-        if (r == req)
-            return 1;
-    }
-    return 0;
+    return shoal_handle_owns(&req_pool, req) &&
+           atomic_load_explicit(&((struct shoal_request *)req)->magic, memory_order_acquire) ==
+               REQ_LIVE;
 }
 
-/* Lock held: complete status of req, or -1 while pending. */
+/* Whether req completed, with its status in *status_p. */
 static int req_state(const struct shoal_request *req, shoal_status_t *status_p)
 {
-    if (req->done) {
-        *status_p = req->status;
+    struct shoal_request *r = (struct shoal_request *)req;
+    if (atomic_load_explicit(&r->done, memory_order_acquire)) {
+        *status_p = r->status;
         return 1;
     }
-    if (req->task && req->task->done) {
-        *status_p = req->task->status;
+    shoal_task_t *t = atomic_load_explicit(&r->task, memory_order_acquire);
+    if (t && task_done(t)) {
+        *status_p = t->status;
         return 1;
     }
     return 0;
 }
 
-/* Lock held: unlink and free req. */
-static void req_free(struct shoal_request *req)
+/* Free a completed req, unless another thread freed it first (a misuse:
+ * requests belong to one thread); 0 on success. */
+static int req_free(struct shoal_request *req)
 {
-    if (req->prev)
-        req->prev->next = req->next;
-    else
-        live_reqs = req->next;
-    if (req->next)
-        req->next->prev = req->prev;
-    if (req->task)
-        task_release(req->task);
-    free(req);
+    uint64_t live = REQ_LIVE;
+    if (!atomic_compare_exchange_strong(&req->magic, &live, 0))
+        return -1;
+    shoal_task_t *t = atomic_load_explicit(&req->task, memory_order_relaxed);
+    shoal_handle_free(&req_pool, req);
+    if (t)
+        task_release(t);
+    return 0;
 }
 
 static shoal_status_t req_bad(const char *caller, const void *req)
@@ -585,33 +697,39 @@ shoal_status_t shoal_test(shoal_request_t *reqp, int *done_p)
 {
     if (!reqp || !done_p)
         return req_bad("shoal_test", NULL);
-    pthread_mutex_lock(&exec_lock);
     struct shoal_request *req = *reqp;
-    if (!req || !req_live(req)) {
-        pthread_mutex_unlock(&exec_lock);
+    if (!req || !req_live(req))
         return req_bad("shoal_test", req);
-    }
     shoal_status_t s = SHOAL_OK;
     int done = req_state(req, &s);
+    shoal_task_t *t = atomic_load_explicit(&req->task, memory_order_acquire);
     /* Caller-driven progress: run what precedes and includes this request,
-     * unless another thread is already running the queue. */
-    while (!done && req->task) {
-        struct shoal_exec *ex = req->task->comm->exec;
-        if (ex->thread_mode || !exec_ready(ex))
-            break;
-        /* A step of the p2p session never waits; stop after one so that
-         * test stays a poll when the message needs the peer's progress. */
-        int p2p = session_active(ex) || task_is_p2p(ex->head);
-        exec_step(ex);
-        done = req_state(req, &s);
-        if (p2p)
-            break;
+     * unless another thread is already running the queue. The request's
+     * reference to its task keeps the executor. */
+    if (!done && t && !t->ex->thread_mode) {
+        struct shoal_exec *ex = t->ex;
+        pthread_mutex_lock(&ex->lock);
+        while (!done && exec_ready(ex)) {
+            /* A step of the p2p session never waits; stop after one so that
+             * test stays a poll when the message needs the peer's progress. */
+            int p2p = session_active(ex) || task_is_p2p(ex->head);
+            exec_step(ex);
+            done = req_state(req, &s);
+            if (p2p)
+                break;
+        }
+        /* This poll stops driving the queue with work left and nobody
+         * running it: a waiter asleep on it since it found the token taken
+         * would not otherwise hear of that before a completion. */
+        if (exec_ready(ex))
+            pthread_cond_broadcast(&ex->done);
+        pthread_mutex_unlock(&ex->lock);
     }
     if (done) {
-        req_free(req);
+        if (req_free(req))
+            return req_bad("shoal_test", req);
         *reqp = NULL;
     }
-    pthread_mutex_unlock(&exec_lock);
     *done_p = done;
     return done ? s : SHOAL_OK;
 }
@@ -620,22 +738,23 @@ shoal_status_t shoal_wait(shoal_request_t *reqp)
 {
     if (!reqp)
         return req_bad("shoal_wait", NULL);
-    pthread_mutex_lock(&exec_lock);
     struct shoal_request *req = *reqp;
-    if (!req || !req_live(req)) {
-        pthread_mutex_unlock(&exec_lock);
+    if (!req || !req_live(req))
         return req_bad("shoal_wait", req);
-    }
     shoal_status_t s = SHOAL_OK;
     while (!req_state(req, &s)) {
-        if (req->task)
-            exec_wait_locked(req->task);
-        else
-            pthread_cond_wait(&exec_done, &exec_lock);
+        shoal_task_t *t = atomic_load_explicit(&req->task, memory_order_acquire);
+        if (t) {
+            pthread_mutex_lock(&t->ex->lock);
+            exec_wait_locked(t);
+            pthread_mutex_unlock(&t->ex->lock);
+        } else {
+            unbound_wait(req);
+        }
     }
-    req_free(req);
+    if (req_free(req))
+        return req_bad("shoal_wait", req);
     *reqp = NULL;
-    pthread_mutex_unlock(&exec_lock);
     return s;
 }
 

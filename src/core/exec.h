@@ -4,8 +4,10 @@
  * communicator's progress thread or on a caller's thread (a blocking call,
  * shoal_wait, or shoal_test with SHOAL_PROGRESS=caller).
  *
- * One process-wide lock guards every queue and request; it is held only to
- * queue, dequeue and complete, never while data moves. */
+ * Each communicator's executor has a lock of its own, held only to queue,
+ * dequeue and complete, never while data moves; a completion wakes only the
+ * waiters of that communicator. Requests are checked by a magic, not looked
+ * up under a lock (handle.h). */
 #ifndef SHOAL_EXEC_H
 #define SHOAL_EXEC_H
 
@@ -44,8 +46,9 @@ typedef struct shoal_task shoal_task_t;
 /* Per-communicator queue and progress thread. */
 shoal_status_t shoal_exec_create(struct shoal_comm *comm);
 /* Run (drain = 1: destroy) or fail with SHOAL_ERR_ABORTED (drain = 0: abort)
- * every queued task, stop the progress thread, free the queue. Requests
- * stay valid for their owners. Returns the first failure of a drained task. */
+ * every queued task, stop the progress thread, let go of the queue (freed
+ * with the last task that a request still holds). Requests stay valid for
+ * their owners. Returns the first failure of a drained task. */
 shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain);
 
 /* Queue calls[0..ncalls) (copied) as one task on an entered comm and wait
