@@ -4,9 +4,11 @@
 
 #include "base/config.h"
 #include "core/fault.h"
+#include "core/handle.h"
 #include "core/launch.h"
 #include "base/log.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +17,53 @@
 /* Whether the caller's config (of config->size bytes) holds member. */
 #define CONFIG_HAS(config, member)                                            \
     ((config)->size >= offsetof(ncclConfig_t, member) + sizeof((config)->member))
+
+/* ---- door communicator handles ------------------------------------------ */
+
+/* The door keeps no table of its communicators: like the core's
+ * communicators and requests, they live in a handle pool (core/handle.h),
+ * whose memory is never given back, and a handle is checked by its magic,
+ * without a lock or a scan. */
+static shoal_handle_pool_t door_pool = SHOAL_HANDLE_POOL_INIT(struct ncclComm,
+                                                              "NCCL communicator");
+
+_Static_assert(offsetof(struct ncclComm, magic) == 0, "magic must come first in ncclComm");
+
+static struct ncclComm *comm_shell_new(void)
+{
+    struct ncclComm *comm = shoal_handle_alloc(&door_pool);
+    if (!comm)
+        return NULL;
+    /* A stale handle may be reading magic: the rest is reset. */
+    size_t keep = sizeof(comm->magic);
+    memset((char *)comm + keep, 0, sizeof(*comm) - keep);
+    return comm;
+}
+
+static void comm_shell_free(struct ncclComm *comm)
+{
+    atomic_store(&comm->magic, 0);
+    shoal_handle_free(&door_pool, comm);
+}
+
+void shoal_nccl_comm_add(struct ncclComm *comm)
+{
+    atomic_store(&comm->magic, SHOAL_NCCL_COMM_LIVE);
+}
+
+int shoal_nccl_comm_remove(struct ncclComm *comm)
+{
+    uint64_t live = SHOAL_NCCL_COMM_LIVE;
+    return shoal_handle_owns(&door_pool, comm) &&
+           atomic_compare_exchange_strong(&comm->magic, &live, 0);
+}
+
+int shoal_nccl_comm_valid(const struct ncclComm *comm)
+{
+    return shoal_handle_owns(&door_pool, comm) &&
+           atomic_load_explicit(&((struct ncclComm *)comm)->magic, memory_order_acquire) ==
+               SHOAL_NCCL_COMM_LIVE;
+}
 
 ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclComm *parent,
                                  const char *what, struct ncclComm **comm_p)
@@ -37,7 +86,7 @@ ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclCo
         if (CONFIG_HAS(config, commName) && config->commName)
             name = config->commName;
     }
-    struct ncclComm *comm = calloc(1, sizeof(*comm));
+    struct ncclComm *comm = comm_shell_new();
     if (!comm)
         return shoal_nccl_fail(NULL, ncclSystemError, "%s: out of memory", what);
     comm->blocking = blocking;
@@ -54,7 +103,7 @@ void shoal_nccl_comm_free(struct ncclComm *comm)
     shoal_nccl_windows_free(comm);
     pthread_mutex_destroy(&comm->lock);
     free(comm->reqs);
-    free(comm);
+    comm_shell_free(comm);
 }
 
 ncclResult_t shoal_nccl_enter(struct ncclComm *comm, const char *what, shoal_comm_t *sc_p)
@@ -109,10 +158,7 @@ static ncclResult_t comm_start(ncclComm_t *newcomm, const ncclConfig_t *config,
     ncclResult_t res = shoal_nccl_comm_new(config, parent, what, &comm);
     if (res != ncclSuccess)
         return res;
-    if (!shoal_nccl_comm_add(comm)) {
-        shoal_nccl_comm_free(comm);
-        return shoal_nccl_fail(NULL, ncclSystemError, "%s: out of memory", what);
-    }
+    shoal_nccl_comm_add(comm);
     if (shoal_nccl_in_group() || !comm->blocking) {
         res = shoal_nccl_job_start(comm, fn, arg, argsize);
         if (res != ncclSuccess && res != ncclInProgress)
@@ -444,11 +490,7 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
         shoal_nccl_comm_free(nc);
         return shoal_nccl_result(s);
     }
-    if (!shoal_nccl_comm_add(nc)) {
-        shoal_comm_release(nc->sc);
-        shoal_nccl_comm_free(nc);
-        return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
-    }
+    shoal_nccl_comm_add(nc);
     *newcomm = nc;
     return ncclSuccess;
 }

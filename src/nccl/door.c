@@ -1,6 +1,6 @@
 /* The door's common parts: settings, result codes and their strings, the
- * error record, the registry of communicators, and the calls that take no
- * communicator (version, error strings). */
+ * error record, and the calls that take no communicator (version, error
+ * strings). */
 #include "door.h"
 
 #include "base/config.h"
@@ -85,7 +85,7 @@ ncclResult_t shoal_nccl_fail(struct ncclComm *comm, ncclResult_t res, const char
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    if (comm && comm->sc && shoal_nccl_comm_valid(comm)) {
+    if (comm && shoal_nccl_comm_valid(comm) && comm->sc) {
         shoal_comm_fail(comm->sc, status_of(res), "%s", text);
     } else {
         snprintf(thread_error, sizeof(thread_error), "%s", text);
@@ -97,63 +97,6 @@ ncclResult_t shoal_nccl_fail(struct ncclComm *comm, ncclResult_t res, const char
 const char *shoal_nccl_thread_error(void)
 {
     return thread_error;
-}
-
-/* ---- registry of door communicators ------------------------------------ */
-
-static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct ncclComm **registry;
-static size_t registry_len, registry_cap;
-
-int shoal_nccl_comm_add(struct ncclComm *comm)
-{
-    int ok = 1;
-    pthread_mutex_lock(&registry_lock);
-    if (registry_len == registry_cap) {
-        size_t cap = registry_cap ? 2 * registry_cap : 16;
-        struct ncclComm **r = realloc(registry, cap * sizeof(*r));
-        if (r) {
-            registry = r;
-            registry_cap = cap;
-        } else {
-            ok = 0;
-        }
-    }
-    if (ok)
-        registry[registry_len++] = comm;
-    pthread_mutex_unlock(&registry_lock);
-    return ok;
-}
-
-int shoal_nccl_comm_remove(struct ncclComm *comm)
-{
-    int found = 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len && !found; i++) {
-        if (registry[i] == comm) {
-            registry[i] = registry[--registry_len];
-            found = 1;
-        }
-    }
-    if (registry_len == 0) {
-        free(registry);
-        registry = NULL;
-        registry_cap = 0;
-    }
-    pthread_mutex_unlock(&registry_lock);
-    return found;
-}
-
-int shoal_nccl_comm_valid(const struct ncclComm *comm)
-{
-    int found = 0;
-    if (!comm)
-        return 0;
-    pthread_mutex_lock(&registry_lock);
-    for (size_t i = 0; i < registry_len && !found; i++)
-        found = registry[i] == comm;
-    pthread_mutex_unlock(&registry_lock);
-    return found;
 }
 
 /* ---- calls without a communicator ---------------------------------------- */

@@ -25,6 +25,11 @@
  * ncclGroupEnd for one inside a group, and on a thread of its own for a
  * non-blocking one (ncclCommGetAsyncError reports it). */
 struct ncclComm {
+    /* The handle: door communicators live in a handle pool (core/handle.h),
+     * as the core's do, and a handle is valid while its magic is
+     * SHOAL_NCCL_COMM_LIVE (from shoal_nccl_comm_add until
+     * shoal_nccl_comm_remove). First, and kept when the shell is reused. */
+    _Atomic uint64_t magic;
     shoal_comm_t sc;
     int blocking;                 /* config.blocking (default 1) */
     char name[64];                /* config.commName, for messages */
@@ -59,13 +64,18 @@ ncclResult_t shoal_nccl_fail(struct ncclComm *comm, ncclResult_t res, const char
 /* The last failure of this thread outside any communicator. */
 const char *shoal_nccl_thread_error(void);
 
-/* Live door communicators: registered when created, removed when freed. */
-int shoal_nccl_comm_add(struct ncclComm *comm);
+#define SHOAL_NCCL_COMM_LIVE 0x73686f616c6e636cull /* "shoalncl" */
+
+/* Live door communicators: made valid when created (add), invalid again
+ * when their destroy or abort starts (remove: 1 for the call that did it,
+ * 0 if comm was not valid). Valid means a shell of the door's pool whose
+ * magic says live; no lock, no table. */
+void shoal_nccl_comm_add(struct ncclComm *comm);
 int shoal_nccl_comm_remove(struct ncclComm *comm);
 int shoal_nccl_comm_valid(const struct ncclComm *comm);
 
-/* A new door communicator (not yet registered) with config's settings, or
- * the parent's when config is NULL; ncclInvalidArgument for a bad config. */
+/* A new door communicator (not yet valid) with config's settings, or the
+ * parent's when config is NULL; ncclInvalidArgument for a bad config. */
 ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclComm *parent,
                                  const char *what, struct ncclComm **comm_p);
 void shoal_nccl_comm_free(struct ncclComm *comm);
