@@ -337,11 +337,6 @@ static shoal_status_t comm_buffer(struct shoal_comm *comm, void **buf, size_t *l
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p)
-{
-    return comm_buffer(comm, &comm->scratch, &comm->scratch_bytes, bytes, buf_p);
-}
-
 shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p)
 {
     return comm_buffer(comm, &comm->stage, &comm->stage_bytes, bytes, buf_p);
@@ -355,7 +350,6 @@ static void comm_free(struct shoal_comm *comm)
     comm->flight = NULL;
     shoal_transport_teardown(comm);
     shoal_plan_cache_release(&comm->team);
-    free(comm->scratch);
     free(comm->stage);
     free(comm->premul);
     shoal_reg_release_all(comm);

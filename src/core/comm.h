@@ -49,12 +49,10 @@ struct shoal_comm {
     struct shoal_premul *premul;
     int npremul;
 
-    /* Working memory of the running operation (one runs at a time): the
-     * algorithm's scratch, and the core's staged input (pre-multiplied,
-     * in-place all-to-all, fused all-reduces). Kept between operations so
-     * that repeated calls do not fault fresh pages in. */
-    void *scratch;
-    size_t scratch_bytes;
+    /* The core's staged input of the running operation (pre-multiplied,
+     * in-place all-to-all, fused all-reduces; one runs at a time), kept
+     * between operations so that repeated calls do not fault fresh pages
+     * in. The algorithms' working memory belongs to their plans. */
     void *stage;
     size_t stage_bytes;
 
@@ -162,11 +160,9 @@ typedef struct shoal_premul {
     const void *ref;   /* non-NULL: the scalar is read here when a call runs */
 } shoal_premul_t;
 
-/* At least bytes of working memory for the operation running on comm,
- * kept until comm is freed (or the next larger request). Only the
- * operation's executor may call it. */
-shoal_status_t shoal_comm_scratch(struct shoal_comm *comm, size_t bytes, void **buf_p);
-/* The same for the core's staged input. */
+/* At least bytes of working memory for the core's staged input of the
+ * operation running on comm, kept until comm is freed (or the next larger
+ * request). Only the operation's executor may call it. */
 shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p);
 
 /* Peer's endpoint; NULL for self. */
