@@ -2,9 +2,10 @@
  * buffer per rank (all-reduce, reduce-scatter, all-gather, broadcast,
  * reduce), taken from the library's own lists (shoal_algo_at), so that an
  * algorithm is tested as soon as it is registered. Each runs one checked
- * matrix, called directly through shoal_coll_run; the public calls, with
- * the cost model's choice, run the same matrix as one more entry of each
- * list ("auto"):
+ * matrix, called directly through shoal_coll_run; the public broadcast and
+ * reduce, with the cost model's choice, run the same matrix as one more
+ * entry of their lists ("auto"; the public all-reduce, reduce-scatter and
+ * all-gather have theirs in test_allreduce.c and test_rsag.c):
  * - the reducing kinds in every dtype x op against the scalar reference
  *   (inputs exact in every dtype, harness_fill_exact, so that the expected
  *   result does not depend on the order of reduction); all-gather and
@@ -124,7 +125,7 @@ static int served;
  * algorithm where its cost says so. */
 static int serves(shoal_comm_t comm, const algo_case_t *c, const shoal_coll_args_t *args)
 {
-    if (c->algo && c->algo->cost(comm, args) < 0)
+    if (c->algo && c->algo->cost(&comm->team, args) < 0)
         return 0;
     served += args->count > 0;
     return 1;
@@ -427,8 +428,8 @@ fail:
     return 1;
 }
 
-/* The registered algorithms of kind and then the public call (NULL), into
- * algos; returns how many. */
+/* The registered algorithms of kind, and for the rooted kinds then the
+ * public call (NULL), into algos; returns how many. */
 static int kind_algos(shoal_coll_kind_t kind, const shoal_algo_ops_t **algos)
 {
     int n = 0;
@@ -436,7 +437,8 @@ static int kind_algos(shoal_coll_kind_t kind, const shoal_algo_ops_t **algos)
     for (int i = 0; (a = shoal_algo_at(kind, i)) && n < MAX_ALGOS - 1; i++)
         algos[n++] = a;
     assert_null(shoal_algo_at(kind, n)); /* room for every one */
-    algos[n++] = NULL;
+    if (kind == SHOAL_COLL_BROADCAST || kind == SHOAL_COLL_REDUCE)
+        algos[n++] = NULL;
     return n;
 }
 
