@@ -12,22 +12,21 @@
 
 #include "fuzz.h"
 
-static struct shoal_comm fuzz_comm = {.rank = 1, .nranks = 2};
+static uint32_t fuzz_pids[2] = {4242, 77};
+static uint8_t fuzz_tags[2][SHOAL_TL_TAG_BYTES];
 
 static void fuzz_ctx_init(shoal_shm_ctx_t *ctx, size_t nslots, size_t chunk, size_t nfifo)
 {
     memset(ctx, 0, sizeof(*ctx));
-    ctx->base.comm = &fuzz_comm;
+    for (size_t i = 0; i < sizeof(fuzz_tags); i++)
+        fuzz_tags[i / SHOAL_TL_TAG_BYTES][i % SHOAL_TL_TAG_BYTES] = (uint8_t)(i * 13);
+    ctx->base.params = (shoal_tl_params_t){.rank = 1, .nranks = 2, .chunk_size = chunk,
+                                           .pids = fuzz_pids, .tags = fuzz_tags};
     ctx->base.ops = &shoal_shm_ops;
     ctx->nslots = nslots;
     ctx->chunk = chunk;
     fuzz_assert(shoal_shm_layout(ctx, nfifo) == SHOAL_OK);
-    uint32_t pids[2] = {4242, 77};
-    uint8_t tags[2][SHOAL_TAG_BYTES];
-    for (size_t i = 0; i < sizeof(tags); i++)
-        tags[i / SHOAL_TAG_BYTES][i % SHOAL_TAG_BYTES] = (uint8_t)(i * 13);
-    struct shoal_comm named = {.pids = pids, .tags = tags};
-    shoal_shm_name(&named, 0, ctx->name);
+    shoal_shm_name(&ctx->base.params, 0, ctx->name);
 }
 
 static void fuzz_seed_addr(const char *name, size_t nslots, size_t chunk, size_t nfifo)
@@ -67,7 +66,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static shoal_shm_ctx_t ctx;
-    if (!ctx.base.comm)
+    if (!ctx.base.ops)
         fuzz_ctx_init(&ctx, 8, 65536, 1);
     shoal_shm_addr_t addr;
     if (size != sizeof(addr))

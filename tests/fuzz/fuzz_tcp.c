@@ -22,6 +22,7 @@
  * left waiting in TIME_WAIT for the next inputs' ports. */
 #include "../../src/transport/tcp.c"
 
+#include "core/sig.h"
 #include "fuzz.h"
 
 #include <poll.h>
@@ -33,8 +34,17 @@
 #define FUZZ_TCP_CHUNK 4096
 #define FUZZ_TCP_STRANGERS 8
 
-static struct shoal_comm fuzz_comm = {.nranks = FUZZ_TCP_NRANKS, .chunk_size = FUZZ_TCP_CHUNK};
 static const uint8_t fuzz_secret[SHOAL_SECRET_BYTES] = "shoal fuzz secret, 32 bytes long";
+
+static const uint8_t *fuzz_boot_secret(const void *handle)
+{
+    (void)handle;
+    return fuzz_secret;
+}
+
+/* What the context is opened with; the wireup mode picks the rank. */
+static shoal_tl_params_t fuzz_params = {.nranks = FUZZ_TCP_NRANKS, .chunk_size = FUZZ_TCP_CHUNK,
+                                        .boot = {.secret = fuzz_boot_secret}};
 
 /* A listener for the data mode's connections, made once. */
 static int fuzz_listen_fd = -1;
@@ -49,7 +59,7 @@ static shoal_tcp_ctx_t *fuzz_ctx_create(int nsocks, size_t nslots)
     shoal_tcp_ctx_t *ctx = calloc(1, sizeof(*ctx));
     fuzz_assert(ctx != NULL);
     ctx->base.ops = &shoal_tcp_ops;
-    ctx->base.comm = &fuzz_comm;
+    ctx->base.params = fuzz_params;
     ctx->listen_fd = -1;
     ctx->nsocks = nsocks;
     ctx->nslots = nslots;
@@ -222,9 +232,9 @@ static void *fuzz_dialer_run(void *arg)
 
 static void fuzz_wireup(uint8_t mode, const uint8_t *data, size_t size)
 {
-    fuzz_comm.rank = (mode >> 4) & 1;
+    fuzz_params.rank = (mode >> 4) & 1;
     int nsocks = 1 + (mode & 3);
-    int peer = fuzz_comm.rank + 1 + ((mode >> 2) & 3) % (FUZZ_TCP_NRANKS - 1 - fuzz_comm.rank);
+    int peer = fuzz_params.rank + 1 + ((mode >> 2) & 3) % (FUZZ_TCP_NRANKS - 1 - fuzz_params.rank);
     shoal_tcp_ctx_t *ctx = fuzz_ctx_create(nsocks, 2);
     shoal_sockaddr_t addr = fuzz_listen_addr;
     shoal_sock_set_port(&addr, 0);
