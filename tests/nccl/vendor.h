@@ -153,5 +153,11 @@ int vt_compress_rank(int rank, int nranks, const vt_ids_t *ids);
 /* All-reduce a small int32 vector on comm and check it: the "comm still
  * works" probe after every error. tag makes the inputs distinct. */
 bool vt_probe_allreduce(ncclComm_t comm, int rank, int nranks, const char *what, uint32_t tag);
+/* Wait, up to a minute, until every rank of the case has reached the point
+ * named tag (a word): each leaves a mark in /tmp and looks for the
+ * others'; the parent removes the marks when the case ends. For cases
+ * whose next step on one rank (a revoke, a death) would fail a collective
+ * another rank is still finishing. */
+void vt_ranks_meet(const char *tag, int rank, int nranks);
 
 #endif

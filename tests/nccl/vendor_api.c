@@ -746,6 +746,10 @@ static void revoked_comm(int rank, int n, const ncclUniqueId *id)
         return;
     VT_RC(ncclCommRevoke(comm, 1), ncclInvalidArgument);
     vt_probe_allreduce(comm, rank, n, "after ncclCommRevoke(flags 1)", 100);
+    /* A rank's revoke tells the others at once, and fails an all-reduce a
+     * rank is still finishing even when all its data has arrived: every
+     * probe is over before any rank revokes. */
+    vt_ranks_meet("probed", rank, n);
     const char *what = "ncclCommRevoke(comm, 0)";
     if (vt_rc2(what, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclSuccess, ncclInProgress)) {
         vt_wait_comm(comm, what);

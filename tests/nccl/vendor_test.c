@@ -589,6 +589,41 @@ static int wait_all(const pid_t *pids, int n, const char *label, int timeout_s)
     return bad;
 }
 
+static void meet_mark(char *path, size_t len, pid_t parent, const char *tag, int rank)
+{
+    snprintf(path, len, "/tmp/shoal-vt-meet-%d-%s-%d", (int)parent, tag, rank);
+}
+
+void vt_ranks_meet(const char *tag, int rank, int nranks)
+{
+    char path[96];
+    meet_mark(path, sizeof(path), getppid(), tag, rank);
+    FILE *f = fopen(path, "w");
+    if (f)
+        fclose(f);
+    for (int r = 0; r < nranks; r++) {
+        meet_mark(path, sizeof(path), getppid(), tag, r);
+        int t = 0;
+        for (; t < 60000 && access(path, F_OK) != 0; t++)
+            nanosleep(&(struct timespec){0, 1000000}, NULL);
+        if (t == 60000)
+            vt_fail("rank %d never reached %s", r, tag);
+    }
+}
+
+/* The marks of vt_ranks_meet that the ranks of the case just ended left. */
+static void meet_cleanup(int nranks)
+{
+    static const char *const tags[] = {"probed"};
+    char path[96];
+    for (size_t i = 0; i < sizeof(tags) / sizeof(tags[0]); i++) {
+        for (int r = 0; r < nranks; r++) {
+            meet_mark(path, sizeof(path), getpid(), tags[i], r);
+            unlink(path);
+        }
+    }
+}
+
 /* Run fn in nranks forked processes with the first nids ids created here,
  * before the fork, as NCCL requires (the creator is the ranks' parent). */
 static int run_ranks(int nranks, vt_rank_fn_t fn, int nids)
@@ -604,7 +639,7 @@ static int run_ranks(int nranks, vt_rank_fn_t fn, int nids)
         }
     }
     fflush(NULL);
-    pid_t pids[8];
+    pid_t pids[8] = {0};
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
@@ -619,7 +654,9 @@ static int run_ranks(int nranks, vt_rank_fn_t fn, int nids)
             return nranks;
         }
     }
-    return wait_all(pids, nranks, "rank", VT_RANK_TIMEOUT_S);
+    int bad = wait_all(pids, nranks, "rank", VT_RANK_TIMEOUT_S);
+    meet_cleanup(nranks);
+    return bad;
 }
 
 /* Run fn(n) in one forked process (a crash or hang there fails the case). */
