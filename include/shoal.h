@@ -581,8 +581,11 @@ shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t c
  * the operation's deadline), frees the request, sets *req to NULL and
  * returns the operation's status. shoal_wait_all waits for each of n
  * requests and returns the first failure (every request is freed). A NULL
- * or already completed request is SHOAL_ERR_INVALID_ARG. A request whose
- * communicator was aborted or destroyed completes with SHOAL_ERR_ABORTED.
+ * or already completed request is SHOAL_ERR_INVALID_ARG, and so is
+ * shoal_wait (or shoal_wait_all) on a request of the calling thread's
+ * group before its shoal_group_end, which would never come (the request
+ * stays pending). A request whose communicator was aborted or destroyed
+ * completes with SHOAL_ERR_ABORTED.
  */
 shoal_status_t shoal_test(shoal_request_t *req, int *done_p);
 shoal_status_t shoal_wait(shoal_request_t *req);

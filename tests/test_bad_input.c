@@ -439,6 +439,44 @@ static void test_aborted(void **state)
     assert_int_equal(harness_run_ranks(2, rank_aborted, NULL, 60), 0);
 }
 
+/* A wait on a request of the caller's own open group would never return
+ * (the group runs only at its end): it is refused, the request stays
+ * pending, and the group's end then completes it with the right result. */
+static int rank_wait_in_group(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    int32_t in = rank + 1, out = 0;
+    shoal_request_t req = NULL;
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+    RANK_CHECK(shoal_iallreduce(&in, &out, 1, SHOAL_INT32, SHOAL_SUM, comm, &req) == SHOAL_OK,
+               fail, "iallreduce in a group");
+    RANK_CHECK(shoal_wait(&req) == SHOAL_ERR_INVALID_ARG && req != NULL, fail,
+               "rank %d: wait inside the group was not refused", rank);
+    shoal_request_t all[1] = {req};
+    RANK_CHECK(shoal_wait_all(1, all) == SHOAL_ERR_INVALID_ARG && all[0] == req, fail,
+               "rank %d: wait_all inside the group was not refused", rank);
+    RANK_CHECK(shoal_group_end() == SHOAL_OK, fail, "group end");
+    RANK_CHECK(shoal_wait(&req) == SHOAL_OK && req == NULL, fail, "wait after the group");
+    RANK_CHECK(out == nranks * (nranks + 1) / 2, fail, "rank %d: sum %d", rank, (int)out);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    (void)arg;
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_wait_in_group(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", 4096);
+    harness_setenv("SHOAL_PROGRESS", "caller");
+    assert_int_equal(harness_run_ranks(3, rank_wait_in_group, NULL, 60), 0);
+    harness_setenv("SHOAL_PROGRESS", "thread");
+    assert_int_equal(harness_run_ranks(3, rank_wait_in_group, NULL, 60), 0);
+    harness_setenv("SHOAL_PROGRESS", NULL);
+}
+
 /* Ids that lead nowhere: random bytes are refused at once; a real id whose
  * rank 0 never comes times out. Either way a reason, *comm_p unwritten and
  * no descriptor left. */
@@ -517,7 +555,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_shm),  cmocka_unit_test(test_matrix_tcp),
         cmocka_unit_test(test_aborted),     cmocka_unit_test(test_bad_ids),
-        cmocka_unit_test(test_disagree_nranks),
+        cmocka_unit_test(test_disagree_nranks), cmocka_unit_test(test_wait_in_group),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

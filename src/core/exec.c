@@ -742,6 +742,15 @@ shoal_status_t shoal_wait(shoal_request_t *reqp)
     if (!req || !req_live(req))
         return req_bad("shoal_wait", req);
     shoal_status_t s = SHOAL_OK;
+    /* A request still unbound while this thread's group is open was
+     * recorded in that group (requests belong to one thread): it can only
+     * run at the group's end, which this wait would never reach. */
+    if (!req_state(req, &s) && !atomic_load_explicit(&req->task, memory_order_acquire) &&
+        shoal_group_active()) {
+        shoal_error(ALGO, "shoal_wait: request %p belongs to this thread's open group, which "
+                    "runs it at shoal_group_end; wait for it after that", (void *)req);
+        return SHOAL_ERR_INVALID_ARG;
+    }
     while (!req_state(req, &s)) {
         shoal_task_t *t = atomic_load_explicit(&req->task, memory_order_acquire);
         if (t) {
