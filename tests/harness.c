@@ -15,6 +15,12 @@
 #include <time.h>
 #include <unistd.h>
 
+int harness_quick(void)
+{
+    const char *v = getenv("SHOAL_TEST_QUICK");
+    return v && v[0] == '1';
+}
+
 void harness_setenv(const char *name, const char *value)
 {
     if (value)

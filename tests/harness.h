@@ -32,6 +32,12 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* Whether the run asks for the short matrices (SHOAL_TEST_QUICK=1): the
+ * sanitizer builds of CI, whose instrumented code runs many times slower,
+ * check the same paths with fewer of the types and rank counts that only
+ * the element math tells apart; the plain build runs them all. */
+int harness_quick(void);
+
 /* Move this process into the network namespace `ip netns add` made under
  * name; 0 on success, -1 otherwise. */
 int harness_enter_netns(const char *name);

@@ -349,6 +349,13 @@ fail:
     return 1;
 }
 
+/* The types of a short run (harness_quick): one of each element size, the
+ * kernels' paths through the schedules; test_reduce checks every type's
+ * math. */
+static const shoal_dtype_t quick_dtypes[] = {SHOAL_INT8, SHOAL_FLOAT16, SHOAL_FLOAT32,
+                                             SHOAL_FLOAT64};
+#define NQUICK (sizeof(quick_dtypes) / sizeof(quick_dtypes[0]))
+
 /* The reducing kinds in every dtype x op x count; in place and out of
  * place alternate over the matrix, so each meets every dtype, op and
  * count (and, for reduce, root). */
@@ -356,8 +363,10 @@ static int matrix_reducing(shoal_comm_t comm, const algo_case_t *c, int rank, in
                            bufs_t *bf)
 {
     int roots = c->kind == SHOAL_COLL_REDUCE ? nranks : 1;
+    int quick = harness_quick(), ndt = quick ? (int)NQUICK : SHOAL_DTYPE_COUNT;
     for (int root = 0; root < roots; root++) {
-        for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+        for (int t = 0; t < ndt; t++) {
+            int dt = quick ? (int)quick_dtypes[t] : t;
             size_t counts[MAX_COUNTS];
             size_t ncounts = case_counts(c, shoal_dtype_bytes((shoal_dtype_t)dt), counts);
             for (int op = 0; op < SHOAL_OP_COUNT; op++) {
@@ -442,7 +451,8 @@ static int kind_algos(shoal_coll_kind_t kind, const shoal_algo_ops_t **algos)
     return n;
 }
 
-/* Every algorithm of kind over transport at rank counts from..8. */
+/* Every algorithm of kind over transport at rank counts from..8 (a short
+ * run: from, 3, 5 and 8, odd and even, a power of two and not). */
 static void run_kind(shoal_coll_kind_t kind, const char *transport, int from)
 {
     const shoal_algo_ops_t *algos[MAX_ALGOS];
@@ -450,6 +460,8 @@ static void run_kind(shoal_coll_kind_t kind, const char *transport, int from)
     harness_use_transport(transport, TEST_CHUNK);
     for (int i = 0; i < nalgos; i++) {
         for (int n = from; n <= MAX_RANKS; n++) {
+            if (harness_quick() && n != from && n != 3 && n != 5 && n != MAX_RANKS)
+                continue;
             algo_case_t c = {.kind = kind, .algo = algos[i],
                              .must_serve = !strcmp(transport, "shm") && n >= 2};
             int rc = harness_run_ranks(n, rank_matrix, &c, 120);
