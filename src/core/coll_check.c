@@ -258,8 +258,9 @@ int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call)
         return 0; /* an empty message still matches one receive */
     /* An all-to-all-v that moves nothing here may move data between others:
      * it still runs, so that every rank numbers its collectives alike
-     * (operation signatures, sig.h). */
+     * (operation signatures, sig.h). A rank alone moves its one block to
+     * itself, when it has one. */
     if (a->kind == SHOAL_COLL_ALLTOALLV)
-        return comm->team.nranks == 1;
+        return comm->team.nranks == 1 && a->sendcounts[0] == 0;
     return a->count == 0;
 }
