@@ -83,7 +83,10 @@ static void codec_alone(shoal_prims_t *p, const void *src, void *dst, size_t fir
         shoal_finish_avg(team, dst, n, SHOAL_FLOAT32, p->avg_n);
 }
 
-static shoal_status_t codec_send(shoal_prims_t *p, const void *src, size_t first, size_t n)
+/* src encoded into the send slot and sent; with dst, also dst = decode of
+ * that wire, read back from the slot before it is posted. */
+static shoal_status_t enc_send(shoal_prims_t *p, const void *src, void *dst, size_t first,
+                               size_t n)
 {
     size_t bytes = codec_wire(p, n);
     void *out;
@@ -91,7 +94,14 @@ static shoal_status_t codec_send(shoal_prims_t *p, const void *src, size_t first
     if (s != SHOAL_OK)
         return s;
     codec_encode(p, out, src, first, n);
+    if (dst)
+        codec_decode(p, dst, out, first, n);
     return shoal_prims_post(p, bytes);
+}
+
+static shoal_status_t codec_send(shoal_prims_t *p, const void *src, size_t first, size_t n)
+{
+    return enc_send(p, src, NULL, first, n);
 }
 
 static shoal_status_t codec_recv(shoal_prims_t *p, void *dst, size_t first, size_t n)
@@ -181,14 +191,7 @@ static shoal_status_t codec_recv_reduce(shoal_prims_t *p, const void *src, void 
 static shoal_status_t codec_copy_send(shoal_prims_t *p, const void *src, void *dst,
                                       size_t first, size_t n)
 {
-    size_t bytes = codec_wire(p, n);
-    void *out;
-    shoal_status_t s = shoal_prims_wait_send(p, bytes, &out);
-    if (s != SHOAL_OK)
-        return s;
-    codec_encode(p, out, src, first, n);
-    codec_decode(p, dst, out, first, n);
-    return shoal_prims_post(p, bytes);
+    return enc_send(p, src, dst, first, n);
 }
 
 static shoal_status_t codec_recv_reduce_keep(shoal_prims_t *p, const void *src, void *dst,
