@@ -6,8 +6,9 @@
  * of elements, and first, the index in the whole tensor of the piece's
  * first element (the codec's blocks, random stream and residual are
  * indexed by it; the plain stage ignores it); src and dst point at the
- * piece itself. A piece of n elements travels as wire_bytes(n) bytes,
- * which must fit a slot.
+ * piece itself. A piece travels in the stage's wire form (the elements
+ * themselves, or a codec's), which must fit a slot: piece_elems says how
+ * many elements that allows.
  *
  * "Final" moves (recv_reduce_copy_send, copy_send, recv_reduce_keep and the
  * codec stage's decodes of a final wire) finish AVG over p->avg_n ranks
@@ -26,8 +27,6 @@ typedef struct shoal_stage_ops {
     /* Loop blocks and tree halves start on multiples of this, given the
      * schedule's own alignment for plain data. */
     size_t (*align)(const shoal_prims_t *p, size_t plain);
-    /* Bytes of n elements on the wire. */
-    size_t (*wire_bytes)(const shoal_prims_t *p, size_t n);
     /* Bytes a kept wire of n elements needs (recv_reduce_keep,
      * recv_copy_keep_send); 0 when the stage keeps none because it sends
      * the value itself again (plain). */

@@ -218,7 +218,6 @@ const shoal_stage_ops_t shoal_stage_codec = {
     .name = "codec",
     .piece_elems = codec_piece_elems,
     .align = codec_align,
-    .wire_bytes = codec_wire,
     .keep_bytes = codec_wire,
     .tmp_bytes = codec_tmp_bytes,
     .alone = codec_alone,

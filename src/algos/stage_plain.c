@@ -11,11 +11,6 @@ static size_t plain_align(const shoal_prims_t *p, size_t plain)
     return plain;
 }
 
-static size_t plain_wire_bytes(const shoal_prims_t *p, size_t n)
-{
-    return n * p->esize;
-}
-
 static size_t plain_keep_bytes(const shoal_prims_t *p, size_t n)
 {
     return 0;
@@ -115,7 +110,6 @@ const shoal_stage_ops_t shoal_stage_plain = {
     .name = "plain",
     .piece_elems = plain_piece_elems,
     .align = plain_align,
-    .wire_bytes = plain_wire_bytes,
     .keep_bytes = plain_keep_bytes,
     .tmp_bytes = plain_tmp_bytes,
     .alone = plain_alone,
