@@ -140,7 +140,7 @@ static shoal_status_t run_case(shoal_comm_t comm, const algo_case_t *c, shoal_co
         a->recvbuf = NULL;
     }
     if (c->algo)
-        return shoal_coll_run(comm, c->algo, shoal_coll_kind_name(a->kind), a);
+        return shoal_coll_run(comm, c->algo, shoal_coll_kind_name(a->kind), a, NULL);
     switch (a->kind) {
     case SHOAL_COLL_ALLREDUCE:
         return shoal_allreduce(a->sendbuf, a->recvbuf, a->count, a->dtype, a->op, comm);

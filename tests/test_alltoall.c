@@ -68,7 +68,7 @@ static int check_alltoall(shoal_comm_t comm, int rank, int n, const shoal_algo_o
                               .recvbuf = count ? recv : NULL,
                               .count = count,
                               .dtype = dt};
-    shoal_status_t s = shoal_coll_run(comm, algo, "alltoall test", &args);
+    shoal_status_t s = shoal_coll_run(comm, algo, "alltoall test", &args, NULL);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s alltoall of %zu x %s: %s (%s)", rank, n,
                algo->name, count, shoal_dtype_name(dt), shoal_status_string(s),
                shoal_comm_last_error(comm));
@@ -141,7 +141,7 @@ static int check_alltoallv(shoal_comm_t comm, int rank, int n, const shoal_algo_
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLTOALLV, .sendbuf = send, .recvbuf = recv,
                               .dtype = dt, .sendcounts = sc, .sdispls = sd,
                               .recvcounts = rc, .rdispls = rd};
-    shoal_status_t s = shoal_coll_run(comm, algo, "alltoallv test", &args);
+    shoal_status_t s = shoal_coll_run(comm, algo, "alltoallv test", &args, NULL);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: %s alltoallv %d of %s: %s (%s)", rank, n,
                algo->name, call, shoal_dtype_name(dt), shoal_status_string(s),
                shoal_comm_last_error(comm));

@@ -76,7 +76,7 @@ static shoal_status_t p2p(shoal_comm_t comm, int send, int peer, void *buf, size
                            .count = count,
                            .dtype = dt,
                            .root = peer};
-    return shoal_coll_run(comm, &shoal_p2p_ops, send ? "send test" : "recv test", &a);
+    return shoal_coll_run(comm, &shoal_p2p_ops, send ? "send test" : "recv test", &a, NULL);
 }
 
 /* ---- send/recv chains ------------------------------------------------- */
@@ -268,7 +268,7 @@ static int check_gather(shoal_comm_t comm, int rank, int n, int root, shoal_dtyp
                            .count = count,
                            .dtype = dt,
                            .root = root};
-    shoal_status_t s = shoal_coll_run(comm, &shoal_direct_gather_ops, "gather test", &a);
+    shoal_status_t s = shoal_coll_run(comm, &shoal_direct_gather_ops, "gather test", &a, NULL);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: gather of %zu x %s to %d%s: %s (%s)", rank, n,
                count, shoal_dtype_name(dt), root, in_place ? " in place" : "",
                shoal_status_string(s), shoal_comm_last_error(comm));
@@ -312,7 +312,7 @@ static int check_scatter(shoal_comm_t comm, int rank, int n, int root, shoal_dty
                            .count = count,
                            .dtype = dt,
                            .root = root};
-    shoal_status_t s = shoal_coll_run(comm, &shoal_direct_scatter_ops, "scatter test", &a);
+    shoal_status_t s = shoal_coll_run(comm, &shoal_direct_scatter_ops, "scatter test", &a, NULL);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d/%d: scatter of %zu x %s from %d%s: %s (%s)", rank, n,
                count, shoal_dtype_name(dt), root, in_place ? " in place" : "",
                shoal_status_string(s), shoal_comm_last_error(comm));

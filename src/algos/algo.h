@@ -45,6 +45,9 @@ const char *shoal_coll_kind_name(shoal_coll_kind_t kind);
  *   from rank root into recvbuf.
  * op is a built-in op (pre-multiplied sums are applied by the core before
  * the algorithm runs, as a plain SUM).
+ * stage_bytes > 0: the input is staged in the plan's own memory (its
+ * input, that many bytes), which the core fills before the run; a NULL
+ * sendbuf or recvbuf then stands for that memory.
  */
 typedef struct {
     shoal_coll_kind_t kind;
@@ -61,6 +64,7 @@ typedef struct {
     const shoal_codec_t *codec;
     float *residual;
     int codec_algo; /* shoal_compress_algo_t; with codec */
+    size_t stage_bytes;   /* of staged input; 0: the caller's buffers */
 } shoal_coll_args_t;
 
 /*
@@ -160,18 +164,27 @@ size_t shoal_ring_codec_piece(const shoal_codec_t *codec, size_t slot);
 
 /*
  * A plan: what an algorithm works out once for a call's shape (the
- * collective, count, type, op, root, codec shape and settings), then runs
- * for every call of that shape. shoal_plan_get keeps one per collective
- * kind on the communicator, so repeated calls re-plan nothing; a plan owns
- * its working memory (shoal_plan_scratch), which stops growing after its
- * first run and is freed with it.
+ * collective, count, type, op, root, codec shape, staged input and
+ * settings), then runs for every call of that shape. shoal_plan_get keeps
+ * one per collective kind on the communicator, so repeated calls re-plan
+ * nothing. Its memory is taken when it is made and released when it is
+ * destroyed: the staged input (args.stage_bytes) and the working memory
+ * its algorithm reserved (shoal_plan_reserve), in one block registered
+ * with every open transport's memory domain.
  */
 struct shoal_algo_ops;
 typedef struct shoal_plan {
     const struct shoal_algo_ops *algo; /* the algorithm it was made for */
     unsigned settings;        /* shoal_config_generation() then */
-    void *scratch;            /* working memory of its runs, owned */
+    void *input;              /* staged input, args.stage_bytes; owned */
+    void *scratch;            /* working memory of its runs, scratch_bytes */
     size_t scratch_bytes;
+    /* The block input and scratch share, and its registration with each
+     * open transport (NULL where one declined), for transports that move
+     * only registered memory. */
+    void *mem;
+    size_t mem_bytes;
+    shoal_mem_t *reg[SHOAL_MAX_TRANSPORTS];
     /* An algorithm that may run another in its place (the put collectives
      * when some rank's buffer is not shareable): that one's plan, owned,
      * and how many calls to run it before trying again, and the length of
@@ -288,15 +301,19 @@ double shoal_algo_bytes(const shoal_coll_args_t *args, size_t n);
  * left 0). SHOAL_ERR_INTERNAL for a dtype or op that has no kernel. */
 shoal_status_t shoal_plan_init(shoal_team_t *team, const shoal_coll_args_t *args,
                                int reduces, shoal_plan_t *plan);
-/* At least bytes of working memory owned by plan, kept for its later runs
- * (a plan of one shape asks for the same each run, so only its first run
- * allocates) and freed with it. */
+/* From an algorithm's plan function: its runs need bytes of working
+ * memory (the most of several calls), allocated by shoal_plan_create. */
+void shoal_plan_reserve(shoal_plan_t *plan, size_t bytes);
+/* The plan's working memory, of at least bytes; SHOAL_ERR_INTERNAL when
+ * the plan reserved less (a run never allocates). */
 shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p);
-/* A plan of algo for args, made by algo->plan in memory of its own. */
+/* A plan of algo for args, made by algo->plan in memory of its own, with
+ * its staged input and working memory allocated and registered. */
 shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *algo,
                                  const shoal_coll_args_t *args, shoal_plan_t **plan_p);
 /* Run plan for args, a call of the shape it was made for (its buffers, and
- * a codec's state and residual, may differ from the last run's). */
+ * a codec's state and residual, may differ from the last run's; with
+ * staged input, the caller has filled plan->input). */
 shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args);
 /* Free plan and what it owns; NULL is ignored. */
 void shoal_plan_destroy(shoal_plan_t *plan);

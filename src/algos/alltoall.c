@@ -86,6 +86,8 @@ static shoal_status_t a2a_plan(shoal_team_t *team, const shoal_coll_args_t *args
         if (j != r && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
+    /* The direct schedule's messages (a handful of bytes per peer). */
+    shoal_plan_reserve(plan, 2 * (size_t)(n - 1) * sizeof(shoal_xfer_t));
     return SHOAL_OK;
 }
 
@@ -145,8 +147,7 @@ static shoal_status_t direct_run(shoal_plan_t *plan)
     if (n == 1)
         return SHOAL_OK;
     uint64_t deadline = shoal_deadline_after(team->timeout_ns);
-    /* The message array lives in the plan's working memory, which
-     * stops growing after the first call of a given size. */
+    /* The message array lives in the plan's working memory. */
     size_t m = (size_t)n - 1;
     void *mem;
     shoal_status_t s = shoal_plan_scratch(plan, 2 * m * sizeof(shoal_xfer_t), &mem);

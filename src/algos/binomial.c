@@ -70,6 +70,9 @@ static shoal_status_t binomial_reduce_plan(shoal_team_t *team,
     if (s != SHOAL_OK)
         return s;
     plan->prims.reduce = shoal_reduce_fn(args->dtype, args->op);
+    /* A non-root with two children or more accumulates in a piece. */
+    if (plan->nbr[0] >= 0 && plan->nnbr > 2)
+        shoal_plan_reserve(plan, plan->piece_elems * plan->esize);
     return plan->prims.reduce ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
 

@@ -282,14 +282,19 @@ static shoal_status_t put_drive(shoal_team_t *team, put_peer_t *peers, int np,
     }
 }
 
-/* Working memory: the peers and the control messages. */
+/* Working memory: the peers, the control messages, the messages. */
+static size_t put_mem_bytes(const shoal_team_t *team)
+{
+    return (size_t)team->nranks *
+           (sizeof(put_peer_t) + sizeof(put_ctrl_t) + 2 * sizeof(shoal_xfer_t));
+}
+
 static shoal_status_t put_mem(shoal_plan_t *plan, put_peer_t **peers_p,
                               put_ctrl_t **ctrl_p, shoal_xfer_t **x_p)
 {
     size_t n = (size_t)plan->prims.team->nranks;
     void *mem;
-    shoal_status_t s = shoal_plan_scratch(plan, n * (sizeof(put_peer_t) + sizeof(put_ctrl_t) +
-                                                     2 * sizeof(shoal_xfer_t)), &mem);
+    shoal_status_t s = shoal_plan_scratch(plan, put_mem_bytes(plan->prims.team), &mem);
     if (s != SHOAL_OK)
         return s;
     *peers_p = mem;
@@ -306,15 +311,19 @@ static shoal_status_t put_run_fallback(shoal_plan_t *plan, const shoal_algo_ops_
     if (!fb)
         return SHOAL_ERR_INTERNAL;
     shoal_debug(ALGO, "rank %d: %s falls back to %s", team->rank, self->name, fb->name);
-    /* The fallback's plan lives with this one, made on the first fallback. */
+    /* The fallback's plan lives with this one, made on the first fallback.
+     * It runs on this run's buffers, a staged input's included: it stages
+     * nothing of its own. */
+    shoal_coll_args_t args = plan->args;
+    args.stage_bytes = 0;
     if (!plan->fallback || plan->fallback->algo != fb) {
         shoal_plan_destroy(plan->fallback);
         plan->fallback = NULL;
-        shoal_status_t s = shoal_plan_create(team, fb, &plan->args, &plan->fallback);
+        shoal_status_t s = shoal_plan_create(team, fb, &args, &plan->fallback);
         if (s != SHOAL_OK)
             return s;
     }
-    return shoal_plan_run(plan->fallback, &plan->args);
+    return shoal_plan_run(plan->fallback, &args);
 }
 
 /* Some rank offered no key: skip the exchange for a while (the same
@@ -479,6 +488,7 @@ static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args
         if (j != team->rank && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
+    shoal_plan_reserve(plan, put_mem_bytes(team));
     return SHOAL_OK;
 }
 

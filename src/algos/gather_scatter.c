@@ -34,6 +34,9 @@ static shoal_status_t gs_plan(shoal_team_t *team, const shoal_coll_args_t *args,
         if (j != r && (r == args->root || j == args->root) && !shoal_team_ep(team, j))
             return SHOAL_ERR_INTERNAL;
     }
+    /* The root's messages, one per peer. */
+    if (r == args->root)
+        shoal_plan_reserve(plan, (size_t)(n - 1) * sizeof(shoal_xfer_t));
     return SHOAL_OK;
 }
 
@@ -81,8 +84,7 @@ static shoal_status_t gs_run(shoal_plan_t *plan)
     }
     if (n == 1)
         return SHOAL_OK;
-    /* The messages live in the plan's working memory, which stops
-     * growing after the first call on this many ranks. */
+    /* The messages live in the plan's working memory. */
     void *mem;
     size_t m = (size_t)n - 1;
     shoal_status_t s = shoal_plan_scratch(plan, m * sizeof(shoal_xfer_t), &mem);

@@ -37,12 +37,38 @@ static double hier_a2a_cost(const shoal_team_t *team, const shoal_coll_args_t *a
     return local + cross;
 }
 
+/* Blocks this rank carries as the agent for other hosts: per host it
+ * serves, its own host's ranks times that host's. */
+static size_t agent_blocks(const shoal_cluster_t *c, int me)
+{
+    int h = c->host_of[me], lh = shoal_cluster_nlocal(c, h);
+    size_t blocks = 0;
+    for (int g = 0; g < c->nhosts; g++) {
+        if (g != h && agent_of(c, h, g) == me)
+            blocks += (size_t)lh * (size_t)shoal_cluster_nlocal(c, g);
+    }
+    return blocks;
+}
+
+/* Working memory: the message arrays, then the outgoing and incoming
+ * agent buffers. */
+static size_t hier_a2a_scratch(const shoal_team_t *team, size_t block, size_t *cap_p)
+{
+    size_t agent = agent_blocks(&team->cluster, team->rank);
+    *cap_p = (size_t)team->nranks + agent;
+    return 2 * *cap_p * sizeof(shoal_xfer_t) + 2 * agent * block;
+}
+
 static shoal_status_t hier_a2a_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                     shoal_plan_t *plan)
 {
     if (args->kind != SHOAL_COLL_ALLTOALL)
         return SHOAL_ERR_INTERNAL;
-    return shoal_plan_init(team, args, 0, plan);
+    shoal_status_t s = shoal_plan_init(team, args, 0, plan);
+    size_t cap;
+    if (s == SHOAL_OK)
+        shoal_plan_reserve(plan, hier_a2a_scratch(team, args->count * plan->esize, &cap));
+    return s;
 }
 
 /* A phase's messages, collected before they run. */
@@ -92,24 +118,17 @@ static shoal_status_t hier_a2a_run(shoal_plan_t *plan)
         return SHOAL_OK;
     shoal_move(team, dst + (size_t)me * block, src + (size_t)me * block, block);
 
-    /* Working memory: the message arrays, then per host this rank is the
-     * agent for, its outgoing and incoming agent buffers. */
-    size_t agent_blocks = 0;
-    for (int g = 0; g < hs; g++) {
-        if (g != h && agent_of(c, h, g) == me)
-            agent_blocks += (size_t)lh * (size_t)shoal_cluster_nlocal(c, g);
-    }
-    size_t cap = (size_t)n + agent_blocks;
+    size_t cap;
     void *mem;
-    shoal_status_t s = shoal_plan_scratch(plan, 2 * cap * sizeof(shoal_xfer_t) +
-                                                    2 * agent_blocks * block, &mem);
+    shoal_status_t s = shoal_plan_scratch(plan, hier_a2a_scratch(team, block, &cap), &mem);
     if (s != SHOAL_OK)
         return s;
     a2a_phase_t ph = {.team = team, .sends = mem, .recvs = (shoal_xfer_t *)mem + cap,
                       .block = block};
     char *agg = (char *)mem + 2 * cap * sizeof(shoal_xfer_t);
+    size_t nagent = cap - (size_t)n; /* blocks this rank carries as an agent */
 #define OUT(at, i, j, lg) (agg + ((at) + (size_t)(i) * (size_t)(lg) + (size_t)(j)) * block)
-#define IN(at, i, j) (agg + (agent_blocks + (at) + (size_t)(i) * (size_t)lh + (size_t)(j)) * block)
+#define IN(at, i, j) (agg + (nagent + (at) + (size_t)(i) * (size_t)lh + (size_t)(j)) * block)
 #define SBLK(r) ((char *)src + (size_t)(r) * block)
 #define RBLK(r) (dst + (size_t)(r) * block)
     uint64_t deadline = shoal_deadline_after(team->timeout_ns);

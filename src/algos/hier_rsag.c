@@ -50,6 +50,11 @@ static shoal_status_t hier_rsag_plan(shoal_team_t *team, const shoal_coll_args_t
     shoal_status_t s = shoal_plan_init(team, args, args->kind == SHOAL_COLL_REDUCE_SCATTER, plan);
     shoal_ring_local(team, SHOAL_RING_BY_RAIL, &plan->ring);
     plan->ring.unit = args->count;
+    /* The staged runs of every rank's block; a reduce-scatter also keeps
+     * one block of results it does not keep. */
+    size_t block = args->count * plan->esize;
+    shoal_plan_reserve(plan, block * (size_t)team->nranks +
+                                 (args->kind == SHOAL_COLL_REDUCE_SCATTER ? block : 0));
     return s;
 }
 

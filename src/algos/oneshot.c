@@ -35,6 +35,9 @@ static shoal_status_t oneshot_plan(shoal_team_t *team, const shoal_coll_args_t *
         if (r != team->rank && !shoal_team_ep(team, r))
             return SHOAL_ERR_INTERNAL;
     }
+    /* A copy of an in-place input (at most one piece; see the run). */
+    if (team->rank > 0)
+        shoal_plan_reserve(plan, args->count * plan->esize);
     return SHOAL_OK;
 }
 

@@ -1,6 +1,6 @@
 /* Plans: the part of every plan that depends only on the call's type,
  * the stage it runs, and the lifecycle of plans (create, run, destroy,
- * the communicator's cache of them). */
+ * the communicator's cache of them, their memory). */
 #include "algo.h"
 #include "stage.h"
 
@@ -46,22 +46,64 @@ shoal_status_t shoal_plan_stage(shoal_team_t *team, const shoal_coll_args_t *arg
     return plan->stage_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
 
+void shoal_plan_reserve(shoal_plan_t *plan, size_t bytes)
+{
+    if (bytes > plan->scratch_bytes)
+        plan->scratch_bytes = bytes;
+}
+
 shoal_status_t shoal_plan_scratch(shoal_plan_t *plan, size_t bytes, void **buf_p)
 {
     if (bytes > plan->scratch_bytes) {
-        /* 64-byte lines for the kernels; the old contents are not kept. */
-        void *mem = aligned_alloc(64, (bytes + 63) / 64 * 64);
-        if (!mem) {
-            shoal_error(MEM, "rank %d: no memory for %zu B of working space",
-                        plan->prims.team->rank, bytes);
-            return SHOAL_ERR_NO_MEMORY;
-        }
-        free(plan->scratch);
-        plan->scratch = mem;
-        plan->scratch_bytes = bytes;
+        shoal_error(ALGO, "rank %d: %s asks %zu B of working memory; its plan reserved %zu",
+                    plan->prims.team->rank, plan->algo->name, bytes, plan->scratch_bytes);
+        return SHOAL_ERR_INTERNAL;
     }
     *buf_p = plan->scratch;
     return SHOAL_OK;
+}
+
+static size_t line_up(size_t bytes)
+{
+    return (bytes + 63) / 64 * 64;
+}
+
+/* The plan's block: the staged input, then the working memory, each on
+ * 64-byte lines for the kernels; registered with every open transport. */
+static shoal_status_t plan_mem_take(shoal_team_t *team, shoal_plan_t *plan)
+{
+    size_t in = line_up(plan->args.stage_bytes), total = in + line_up(plan->scratch_bytes);
+    if (total == 0)
+        return SHOAL_OK;
+    plan->mem = aligned_alloc(64, total);
+    if (!plan->mem) {
+        shoal_error(MEM, "rank %d: no memory for the %zu B of a %s plan", team->rank, total,
+                    plan->algo->name);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    plan->mem_bytes = total;
+    plan->input = plan->args.stage_bytes ? plan->mem : NULL;
+    plan->scratch = plan->scratch_bytes ? (char *)plan->mem + in : NULL;
+    for (int t = 0; t < team->ntl && t < SHOAL_MAX_TRANSPORTS; t++) {
+        shoal_tl_ctx_t *ctx = team->tl_ctx[t];
+        /* One that declines moves the plan's memory through its slots. */
+        if (ctx && ctx->ops->mem_reg(ctx, plan->mem, total, SHOAL_MEM_HOST, &plan->reg[t]) !=
+                       SHOAL_OK)
+            plan->reg[t] = NULL;
+    }
+    return SHOAL_OK;
+}
+
+static void plan_mem_release(shoal_plan_t *plan)
+{
+    shoal_team_t *team = plan->prims.team;
+    for (int t = 0; t < SHOAL_MAX_TRANSPORTS; t++) {
+        if (plan->reg[t] && t < team->ntl && team->tl_ctx[t])
+            team->tl_ctx[t]->ops->mem_dereg(team->tl_ctx[t], plan->reg[t]);
+        plan->reg[t] = NULL;
+    }
+    free(plan->mem);
+    plan->mem = NULL;
 }
 
 shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *algo,
@@ -72,19 +114,19 @@ shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *alg
         shoal_error(MEM, "rank %d: no memory for a plan", team->rank);
         return SHOAL_ERR_NO_MEMORY;
     }
+    /* The algorithm's plan starts from a zeroed struct (shoal_plan_init),
+     * so the lifecycle fields start empty; it sets scratch_bytes. */
     shoal_status_t s = algo->plan(team, args, plan);
+    if (s == SHOAL_OK) {
+        plan->algo = algo;
+        plan->settings = shoal_config_generation();
+        plan->args.stage_bytes = args->stage_bytes;
+        s = plan_mem_take(team, plan);
+    }
     if (s != SHOAL_OK) {
         free(plan);
         return s;
     }
-    /* The algorithm's plan starts from a zeroed struct (shoal_plan_init):
-     * the lifecycle fields come after it. */
-    plan->algo = algo;
-    plan->settings = shoal_config_generation();
-    plan->scratch = NULL;
-    plan->scratch_bytes = 0;
-    plan->fallback = NULL;
-    plan->skip = plan->skip_len = 0;
     *plan_p = plan;
     return SHOAL_OK;
 }
@@ -92,6 +134,12 @@ shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *alg
 shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args)
 {
     plan->args = *args;
+    if (args->stage_bytes) {
+        if (!args->sendbuf)
+            plan->args.sendbuf = plan->input;
+        if (!args->recvbuf)
+            plan->args.recvbuf = plan->input;
+    }
     plan->prims.codec = args->codec;
     plan->prims.residual = args->residual;
     return plan->algo->run(plan);
@@ -102,7 +150,7 @@ void shoal_plan_destroy(shoal_plan_t *plan)
     if (!plan)
         return;
     shoal_plan_destroy(plan->fallback);
-    free(plan->scratch);
+    plan_mem_release(plan);
     free(plan);
 }
 
@@ -115,7 +163,7 @@ static int plan_fits(const shoal_plan_t *plan, const shoal_algo_ops_t *algo,
     if (plan->algo != algo || plan->settings != settings || a->kind != args->kind ||
         a->count != args->count || a->dtype != args->dtype || a->op != args->op ||
         a->root != args->root || a->codec_algo != args->codec_algo ||
-        !a->codec != !args->codec)
+        a->stage_bytes != args->stage_bytes || !a->codec != !args->codec)
         return 0;
     const shoal_codec_t *c = a->codec, *d = args->codec;
     return !c || (c->ops == d->ops && c->block == d->block && c->wide == d->wide &&

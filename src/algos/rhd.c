@@ -347,7 +347,11 @@ static shoal_status_t rhd_plan_common(shoal_team_t *team, const shoal_coll_args_
 static shoal_status_t rhd_reduce_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                       shoal_plan_t *plan)
 {
-    return rhd_plan_common(team, args, 1, plan);
+    shoal_status_t s = rhd_plan_common(team, args, 1, plan);
+    /* A reduce-scatter reduces every block in working memory. */
+    if (s == SHOAL_OK && team->nranks > 1 && args->kind == SHOAL_COLL_REDUCE_SCATTER)
+        shoal_plan_reserve(plan, (size_t)team->nranks * args->count * plan->esize);
+    return s;
 }
 
 static shoal_status_t rhd_gather_plan(shoal_team_t *team, const shoal_coll_args_t *args,

@@ -42,6 +42,9 @@ static shoal_status_t ring_gs_plan(shoal_team_t *team, const shoal_coll_args_t *
     if ((n > 1 && !last && !p->send_ep) ||
         (n > 1 && !first && !p->recv_ep))
         return SHOAL_ERR_INTERNAL;
+    /* A rank between the ends passes pieces on through one of its own. */
+    if (p->send_ep && p->recv_ep)
+        shoal_plan_reserve(plan, plan->piece_elems * plan->esize);
     return SHOAL_OK;
 }
 

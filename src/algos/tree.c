@@ -313,9 +313,21 @@ shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t
     return s == SHOAL_OK ? tree_flush(plan) : s;
 }
 
+
 static size_t round_up(size_t x, size_t y)
 {
     return (x + y - 1) / y * y;
+}
+
+/* The stage's working memory of a tree run: a decoded piece (*tmp_p
+ * bytes), then the wires kept for the way down, one per window slot
+ * (*stride_p bytes apart). */
+static size_t tree_work_bytes(const shoal_plan_t *plan, size_t *tmp_p, size_t *stride_p)
+{
+    const shoal_prims_t *p = &plan->prims;
+    *stride_p = round_up(p->st->keep_bytes(p, plan->stage_elems), TREE_WIRE_ALIGN);
+    *tmp_p = round_up(p->st->tmp_bytes(p, plan->stage_elems), TREE_WIRE_ALIGN);
+    return *tmp_p + SHOAL_TREE_WINDOW * *stride_p;
 }
 
 static shoal_status_t tree_run(shoal_plan_t *plan)
@@ -331,14 +343,12 @@ static shoal_status_t tree_run(shoal_plan_t *plan)
         st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
         return SHOAL_OK;
     }
-    /* The stage's working memory (kept wires, a decoded piece), which
-     * stops growing after the first call. */
-    tree_work_t w = {NULL, round_up(st->keep_bytes(p, pe), TREE_WIRE_ALIGN)};
-    size_t tmp_bytes = round_up(st->tmp_bytes(p, pe), TREE_WIRE_ALIGN);
-    if (tmp_bytes + w.stride) {
+    /* The stage's working memory (kept wires, a decoded piece). */
+    tree_work_t w = {NULL, 0};
+    size_t tmp_bytes, total = tree_work_bytes(plan, &tmp_bytes, &w.stride);
+    if (total) {
         void *mem;
-        shoal_status_t s = shoal_plan_scratch(plan, tmp_bytes + SHOAL_TREE_WINDOW * w.stride,
-                                              &mem);
+        shoal_status_t s = shoal_plan_scratch(plan, total, &mem);
         if (s != SHOAL_OK)
             return s;
         p->tmp = mem;
@@ -377,7 +387,11 @@ static shoal_status_t tree_codec_plan(shoal_team_t *team, const shoal_coll_args_
         return s;
     if (!args->codec || args->codec->ops != &shoal_codec_int8)
         return SHOAL_ERR_INTERNAL;
-    return shoal_plan_stage(team, args, plan);
+    s = shoal_plan_stage(team, args, plan);
+    size_t tmp, stride;
+    if (s == SHOAL_OK)
+        shoal_plan_reserve(plan, tree_work_bytes(plan, &tmp, &stride));
+    return s;
 }
 
 const shoal_algo_ops_t shoal_tree_codec_allreduce_ops = {

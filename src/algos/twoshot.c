@@ -102,8 +102,7 @@ static shoal_status_t twoshot_run(shoal_plan_t *plan)
         p->st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
         return SHOAL_OK;
     }
-    /* The stage's working memory for a received piece before it is added:
-     * it stops growing after the first call. */
+    /* The stage's working memory for a received piece before it is added. */
     size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
     shoal_status_t s = SHOAL_OK;
     if (tmp_bytes)
@@ -113,10 +112,20 @@ static shoal_status_t twoshot_run(shoal_plan_t *plan)
     return s == SHOAL_OK ? twoshot_flush(p, ring) : s;
 }
 
+static shoal_status_t twoshot_plan(shoal_team_t *team, const shoal_coll_args_t *args,
+                                   shoal_plan_t *plan)
+{
+    shoal_status_t s = shoal_codec_flat_plan(team, args, plan);
+    shoal_prims_t *p = &plan->prims;
+    if (s == SHOAL_OK)
+        shoal_plan_reserve(plan, p->st->tmp_bytes(p, plan->stage_elems));
+    return s;
+}
+
 const shoal_algo_ops_t shoal_twoshot_codec_allreduce_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "twoshot-codec",
     .cost = shoal_codec_flat_cost,
-    .plan = shoal_codec_flat_plan,
+    .plan = twoshot_plan,
     .run = twoshot_run,
 };

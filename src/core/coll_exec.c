@@ -47,13 +47,18 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
 }
 
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
-                              const char *what, const shoal_coll_args_t *args)
+                              const char *what, const shoal_coll_args_t *args,
+                              const shoal_coll_staging_t *staging)
 {
     shoal_plan_t *plan;
     int cached;
     shoal_status_t s = shoal_plan_get(&comm->team, algo, args, &plan, &cached);
     if (s == SHOAL_OK) {
+        if (args->stage_bytes)
+            staging->fill(staging, plan->input);
         s = shoal_plan_run(plan, args);
+        if (s == SHOAL_OK && args->stage_bytes && staging->drain)
+            staging->drain(staging, plan->input);
         if (!cached)
             shoal_plan_destroy(plan);
     }
@@ -112,7 +117,8 @@ static size_t output_bytes(const struct shoal_comm *comm, const shoal_coll_args_
 }
 
 static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
-                                   const shoal_coll_args_t *args, unsigned sig_kind)
+                                   const shoal_coll_args_t *args, unsigned sig_kind,
+                                   const shoal_coll_staging_t *staging)
 {
     begin_sig(comm, args, sig_kind);
     comm->team.stream_out = output_bytes(comm, args) >= comm->stream_min;
@@ -123,7 +129,7 @@ static shoal_status_t run_selected(struct shoal_comm *comm, const char *what,
     if (!algo)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: no algorithm can serve it",
                                what);
-    return shoal_coll_run(comm, algo, what, args);
+    return shoal_coll_run(comm, algo, what, args, staging);
 }
 
 /* Elements a rank contributes to a reducing call (what a pre-multiplied
@@ -164,6 +170,21 @@ double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *ca
     return t > 0 ? t : 0;
 }
 
+/* A call's input, scaled by its pre-multiplied sum's scalar. */
+static void fill_premul(const shoal_coll_staging_t *st, void *input)
+{
+    const shoal_call_t *call = st->ctx;
+    shoal_premul_scale(input, call->args.sendbuf, st->n, call->args.dtype,
+                       shoal_call_scalar(call));
+}
+
+/* A call's input as it is. */
+static void fill_copy(const shoal_coll_staging_t *st, void *input)
+{
+    const shoal_call_t *call = st->ctx;
+    memcpy(input, call->args.sendbuf, st->n * shoal_dtype_bytes(call->args.dtype));
+}
+
 shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (shoal_call_is_empty(comm, call))
@@ -177,37 +198,31 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
         uint8_t one = 1, all;
         shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &one, .recvbuf = &all,
                                   .count = 1, .dtype = SHOAL_UINT8, .op = SHOAL_MAX};
-        return run_selected(comm, call->what, &args, SHOAL_SIG_BARRIER);
+        return run_selected(comm, call->what, &args, SHOAL_SIG_BARRIER, NULL);
     }
     shoal_coll_args_t args = call->args;
     size_t es = shoal_dtype_bytes(args.dtype);
-    void *staged;
+    shoal_coll_staging_t st = {.comm = comm, .ctx = call};
     if (call->premul) {
-        size_t n = input_elems(comm, &args);
-        if (shoal_comm_stage(comm, n * es, &staged) != SHOAL_OK)
-            goto err_nomem;
-        shoal_premul_scale(staged, args.sendbuf, n, args.dtype, shoal_call_scalar(call));
+        st.n = input_elems(comm, &args);
+        st.fill = fill_premul;
     } else if ((args.kind == SHOAL_COLL_ALLTOALL || args.kind == SHOAL_COLL_ALLTOALLV) &&
                args.sendbuf == args.recvbuf) {
         /* In place: every rank's block is read after others may have
          * landed on it, so the input is kept aside first. */
-        size_t n = alltoall_extent(comm, &args);
-        if (shoal_comm_stage(comm, n * es, &staged) != SHOAL_OK)
-            goto err_nomem;
-        memcpy(staged, args.sendbuf, n * es);
+        st.n = alltoall_extent(comm, &args);
+        st.fill = fill_copy;
     } else {
         /* Its own kind: against a plain all-reduce, a mismatch. */
         unsigned kind = call->sig_kind ? call->sig_kind
                         : args.codec   ? SHOAL_SIG_ALLREDUCE_CODEC
                                        : args.kind;
-        return run_selected(comm, call->what, &args, kind);
+        return run_selected(comm, call->what, &args, kind, NULL);
     }
-    args.sendbuf = staged;
-    return run_selected(comm, call->what, &args, args.kind);
-
-err_nomem:
-    return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory to stage the input",
-                           call->what);
+    /* The input is staged in the plan's memory (NULL sendbuf). */
+    args.sendbuf = NULL;
+    args.stage_bytes = st.n * es;
+    return run_selected(comm, call->what, &args, args.kind, &st);
 }
 
 /* Whether b can join an all-reduce fused with a. */
@@ -226,50 +241,59 @@ static int in_run(const struct shoal_comm *comm, const shoal_call_t *c)
     return !shoal_call_is_p2p(c) && !shoal_call_is_empty(comm, c);
 }
 
-/* All-reduces calls[0..n) that in_run selects (all fusable) as one over a
- * staging buffer: the cost of one all-reduce of their total size instead of
- * n latencies. Every rank lays them out alike, so the result is the same as
- * n separate calls with the chosen algorithm. */
+/* A fused run's staging: its calls and how many (st->n). */
+static void fill_fused(const shoal_coll_staging_t *st, void *input)
+{
+    const shoal_call_t *calls = st->ctx;
+    char *buf = input;
+    for (size_t i = 0; i < st->n; i++) {
+        const shoal_coll_args_t *a = &calls[i].args;
+        size_t bytes = a->count * shoal_dtype_bytes(a->dtype);
+        if (!in_run(st->comm, &calls[i]))
+            continue;
+        if (calls[i].premul)
+            shoal_premul_scale(buf, a->sendbuf, a->count, a->dtype, shoal_call_scalar(&calls[i]));
+        else
+            memcpy(buf, a->sendbuf, bytes);
+        buf += bytes;
+    }
+}
+
+static void drain_fused(const shoal_coll_staging_t *st, const void *input)
+{
+    const shoal_call_t *calls = st->ctx;
+    const char *buf = input;
+    for (size_t i = 0; i < st->n; i++) {
+        const shoal_coll_args_t *a = &calls[i].args;
+        size_t bytes = a->count * shoal_dtype_bytes(a->dtype);
+        if (!in_run(st->comm, &calls[i]))
+            continue;
+        memcpy(a->recvbuf, buf, bytes);
+        buf += bytes;
+    }
+}
+
+/* All-reduces calls[0..n) that in_run selects (all fusable) as one, staged
+ * in the plan's memory: the cost of one all-reduce of their total size
+ * instead of n latencies. Every rank lays them out alike, so the result is
+ * the same as n separate calls with the chosen algorithm. */
 static shoal_status_t run_fused(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
 {
     const shoal_call_t *c0 = NULL;
-    size_t es = 0, total = 0, nrun = 0;
+    size_t total = 0;
     for (size_t i = 0; i < n; i++) {
         if (in_run(comm, &calls[i])) {
             c0 = c0 ? c0 : &calls[i];
             total += calls[i].args.count;
-            nrun++;
         }
     }
-    es = shoal_dtype_bytes(c0->args.dtype);
-    void *mem;
-    if (shoal_comm_stage(comm, total * es, &mem) != SHOAL_OK)
-        return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY,
-                               "group: no memory to fuse %zu all-reduces", nrun);
-    char *buf = mem;
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        const shoal_coll_args_t *a = &calls[i].args;
-        if (!in_run(comm, &calls[i]))
-            continue;
-        if (calls[i].premul)
-            shoal_premul_scale(buf + off * es, a->sendbuf, a->count, a->dtype,
-                               shoal_call_scalar(&calls[i]));
-        else
-            memcpy(buf + off * es, a->sendbuf, a->count * es);
-        off += a->count;
-    }
-    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = buf, .recvbuf = buf,
-                              .count = total, .dtype = c0->args.dtype, .op = c0->args.op};
-    shoal_status_t s = run_selected(comm, "group of all-reduces", &args, SHOAL_COLL_ALLREDUCE);
-    off = 0;
-    for (size_t i = 0; i < n && s == SHOAL_OK; i++) {
-        if (!in_run(comm, &calls[i]))
-            continue;
-        memcpy(calls[i].args.recvbuf, buf + off * es, calls[i].args.count * es);
-        off += calls[i].args.count;
-    }
-    return s;
+    shoal_coll_staging_t st = {.fill = fill_fused, .drain = drain_fused, .comm = comm, .ctx = calls,
+                               .n = n};
+    /* NULL buffers: the staged input, reduced in place. */
+    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = total,
+                              .dtype = c0->args.dtype, .op = c0->args.op,
+                              .stage_bytes = total * shoal_dtype_bytes(c0->args.dtype)};
+    return run_selected(comm, "group of all-reduces", &args, SHOAL_COLL_ALLREDUCE, &st);
 }
 
 void shoal_call_xfer(struct shoal_comm *comm, const shoal_call_t *call, shoal_xfer_t *x)

@@ -319,29 +319,6 @@ out_free_cards:
     return s;
 }
 
-/* Grow *buf to at least bytes (contents not kept). */
-static shoal_status_t comm_buffer(struct shoal_comm *comm, void **buf, size_t *len,
-                                  size_t bytes, void **buf_p)
-{
-    if (bytes > *len) {
-        void *p = malloc(bytes);
-        if (!p) {
-            shoal_error(MEM, "rank %d: no memory for %zu B of working space", comm->team.rank, bytes);
-            return SHOAL_ERR_NO_MEMORY;
-        }
-        free(*buf);
-        *buf = p;
-        *len = bytes;
-    }
-    *buf_p = *buf;
-    return SHOAL_OK;
-}
-
-shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p)
-{
-    return comm_buffer(comm, &comm->stage, &comm->stage_bytes, bytes, buf_p);
-}
-
 static void comm_free(struct shoal_comm *comm)
 {
     shoal_exec_destroy(comm, 0);
@@ -350,7 +327,6 @@ static void comm_free(struct shoal_comm *comm)
     comm->flight = NULL;
     shoal_transport_teardown(comm);
     shoal_plan_cache_release(&comm->team);
-    free(comm->stage);
     free(comm->premul);
     shoal_reg_release_all(comm);
     if (comm->rdv_fd >= 0)

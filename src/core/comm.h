@@ -49,13 +49,6 @@ struct shoal_comm {
     struct shoal_premul *premul;
     int npremul;
 
-    /* The core's staged input of the running operation (pre-multiplied,
-     * in-place all-to-all, fused all-reduces; one runs at a time), kept
-     * between operations so that repeated calls do not fault fresh pages
-     * in. The algorithms' working memory belongs to their plans. */
-    void *stage;
-    size_t stage_bytes;
-
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
 
     /* Shrink (shrink.c): this rank's rendezvous listener, open for the
@@ -159,11 +152,6 @@ typedef struct shoal_premul {
     unsigned char scalar[8];
     const void *ref;   /* non-NULL: the scalar is read here when a call runs */
 } shoal_premul_t;
-
-/* At least bytes of working memory for the core's staged input of the
- * operation running on comm, kept until comm is freed (or the next larger
- * request). Only the operation's executor may call it. */
-shoal_status_t shoal_comm_stage(struct shoal_comm *comm, size_t bytes, void **buf_p);
 
 /* Peer's endpoint; NULL for self. */
 static inline shoal_ep_t *shoal_comm_ep(struct shoal_comm *comm, int peer)
