@@ -13,6 +13,7 @@
 #include "wireup.h"
 
 #include "bootstrap.h"
+#include "base/cancel.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -403,10 +404,17 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
 
+    /* A split's init stops at the parent's abort (shoal_cancel_push in
+     * shoal_comm_split): the socket waits see it within a slice, and the
+     * steps between them look here. */
     s = shoal_bootstrap_init(id, rank, nranks, comm->team.timeout_ns, &comm->bootstrap);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     s = comm_exchange_cards(comm);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     comm->team.chunk_size = shoal_config_chunk(cfg, comm->team.nhosts > 1 || !cfg->shm.enable);
@@ -417,6 +425,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);
     if (s == SHOAL_OK)
         s = shoal_links_setup(comm);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     s = shoal_exec_create(comm);
@@ -430,8 +440,13 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
 
 err_free:
     /* The reason is the last error logged on the way (logged or not). */
-    thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator: %s", rank,
-                nranks, shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
+    if (s == SHOAL_ERR_ABORTED && shoal_cancelled())
+        thread_fail(s, "shoal_comm_init: rank %d of %d: cut short, as the communicator it "
+                    "was split from was aborted", rank, nranks);
+    else
+        thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator: %s",
+                    rank, nranks,
+                    shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
     comm_free(comm);
     return s;
 }
@@ -510,7 +525,13 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
         *newcomm_p = NULL;
         goto out_free;
     }
+    /* The new communicator's init waits for its peers: an abort of comm
+     * from another thread (which waits for this call to leave) cuts it
+     * short, so that the abort need not wait for the init's deadline. */
+    shoal_cancel_scope_t scope;
+    shoal_cancel_push(&comm->team.aborted, &scope);
     s = shoal_comm_init(newsize, &ids[first], newrank, newcomm_p);
+    shoal_cancel_pop(&scope);
     if (s != SHOAL_OK)
         shoal_comm_fail(comm, s, "shoal_comm_split: color %d: %s", color, thread_error);
     goto out_free;
