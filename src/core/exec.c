@@ -445,6 +445,31 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     return first;
 }
 
+void shoal_exec_stop(struct shoal_comm *comm)
+{
+    struct shoal_exec *ex = comm->exec;
+    if (!ex)
+        return;
+    pthread_mutex_lock(&ex->lock);
+    /* Queued tasks have not started: they fail here rather than one by one
+     * at the head of the queue. The session's messages belong to whoever
+     * runs it, if anyone: its next step sees the flag. */
+    while (ex->head) {
+        shoal_task_t *t = ex->head;
+        ex->head = t->next;
+        task_complete(t, SHOAL_ERR_ABORTED);
+    }
+    ex->tail = NULL;
+    if (!ex->running) {
+        list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
+        list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
+    }
+    pthread_cond_broadcast(&ex->done);
+    if (ex->has_thread)
+        pthread_cond_signal(&ex->work);
+    pthread_mutex_unlock(&ex->lock);
+}
+
 /* Bytes a call moves out of this rank, roughly: for the flight recorder. */
 static size_t call_bytes(const struct shoal_comm *comm, const shoal_call_t *c)
 {
