@@ -247,7 +247,10 @@ static void list_reap(xfer_list_t *l, int sends, shoal_status_t status)
     l->n = k;
 }
 
-/* Whether a message of l is past its task's deadline (logged). */
+/* Whether a message of l is past its task's deadline (logged). Each message
+ * has its own, from when it joined the session, and it is looked at in
+ * every step, whatever the others moved: a message that never matches
+ * fails at its deadline even while others flow past it. */
 static int list_overdue(const xfer_list_t *l, int sends, uint64_t now,
                         struct shoal_comm *comm)
 {
@@ -285,8 +288,9 @@ static shoal_status_t session_absorb(struct shoal_exec *ex)
 
 /* Lock held; returns with it held. One step of the p2p session: take in
  * newly queued sends and receives, move what can move, complete what is
- * done. A failure (or a message past its deadline) fails the whole session:
- * the FIFOs it shares are in an unknown state. */
+ * done, then look at the deadline of every message left. A failure (or a
+ * message past its deadline) fails the whole session: the FIFOs it shares
+ * are in an unknown state. */
 static void session_step(struct shoal_exec *ex)
 {
     struct shoal_comm *comm = ex->comm;
@@ -302,7 +306,12 @@ static void session_step(struct shoal_exec *ex)
     if (s == SHOAL_OK && atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
     pthread_mutex_lock(&ex->lock);
-    if (s == SHOAL_OK && !moved) {
+    size_t before = ex->sends.n + ex->recvs.n;
+    if (s == SHOAL_OK) {
+        /* What finished in this step completes whatever comes next; the
+         * deadlines are those of the messages left. */
+        list_reap(&ex->sends, 1, SHOAL_OK);
+        list_reap(&ex->recvs, 0, SHOAL_OK);
         uint64_t now = shoal_coarse_now_ns();
         if (list_overdue(&ex->sends, 1, now, comm) || list_overdue(&ex->recvs, 0, now, comm))
             s = SHOAL_ERR_TIMEOUT;
@@ -313,9 +322,10 @@ static void session_step(struct shoal_exec *ex)
         pthread_mutex_lock(&ex->lock);
     }
     ex->running = 0;
-    size_t before = ex->sends.n + ex->recvs.n;
-    list_reap(&ex->sends, 1, s);
-    list_reap(&ex->recvs, 0, s);
+    if (s != SHOAL_OK) {
+        list_reap(&ex->sends, 1, s);
+        list_reap(&ex->recvs, 0, s);
+    }
     if (ex->sends.n + ex->recvs.n < before || s != SHOAL_OK)
         pthread_cond_broadcast(&ex->done);
     if (!moved && s == SHOAL_OK && session_active(ex)) {
