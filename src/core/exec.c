@@ -101,23 +101,40 @@ static shoal_handle_pool_t req_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_reques
 
 /* Waits on requests not yet bound to a task (see the top of this file). */
 static pthread_mutex_t unbound_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t unbound_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t unbound_cond; /* on CLOCK_MONOTONIC: unbound_once */
+static pthread_once_t unbound_once = PTHREAD_ONCE_INIT;
 static atomic_int unbound_waiters;
 
-static struct timespec nap_until(clockid_t clock)
+/* Every timed wait here is on CLOCK_MONOTONIC, which a change of the
+ * wall clock cannot stretch. */
+static struct timespec nap_until(void)
 {
     struct timespec ts;
-    clock_gettime(clock, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t ns = (uint64_t)ts.tv_nsec + EXEC_NAP_NS;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
     return ts;
 }
 
+static void cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static void unbound_init(void)
+{
+    cond_init_monotonic(&unbound_cond);
+}
+
 /* Lock held: sleep until woken, or a nap passed. */
 static void exec_nap(struct shoal_exec *ex)
 {
-    struct timespec ts = nap_until(CLOCK_MONOTONIC);
+    struct timespec ts = nap_until();
     pthread_cond_timedwait(&ex->done, &ex->lock, &ts);
 }
 
@@ -380,14 +397,6 @@ static void *exec_thread(void *arg)
     return NULL;
 }
 
-static void cond_init_monotonic(pthread_cond_t *cond)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
 
 shoal_status_t shoal_exec_create(struct shoal_comm *comm)
 {
@@ -428,6 +437,9 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
             }
         }
     }
+    /* The thread running a task ends it by the task's deadline, or at its
+     * next poll of the abort flag when comm was aborted; the naps are
+     * bounded, the loop by that thread. */
     while (ex->running)
         exec_nap(ex);
     list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
@@ -447,6 +459,9 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
         exec_nap(ex);
     int joined = ex->has_thread;
     pthread_mutex_unlock(&ex->lock);
+    /* Bounded by the progress thread: nothing is running and stop is set,
+     * which it reads after every step and every timed wait (a heartbeat
+     * at most), and its idle look at the bootstrap never blocks. */
     if (joined)
         pthread_join(ex->thread, NULL);
     comm->exec = NULL;
@@ -565,7 +580,9 @@ static shoal_status_t exec_kick(struct shoal_exec *ex)
 }
 
 /* t's executor's lock held: wait for t, running queued tasks of its queue
- * when nobody else does (only up to t's completion). */
+ * when nobody else does (only up to t's completion). Each nap is bounded;
+ * the loop ends by t's own deadline, or, once comm is aborted, at the
+ * runner's next poll of the flag (or at once, for a queued t: shoal_exec_stop). */
 static void exec_wait_locked(shoal_task_t *t)
 {
     struct shoal_exec *ex = t->ex;
@@ -602,6 +619,7 @@ static void unbound_notify(void)
 {
     if (atomic_load(&unbound_waiters) == 0)
         return;
+    /* A waiter initialised the condition before it counted itself. */
     pthread_mutex_lock(&unbound_lock);
     pthread_cond_broadcast(&unbound_cond);
     pthread_mutex_unlock(&unbound_lock);
@@ -610,10 +628,11 @@ static void unbound_notify(void)
 /* Sleep until req is bound or completed, or a nap passed. */
 static void unbound_wait(struct shoal_request *req)
 {
+    pthread_once(&unbound_once, unbound_init);
     atomic_fetch_add(&unbound_waiters, 1);
     pthread_mutex_lock(&unbound_lock);
     if (!atomic_load(&req->done) && !atomic_load(&req->task)) {
-        struct timespec ts = nap_until(CLOCK_REALTIME);
+        struct timespec ts = nap_until();
         pthread_cond_timedwait(&unbound_cond, &unbound_lock, &ts);
     }
     pthread_mutex_unlock(&unbound_lock);
