@@ -45,24 +45,29 @@ static shoal_handle_pool_t comm_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_comm,
 static _Atomic uint64_t comm_serials;
 
 /* The handle fields that a new communicator in a reused shell keeps
- * (comm.h): magic, serial and active, together. */
+ * (comm.h): magic, serial, active and orphan, together. */
 _Static_assert(offsetof(struct shoal_comm, serial) == offsetof(struct shoal_comm, magic) + 8 &&
                    offsetof(struct shoal_comm, active) ==
-                       offsetof(struct shoal_comm, serial) + 8,
-               "magic, serial and active must stay together in struct shoal_comm");
+                       offsetof(struct shoal_comm, serial) + 8 &&
+                   offsetof(struct shoal_comm, orphan) ==
+                       offsetof(struct shoal_comm, active) + sizeof(atomic_int),
+               "magic, serial, active and orphan must stay together in struct shoal_comm");
 
 /* A shell for a new communicator, every field reset but the handle's: a
- * stale handle's call may be reading magic and serial and counting itself
- * in active at this moment, and it backs off when it sees magic (0 until
- * comm_publish), touching nothing else. */
+ * stale handle's call may be reading magic and serial, counting itself in
+ * active and reading orphan as it leaves at this moment, and it backs off
+ * when it sees magic (0 until comm_publish), touching nothing else. The
+ * shell's last communicator left orphan 0 or 2: a stale leaver frees
+ * nothing either way. */
 static struct shoal_comm *comm_shell_new(void)
 {
     struct shoal_comm *comm = shoal_handle_alloc(&comm_pool);
     if (!comm)
         return NULL;
     memset(comm, 0, offsetof(struct shoal_comm, magic));
-    size_t tail = offsetof(struct shoal_comm, active) + sizeof(comm->active);
+    size_t tail = offsetof(struct shoal_comm, orphan) + sizeof(comm->orphan);
     memset((char *)comm + tail, 0, sizeof(*comm) - tail);
+    atomic_store(&comm->orphan, 0);
     return comm;
 }
 

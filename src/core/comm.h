@@ -84,21 +84,21 @@ struct shoal_comm {
     struct shoal_flight *flight; /* recent operations, logged on a failure (flight.h) */
     uint64_t flight_cur;      /* the running task's record; executor only */
 
-    /* An abort or destroy whose calls did not all leave by the deadline
-     * hands comm to the last of them (shoal_comm_leave frees it): 1 once
-     * handed over, 2 once one side claimed the freeing. */
-    atomic_int orphan;
-
     /* The handle (comm.c, core/handle.h): comm's memory is a shell of the
      * communicator pool, never freed, so a stale handle may still read
-     * magic and serial and count itself in active, and a new communicator
-     * in the shell resets every field but these three, which stay
-     * together in this order. magic is SHOAL_COMM_LIVE while comm may be
-     * entered, SHOAL_COMM_ABORTING during its abort, 0 otherwise; serial is
-     * distinct for every communicator this process made. */
+     * magic and serial and count itself in active (and, leaving, read
+     * orphan), and a new communicator in the shell resets every field but
+     * these four, which stay together in this order. magic is
+     * SHOAL_COMM_LIVE while comm may be entered, SHOAL_COMM_ABORTING during
+     * its abort, 0 otherwise; serial is distinct for every communicator
+     * this process made. An abort or destroy whose calls did not all leave
+     * by the deadline hands comm to the last of them, which frees it
+     * (shoal_comm_leave): orphan is 1 once handed over, 2 once one side
+     * claimed the freeing. */
     _Atomic uint64_t magic;
     _Atomic uint64_t serial;
     atomic_int active;        /* API calls in flight; abort waits for them (bounded) */
+    atomic_int orphan;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     char last_error[SHOAL_ERROR_MAX];
 };
