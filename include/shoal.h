@@ -202,9 +202,13 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
 shoal_status_t shoal_comm_destroy(shoal_comm_t comm);
 
 /* Tear a communicator down at once, whatever its peers do. May be called
- * from another thread while a call on comm is blocked: that call returns
- * SHOAL_ERR_ABORTED, and abort returns after it (it never waits on a peer).
- * comm is invalid afterwards. */
+ * from another thread while a call on comm is blocked (an operation, or a
+ * split forming its new communicator): that call returns SHOAL_ERR_ABORTED
+ * promptly, and abort returns after it (it never waits on a peer). comm is
+ * invalid afterwards. Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG for an
+ * invalid comm; SHOAL_ERR_TIMEOUT when calls on other threads were still
+ * inside comm SHOAL_TIMEOUT after the abort (comm is aborted all the same,
+ * and the last of them frees it). */
 shoal_status_t shoal_comm_abort(shoal_comm_t comm);
 
 /*

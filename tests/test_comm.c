@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int allreduce_works(shoal_comm_t comm, int nranks)
@@ -230,6 +231,86 @@ static void test_abort_inflight(void **state)
     harness_setenv("SHOAL_TIMEOUT", NULL);
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    shoal_comm_t comm;
+    int key;
+    shoal_status_t status;
+} split_call_t;
+
+static void *split_thread(void *arg)
+{
+    split_call_t *c = arg;
+    shoal_comm_t sub = NULL;
+    c->status = shoal_comm_split(c->comm, 0, c->key, &sub);
+    if (c->status == SHOAL_OK)
+        shoal_comm_abort(sub);
+    return NULL;
+}
+
+/* Rank 0 aborts the parent while another of its threads is inside
+ * shoal_comm_split, forming the new communicator with rank 1, which never
+ * comes: rank 1's own init of it is refused at once (an invalid SHOAL_ALGO
+ * set after the parent formed). The split's init must see the parent's
+ * abort and fail with SHOAL_ERR_ABORTED, and the abort, which waits for
+ * the split to leave, must return long before the 60 s SHOAL_TIMEOUT that
+ * would otherwise end the init. *arg says which rank leads the new
+ * communicator: 0, whose init then waits on its listener, or 1, when rank
+ * 0 waits for a handshake or a connection. */
+static int rank_abort_split(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    int leader = *(const int *)arg;
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    int key = rank == leader ? 0 : 1;
+    if (rank == 1) {
+        harness_setenv("SHOAL_ALGO", "no-such-algorithm");
+        shoal_comm_t sub = NULL;
+        shoal_status_t s = shoal_comm_split(comm, 0, key, &sub);
+        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "rank 1's split gave %s",
+                   shoal_status_string(s));
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on rank 1");
+        return 0;
+    }
+    split_call_t c = {comm, key, SHOAL_OK};
+    pthread_t th;
+    RANK_CHECK(pthread_create(&th, NULL, split_thread, &c) == 0, fail, "thread");
+    /* Rank 1 aborted its parent only after its split's exchanges: rank 0's
+     * split is in (or just before) the new communicator's init when the
+     * news of it arrives. */
+    shoal_status_t err = SHOAL_OK;
+    while (err == SHOAL_OK) {
+        RANK_CHECK(shoal_comm_get_async_error(comm, &err) == SHOAL_OK, fail, "async error");
+        sched_yield();
+    }
+    double t0 = now_s();
+    shoal_status_t s = shoal_comm_abort(comm);
+    double took = now_s() - t0;
+    pthread_join(th, NULL);
+    RANK_CHECK(s == SHOAL_OK, fail, "abort gave %s", shoal_status_string(s));
+    RANK_CHECK(c.status == SHOAL_ERR_ABORTED, fail, "the split gave %s",
+               shoal_status_string(c.status));
+    RANK_CHECK(took < 10.0, fail, "abort took %.1f s", took);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_abort_during_split(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_TIMEOUT", "60s");
+    for (int leader = 0; leader < 2; leader++)
+        assert_int_equal(harness_run_ranks(2, rank_abort_split, &leader, 40), 0);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -238,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_split),
         cmocka_unit_test(test_dead_rank),
         cmocka_unit_test(test_abort_inflight),
+        cmocka_unit_test(test_abort_during_split),
     };
     return cmocka_run_group_tests_name("comm", tests, NULL, NULL);
 }

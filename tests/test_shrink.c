@@ -8,7 +8,8 @@
  * - with SHOAL_SHRINK_ABORT, a parent collective blocked on another thread,
  *   a queued non-blocking one, and a split waiting in the bootstrap all
  *   return SHOAL_ERR_ABORTED (or the peer's failure), and destroy returns
- *   at once;
+ *   at once; a split in its new communicator's init, which a peer never
+ *   joins, is cut short and the shrink returns long before the deadline;
  * - every bad argument: SHOAL_ERR_INVALID_ARG with a reason, nothing
  *   changed, the parent still usable;
  * - strangers on a rendezvous port that leads no shrink are refused, and
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TEST_CHUNK 4096
@@ -406,6 +408,87 @@ static void test_abort_inflight(void **state)
     inflight_runs("tcp");
 }
 
+/* ---- a split in its new communicator's init --------------------------- */
+
+typedef struct {
+    shoal_comm_t comm;
+    shoal_status_t status;
+} split_init_t;
+
+static void *split_init_call(void *arg)
+{
+    split_init_t *t = arg;
+    shoal_comm_t sub = NULL;
+    t->status = shoal_comm_split(t->comm, 0, 0, &sub);
+    if (t->status == SHOAL_OK)
+        shoal_comm_abort(sub);
+    return NULL;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank 0 shrinks with SHOAL_SHRINK_ABORT while another of its threads is
+ * inside shoal_comm_split, past the parent's exchanges and forming the new
+ * communicator with rank 1, which never joins it (its own init is refused
+ * at once: an invalid SHOAL_ALGO set after the parent formed). The stop
+ * must cut that init short (SHOAL_ERR_ABORTED) instead of waiting for the
+ * 60 s SHOAL_TIMEOUT at which it would end, and the shrink to rank 0 alone
+ * must succeed long before that. */
+static int rank_shrink_split(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    if (rank == 1) {
+        harness_setenv("SHOAL_ALGO", "no-such-algorithm");
+        shoal_comm_t sub = NULL;
+        shoal_status_t s = shoal_comm_split(comm, 0, 0, &sub);
+        RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "rank 1's split gave %s",
+                   shoal_status_string(s));
+        RANK_CHECK(shoal_comm_abort(comm) == SHOAL_OK, fail, "abort on rank 1");
+        return 0;
+    }
+    split_init_t t = {comm, SHOAL_OK};
+    pthread_t th;
+    RANK_CHECK(pthread_create(&th, NULL, split_init_call, &t) == 0, fail, "thread");
+    /* Rank 1 leaves after the split's exchanges: its departure says that
+     * rank 0's split is in (or just before) the new communicator's init. */
+    shoal_status_t err = SHOAL_OK;
+    while (err == SHOAL_OK) {
+        RANK_CHECK(shoal_comm_get_async_error(comm, &err) == SHOAL_OK, fail, "async error");
+        sched_yield();
+    }
+    int gone = 1;
+    shoal_comm_t sub = NULL;
+    double t0 = now_s();
+    shoal_status_t s = shoal_comm_shrink(comm, &gone, 1, SHOAL_SHRINK_ABORT, &sub);
+    double took = now_s() - t0;
+    pthread_join(th, NULL);
+    RANK_CHECK(s == SHOAL_OK, fail, "shrink: %s", shoal_status_string(s));
+    RANK_CHECK(t.status == SHOAL_ERR_ABORTED, fail, "the split gave %s",
+               shoal_status_string(t.status));
+    RANK_CHECK(took < 10.0, fail, "shrink took %.1f s", took);
+    RANK_CHECK(check_newcomm(sub, 0, 1) == 0, fail, "the new communicator");
+    RANK_CHECK(shoal_comm_destroy(sub) == SHOAL_OK, fail, "destroy the new communicator");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy the stopped parent");
+    (void)arg;
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_stop_split_init(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_TIMEOUT", "60s");
+    assert_int_equal(harness_run_ranks(2, rank_shrink_split, NULL, 40), 0);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
 /* ---- bad arguments ------------------------------------------------------ */
 
 static int rank_bad_args(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -631,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_shrink_shm),
         cmocka_unit_test(test_shrink_tcp),
         cmocka_unit_test(test_abort_inflight),
+        cmocka_unit_test(test_stop_split_init),
         cmocka_unit_test(test_strangers),
         cmocka_unit_test(test_disagreeing_sets),
     };

@@ -309,6 +309,9 @@ shoal_status_t shoal_xfer_run(shoal_team_t *team, shoal_xfer_t *sends, size_t ns
                         &rleft, &moved);
         if (s == SHOAL_OK && !moved && sleft + rleft > 0)
             s = shoal_prims_idle(team, deadline_ns, &wait);
+        /* The deadline holds for every message, also while others move. */
+        else if (s == SHOAL_OK && sleft + rleft > 0 && shoal_deadline_passed(deadline_ns))
+            s = SHOAL_ERR_TIMEOUT;
         if (s != SHOAL_OK)
             break;
     }

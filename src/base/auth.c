@@ -13,6 +13,7 @@
  */
 #include "auth.h"
 
+#include "cancel.h"
 #include "clock.h"
 #include "log.h"
 #include "sock.h"
@@ -462,7 +463,7 @@ shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
          * returned, the rest stay pending for the next call. */
         struct pollfd *pfds = acc->pfds;
         uint64_t now = shoal_now_ns();
-        int timeout_ms = shoal_deadline_ms_left(deadline_ns);
+        int timeout_ms = shoal_cancel_ms_left(deadline_ns);
         /* Without room, the listener is left out of poll (a negative fd is
          * ignored) until the oldest handshake's grace period ends. */
         int room = shoal_acc_has_room(acc, now);
@@ -486,6 +487,8 @@ shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
             return SHOAL_ERR_SYSTEM;
         }
         if (n <= 0) {
+            if (shoal_cancelled())
+                return SHOAL_ERR_ABORTED;
             if (shoal_deadline_passed(deadline_ns))
                 return SHOAL_ERR_TIMEOUT;
             continue;

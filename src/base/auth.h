@@ -29,7 +29,9 @@ shoal_status_t shoal_acceptor_create(int listen_fd, const uint8_t secret[SHOAL_S
                                      size_t hello_len, shoal_acceptor_t **acc_p);
 
 /* Next connection that proved the secret and then sent hello_len bytes of
- * hello. *fd_p is a blocking socket owned by the caller. */
+ * hello. *fd_p is a blocking socket owned by the caller. SHOAL_ERR_TIMEOUT
+ * past deadline_ns; SHOAL_ERR_ABORTED once the calling thread's
+ * cancellation scope is set (cancel.h). */
 shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
                                    void *hello, int *fd_p);
 

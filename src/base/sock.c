@@ -1,7 +1,10 @@
 /* Sockets with deadlines. Every blocking step is a poll() bounded by the
- * caller's absolute deadline, so no socket call here can hang a rank. */
+ * caller's absolute deadline, so no socket call here can hang a rank; inside
+ * a cancellation scope (cancel.h) the polls are cut into slices and a wait
+ * fails with SHOAL_ERR_ABORTED once the scope's flag is set. */
 #include "sock.h"
 
+#include "cancel.h"
 #include "clock.h"
 #include "config.h"
 #include "log.h"
@@ -347,7 +350,8 @@ static int shoal_sock_connect_retryable(int err)
 }
 
 /* One non-blocking connection attempt bounded by deadline. Returns 0 and a
- * connected fd, or -1 with errno (ETIMEDOUT once the deadline passed). */
+ * connected fd, or -1 with errno (ETIMEDOUT once the deadline passed,
+ * ECANCELED once this thread's cancellation scope was set). */
 static int shoal_sock_connect_once(const shoal_sockaddr_t *addr, uint64_t deadline_ns,
                                    int *fd_p)
 {
@@ -359,11 +363,15 @@ static int shoal_sock_connect_once(const shoal_sockaddr_t *addr, uint64_t deadli
             goto err_close_fd;
         for (;;) {
             struct pollfd pfd = {.fd = fd, .events = POLLOUT};
-            int n = poll(&pfd, 1, shoal_deadline_ms_left(deadline_ns));
+            int n = poll(&pfd, 1, shoal_cancel_ms_left(deadline_ns));
             if (n > 0)
                 break;
             if (n < 0 && errno != EINTR)
                 goto err_close_fd;
+            if (n == 0 && shoal_cancelled()) {
+                errno = ECANCELED;
+                goto err_close_fd;
+            }
             if (n == 0 && shoal_deadline_passed(deadline_ns)) {
                 errno = ETIMEDOUT;
                 goto err_close_fd;
@@ -399,6 +407,10 @@ shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadlin
         if (shoal_sock_connect_once(addr, deadline_ns, &fd) == 0)
             break;
         int err = errno;
+        if (shoal_cancelled()) {
+            shoal_debug(BOOT, "connect to %s: cancelled", shoal_sock_str(addr, text));
+            return SHOAL_ERR_ABORTED;
+        }
         if (!shoal_sock_connect_retryable(err)) {
             shoal_error(BOOT, "connect to %s: %s", shoal_sock_str(addr, text), strerror(err));
             return SHOAL_ERR_SYSTEM;
@@ -413,6 +425,8 @@ shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadlin
                     strerror(err));
         /* The root may not listen yet: wait a little, doubling each time. */
         uint64_t wait_ns = pause_ns < deadline_ns - now ? pause_ns : deadline_ns - now;
+        if (wait_ns > SHOAL_CANCEL_SLICE_MS * 1000000ull)
+            wait_ns = SHOAL_CANCEL_SLICE_MS * 1000000ull;
         struct timespec ts = {.tv_sec = (time_t)(wait_ns / 1000000000ull),
                               .tv_nsec = (long)(wait_ns % 1000000000ull)};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -433,19 +447,21 @@ shoal_status_t shoal_sock_connect(const shoal_sockaddr_t *addr, uint64_t deadlin
 /* ---- data --------------------------------------------------------------- */
 
 /* Wait until fd is ready for events or the deadline passes. Returns SHOAL_OK
- * when ready (or in error: the next call reports it), SHOAL_ERR_TIMEOUT or
- * SHOAL_ERR_SYSTEM. */
+ * when ready (or in error: the next call reports it), SHOAL_ERR_TIMEOUT,
+ * SHOAL_ERR_ABORTED (this thread's cancellation scope) or SHOAL_ERR_SYSTEM. */
 static shoal_status_t shoal_sock_wait(int fd, short events, uint64_t deadline_ns)
 {
     for (;;) {
         struct pollfd pfd = {.fd = fd, .events = events};
-        int n = poll(&pfd, 1, shoal_deadline_ms_left(deadline_ns));
+        int n = poll(&pfd, 1, shoal_cancel_ms_left(deadline_ns));
         if (n > 0)
             return SHOAL_OK;
         if (n < 0 && errno != EINTR) {
             shoal_error(BOOT, "poll: %s", strerror(errno));
             return SHOAL_ERR_SYSTEM;
         }
+        if (n == 0 && shoal_cancelled())
+            return SHOAL_ERR_ABORTED;
         if (n == 0 && shoal_deadline_passed(deadline_ns))
             return SHOAL_ERR_TIMEOUT;
     }

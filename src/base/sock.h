@@ -1,6 +1,8 @@
 /* Sockets with deadlines: address choice, listen, connect, full send and
  * receive. Every call that may block takes an absolute deadline
- * (shoal_deadline_after) and fails with SHOAL_ERR_TIMEOUT past it. */
+ * (shoal_deadline_after) and fails with SHOAL_ERR_TIMEOUT past it, or with
+ * SHOAL_ERR_ABORTED soon after the flag of the calling thread's
+ * cancellation scope is set (cancel.h). */
 #ifndef SHOAL_SOCK_H
 #define SHOAL_SOCK_H
 

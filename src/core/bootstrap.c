@@ -400,7 +400,8 @@ static int shoal_boot_is_aborted(shoal_bootstrap_t *bs)
 static shoal_status_t shoal_boot_io_fail(shoal_bootstrap_t *bs, shoal_status_t s, int peer,
                                          uint32_t op)
 {
-    if (shoal_boot_is_aborted(bs)) {
+    if (shoal_boot_is_aborted(bs) || s == SHOAL_ERR_ABORTED) {
+        /* bs, or the object this thread's wait was for (base/cancel.h). */
         shoal_debug(BOOT, "bootstrap %s on rank %d: aborted", shoal_boot_op_name(op), bs->rank);
         return SHOAL_ERR_ABORTED;
     }

@@ -13,6 +13,7 @@
 #include "wireup.h"
 
 #include "bootstrap.h"
+#include "base/cancel.h"
 #include "base/clock.h"
 #include "base/log.h"
 
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Communicator handles. A communicator lives in a shell of comm_pool
@@ -43,24 +45,29 @@ static shoal_handle_pool_t comm_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_comm,
 static _Atomic uint64_t comm_serials;
 
 /* The handle fields that a new communicator in a reused shell keeps
- * (comm.h): magic, serial and active, together. */
+ * (comm.h): magic, serial, active and orphan, together. */
 _Static_assert(offsetof(struct shoal_comm, serial) == offsetof(struct shoal_comm, magic) + 8 &&
                    offsetof(struct shoal_comm, active) ==
-                       offsetof(struct shoal_comm, serial) + 8,
-               "magic, serial and active must stay together in struct shoal_comm");
+                       offsetof(struct shoal_comm, serial) + 8 &&
+                   offsetof(struct shoal_comm, orphan) ==
+                       offsetof(struct shoal_comm, active) + sizeof(atomic_int),
+               "magic, serial, active and orphan must stay together in struct shoal_comm");
 
 /* A shell for a new communicator, every field reset but the handle's: a
- * stale handle's call may be reading magic and serial and counting itself
- * in active at this moment, and it backs off when it sees magic (0 until
- * comm_publish), touching nothing else. */
+ * stale handle's call may be reading magic and serial, counting itself in
+ * active and reading orphan as it leaves at this moment, and it backs off
+ * when it sees magic (0 until comm_publish), touching nothing else. The
+ * shell's last communicator left orphan 0 or 2: a stale leaver frees
+ * nothing either way. */
 static struct shoal_comm *comm_shell_new(void)
 {
     struct shoal_comm *comm = shoal_handle_alloc(&comm_pool);
     if (!comm)
         return NULL;
     memset(comm, 0, offsetof(struct shoal_comm, magic));
-    size_t tail = offsetof(struct shoal_comm, active) + sizeof(comm->active);
+    size_t tail = offsetof(struct shoal_comm, orphan) + sizeof(comm->orphan);
     memset((char *)comm + tail, 0, sizeof(*comm) - tail);
+    atomic_store(&comm->orphan, 0);
     return comm;
 }
 
@@ -81,12 +88,56 @@ static int comm_unpublish(struct shoal_comm *comm, uint64_t what)
            atomic_compare_exchange_strong(&comm->magic, &live, what);
 }
 
-/* Calls that counted themselves in comm before its magic was cleared have
- * left; calls after see the cleared magic and touch nothing else. */
-static void comm_wait_calls(struct shoal_comm *comm)
+/* Yields before the wait for calls to leave starts to sleep, and the
+ * length of its sleeps: a call that polls the abort flag leaves within
+ * microseconds, one in a socket wait within a cancellation slice. */
+#define COMM_WAIT_SPINS 64
+#define COMM_WAIT_NAP_NS 200000L
+
+shoal_status_t shoal_comm_wait_calls(struct shoal_comm *comm, int keep, const char *what)
 {
-    while (atomic_load(&comm->active) > 0)
-        sched_yield();
+    uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
+    for (unsigned spins = 0; atomic_load(&comm->active) > keep; spins++) {
+        if (shoal_deadline_passed(deadline)) {
+            int left = atomic_load(&comm->active) - keep;
+            if (left <= 0)
+                break;
+            shoal_error(INIT, "rank %d: %s: %d call(s) on the communicator on other threads "
+                        "did not return within SHOAL_TIMEOUT (%.1f s) of being aborted; "
+                        "gave up waiting for them", comm->team.rank, what, left,
+                        (double)comm->team.timeout_ns * 1e-9);
+            return SHOAL_ERR_TIMEOUT;
+        }
+        if (spins < COMM_WAIT_SPINS) {
+            sched_yield();
+        } else {
+            struct timespec nap = {0, COMM_WAIT_NAP_NS};
+            nanosleep(&nap, NULL);
+        }
+    }
+    return SHOAL_OK;
+}
+
+static void comm_free(struct shoal_comm *comm);
+
+/* Take the freeing of an orphaned comm (1 -> 2); 1 if this caller won. */
+static int comm_claim(struct shoal_comm *comm)
+{
+    int handed = 1;
+    return atomic_compare_exchange_strong(&comm->orphan, &handed, 2);
+}
+
+/* An abort or destroy gave up waiting for the calls in comm (its magic
+ * already cleared or ABORTING, so no new call stays): the last to leave
+ * frees comm, or this thread does if they all left meanwhile. The store
+ * and the load are seq_cst, as are the leaver's decrement and load
+ * (shoal_comm_leave): one side sees the other, and the exchange makes
+ * sure only one frees. */
+static void comm_orphan(struct shoal_comm *comm)
+{
+    atomic_store(&comm->orphan, 1);
+    if (atomic_load(&comm->active) == 0 && comm_claim(comm))
+        comm_free(comm);
 }
 
 static _Thread_local char thread_error[SHOAL_ERROR_MAX];
@@ -164,13 +215,16 @@ static uint64_t comm_try_enter(struct shoal_comm *comm, uint64_t serial)
     if ((magic == SHOAL_COMM_LIVE || magic == SHOAL_COMM_ABORTING) &&
         (!serial || atomic_load(&comm->serial) == serial))
         return magic;
-    atomic_fetch_sub(&comm->active, 1);
+    /* Through leave: this may be the last count of an orphaned comm. */
+    shoal_comm_leave(comm);
     return 0;
 }
 
 void shoal_comm_leave(struct shoal_comm *comm)
 {
-    atomic_fetch_sub_explicit(&comm->active, 1, memory_order_acq_rel);
+    if (atomic_fetch_sub(&comm->active, 1) == 1 && atomic_load(&comm->orphan) == 1 &&
+        comm_claim(comm))
+        comm_free(comm);
 }
 
 /* The refusal of a call on a broken communicator, with the reason it broke. */
@@ -379,10 +433,17 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
 
+    /* A split's init stops at the parent's abort (shoal_cancel_push in
+     * shoal_comm_split): the socket waits see it within a slice, and the
+     * steps between them look here. */
     s = shoal_bootstrap_init(id, rank, nranks, comm->team.timeout_ns, &comm->bootstrap);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     s = comm_exchange_cards(comm);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     comm->team.chunk_size = shoal_config_chunk(cfg, comm->team.nhosts > 1 || !cfg->shm.enable);
@@ -393,6 +454,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         s = shoal_flight_create(comm, (size_t)cfg->core.flight_depth, &comm->flight);
     if (s == SHOAL_OK)
         s = shoal_links_setup(comm);
+    if (s == SHOAL_OK && shoal_cancelled())
+        s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
     s = shoal_exec_create(comm);
@@ -406,8 +469,13 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
 
 err_free:
     /* The reason is the last error logged on the way (logged or not). */
-    thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator: %s", rank,
-                nranks, shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
+    if (s == SHOAL_ERR_ABORTED && shoal_cancelled())
+        thread_fail(s, "shoal_comm_init: rank %d of %d: cut short, as the communicator it "
+                    "was split from was aborted", rank, nranks);
+    else
+        thread_fail(s, "shoal_comm_init: rank %d of %d could not form the communicator: %s",
+                    rank, nranks,
+                    shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
     comm_free(comm);
     return s;
 }
@@ -486,7 +554,13 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_com
         *newcomm_p = NULL;
         goto out_free;
     }
+    /* The new communicator's init waits for its peers: an abort of comm
+     * from another thread (which waits for this call to leave) cuts it
+     * short, so that the abort need not wait for the init's deadline. */
+    shoal_cancel_scope_t scope;
+    shoal_cancel_push(&comm->team.aborted, &scope);
     s = shoal_comm_init(newsize, &ids[first], newrank, newcomm_p);
+    shoal_cancel_pop(&scope);
     if (s != SHOAL_OK)
         shoal_comm_fail(comm, s, "shoal_comm_split: color %d: %s", color, thread_error);
     goto out_free;
@@ -520,7 +594,13 @@ static shoal_status_t comm_destroy(shoal_comm_t comm, int wait_peers)
     if (!comm_unpublish(comm, 0))
         return thread_fail(SHOAL_ERR_INVALID_ARG,
                            "shoal_comm_destroy: communicator %p destroyed twice", (void *)comm);
-    comm_wait_calls(comm);
+    /* Calls racing destroy (a misuse) were counted before the magic was
+     * cleared; they are waited for, as long as the deadline allows. */
+    if (shoal_comm_wait_calls(comm, 0, "shoal_comm_destroy") != SHOAL_OK) {
+        comm_orphan(comm);
+        return thread_fail(SHOAL_ERR_TIMEOUT, "shoal_comm_destroy: calls on other threads "
+                           "are still inside the communicator; the last of them frees it");
+    }
     comm_free(comm);
     if (s != SHOAL_OK)
         thread_fail(s, "shoal_comm_destroy: %s",
@@ -545,12 +625,20 @@ shoal_status_t shoal_comm_abort(shoal_comm_t comm)
                            "shoal_comm_abort: communicator %p is not valid", (void *)comm);
     atomic_store_explicit(&comm->team.aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
-    /* Calls in flight on other threads see the flag at their next poll (or
-     * their bootstrap socket shut down) and return SHOAL_ERR_ABORTED; a
-     * blocking call whose task is still queued runs it, which fails at
-     * once. Only then is the queue torn down: operations left in it (the
-     * non-blocking ones) complete with SHOAL_ERR_ABORTED. */
-    comm_wait_calls(comm);
+    /* Calls in flight on other threads see the flag at their next poll (a
+     * split's init too: base/cancel.h), their bootstrap socket shut down,
+     * or their queued task failed by shoal_exec_stop, and return
+     * SHOAL_ERR_ABORTED; the wait for them to leave is bounded by comm's
+     * deadline all the same. Only then is the queue torn down. */
+    shoal_exec_stop(comm);
+    if (shoal_comm_wait_calls(comm, 0, "shoal_comm_abort") != SHOAL_OK) {
+        /* Freeing comm under them would be worse than letting the last of
+         * them free it: comm is aborted and refuses every new call. */
+        comm_orphan(comm);
+        return thread_fail(SHOAL_ERR_TIMEOUT, "shoal_comm_abort: calls on other threads "
+                           "are still inside the communicator; it is aborted, and the last "
+                           "of them frees it");
+    }
     shoal_exec_destroy(comm, 0);
     comm_free(comm);
     return SHOAL_OK;

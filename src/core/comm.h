@@ -79,14 +79,19 @@ struct shoal_comm {
 
     /* The handle (comm.c, core/handle.h): comm's memory is a shell of the
      * communicator pool, never freed, so a stale handle may still read
-     * magic and serial and count itself in active, and a new communicator
-     * in the shell resets every field but these three, which stay
-     * together in this order. magic is SHOAL_COMM_LIVE while comm may be
-     * entered, SHOAL_COMM_ABORTING during its abort, 0 otherwise; serial is
-     * distinct for every communicator this process made. */
+     * magic and serial and count itself in active (and, leaving, read
+     * orphan), and a new communicator in the shell resets every field but
+     * these four, which stay together in this order. magic is
+     * SHOAL_COMM_LIVE while comm may be entered, SHOAL_COMM_ABORTING during
+     * its abort, 0 otherwise; serial is distinct for every communicator
+     * this process made. An abort or destroy whose calls did not all leave
+     * by the deadline hands comm to the last of them, which frees it
+     * (shoal_comm_leave): orphan is 1 once handed over, 2 once one side
+     * claimed the freeing. */
     _Atomic uint64_t magic;
     _Atomic uint64_t serial;
-    atomic_int active;        /* API calls in flight; abort waits for them */
+    atomic_int active;        /* API calls in flight; abort waits for them (bounded) */
+    atomic_int orphan;
     atomic_int error;         /* sticky: a failed peer or deadline breaks comm */
     char last_error[SHOAL_ERROR_MAX];
 };
@@ -110,7 +115,19 @@ int shoal_comm_valid(const struct shoal_comm *comm);
  * thread frees comm only after it returned. Records and returns the reason
  * otherwise (for a NULL or dead comm: thread-local). */
 shoal_status_t shoal_comm_enter(struct shoal_comm *comm, const char *caller);
+/* The end of an entered call. The last call out of a communicator whose
+ * abort or destroy gave up waiting for it (shoal_comm_wait_calls) frees
+ * it: the caller must not touch comm afterwards. */
 void shoal_comm_leave(struct shoal_comm *comm);
+
+/* Wait until at most keep API calls are counted in comm (the caller's own,
+ * when it holds comm entered), for no longer than comm's SHOAL_TIMEOUT:
+ * the abort flag is set and the executor stopped (shoal_exec_stop) by
+ * then, so every call polls its way out within a fraction of a second,
+ * and the deadline bounds a call that would not. SHOAL_OK, or
+ * SHOAL_ERR_TIMEOUT logged with the number of calls still inside and what
+ * (the waiting caller's name) gave up. */
+shoal_status_t shoal_comm_wait_calls(struct shoal_comm *comm, int keep, const char *what);
 
 /* The same for calls that work on a broken or aborted communicator (local
  * calls, shrink): only checks that comm is live. */
@@ -135,10 +152,12 @@ shoal_status_t shoal_comm_release(shoal_comm_t comm);
  * and shrink, the registration calls and the queries still work; destroy
  * and abort then free comm at once. Enters comm itself, so the caller must
  * not hold it entered (it would wait for itself); SHOAL_ERR_INVALID_ARG
- * (recorded thread-locally) if comm is not live. Idempotent. Like
- * shoal_comm_abort it may run while other threads' operations are in
- * flight, but not concurrently with split, shrink, destroy or another
- * stop of comm. */
+ * (recorded thread-locally) if comm is not live; SHOAL_ERR_TIMEOUT if calls
+ * on other threads were still inside comm at its deadline (comm is stopped
+ * all the same; destroy and abort wait for them again). Idempotent. Like
+ * shoal_comm_abort it may run while other threads' operations or a split
+ * are in flight (the split's init is cut short), but not concurrently with
+ * shrink, destroy or another stop of comm. */
 shoal_status_t shoal_comm_stop(struct shoal_comm *comm);
 
 /* Make status sticky on comm when it means the communicator is broken

@@ -101,23 +101,40 @@ static shoal_handle_pool_t req_pool = SHOAL_HANDLE_POOL_INIT(struct shoal_reques
 
 /* Waits on requests not yet bound to a task (see the top of this file). */
 static pthread_mutex_t unbound_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t unbound_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t unbound_cond; /* on CLOCK_MONOTONIC: unbound_once */
+static pthread_once_t unbound_once = PTHREAD_ONCE_INIT;
 static atomic_int unbound_waiters;
 
-static struct timespec nap_until(clockid_t clock)
+/* Every timed wait here is on CLOCK_MONOTONIC, which a change of the
+ * wall clock cannot stretch. */
+static struct timespec nap_until(void)
 {
     struct timespec ts;
-    clock_gettime(clock, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     uint64_t ns = (uint64_t)ts.tv_nsec + EXEC_NAP_NS;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
     return ts;
 }
 
+static void cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static void unbound_init(void)
+{
+    cond_init_monotonic(&unbound_cond);
+}
+
 /* Lock held: sleep until woken, or a nap passed. */
 static void exec_nap(struct shoal_exec *ex)
 {
-    struct timespec ts = nap_until(CLOCK_MONOTONIC);
+    struct timespec ts = nap_until();
     pthread_cond_timedwait(&ex->done, &ex->lock, &ts);
 }
 
@@ -247,7 +264,10 @@ static void list_reap(xfer_list_t *l, int sends, shoal_status_t status)
     l->n = k;
 }
 
-/* Whether a message of l is past its task's deadline (logged). */
+/* Whether a message of l is past its task's deadline (logged). Each message
+ * has its own, from when it joined the session, and it is looked at in
+ * every step, whatever the others moved: a message that never matches
+ * fails at its deadline even while others flow past it. */
 static int list_overdue(const xfer_list_t *l, int sends, uint64_t now,
                         struct shoal_comm *comm)
 {
@@ -285,8 +305,9 @@ static shoal_status_t session_absorb(struct shoal_exec *ex)
 
 /* Lock held; returns with it held. One step of the p2p session: take in
  * newly queued sends and receives, move what can move, complete what is
- * done. A failure (or a message past its deadline) fails the whole session:
- * the FIFOs it shares are in an unknown state. */
+ * done, then look at the deadline of every message left. A failure (or a
+ * message past its deadline) fails the whole session: the FIFOs it shares
+ * are in an unknown state. */
 static void session_step(struct shoal_exec *ex)
 {
     struct shoal_comm *comm = ex->comm;
@@ -302,7 +323,12 @@ static void session_step(struct shoal_exec *ex)
     if (s == SHOAL_OK && atomic_load_explicit(&comm->team.aborted, memory_order_acquire))
         s = SHOAL_ERR_ABORTED;
     pthread_mutex_lock(&ex->lock);
-    if (s == SHOAL_OK && !moved) {
+    size_t before = ex->sends.n + ex->recvs.n;
+    if (s == SHOAL_OK) {
+        /* What finished in this step completes whatever comes next; the
+         * deadlines are those of the messages left. */
+        list_reap(&ex->sends, 1, SHOAL_OK);
+        list_reap(&ex->recvs, 0, SHOAL_OK);
         uint64_t now = shoal_coarse_now_ns();
         if (list_overdue(&ex->sends, 1, now, comm) || list_overdue(&ex->recvs, 0, now, comm))
             s = SHOAL_ERR_TIMEOUT;
@@ -313,9 +339,10 @@ static void session_step(struct shoal_exec *ex)
         pthread_mutex_lock(&ex->lock);
     }
     ex->running = 0;
-    size_t before = ex->sends.n + ex->recvs.n;
-    list_reap(&ex->sends, 1, s);
-    list_reap(&ex->recvs, 0, s);
+    if (s != SHOAL_OK) {
+        list_reap(&ex->sends, 1, s);
+        list_reap(&ex->recvs, 0, s);
+    }
     if (ex->sends.n + ex->recvs.n < before || s != SHOAL_OK)
         pthread_cond_broadcast(&ex->done);
     if (!moved && s == SHOAL_OK && session_active(ex)) {
@@ -370,14 +397,6 @@ static void *exec_thread(void *arg)
     return NULL;
 }
 
-static void cond_init_monotonic(pthread_cond_t *cond)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(cond, &attr);
-    pthread_condattr_destroy(&attr);
-}
 
 shoal_status_t shoal_exec_create(struct shoal_comm *comm)
 {
@@ -418,6 +437,9 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
             }
         }
     }
+    /* The thread running a task ends it by the task's deadline, or at its
+     * next poll of the abort flag when comm was aborted; the naps are
+     * bounded, the loop by that thread. */
     while (ex->running)
         exec_nap(ex);
     list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
@@ -437,12 +459,40 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
         exec_nap(ex);
     int joined = ex->has_thread;
     pthread_mutex_unlock(&ex->lock);
+    /* Bounded by the progress thread: nothing is running and stop is set,
+     * which it reads after every step and every timed wait (a heartbeat
+     * at most), and its idle look at the bootstrap never blocks. */
     if (joined)
         pthread_join(ex->thread, NULL);
     comm->exec = NULL;
     /* Requests may still hold tasks of ex: it goes with the last of them. */
     exec_unref(ex);
     return first;
+}
+
+void shoal_exec_stop(struct shoal_comm *comm)
+{
+    struct shoal_exec *ex = comm->exec;
+    if (!ex)
+        return;
+    pthread_mutex_lock(&ex->lock);
+    /* Queued tasks have not started: they fail here rather than one by one
+     * at the head of the queue. The session's messages belong to whoever
+     * runs it, if anyone: its next step sees the flag. */
+    while (ex->head) {
+        shoal_task_t *t = ex->head;
+        ex->head = t->next;
+        task_complete(t, SHOAL_ERR_ABORTED);
+    }
+    ex->tail = NULL;
+    if (!ex->running) {
+        list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
+        list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
+    }
+    pthread_cond_broadcast(&ex->done);
+    if (ex->has_thread)
+        pthread_cond_signal(&ex->work);
+    pthread_mutex_unlock(&ex->lock);
 }
 
 /* Bytes a call moves out of this rank, roughly: for the flight recorder. */
@@ -530,7 +580,9 @@ static shoal_status_t exec_kick(struct shoal_exec *ex)
 }
 
 /* t's executor's lock held: wait for t, running queued tasks of its queue
- * when nobody else does (only up to t's completion). */
+ * when nobody else does (only up to t's completion). Each nap is bounded;
+ * the loop ends by t's own deadline, or, once comm is aborted, at the
+ * runner's next poll of the flag (or at once, for a queued t: shoal_exec_stop). */
 static void exec_wait_locked(shoal_task_t *t)
 {
     struct shoal_exec *ex = t->ex;
@@ -567,6 +619,7 @@ static void unbound_notify(void)
 {
     if (atomic_load(&unbound_waiters) == 0)
         return;
+    /* A waiter initialised the condition before it counted itself. */
     pthread_mutex_lock(&unbound_lock);
     pthread_cond_broadcast(&unbound_cond);
     pthread_mutex_unlock(&unbound_lock);
@@ -575,10 +628,11 @@ static void unbound_notify(void)
 /* Sleep until req is bound or completed, or a nap passed. */
 static void unbound_wait(struct shoal_request *req)
 {
+    pthread_once(&unbound_once, unbound_init);
     atomic_fetch_add(&unbound_waiters, 1);
     pthread_mutex_lock(&unbound_lock);
     if (!atomic_load(&req->done) && !atomic_load(&req->task)) {
-        struct timespec ts = nap_until(CLOCK_REALTIME);
+        struct timespec ts = nap_until();
         pthread_cond_timedwait(&unbound_cond, &unbound_lock, &ts);
     }
     pthread_mutex_unlock(&unbound_lock);

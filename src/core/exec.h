@@ -51,6 +51,13 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm);
  * their owners. Returns the first failure of a drained task. */
 shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain);
 
+/* After comm's abort flag was set: fail every queued task with
+ * SHOAL_ERR_ABORTED (and the p2p session's messages, if nobody is running
+ * it), wake every thread waiting on comm's tasks and the progress thread.
+ * A task being run ends at its next poll of the flag. Any thread; returns
+ * at once. */
+void shoal_exec_stop(struct shoal_comm *comm);
+
 /* Queue calls[0..ncalls) (copied) as one task on an entered comm and wait
  * for it: returns its status. */
 shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls);

@@ -33,7 +33,6 @@
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -159,29 +158,38 @@ static shoal_status_t shrink_check(struct shoal_comm *comm, const int *exclude, 
 }
 
 /* What shoal_comm_abort does to comm's operations, short of freeing comm;
- * the caller holds comm entered. Calls in flight on other threads see the
- * flag at their next poll (or their bootstrap socket shut down) and return
- * SHOAL_ERR_ABORTED; a blocking call whose task is still queued runs it,
- * which fails at once; queued non-blocking operations then complete with
- * it. Later calls are refused by shoal_comm_enter, and destroy and abort
- * find nothing left to wait for. */
-static void shrink_stop_entered(struct shoal_comm *comm)
+ * the caller holds comm entered. Queued operations, blocking or not, fail
+ * with SHOAL_ERR_ABORTED at once; calls in flight on other threads see the
+ * flag at their next poll (a split's init too: base/cancel.h) or their
+ * bootstrap socket shut down. They are waited for no longer than comm's
+ * deadline; then the queue is torn down. Later calls are refused by
+ * shoal_comm_enter, and destroy and abort find nothing left to wait for.
+ * SHOAL_ERR_TIMEOUT (logged) if calls were still inside at the deadline:
+ * the queue stays for them, and destroy or abort deal with it. */
+static shoal_status_t shrink_stop_entered(struct shoal_comm *comm, const char *what)
 {
     atomic_store_explicit(&comm->team.aborted, 1, memory_order_release);
     shoal_bootstrap_abort(comm->bootstrap);
-    while (atomic_load_explicit(&comm->active, memory_order_acquire) > 1) /* not this call */
-        sched_yield();
-    shoal_exec_destroy(comm, 0);
+    shoal_exec_stop(comm);
+    shoal_status_t s = shoal_comm_wait_calls(comm, 1, what); /* not this call */
+    if (s == SHOAL_OK)
+        shoal_exec_destroy(comm, 0);
+    return s;
 }
 
 shoal_status_t shoal_comm_stop(struct shoal_comm *comm)
 {
-    shoal_status_t s = shoal_comm_enter_any(comm, "shoal_comm_stop");
+    static const char what[] = "shoal_comm_stop";
+    shoal_status_t s = shoal_comm_enter_any(comm, what);
     if (s != SHOAL_OK)
         return s;
-    shrink_stop_entered(comm);
+    s = shrink_stop_entered(comm, what);
+    if (s != SHOAL_OK)
+        shoal_comm_fail(comm, s, "%s: calls on other threads are still inside the "
+                        "communicator; it is stopped, and destroy or abort wait for them "
+                        "again", what);
     shoal_comm_leave(comm);
-    return SHOAL_OK;
+    return s;
 }
 
 shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexclude, int flags,
@@ -201,8 +209,11 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
     s = shrink_check(comm, exclude, nexclude, flags, newcomm_p, excluded);
     if (s != SHOAL_OK)
         goto err_free_excluded;
-    if (flags == SHOAL_SHRINK_ABORT)
-        shrink_stop_entered(comm);
+    /* A call that outlived the deadline of the stop holds only comm: the
+     * new communicator does not need it, so the shrink goes on. */
+    if (flags == SHOAL_SHRINK_ABORT && shrink_stop_entered(comm, what) != SHOAL_OK)
+        shoal_warn(INIT, "rank %d: %s: the parent is stopped, but calls on it are still "
+                   "in flight; shrinking all the same", comm->team.rank, what);
 
     int leader = -1, newrank = 0, newsize = comm->team.nranks - nexclude;
     for (int r = 0; r < comm->team.nranks; r++) {

@@ -98,6 +98,8 @@ ncclResult_t shoal_nccl_job_join(struct ncclComm *comm)
     pthread_mutex_lock(&comm->lock);
     struct shoal_nccl_job *job = comm->job;
     if (job && job->started) {
+        /* Bounded by the job: an init or split, whose every wait has the
+         * SHOAL_TIMEOUT deadline (and a split's, the parent's abort too). */
         pthread_join(job->thread, NULL);
         comm->job = NULL;
         free(job->arg);
