@@ -28,11 +28,17 @@
 
 /* Unique id layout (big-endian integers):
  *   0 magic, 4 version, 8 address family (4 or 6), 10 port, 12 IPv6 scope,
- *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64.. zero. */
+ *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64 origin of the
+ *   secret (shoal_secret_origin_t), 68 salt of its derivation (16 bytes),
+ *   84.. zero. Ids that predate the origin hold zeros there: random. */
 #define SHOAL_BOOT_ID_MAGIC 0x53484944u /* "SHID" */
 #define SHOAL_BOOT_ID_VERSION 1u
 #define SHOAL_BOOT_ID_FAMILY 8 /* a packed address, SHOAL_BOOT_ADDR_BYTES long */
 #define SHOAL_BOOT_ID_SECRET 32
+#define SHOAL_BOOT_ID_ORIGIN 64
+#define SHOAL_BOOT_ID_SALT 68
+_Static_assert(SHOAL_BOOT_ID_SALT + SHOAL_SALT_BYTES <= SHOAL_UNIQUE_ID_BYTES,
+               "the unique id has no room for the salt");
 
 /* Handshakes a rank tries before giving up on a root that keeps closing
  * its connection early (a busy acceptor drops the slowest, auth.c). */
@@ -97,6 +103,7 @@ struct shoal_bootstrap {
     int *pfd_rank;
     atomic_int aborted;
     uint8_t secret[SHOAL_SECRET_BYTES];
+    uint32_t origin;             /* shoal_secret_origin_t, from the id */
     shoal_sockaddr_t local_addr;
 };
 
@@ -211,6 +218,13 @@ shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
     memcpy(b + SHOAL_BOOT_ID_SECRET, secret, SHOAL_SECRET_BYTES);
     *id_p = id;
     return SHOAL_OK;
+}
+
+void shoal_bootstrap_id_set_origin(shoal_unique_id_t *id, shoal_secret_origin_t origin,
+                                   const uint8_t salt[SHOAL_SALT_BYTES])
+{
+    shoal_boot_put_u32(id->bytes + SHOAL_BOOT_ID_ORIGIN, (uint32_t)origin);
+    memcpy(id->bytes + SHOAL_BOOT_ID_SALT, salt, SHOAL_SALT_BYTES);
 }
 
 static shoal_status_t shoal_boot_id_parse(const shoal_unique_id_t *id, shoal_sockaddr_t *root_p,
@@ -953,6 +967,13 @@ static shoal_status_t shoal_boot_peer_join(shoal_bootstrap_t *bs, const shoal_so
             break;
         /* Rank 0 drops handshakes it cannot serve in time (auth.h); a
          * closed connection before any verdict is worth another try. */
+        if (s == SHOAL_ERR_AUTH && bs->origin != SHOAL_SECRET_RANDOM)
+            shoal_error(BOOT, "bootstrap init on rank %d: this rank's secret is derived from "
+                        "%s and the job's identity (rendezvous address, size and job id "
+                        "variables): every rank needs the same of each", bs->rank,
+                        bs->origin == SHOAL_SECRET_PASSPHRASE
+                            ? "the passphrase (SHOAL_SECRET or SHOAL_SECRET_FILE)"
+                            : "no passphrase (SHOAL_AUTH is not strict)");
         if (s != SHOAL_ERR_PEER || attempt == SHOAL_BOOT_CONNECT_ATTEMPTS ||
             shoal_deadline_passed(deadline_ns)) {
             if (s == SHOAL_ERR_PEER)
@@ -1031,6 +1052,7 @@ shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int n
     shoal_status_t s = shoal_boot_id_parse(id, &root, bs->secret);
     if (s != SHOAL_OK)
         goto err_free_bs;
+    bs->origin = shoal_boot_get_u32(id->bytes + SHOAL_BOOT_ID_ORIGIN);
     bs->fds = malloc((size_t)nranks * sizeof(*bs->fds));
     if (!bs->fds) {
         shoal_error(BOOT, "bootstrap init: out of memory");
