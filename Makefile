@@ -108,6 +108,13 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 
 $(BUILD)/tests/test_sim: $(SIM_LIB)
 
+# Benchmarks that need the internal headers, as tests do; built, never run
+# by make test.
+BENCHES  := $(BUILD)/tests/bench_bootstrap
+all: $(BENCHES)
+$(BUILD)/tests/bench_%: $(BUILD)/tests/bench_%.o $(TEST_LIB) $(BUILD)/libshoal.a
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
+
 # The training test reads the digits data set (python3-sklearn) through zlib.
 $(BUILD)/tests/test_train_digits: LIBS += -lz
 

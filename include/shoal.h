@@ -146,10 +146,15 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id,
  * which carries the id itself; torchrun (RANK, WORLD_SIZE, MASTER_ADDR,
  * MASTER_PORT: shoal listens on SHOAL_PORT, default MASTER_PORT+1); Open MPI
  * (OMPI_COMM_WORLD_*) or Slurm (SLURM_PROCID, SLURM_NTASKS) with the address
- * from SHOAL_ADDR or MASTER_ADDR. Without PMIx, the connection secret is
- * SHOAL_SECRET, or else derived from the job's identity (weaker; logged).
- * Returns the codes of shoal_comm_init, or SHOAL_ERR_INVALID_ARG when no
- * launcher is recognised (the log says which variables were looked for).
+ * from SHOAL_ADDR or MASTER_ADDR. Without PMIx, the connection secret comes
+ * from a passphrase every rank holds (SHOAL_SECRET_FILE, a file only its
+ * owner may read, or SHOAL_SECRET), through a salted scrypt. With neither,
+ * SHOAL_AUTH decides: strict (the default) refuses; warn and off derive the
+ * secret from the job's identity, which others can compute.
+ * Returns the codes of shoal_comm_init; SHOAL_ERR_AUTH when no passphrase
+ * is set under SHOAL_AUTH=strict or the secret file is open to others;
+ * SHOAL_ERR_INVALID_ARG when no launcher is recognised (the log says which
+ * variables were looked for) or the launcher's variables are wrong.
  */
 shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p);
 

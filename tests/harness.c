@@ -11,6 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -233,3 +238,121 @@ void harness_expected(void *out, void *tmp, size_t count, int nranks, shoal_dtyp
         shoal_avg_finish_ref(out, out, count, dt, nranks);
 }
 
+
+/* ---- relay ------------------------------------------------------------- */
+
+struct harness_relay {
+    pid_t pid;
+    struct harness_relay_shared {
+        volatile size_t len;
+        volatile int flipped;
+        unsigned char log[HARNESS_RELAY_LOG];
+    } *shared;
+};
+
+static int relay_socket(int port, int do_listen, int *port_p)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in sin;
+    memset(&sin, 0, sizeof(sin));
+    sin.sin_family = AF_INET;
+    sin.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sin.sin_port = htons((uint16_t)port);
+    socklen_t len = sizeof(sin);
+    int rc = do_listen ? bind(fd, (struct sockaddr *)&sin, sizeof(sin)) || listen(fd, 4) ||
+                             getsockname(fd, (struct sockaddr *)&sin, &len)
+                       : connect(fd, (struct sockaddr *)&sin, sizeof(sin));
+    if (rc != 0) {
+        close(fd);
+        return -1;
+    }
+    if (port_p)
+        *port_p = ntohs(sin.sin_port);
+    return fd;
+}
+
+/* The relay's process: one connection, both ways, until either side ends. */
+static void relay_run(int lfd, int target_port, long flip_at, struct harness_relay_shared *sh)
+{
+    int a = accept(lfd, NULL, NULL);
+    int b = a >= 0 ? relay_socket(target_port, 0, NULL) : -1;
+    close(lfd);
+    if (b < 0)
+        _exit(1);
+    long from_a = 0;
+    struct pollfd p[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+    for (;;) {
+        if (poll(p, 2, -1) < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (!p[i].revents)
+                continue;
+            unsigned char buf[4096];
+            ssize_t n = recv(p[i].fd, buf, sizeof(buf), 0);
+            if (n <= 0)
+                _exit(0);
+            if (i == 0) {
+                if (flip_at >= from_a && flip_at < from_a + n) {
+                    buf[flip_at - from_a] ^= 1;
+                    sh->flipped = 1;
+                }
+                from_a += n;
+            }
+            size_t room = HARNESS_RELAY_LOG - sh->len;
+            size_t keep = (size_t)n < room ? (size_t)n : room;
+            memcpy(sh->log + sh->len, buf, keep);
+            sh->len += keep;
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = send(p[1 - i].fd, buf + off, (size_t)(n - off), MSG_NOSIGNAL);
+                if (w <= 0)
+                    _exit(0);
+                off += w;
+            }
+        }
+    }
+    _exit(0);
+}
+
+int harness_relay_start(int target_port, long flip_at, harness_relay_t **relay_p, int *port_p)
+{
+    harness_relay_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    r->shared = mmap(NULL, sizeof(*r->shared), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    int lfd = r->shared != MAP_FAILED ? relay_socket(0, 1, port_p) : -1;
+    if (lfd < 0) {
+        if (r->shared != MAP_FAILED)
+            munmap(r->shared, sizeof(*r->shared));
+        free(r);
+        return -1;
+    }
+    fflush(NULL);
+    r->pid = fork();
+    if (r->pid == 0)
+        relay_run(lfd, target_port, flip_at, r->shared);
+    close(lfd);
+    *relay_p = r;
+    return r->pid > 0 ? 0 : -1;
+}
+
+const unsigned char *harness_relay_log(const harness_relay_t *relay, size_t *len_p)
+{
+    *len_p = relay->shared->len;
+    return relay->shared->log;
+}
+
+int harness_relay_flipped(const harness_relay_t *relay)
+{
+    return relay->shared->flipped;
+}
+
+void harness_relay_stop(harness_relay_t *relay, int timeout_s)
+{
+    if (relay->pid > 0)
+        harness_wait(relay->pid, timeout_s);
+    munmap(relay->shared, sizeof(*relay->shared));
+    free(relay);
+}

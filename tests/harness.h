@@ -32,6 +32,23 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* A relay: a process listening on 127.0.0.1, which takes one connection,
+ * connects it to 127.0.0.1:target_port and passes the bytes both ways,
+ * recording them all (up to HARNESS_RELAY_LOG bytes, in memory this
+ * process reads) and, when flip_at >= 0, flipping the lowest bit of the
+ * byte at that offset of the stream from the connecting side: an
+ * eavesdropper and a tamperer on the wire. *port_p is its port. It ends
+ * when either side closes. */
+#define HARNESS_RELAY_LOG (1 << 20)
+typedef struct harness_relay harness_relay_t;
+int harness_relay_start(int target_port, long flip_at, harness_relay_t **relay_p, int *port_p);
+/* Everything relayed so far, both directions interleaved, and its length. */
+const unsigned char *harness_relay_log(const harness_relay_t *relay, size_t *len_p);
+/* Whether the relay flipped its byte. */
+int harness_relay_flipped(const harness_relay_t *relay);
+/* Wait for the relay to end (killing it after timeout_s) and free it. */
+void harness_relay_stop(harness_relay_t *relay, int timeout_s);
+
 /* Whether the run asks for the short matrices (SHOAL_TEST_QUICK=1): the
  * sanitizer builds of CI, whose instrumented code runs many times slower,
  * check the same paths with fewer of the types and rank counts that only

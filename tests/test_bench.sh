@@ -112,7 +112,8 @@ port=$(perl -MIO::Socket::INET -e \
     'print IO::Socket::INET->new(Listen => 1, LocalAddr => "127.0.0.1:0")->sockport')
 for r in 0 1; do
     RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$((port - 1)) \
-        TORCHELASTIC_RUN_ID=bench-test SHOAL_DEBUG=info SHOAL_DEBUG_SUBSYS=INIT \
+        TORCHELASTIC_RUN_ID=bench-test SHOAL_SECRET=bench-test-passphrase \
+        SHOAL_DEBUG=info SHOAL_DEBUG_SUBSYS=INIT \
         $LIMIT $BENCH -b 8 -e 64K -f 4 -c 1 >"$TMP/tr$r.out" 2>"$TMP/tr$r.err" &
     eval "pid$r=\$!"
 done

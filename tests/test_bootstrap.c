@@ -652,6 +652,112 @@ static void test_abort_wakes(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* ---- integrity of control messages (SHOAL_BOOTSTRAP_MAC) ---------------- */
+
+/* Bytes rank 1 sends rank 0 before its first message: the handshake's
+ * proof (auth.c) and the hello. */
+#define TAMPER_PROOF 72
+#define TAMPER_HELLO 20
+
+typedef struct {
+    int mac[2];            /* SHOAL_BOOTSTRAP_MAC of each rank */
+    shoal_status_t expect; /* what both ranks' all-gather (or init) returns */
+    int at_init;           /* the failure comes at init */
+    const char *log0;      /* what rank 0 logs, or NULL */
+} tamper_t;
+
+static int tamper_rank(int rank, int nprocs, const shoal_unique_id_t *id, void *arg)
+{
+    const tamper_t *t = arg;
+    harness_setenv("SHOAL_BOOTSTRAP_MAC", t->mac[rank] ? "y" : "n");
+    capture_t cap;
+    RANK_CHECK(rank != 0 || capture_start(&cap) == 0, fail, "capture");
+    shoal_bootstrap_t *bs = NULL;
+    shoal_status_t s = shoal_bootstrap_init(id, rank, 2, (t->at_init ? 3 : 10) * SEC, &bs);
+    uint8_t buf[2][8];
+    if (s == SHOAL_OK) {
+        for (int i = 0; i < 8; i++)
+            buf[rank][i] = pattern(rank, (size_t)i);
+        s = shoal_bootstrap_allgather(bs, buf, sizeof(buf[0]));
+    }
+    int logged = rank == 0 && t->log0 ? capture_stop(&cap, t->log0) : 1;
+    if (rank == 0 && !t->log0)
+        capture_stop(&cap, "");
+    if (t->at_init && rank == 1)
+        RANK_CHECK(s == t->expect, fail, "rank %d: init got %s", rank, shoal_status_string(s));
+    else if (!t->at_init)
+        RANK_CHECK(s == t->expect, fail, "rank %d: got %s, not %s", rank,
+                   shoal_status_string(s), shoal_status_string(t->expect));
+    RANK_CHECK(logged, fail, "rank 0 did not log \"%s\"", t->log0);
+    if (s == SHOAL_OK) {
+        /* Without tags the flipped byte arrives as it is, and rank 0
+         * passes it on: rank 1's block differs in one byte everywhere. */
+        int diff = 0;
+        for (int i = 0; i < 8; i++)
+            diff += buf[1][i] != pattern(1, (size_t)i);
+        RANK_CHECK(diff == (t->mac[0] ? 0 : 1), fail, "rank %d: %d bytes of rank 1 changed",
+                   rank, diff);
+    }
+    if (bs)
+        shoal_bootstrap_destroy(bs);
+    return 0;
+fail:
+    return 1;
+}
+
+/* Rank 1 reaches rank 0 through a relay that flips one bit of rank 1's
+ * stream at flip_at; the ranks run t. */
+static void run_tampered(long flip_at, const tamper_t *t)
+{
+    shoal_sockaddr_t addr;
+    int lfd;
+    assert_int_equal(shoal_sock_resolve("127.0.0.1:0", 0, &addr), SHOAL_OK);
+    assert_int_equal(shoal_sock_listen(&addr, &lfd), SHOAL_OK);
+    harness_relay_t *relay;
+    int relay_port;
+    assert_int_equal(harness_relay_start(shoal_sock_port(&addr), flip_at, &relay, &relay_port),
+                     0);
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    assert_int_equal(shoal_auth_random(secret, sizeof(secret)), SHOAL_OK);
+    shoal_sockaddr_t via = addr;
+    shoal_sock_set_port(&via, (uint16_t)relay_port);
+    shoal_unique_id_t id;
+    assert_int_equal(shoal_bootstrap_id_make(&via, secret, &id), SHOAL_OK);
+    assert_int_equal(shoal_bootstrap_listener_offer(&id, lfd), SHOAL_OK);
+    close(lfd);
+    int rc = run_procs(2, tamper_rank, (void *)t, &id, 60);
+    shoal_bootstrap_listener_withdraw(&id);
+    int flipped = harness_relay_flipped(relay);
+    harness_relay_stop(relay, 30);
+    assert_int_equal(rc, 0);
+    assert_true(flipped || flip_at < 0);
+}
+
+/* A bit of rank 1's all-gather payload, then of its header, changed on the
+ * wire: with tags, both ranks fail with SHOAL_ERR_AUTH and rank 0 names
+ * rank 1; without, the changed byte is delivered (what the option is for). */
+static void test_mac_tamper_detected(void **state)
+{
+    const long first = TAMPER_PROOF + TAMPER_HELLO;
+    const long payload = first + 16 + 32 + 3, header = first + 7;
+    tamper_t on = {{1, 1}, SHOAL_ERR_AUTH, 0, "from rank 1 fails its integrity check"};
+    run_tampered(payload, &on);
+    run_tampered(header, &on);
+    tamper_t off = {{0, 0}, SHOAL_OK, 0, NULL};
+    run_tampered(first + 16 + 3, &off);
+    /* Untouched, tagged messages pass. */
+    tamper_t clean = {{1, 1}, SHOAL_OK, 0, NULL};
+    run_tampered(-1, &clean);
+}
+
+/* Ranks that disagree about SHOAL_BOOTSTRAP_MAC: rank 0 refuses the other,
+ * saying why, in the framing that rank reads. */
+static void test_mac_setting_mismatch_refused(void **state)
+{
+    tamper_t t = {{1, 0}, SHOAL_ERR_INVALID_ARG, 1, "SHOAL_BOOTSTRAP_MAC differs"};
+    run_tampered(-1, &t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -670,6 +776,8 @@ int main(void)
         cmocka_unit_test(test_dead_rank_named),
         cmocka_unit_test(test_mismatch_detected),
         cmocka_unit_test(test_abort_wakes),
+        cmocka_unit_test(test_mac_tamper_detected),
+        cmocka_unit_test(test_mac_setting_mismatch_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,6 +5,9 @@
 #include "harness.h"
 
 #include "core/comm.h"
+#include "core/bootstrap.h"
+
+#include <sys/mman.h>
 
 #include <pthread.h>
 #include <sched.h>
@@ -144,6 +147,86 @@ static void test_split(void **state)
     (void)state;
     assert_int_equal(harness_run_ranks(6, rank_split, NULL, 120), 0);
     assert_int_equal(harness_run_ranks(7, rank_split, NULL, 120), 0);
+}
+
+/* What the child's secret must never do: cross the parent's bootstrap
+ * connections. Rank 1 reaches rank 0 through a relay that records every
+ * byte; both ranks split, rank 1 sends a marker over the parent's
+ * bootstrap first (so the recording is known to hold the split's traffic
+ * around it), and the child's secret must not be among the bytes. */
+#define SPLIT_MARKER "split-eavesdrop-marker"
+
+typedef struct {
+    uint8_t secret[2][SHOAL_SECRET_BYTES];
+    int done[2];
+} split_seen_t;
+
+static int rank_split_secret(int rank, const shoal_unique_id_t *id, split_seen_t *seen)
+{
+    shoal_comm_t comm, child = NULL;
+    RANK_CHECK(shoal_comm_init(2, id, rank, &comm) == SHOAL_OK, fail, "init");
+    char marker[2][32] = {{0}};
+    snprintf(marker[rank], sizeof(marker[rank]), "%s", SPLIT_MARKER);
+    RANK_CHECK(shoal_bootstrap_allgather(comm->bootstrap, marker, sizeof(marker[0])) ==
+                   SHOAL_OK, fail, "marker");
+    RANK_CHECK(shoal_comm_split(comm, 7, rank, &child) == SHOAL_OK, fail, "split");
+    RANK_CHECK(child && allreduce_works(child, 2), fail, "child unusable");
+    memcpy(seen->secret[rank], shoal_bootstrap_secret(child->bootstrap), SHOAL_SECRET_BYTES);
+    seen->done[rank] = 1;
+    RANK_CHECK(shoal_comm_destroy(child) == SHOAL_OK, fail, "destroy child");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_split_secret_not_sent(void **state)
+{
+    (void)state;
+    shoal_sockaddr_t addr;
+    int lfd;
+    assert_int_equal(shoal_sock_resolve("127.0.0.1:0", 0, &addr), SHOAL_OK);
+    assert_int_equal(shoal_sock_listen(&addr, &lfd), SHOAL_OK);
+    harness_relay_t *relay;
+    int relay_port;
+    assert_int_equal(harness_relay_start(shoal_sock_port(&addr), -1, &relay, &relay_port), 0);
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    assert_int_equal(shoal_auth_random(secret, sizeof(secret)), SHOAL_OK);
+    shoal_sockaddr_t via = addr;
+    shoal_sock_set_port(&via, (uint16_t)relay_port);
+    shoal_unique_id_t id;
+    assert_int_equal(shoal_bootstrap_id_make(&via, secret, &id), SHOAL_OK);
+    /* Rank 0 accepts on lfd; rank 1 connects to the id's address, the relay. */
+    assert_int_equal(shoal_bootstrap_listener_offer(&id, lfd), SHOAL_OK);
+    close(lfd);
+    split_seen_t *seen = mmap(NULL, sizeof(*seen), PROT_READ | PROT_WRITE,
+                              MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(seen != MAP_FAILED);
+    memset(seen, 0, sizeof(*seen));
+    pid_t pids[2];
+    fflush(NULL);
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            int rc = rank_split_secret(r, &id, seen);
+            fflush(NULL);
+            _exit(rc);
+        }
+    }
+    int rc0 = harness_wait(pids[0], 120), rc1 = harness_wait(pids[1], 120);
+    shoal_bootstrap_listener_withdraw(&id);
+    size_t len;
+    const unsigned char *log = harness_relay_log(relay, &len);
+    int marked = memmem(log, len, SPLIT_MARKER, strlen(SPLIT_MARKER)) != NULL;
+    int leaked = memmem(log, len, seen->secret[0], SHOAL_SECRET_BYTES) != NULL;
+    harness_relay_stop(relay, 30);
+    assert_int_equal(rc0, 0);
+    assert_int_equal(rc1, 0);
+    assert_true(seen->done[0] && seen->done[1]);
+    assert_memory_equal(seen->secret[0], seen->secret[1], SHOAL_SECRET_BYTES);
+    munmap(seen, sizeof(*seen));
+    assert_true(marked);
+    assert_false(leaked);
 }
 
 /* The last rank exits after init; the others must get an error, not hang. */
@@ -317,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_bad_init_args),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_split),
+        cmocka_unit_test(test_split_secret_not_sent),
         cmocka_unit_test(test_dead_rank),
         cmocka_unit_test(test_abort_inflight),
         cmocka_unit_test(test_abort_during_split),

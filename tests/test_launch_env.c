@@ -1,10 +1,18 @@
 /* shoal_comm_init_env: forked ranks that find each other through the
  * variables of each launcher, the port rules, refusal of a rank with another
- * secret, and the errors for missing or contradictory variables. Every rank
- * sets its own environment after fork and re-reads the settings. */
+ * secret, and the errors for missing or contradictory variables. Where the
+ * secret comes from: SHOAL_SECRET_FILE (refused when others may read it),
+ * SHOAL_SECRET through a salted scrypt, and SHOAL_AUTH (strict refuses a
+ * launch with neither, warn says so on rank 0, off is silent), for the
+ * launchers and for NCCL_COMM_ID ids alike. Every rank sets its own
+ * environment after fork and re-reads the settings. */
 #include "harness.h"
 
 #include "base/config.h"
+#include "core/launch.h"
+
+#include <openssl/evp.h>
+#include <sys/stat.h>
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +32,7 @@
  * leak into a case. */
 static const char *const launch_vars[] = {
     "SHOAL_RANK", "SHOAL_SIZE", "SHOAL_LOCAL_RANK", "SHOAL_ADDR", "SHOAL_PORT", "SHOAL_SECRET",
+    "SHOAL_SECRET_FILE", "SHOAL_AUTH", "SHOAL_BOOTSTRAP_MAC", "SHOAL_COMM_ID", "SHOAL_DEBUG_FILE",
     "PMIX_NAMESPACE", "PMIX_RANK", "PMIX_SERVER_URI2", "PMIX_SERVER_URI21", "PMIX_SERVER_URI3",
     "PMIX_SERVER_URI4", "PMIX_SERVER_URI41", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
     "MASTER_PORT", "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -223,8 +232,9 @@ static void test_shoal_vars(void **state)
     run_case(3, setup_shoal_vars, &p, NULL);
 }
 
-/* (ii) torchrun, with the secret derived from the run id: shoal must listen
- * on MASTER_PORT+1, since torchrun's store holds MASTER_PORT. */
+/* (ii) torchrun, with the secret derived from the run id (SHOAL_AUTH=warn):
+ * shoal must listen on MASTER_PORT+1, since torchrun's store holds
+ * MASTER_PORT. */
 static void setup_torchrun(int rank, int nranks, const ports_t *p)
 {
     env_int("RANK", rank);
@@ -233,6 +243,7 @@ static void setup_torchrun(int rank, int nranks, const ports_t *p)
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     env_int("MASTER_PORT", p->master_port);
     setenv("TORCHELASTIC_RUN_ID", "test-run-1", 1);
+    setenv("SHOAL_AUTH", "warn", 1);
 }
 
 static void test_torchrun(void **state)
@@ -253,6 +264,8 @@ static void setup_torchrun_vs_addr(int rank, int nranks, const ports_t *p)
         env_int("SHOAL_RANK", rank);
         env_int("SHOAL_SIZE", nranks);
         env_addr("SHOAL_ADDR", p->master_port + 1);
+        /* The same job: the passphrase's salt holds its run id. */
+        setenv("TORCHELASTIC_RUN_ID", "test-run-1", 1);
     } else {
         setup_torchrun(rank, nranks, p);
     }
@@ -275,6 +288,7 @@ static void setup_torchrun_shoal_port(int rank, int nranks, const ports_t *p)
         env_int("SHOAL_RANK", rank);
         env_int("SHOAL_SIZE", nranks);
         env_addr("SHOAL_ADDR", p->port);
+        setenv("TORCHELASTIC_RUN_ID", "test-run-1", 1);
     } else {
         setup_torchrun(rank, nranks, p);
         env_int("SHOAL_PORT", p->port);
@@ -293,7 +307,7 @@ static void test_torchrun_shoal_port(void **state)
 }
 
 /* (iii) Open MPI without PMIx, address from SHOAL_ADDR, secret from the
- * job id. */
+ * job id (SHOAL_AUTH=off). */
 static void setup_ompi(int rank, int nranks, const ports_t *p)
 {
     env_int("OMPI_COMM_WORLD_RANK", rank);
@@ -301,6 +315,7 @@ static void setup_ompi(int rank, int nranks, const ports_t *p)
     env_int("OMPI_COMM_WORLD_LOCAL_RANK", rank);
     setenv("OMPI_MCA_ess_base_jobid", "12345", 1);
     env_addr("SHOAL_ADDR", p->port);
+    setenv("SHOAL_AUTH", "off", 1);
 }
 
 static void test_ompi(void **state)
@@ -309,7 +324,23 @@ static void test_ompi(void **state)
     run_case(4, setup_ompi, &p, NULL);
 }
 
-/* (iv) Slurm with MASTER_ADDR; the port from SHOAL_PORT. */
+/* A passphrase file of the given mode; its path in path (64 bytes). */
+static int secret_file(char *path, const char *text, mode_t mode)
+{
+    strcpy(path, "/tmp/shoal-test-secret-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    size_t len = strlen(text);
+    int ok = write(fd, text, len) == (ssize_t)len && fchmod(fd, mode) == 0;
+    close(fd);
+    return ok ? 0 : -1;
+}
+
+static char slurm_secret_path[64];
+
+/* (iv) Slurm with MASTER_ADDR; the port from SHOAL_PORT, the passphrase from
+ * SHOAL_SECRET_FILE (mode 600, with a line ending). */
 static void setup_slurm(int rank, int nranks, const ports_t *p)
 {
     env_int("SLURM_PROCID", rank);
@@ -318,12 +349,15 @@ static void setup_slurm(int rank, int nranks, const ports_t *p)
     setenv("SLURM_JOB_ID", "777", 1);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     env_int("SHOAL_PORT", p->port);
+    setenv("SHOAL_SECRET_FILE", slurm_secret_path, 1);
 }
 
 static void test_slurm(void **state)
 {
     ports_t p = {free_port(), 0};
+    assert_int_equal(secret_file(slurm_secret_path, "slurm test passphrase\n", 0600), 0);
     run_case(2, setup_slurm, &p, NULL);
+    unlink(slurm_secret_path);
 }
 
 /* PMIx variables without a PMIx server behind them: shoal falls back to the
@@ -478,6 +512,217 @@ static void test_no_launcher(void **state)
     assert_int_equal(harness_wait(pid, WAIT_S), 0);
 }
 
+/* ---- where the secret comes from ------------------------------------------ */
+
+/* Run body in a process of its own with a clean launcher environment. */
+static void in_child(int (*body)(const void *), const void *arg, const char *what)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        env_clear();
+        int rc = body(arg);
+        fflush(NULL);
+        _exit(rc ? 1 : 0);
+    }
+    assert_true(pid > 0);
+    if (harness_wait(pid, WAIT_S) != 0)
+        fail_msg("%s failed", what);
+}
+
+/* One rank alone: init succeeds as soon as its secret is settled, so a
+ * launch that should be refused shows by succeeding. */
+typedef struct {
+    const char *vars[8];   /* NAME=value; "@ADDR" is SHOAL_ADDR=127.0.0.1:<free port> */
+    shoal_status_t status; /* what init must return */
+    const char *reason[3]; /* text the last error must contain */
+} secret_case_t;
+
+static int secret_case_body(const void *arg)
+{
+    const secret_case_t *c = arg;
+    char addr[64];
+    setenv("SHOAL_DEBUG", "none", 1);
+    for (int i = 0; c->vars[i]; i++) {
+        if (!strcmp(c->vars[i], "@ADDR")) {
+            snprintf(addr, sizeof(addr), "SHOAL_ADDR=127.0.0.1:%d", free_port());
+            RANK_CHECK(putenv(addr) == 0, fail, "putenv");
+        } else {
+            RANK_CHECK(putenv((char *)c->vars[i]) == 0, fail, "putenv");
+        }
+    }
+    shoal_config_reload();
+    shoal_comm_t comm = NULL;
+    shoal_status_t s = shoal_comm_init_env(&comm);
+    RANK_CHECK(s == c->status, fail, "%s...: got %s, not %s (%s)", c->vars[0],
+               shoal_status_string(s), shoal_status_string(c->status),
+               shoal_comm_last_error(NULL));
+    if (s == SHOAL_OK)
+        return shoal_comm_destroy(comm) != SHOAL_OK;
+    const char *why = shoal_comm_last_error(NULL);
+    for (int i = 0; i < 3 && c->reason[i]; i++)
+        RANK_CHECK(strstr(why, c->reason[i]) != NULL, fail, "\"%s\" lacks \"%s\"", why,
+                   c->reason[i]);
+    return 0;
+fail:
+    return 1;
+}
+
+static char open_secret_path[64], group_secret_path[64], empty_secret_path[64],
+    good_secret_path[64];
+static char open_secret_var[96], group_secret_var[96], empty_secret_var[96],
+    good_secret_var[96];
+
+/* No passphrase and no PMIx: refused by default, with what to do and, for
+ * torchrun, why its store is no channel; accepted only when SHOAL_AUTH
+ * says so. A secret file others may read or write is refused. */
+static void test_secret_sources(void **state)
+{
+    assert_int_equal(secret_file(open_secret_path, "open passphrase", 0644), 0);
+    assert_int_equal(secret_file(group_secret_path, "group passphrase", 0620), 0);
+    assert_int_equal(secret_file(empty_secret_path, "\n", 0600), 0);
+    assert_int_equal(secret_file(good_secret_path, "good passphrase\n", 0400), 0);
+    snprintf(open_secret_var, sizeof(open_secret_var), "SHOAL_SECRET_FILE=%s", open_secret_path);
+    snprintf(group_secret_var, sizeof(group_secret_var), "SHOAL_SECRET_FILE=%s",
+             group_secret_path);
+    snprintf(empty_secret_var, sizeof(empty_secret_var), "SHOAL_SECRET_FILE=%s",
+             empty_secret_path);
+    snprintf(good_secret_var, sizeof(good_secret_var), "SHOAL_SECRET_FILE=%s", good_secret_path);
+    const secret_case_t cases[] = {
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", NULL}, SHOAL_ERR_AUTH,
+         {"SHOAL_SECRET_FILE", "SHOAL_AUTH=warn", "PMIx"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_AUTH=strict", NULL}, SHOAL_ERR_AUTH,
+         {"SHOAL_SECRET_FILE"}},
+        /* A value that does not parse leaves the default. */
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_AUTH=maybe", NULL}, SHOAL_ERR_AUTH,
+         {"SHOAL_SECRET_FILE"}},
+        {{"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1", "@ADDR", "TORCHELASTIC_RUN_ID=r1",
+          NULL}, SHOAL_ERR_AUTH, {"torchrun offers no channel", "MASTER_ADDR accepts anyone"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", open_secret_var, NULL}, SHOAL_ERR_AUTH,
+         {"mode 0644", "chmod 600"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", group_secret_var, "SHOAL_AUTH=off", NULL},
+         SHOAL_ERR_AUTH, {"mode 0620", "chmod 600"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", empty_secret_var, NULL},
+         SHOAL_ERR_INVALID_ARG, {"is empty"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_SECRET_FILE=/nonexistent/shoal", NULL},
+         SHOAL_ERR_INVALID_ARG, {"/nonexistent/shoal"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", good_secret_var, "SHOAL_SECRET=x", NULL},
+         SHOAL_ERR_INVALID_ARG, {"set one"}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", good_secret_var, NULL}, SHOAL_OK, {NULL}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_SECRET=pass phrase", NULL}, SHOAL_OK,
+         {NULL}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_AUTH=warn", NULL}, SHOAL_OK, {NULL}},
+        {{"SHOAL_RANK=0", "SHOAL_SIZE=1", "@ADDR", "SHOAL_AUTH=off", NULL}, SHOAL_OK, {NULL}},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "secret case %zu", i);
+        in_child(secret_case_body, &cases[i], what);
+    }
+    unlink(open_secret_path);
+    unlink(group_secret_path);
+    unlink(empty_secret_path);
+    unlink(good_secret_path);
+}
+
+/* SHOAL_AUTH=warn: one warning, at WARN level (logged by default), on
+ * rank 0, naming the risk. */
+static int warn_body(const void *arg)
+{
+    char log[64] = "/tmp/shoal-test-warn-XXXXXX";
+    int fd = mkstemp(log);
+    RANK_CHECK(fd >= 0, fail, "mkstemp");
+    close(fd);
+    char addr[64];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", free_port());
+    setenv("SHOAL_RANK", "0", 1);
+    setenv("SHOAL_SIZE", "1", 1);
+    setenv("SHOAL_ADDR", addr, 1);
+    setenv("SHOAL_AUTH", "warn", 1);
+    setenv("SHOAL_DEBUG", "warn", 1);
+    setenv("SHOAL_DEBUG_FILE", log, 1);
+    shoal_config_reload();
+    shoal_comm_t comm = NULL;
+    shoal_status_t s = shoal_comm_init_env(&comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_comm_destroy(comm);
+    char text[8192];
+    FILE *f = fopen(log, "r");
+    size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    unlink(log);
+    text[n] = '\0';
+    const char *w = strstr(text, "shoal WARN ");
+    RANK_CHECK(w && strstr(w, "SHOAL_AUTH=warn") && strstr(w, "can compute"), fail,
+               "no warning in \"%s\"", text);
+    RANK_CHECK(!strstr(strstr(w, "SHOAL_AUTH=warn") + 1, "SHOAL_AUTH=warn"), fail,
+               "warned twice: \"%s\"", text);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_warn_mode_warns(void **state)
+{
+    in_child(warn_body, NULL, "SHOAL_AUTH=warn");
+}
+
+/* The secret of an id made from a passphrase (NCCL_COMM_ID's path,
+ * shoal_launch_id_for): scrypt of the passphrase with the salt the id
+ * carries, which depends on the job, so that one captured handshake does not
+ * open every job with that passphrase to a table computed in advance. */
+static void id_secret_salt(const shoal_unique_id_t *id, uint8_t secret[32], uint8_t salt[16])
+{
+    memcpy(secret, id->bytes + 32, 32);
+    memcpy(salt, id->bytes + 68, 16);
+}
+
+static int passphrase_body(const void *arg)
+{
+    static const char pass[] = "correct horse battery staple";
+    shoal_unique_id_t a, b;
+    uint8_t sa[32], salt_a[16], sb[32], salt_b[16], expect[32];
+    setenv("SHOAL_SECRET", pass, 1);
+    setenv("SHOAL_DEBUG", "none", 1);
+    shoal_config_reload();
+    RANK_CHECK(shoal_launch_id_for("127.0.0.1:5000", &a) == SHOAL_OK, fail, "id a");
+    RANK_CHECK(shoal_launch_id_for("127.0.0.1:5001", &b) == SHOAL_OK, fail, "id b");
+    id_secret_salt(&a, sa, salt_a);
+    id_secret_salt(&b, sb, salt_b);
+    RANK_CHECK(memcmp(salt_a, salt_b, 16) != 0, fail, "two jobs share a salt");
+    RANK_CHECK(memcmp(sa, sb, 32) != 0, fail, "two jobs share a secret");
+    unsigned len = 0;
+    RANK_CHECK(EVP_Digest(pass, strlen(pass), expect, &len, EVP_sha256(), NULL) == 1, fail,
+               "sha256");
+    RANK_CHECK(memcmp(sa, expect, 32) != 0, fail, "the secret is the passphrase's bare hash");
+    RANK_CHECK(EVP_PBE_scrypt(pass, strlen(pass), salt_a, 16, 1u << 15, 8, 1, 64u << 20, expect,
+                              32) == 1, fail, "scrypt");
+    RANK_CHECK(memcmp(sa, expect, 32) == 0, fail, "the secret is not scrypt(passphrase, salt)");
+    /* The same job, the same id: every rank builds it alike. */
+    RANK_CHECK(shoal_launch_id_for("127.0.0.1:5000", &b) == SHOAL_OK, fail, "id a again");
+    RANK_CHECK(memcmp(a.bytes, b.bytes, sizeof(a.bytes)) == 0, fail, "ids differ");
+
+    /* NCCL_COMM_ID follows SHOAL_AUTH too. */
+    unsetenv("SHOAL_SECRET");
+    shoal_config_reload();
+    RANK_CHECK(shoal_launch_id_for("127.0.0.1:5000", &a) == SHOAL_ERR_AUTH, fail,
+               "strict: an id without a passphrase");
+    RANK_CHECK(strstr(shoal_comm_last_error(NULL), "NCCL_COMM_ID"), fail, "reason: %s",
+               shoal_comm_last_error(NULL));
+    setenv("SHOAL_AUTH", "off", 1);
+    shoal_config_reload();
+    RANK_CHECK(shoal_launch_id_for("127.0.0.1:5000", &a) == SHOAL_OK, fail, "off: no id");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_passphrase_kdf(void **state)
+{
+    in_child(passphrase_body, NULL, "passphrase");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +737,9 @@ int main(void)
         cmocka_unit_test(test_stale_pmix_falls_back),
         cmocka_unit_test(test_wrong_secret_refused),
         cmocka_unit_test(test_other_job_refused),
+        cmocka_unit_test(test_secret_sources),
+        cmocka_unit_test(test_warn_mode_warns),
+        cmocka_unit_test(test_passphrase_kdf),
     };
     return cmocka_run_group_tests_name("launch_env", tests, NULL, NULL);
 }

@@ -10,6 +10,8 @@
  *   client -> server  hello:     hello_len bytes, meaning up to the caller
  * Both nonces enter both proofs, so neither side can replay an old exchange,
  * and the labels keep one side's proof from being reflected as the other's.
+ * Both sides may then derive the connection's session key,
+ * HMAC(secret, "shoal-session" || nonce_s || nonce_c), which never travels.
  */
 #include "auth.h"
 
@@ -55,6 +57,7 @@
 
 static const char shoal_auth_client_label[] = "shoal-client";
 static const char shoal_auth_server_label[] = "shoal-server";
+static const char shoal_auth_session_label[] = "shoal-session";
 
 static void shoal_auth_put_u32(uint8_t *p, uint32_t v)
 {
@@ -112,6 +115,16 @@ static int shoal_auth_header_ok(const uint8_t *p)
 
 shoal_status_t shoal_auth_client(int fd, const uint8_t secret[SHOAL_SECRET_BYTES],
                                  uint64_t deadline_ns)
+{
+    uint8_t session[SHOAL_SECRET_BYTES];
+    shoal_status_t s = shoal_auth_client_session(fd, secret, deadline_ns, session);
+    OPENSSL_cleanse(session, sizeof(session));
+    return s;
+}
+
+shoal_status_t shoal_auth_client_session(int fd, const uint8_t secret[SHOAL_SECRET_BYTES],
+                                         uint64_t deadline_ns,
+                                         uint8_t session[SHOAL_SECRET_BYTES])
 {
     char text[SHOAL_SOCKADDR_STRLEN];
     shoal_sockaddr_t server;
@@ -184,7 +197,7 @@ shoal_status_t shoal_auth_client(int fd, const uint8_t secret[SHOAL_SECRET_BYTES
         shoal_error(BOOT, "handshake with %s: it failed to prove the secret", name);
         return SHOAL_ERR_AUTH;
     }
-    return SHOAL_OK;
+    return shoal_auth_mac(secret, shoal_auth_session_label, nonce_s, nonce_c, session);
 }
 
 /* ---- acceptor ----------------------------------------------------------- */
@@ -208,6 +221,7 @@ typedef struct {
     size_t off;                              /* bytes moved in this state */
     uint64_t start_ns;                       /* when it was accepted */
     uint8_t nonce_s[SHOAL_AUTH_NONCE_BYTES];
+    uint8_t session[SHOAL_SECRET_BYTES];     /* once the proof is checked */
     uint8_t msg[SHOAL_AUTH_MSG_MAX];         /* message being sent or received */
     uint8_t *hello;                          /* hello_len bytes */
     shoal_sockaddr_t peer;
@@ -245,6 +259,7 @@ static void shoal_acc_conn_close(shoal_acc_conn_t *c)
 {
     close(c->fd);
     free(c->hello);
+    OPENSSL_cleanse(c->session, sizeof(c->session));
 }
 
 /* Remove conns[i], keeping the others in arrival order. */
@@ -316,6 +331,9 @@ static shoal_acc_step_t shoal_acc_check_proof(shoal_acceptor_t *acc, shoal_acc_c
     }
     uint8_t nonce_copy[SHOAL_AUTH_NONCE_BYTES];
     memcpy(nonce_copy, nonce_c, sizeof(nonce_copy));
+    if (shoal_auth_mac(acc->secret, shoal_auth_session_label, c->nonce_s, nonce_copy,
+                       c->session) != SHOAL_OK)
+        return SHOAL_ACC_STEP_DROP;
     shoal_auth_put_u32(c->msg, SHOAL_AUTH_ACCEPTED);
     if (shoal_auth_mac(acc->secret, shoal_auth_server_label, nonce_copy, c->nonce_s,
                        c->msg + 4) != SHOAL_OK)
@@ -436,7 +454,7 @@ static shoal_status_t shoal_acc_accept(shoal_acceptor_t *acc)
 
 /* Hand over conns[i], whose handshake is complete, to the caller. */
 static shoal_status_t shoal_acc_deliver(shoal_acceptor_t *acc, size_t i, void *hello,
-                                        int *fd_p)
+                                        int *fd_p, uint8_t session[SHOAL_SECRET_BYTES])
 {
     shoal_acc_conn_t *c = &acc->conns[i];
     int flags = fcntl(c->fd, F_GETFL);
@@ -449,6 +467,9 @@ static shoal_status_t shoal_acc_deliver(shoal_acceptor_t *acc, size_t i, void *h
     if (setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
         shoal_debug(BOOT, "TCP_NODELAY: %s", strerror(errno));
     memcpy(hello, c->hello, acc->hello_len);
+    if (session)
+        memcpy(session, c->session, SHOAL_SECRET_BYTES);
+    OPENSSL_cleanse(c->session, sizeof(c->session));
     *fd_p = c->fd;
     free(c->hello);
     shoal_acc_remove(acc, i);
@@ -457,6 +478,13 @@ static shoal_status_t shoal_acc_deliver(shoal_acceptor_t *acc, size_t i, void *h
 
 shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
                                    void *hello, int *fd_p)
+{
+    return shoal_acceptor_next_session(acc, deadline_ns, hello, fd_p, NULL);
+}
+
+shoal_status_t shoal_acceptor_next_session(shoal_acceptor_t *acc, uint64_t deadline_ns,
+                                           void *hello, int *fd_p,
+                                           uint8_t session[SHOAL_SECRET_BYTES])
 {
     for (;;) {
         /* Step every handshake whose socket has news; the first to finish is
@@ -501,7 +529,7 @@ shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
             if (r == SHOAL_ACC_STEP_DROP)
                 shoal_acc_drop(acc, i - 1);
             else if (r == SHOAL_ACC_STEP_DONE)
-                return shoal_acc_deliver(acc, i - 1, hello, fd_p);
+                return shoal_acc_deliver(acc, i - 1, hello, fd_p, session);
         }
         if (pfds[0].revents) {
             shoal_status_t s = shoal_acc_accept(acc);

@@ -19,6 +19,14 @@ shoal_status_t shoal_auth_random(void *buf, size_t len);
 shoal_status_t shoal_auth_client(int fd, const uint8_t secret[SHOAL_SECRET_BYTES],
                                  uint64_t deadline_ns);
 
+/* The same, and on success a key of this connection alone (what the
+ * bootstrap keys its message MACs with): HMAC(secret, "shoal-session" ||
+ * nonce_s || nonce_c). Both ends compute it; it never travels, and the
+ * fresh nonces make it differ for every connection. */
+shoal_status_t shoal_auth_client_session(int fd, const uint8_t secret[SHOAL_SECRET_BYTES],
+                                         uint64_t deadline_ns,
+                                         uint8_t session[SHOAL_SECRET_BYTES]);
+
 /* Accepts authenticated connections on a listening socket. Handshakes of
  * several pending connections advance together, so a stranger that sends
  * garbage or nothing cannot stall a real peer: garbage or a wrong proof
@@ -34,6 +42,11 @@ shoal_status_t shoal_acceptor_create(int listen_fd, const uint8_t secret[SHOAL_S
  * cancellation scope is set (cancel.h). */
 shoal_status_t shoal_acceptor_next(shoal_acceptor_t *acc, uint64_t deadline_ns,
                                    void *hello, int *fd_p);
+
+/* The same, with the connection's session key (as the client's above). */
+shoal_status_t shoal_acceptor_next_session(shoal_acceptor_t *acc, uint64_t deadline_ns,
+                                           void *hello, int *fd_p,
+                                           uint8_t session[SHOAL_SECRET_BYTES]);
 
 /* Close pending connections and free acc (not the listening socket). */
 void shoal_acceptor_destroy(shoal_acceptor_t *acc);

@@ -24,12 +24,23 @@ typedef struct {
     char host_id[SHOAL_CONFIG_STR_MAX];   /* SHOAL_HOST_ID, "" = hostname+boot id */
 } shoal_core_config_t;
 
+/* SHOAL_AUTH: whether a launch with no secret that only the job knows may
+ * use one derived from the job's identity (launch_secret.c). */
+enum {
+    SHOAL_AUTH_STRICT = 0, /* no: init fails and says how to provide one */
+    SHOAL_AUTH_WARN = 1,   /* yes, with one warning on rank 0 */
+    SHOAL_AUTH_OFF = 2,    /* yes, silently: single-user test machines */
+};
+
 typedef struct {
     char socket_ifname[SHOAL_CONFIG_STR_MAX]; /* SHOAL_SOCKET_IFNAME, "" = auto */
     char addr[SHOAL_CONFIG_STR_MAX];          /* SHOAL_ADDR: rendezvous host[:port] */
     char comm_id[SHOAL_CONFIG_STR_MAX];       /* SHOAL_COMM_ID: host:port a unique id names, "" = unset */
     int port;                                 /* SHOAL_PORT, 0 = MASTER_PORT+1 or 29501 */
-    char secret[SHOAL_CONFIG_STR_MAX];        /* SHOAL_SECRET for env init */
+    char secret[SHOAL_CONFIG_STR_MAX];        /* SHOAL_SECRET: passphrase for env init */
+    char secret_file[SHOAL_CONFIG_STR_MAX];   /* SHOAL_SECRET_FILE: file holding one */
+    int auth;                                 /* SHOAL_AUTH: SHOAL_AUTH_STRICT... */
+    int mac;                                  /* SHOAL_BOOTSTRAP_MAC: y/n */
     int rank;                                 /* SHOAL_RANK, -1 = unset */
     int size;                                 /* SHOAL_SIZE, -1 = unset */
     int local_rank;                           /* SHOAL_LOCAL_RANK, -1 = unset */

@@ -7,6 +7,19 @@
  * Every message on the star starts with a header of op, sequence number and
  * length, checked on receipt, so ranks that disagree about which collective
  * comes next get an error instead of each other's bytes.
+ *
+ * With SHOAL_BOOTSTRAP_MAC, every message also carries HMAC-SHA256 tags,
+ * keyed by the connection's session key from the handshake (auth.h): one
+ * after the header, checked before the header is believed, and one after
+ * a non-empty payload,
+ *
+ *   tag = HMAC(session key, kind ('h' or 'p') || sender's rank ||
+ *              receiver's rank || message number on this connection || data)
+ *
+ * so that a message changed, replayed, reordered or reflected on the wire
+ * fails with SHOAL_ERR_AUTH naming the peer. The numbers count messages in
+ * each direction, the same on both ends. Ranks must agree on the setting:
+ * the hello carries it and rank 0 refuses a rank that differs.
  */
 #include "bootstrap.h"
 
@@ -15,6 +28,11 @@
 #include "base/log.h"
 
 #include <errno.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/params.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -28,20 +46,32 @@
 
 /* Unique id layout (big-endian integers):
  *   0 magic, 4 version, 8 address family (4 or 6), 10 port, 12 IPv6 scope,
- *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64.. zero. */
+ *   16 address (4 or 16 bytes), 32 secret (32 bytes), 64 origin of the
+ *   secret (shoal_secret_origin_t), 68 salt of its derivation (16 bytes),
+ *   84.. zero. Ids that predate the origin hold zeros there: random. */
 #define SHOAL_BOOT_ID_MAGIC 0x53484944u /* "SHID" */
 #define SHOAL_BOOT_ID_VERSION 1u
 #define SHOAL_BOOT_ID_FAMILY 8 /* a packed address, SHOAL_BOOT_ADDR_BYTES long */
 #define SHOAL_BOOT_ID_SECRET 32
+#define SHOAL_BOOT_ID_ORIGIN 64
+#define SHOAL_BOOT_ID_SALT 68
+_Static_assert(SHOAL_BOOT_ID_SALT + SHOAL_SALT_BYTES <= SHOAL_UNIQUE_ID_BYTES,
+               "the unique id has no room for the salt");
 
 /* Handshakes a rank tries before giving up on a root that keeps closing
  * its connection early (a busy acceptor drops the slowest, auth.c). */
 #define SHOAL_BOOT_CONNECT_ATTEMPTS 5
 
-/* Hello after authentication: magic, version, rank, nranks. */
+/* Hello after authentication: magic, version, rank, nranks, flags. */
 #define SHOAL_BOOT_HELLO_MAGIC 0x53484248u /* "SHBH" */
-#define SHOAL_BOOT_HELLO_VERSION 1u
-#define SHOAL_BOOT_HELLO_BYTES 16
+#define SHOAL_BOOT_HELLO_VERSION 2u
+#define SHOAL_BOOT_HELLO_BYTES 20
+#define SHOAL_BOOT_HELLO_MAC 1u /* flag: this rank tags its messages */
+
+/* A message's tag (SHOAL_BOOTSTRAP_MAC), and the most bytes of a message
+ * sent in one piece. */
+#define SHOAL_BOOT_TAG_BYTES 32
+#define SHOAL_BOOT_SMALL 1024
 
 /* Message header: op, sequence number, payload length (64 bits). */
 #define SHOAL_BOOT_HDR_BYTES 16
@@ -70,6 +100,7 @@ typedef enum {
     SHOAL_BOOT_JOIN_BAD_RANK,
     SHOAL_BOOT_JOIN_BAD_NRANKS,
     SHOAL_BOOT_JOIN_DUPLICATE,
+    SHOAL_BOOT_JOIN_BAD_MAC,
     SHOAL_BOOT_JOIN_COUNT
 } shoal_boot_verdict_t;
 
@@ -80,7 +111,16 @@ static const char *const shoal_boot_verdict_text[SHOAL_BOOT_JOIN_COUNT] = {
     "rank out of range",
     "number of ranks differs from rank 0's",
     "rank already joined",
+    "SHOAL_BOOTSTRAP_MAC differs from rank 0's",
 };
+
+/* One connection's integrity state: its session key and the messages sent
+ * and received on it so far. */
+typedef struct {
+    uint8_t key[SHOAL_SECRET_BYTES];
+    uint64_t tx;
+    uint64_t rx;
+} shoal_boot_link_t;
 
 struct shoal_bootstrap {
     int rank;
@@ -97,6 +137,10 @@ struct shoal_bootstrap {
     int *pfd_rank;
     atomic_int aborted;
     uint8_t secret[SHOAL_SECRET_BYTES];
+    uint32_t origin;             /* shoal_secret_origin_t, from the id */
+    int mac;                     /* SHOAL_BOOTSTRAP_MAC: messages carry tags */
+    shoal_boot_link_t *links;    /* per rank, as fds */
+    EVP_MAC_CTX *mac_ctx;        /* HMAC-SHA256, when mac */
     shoal_sockaddr_t local_addr;
 };
 
@@ -211,6 +255,13 @@ shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
     memcpy(b + SHOAL_BOOT_ID_SECRET, secret, SHOAL_SECRET_BYTES);
     *id_p = id;
     return SHOAL_OK;
+}
+
+void shoal_bootstrap_id_set_origin(shoal_unique_id_t *id, shoal_secret_origin_t origin,
+                                   const uint8_t salt[SHOAL_SALT_BYTES])
+{
+    shoal_boot_put_u32(id->bytes + SHOAL_BOOT_ID_ORIGIN, (uint32_t)origin);
+    memcpy(id->bytes + SHOAL_BOOT_ID_SALT, salt, SHOAL_SALT_BYTES);
 }
 
 static shoal_status_t shoal_boot_id_parse(const shoal_unique_id_t *id, shoal_sockaddr_t *root_p,
@@ -375,6 +426,154 @@ err_free:
     return s;
 }
 
+/* ---- integrity ---------------------------------------------------------- */
+
+static EVP_MAC *shoal_boot_hmac;
+static pthread_once_t shoal_boot_hmac_once = PTHREAD_ONCE_INIT;
+
+static void shoal_boot_hmac_fetch(void)
+{
+    shoal_boot_hmac = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL);
+}
+
+/* An HMAC-SHA256 context for bs's tags. */
+static shoal_status_t shoal_boot_mac_open(shoal_bootstrap_t *bs)
+{
+    pthread_once(&shoal_boot_hmac_once, shoal_boot_hmac_fetch);
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    bs->mac_ctx = shoal_boot_hmac ? EVP_MAC_CTX_new(shoal_boot_hmac) : NULL;
+    if (!bs->mac_ctx || EVP_MAC_CTX_set_params(bs->mac_ctx, params) != 1) {
+        shoal_error(BOOT, "bootstrap: no HMAC-SHA256 for SHOAL_BOOTSTRAP_MAC: %s",
+                    ERR_reason_error_string(ERR_get_error()));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+/* The keys, wiped, and the HMAC context. */
+static void shoal_boot_links_free(shoal_bootstrap_t *bs)
+{
+    if (bs->links)
+        OPENSSL_cleanse(bs->links, (size_t)bs->nranks * sizeof(*bs->links));
+    free(bs->links);
+    EVP_MAC_CTX_free(bs->mac_ctx);
+}
+
+/* tag = HMAC(key, kind || from || to || number || data): see the top. */
+static shoal_status_t shoal_boot_tag(shoal_bootstrap_t *bs, const uint8_t *key, char kind,
+                                     int from, int to, uint64_t number, const void *data,
+                                     size_t len, uint8_t tag[SHOAL_BOOT_TAG_BYTES])
+{
+    uint8_t pre[17];
+    pre[0] = (uint8_t)kind;
+    shoal_boot_put_u32(pre + 1, (uint32_t)from);
+    shoal_boot_put_u32(pre + 5, (uint32_t)to);
+    shoal_boot_put_u64(pre + 9, number);
+    size_t out = 0;
+    if (EVP_MAC_init(bs->mac_ctx, key, SHOAL_SECRET_BYTES, NULL) != 1 ||
+        EVP_MAC_update(bs->mac_ctx, pre, sizeof(pre)) != 1 ||
+        (len > 0 && EVP_MAC_update(bs->mac_ctx, data, len) != 1) ||
+        EVP_MAC_final(bs->mac_ctx, tag, &out, SHOAL_BOOT_TAG_BYTES) != 1 ||
+        out != SHOAL_BOOT_TAG_BYTES) {
+        shoal_error(BOOT, "bootstrap: HMAC-SHA256: %s", ERR_reason_error_string(ERR_get_error()));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
+}
+
+/* Check the tag of data received from peer as message number `number`:
+ * SHOAL_ERR_AUTH (logged, naming peer) when it does not match. */
+static shoal_status_t shoal_boot_check_tag(shoal_bootstrap_t *bs, int peer, char kind,
+                                           uint64_t number, const void *data, size_t len,
+                                           const uint8_t *tag, const char *what)
+{
+    uint8_t expect[SHOAL_BOOT_TAG_BYTES];
+    shoal_status_t s = shoal_boot_tag(bs, bs->links[peer].key, kind, peer, bs->rank, number,
+                                      data, len, expect);
+    if (s != SHOAL_OK)
+        return s;
+    if (CRYPTO_memcmp(expect, tag, SHOAL_BOOT_TAG_BYTES) != 0) {
+        shoal_error(BOOT, "bootstrap %s on rank %d: the %s of message %llu from rank %d fails "
+                    "its integrity check (SHOAL_BOOTSTRAP_MAC): changed in transit, or not "
+                    "sent by rank %d", what, bs->rank, kind == 'h' ? "header" : "payload",
+                    (unsigned long long)number, peer, peer);
+        return SHOAL_ERR_AUTH;
+    }
+    return SHOAL_OK;
+}
+
+/* The bytes of a whole message in out (header, its tag, payload, its tag;
+ * no tags without mac): what shoal_boot_put_msg sends. Returns the length. */
+static shoal_status_t shoal_boot_frame(shoal_bootstrap_t *bs, int mac, const uint8_t *key,
+                                       uint64_t number, int to, uint32_t op, uint32_t seq,
+                                       const void *payload, size_t len, uint8_t *out,
+                                       size_t *out_len)
+{
+    uint8_t *hdr = out;
+    shoal_boot_put_u32(hdr, op);
+    shoal_boot_put_u32(hdr + 4, seq);
+    shoal_boot_put_u64(hdr + 8, len);
+    size_t n = SHOAL_BOOT_HDR_BYTES;
+    shoal_status_t s = SHOAL_OK;
+    if (mac) {
+        s = shoal_boot_tag(bs, key, 'h', bs->rank, to, number, hdr, SHOAL_BOOT_HDR_BYTES,
+                           out + n);
+        n += SHOAL_BOOT_TAG_BYTES;
+    }
+    if (len > 0)
+        memcpy(out + n, payload, len);
+    n += len;
+    if (s == SHOAL_OK && mac && len > 0) {
+        s = shoal_boot_tag(bs, key, 'p', bs->rank, to, number, payload, len, out + n);
+        n += SHOAL_BOOT_TAG_BYTES;
+    }
+    *out_len = n;
+    return s;
+}
+
+/* Send one message on fd, counting it in *number. Small messages go in
+ * one piece; a large payload is sent from where it is. */
+static shoal_status_t shoal_boot_put_msg(shoal_bootstrap_t *bs, int fd, int mac,
+                                         const uint8_t *key, uint64_t *number, int to,
+                                         uint32_t op, uint32_t seq, const void *payload,
+                                         size_t len, uint64_t deadline_ns)
+{
+    uint8_t buf[SHOAL_BOOT_HDR_BYTES + 2 * SHOAL_BOOT_TAG_BYTES + SHOAL_BOOT_SMALL];
+    size_t n;
+    shoal_status_t s;
+    if (len <= SHOAL_BOOT_SMALL) {
+        s = shoal_boot_frame(bs, mac, key, *number, to, op, seq, payload, len, buf, &n);
+        if (s == SHOAL_OK)
+            s = shoal_sock_send_all(fd, buf, n, deadline_ns);
+    } else {
+        s = shoal_boot_frame(bs, mac, key, *number, to, op, seq, NULL, 0, buf, &n);
+        /* The header alone: its length field still says len. */
+        shoal_boot_put_u64(buf + 8, len);
+        if (s == SHOAL_OK && mac)
+            s = shoal_boot_tag(bs, key, 'h', bs->rank, to, *number, buf, SHOAL_BOOT_HDR_BYTES,
+                               buf + SHOAL_BOOT_HDR_BYTES);
+        if (s == SHOAL_OK)
+            s = shoal_sock_send_all(fd, buf, n, deadline_ns);
+        if (s == SHOAL_OK)
+            s = shoal_sock_send_all(fd, payload, len, deadline_ns);
+        if (s == SHOAL_OK && mac)
+            s = shoal_boot_tag(bs, key, 'p', bs->rank, to, *number, payload, len, buf);
+        if (s == SHOAL_OK && mac)
+            s = shoal_sock_send_all(fd, buf, SHOAL_BOOT_TAG_BYTES, deadline_ns);
+    }
+    (*number)++;
+    return s;
+}
+
+/* Bytes of a header as it travels: with its tag under mac. */
+static size_t shoal_boot_hdr_block(const shoal_bootstrap_t *bs)
+{
+    return SHOAL_BOOT_HDR_BYTES + (bs->mac ? SHOAL_BOOT_TAG_BYTES : 0);
+}
+
 /* ---- messages ----------------------------------------------------------- */
 
 static const char *shoal_boot_op_name(uint32_t op)
@@ -450,18 +649,26 @@ static shoal_status_t shoal_boot_fail_parse(const uint8_t *body, size_t len, int
 static shoal_status_t shoal_boot_recv_fail(shoal_bootstrap_t *bs, int peer, uint64_t len,
                                            uint32_t op, uint64_t deadline_ns)
 {
-    uint8_t body[SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    uint8_t body[SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX + SHOAL_BOOT_TAG_BYTES];
     char text[SHOAL_BOOT_FAIL_TEXT_MAX + 1];
     int culprit;
     shoal_status_t status;
-    if (len < SHOAL_BOOT_FAIL_FIXED || len > sizeof(body)) {
+    if (len < SHOAL_BOOT_FAIL_FIXED || len > SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX) {
         shoal_error(BOOT, "bootstrap %s on rank %d: malformed failure notice from rank %d",
                     shoal_boot_op_name(op), bs->rank, peer);
         return SHOAL_ERR_INTERNAL;
     }
-    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], body, (size_t)len, deadline_ns);
+    size_t tag = bs->mac ? SHOAL_BOOT_TAG_BYTES : 0;
+    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], body, (size_t)len + tag, deadline_ns);
     if (s != SHOAL_OK)
         return shoal_boot_io_fail(bs, s, peer, op);
+    if (bs->mac) {
+        s = shoal_boot_check_tag(bs, peer, 'p', bs->links[peer].rx, body, (size_t)len,
+                                 body + len, shoal_boot_op_name(op));
+        if (s != SHOAL_OK)
+            return s;
+    }
+    bs->links[peer].rx++;
     shoal_boot_fail_parse(body, (size_t)len, bs->nranks, &culprit, &status, text, sizeof(text));
     shoal_error(BOOT, "bootstrap %s on rank %d: failed because of rank %d (%s), as rank %d "
                 "reports: %s", shoal_boot_op_name(op), bs->rank, culprit,
@@ -473,21 +680,24 @@ static shoal_status_t shoal_boot_send(shoal_bootstrap_t *bs, int peer, uint32_t 
                                       uint32_t seq, const void *payload, size_t len,
                                       uint64_t deadline_ns)
 {
-    uint8_t hdr[SHOAL_BOOT_HDR_BYTES];
-    shoal_boot_put_u32(hdr, op);
-    shoal_boot_put_u32(hdr + 4, seq);
-    shoal_boot_put_u64(hdr + 8, len);
-    shoal_status_t s = shoal_sock_send_all(bs->fds[peer], hdr, sizeof(hdr), deadline_ns);
-    if (s == SHOAL_OK && len > 0)
-        s = shoal_sock_send_all(bs->fds[peer], payload, len, deadline_ns);
+    shoal_boot_link_t *l = &bs->links[peer];
+    shoal_status_t s = shoal_boot_put_msg(bs, bs->fds[peer], bs->mac, l->key, &l->tx, peer, op,
+                                          seq, payload, len, deadline_ns);
     if (s == SHOAL_ERR_PEER && bs->rank != 0 && !shoal_boot_is_aborted(bs)) {
         /* Rank 0 may have hung up after telling us why: a failure notice
          * waiting to be read names the real culprit. */
-        uint8_t peek[SHOAL_BOOT_HDR_BYTES];
-        ssize_t n = recv(bs->fds[0], peek, sizeof(peek), MSG_PEEK | MSG_DONTWAIT);
-        if (n == (ssize_t)sizeof(peek) && shoal_boot_get_u32(peek) == SHOAL_BOOT_OP_FAIL &&
-            shoal_sock_recv_all(bs->fds[0], peek, sizeof(peek), 0) == SHOAL_OK)
+        uint8_t peek[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_TAG_BYTES];
+        size_t hb = shoal_boot_hdr_block(bs);
+        ssize_t n = recv(bs->fds[0], peek, hb, MSG_PEEK | MSG_DONTWAIT);
+        if (n == (ssize_t)hb && shoal_boot_get_u32(peek) == SHOAL_BOOT_OP_FAIL &&
+            shoal_sock_recv_all(bs->fds[0], peek, hb, 0) == SHOAL_OK) {
+            if (bs->mac &&
+                shoal_boot_check_tag(bs, 0, 'h', bs->links[0].rx, peek, SHOAL_BOOT_HDR_BYTES,
+                                     peek + SHOAL_BOOT_HDR_BYTES, shoal_boot_op_name(op)) !=
+                    SHOAL_OK)
+                return SHOAL_ERR_AUTH;
             return shoal_boot_recv_fail(bs, 0, shoal_boot_get_u64(peek + 8), op, 0);
+        }
     }
     return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
 }
@@ -497,16 +707,25 @@ static shoal_status_t shoal_boot_send(shoal_bootstrap_t *bs, int peer, uint32_t 
 static shoal_status_t shoal_boot_recv_hdr(shoal_bootstrap_t *bs, int peer, uint32_t op,
                                           uint32_t seq, uint64_t len, uint64_t deadline_ns)
 {
-    uint8_t hdr[SHOAL_BOOT_HDR_BYTES];
-    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], hdr, sizeof(hdr), deadline_ns);
+    uint8_t hdr[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_TAG_BYTES];
+    shoal_status_t s = shoal_sock_recv_all(bs->fds[peer], hdr, shoal_boot_hdr_block(bs),
+                                           deadline_ns);
     if (s != SHOAL_OK)
         return shoal_boot_io_fail(bs, s, peer, op);
+    /* Nothing of the header is believed before its tag is checked. */
+    if (bs->mac) {
+        s = shoal_boot_check_tag(bs, peer, 'h', bs->links[peer].rx, hdr, SHOAL_BOOT_HDR_BYTES,
+                                 hdr + SHOAL_BOOT_HDR_BYTES, shoal_boot_op_name(op));
+        if (s != SHOAL_OK)
+            return s;
+    }
     uint32_t got_op = shoal_boot_get_u32(hdr);
     uint32_t got_seq = shoal_boot_get_u32(hdr + 4);
     uint64_t got_len = shoal_boot_get_u64(hdr + 8);
     if (got_op == SHOAL_BOOT_OP_FAIL && op != SHOAL_BOOT_OP_JOIN)
         return shoal_boot_recv_fail(bs, peer, got_len, op, deadline_ns);
     if (got_op == SHOAL_BOOT_OP_BYE) {
+        bs->links[peer].rx++;
         shoal_error(BOOT, "bootstrap %s on rank %d: rank %d left the communicator (destroyed "
                     "it) instead", shoal_boot_op_name(op), bs->rank, peer);
         return SHOAL_ERR_PEER;
@@ -527,10 +746,22 @@ static shoal_status_t shoal_boot_recv(shoal_bootstrap_t *bs, int peer, uint32_t 
                                       uint64_t deadline_ns)
 {
     shoal_status_t s = shoal_boot_recv_hdr(bs, peer, op, seq, len, deadline_ns);
-    if (s != SHOAL_OK || len == 0)
-        return s;
-    s = shoal_sock_recv_all(bs->fds[peer], payload, len, deadline_ns);
-    return s == SHOAL_OK ? s : shoal_boot_io_fail(bs, s, peer, op);
+    if (s == SHOAL_OK && len > 0) {
+        s = shoal_sock_recv_all(bs->fds[peer], payload, len, deadline_ns);
+        if (s != SHOAL_OK)
+            return shoal_boot_io_fail(bs, s, peer, op);
+    }
+    if (s == SHOAL_OK && bs->mac && len > 0) {
+        uint8_t tag[SHOAL_BOOT_TAG_BYTES];
+        s = shoal_sock_recv_all(bs->fds[peer], tag, sizeof(tag), deadline_ns);
+        if (s != SHOAL_OK)
+            return shoal_boot_io_fail(bs, s, peer, op);
+        s = shoal_boot_check_tag(bs, peer, 'p', bs->links[peer].rx, payload, len, tag,
+                                 shoal_boot_op_name(op));
+    }
+    if (s == SHOAL_OK)
+        bs->links[peer].rx++;
+    return s;
 }
 
 /* Send one failure notice to rank r, waiting at most until deadline_ns. */
@@ -538,16 +769,14 @@ static shoal_status_t shoal_boot_send_fail(shoal_bootstrap_t *bs, int r, int cul
                                            shoal_status_t status, const char *text,
                                            uint64_t deadline_ns)
 {
-    uint8_t msg[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    uint8_t body[SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
     size_t n = strnlen(text, SHOAL_BOOT_FAIL_TEXT_MAX);
-    shoal_boot_put_u32(msg, SHOAL_BOOT_OP_FAIL);
-    shoal_boot_put_u32(msg + 4, bs->seq);
-    shoal_boot_put_u64(msg + 8, SHOAL_BOOT_FAIL_FIXED + n);
-    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES, (uint32_t)culprit);
-    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES + 4, (uint32_t)status);
-    memcpy(msg + SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED, text, n);
-    return shoal_sock_send_all(bs->fds[r], msg, SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + n,
-                               deadline_ns);
+    shoal_boot_put_u32(body, (uint32_t)culprit);
+    shoal_boot_put_u32(body + 4, (uint32_t)status);
+    memcpy(body + SHOAL_BOOT_FAIL_FIXED, text, n);
+    shoal_boot_link_t *l = &bs->links[r];
+    return shoal_boot_put_msg(bs, bs->fds[r], bs->mac, l->key, &l->tx, r, SHOAL_BOOT_OP_FAIL,
+                              bs->seq, body, SHOAL_BOOT_FAIL_FIXED + n, deadline_ns);
 }
 
 /* Rank 0 after a failure caused by rank culprit: tell every other rank
@@ -713,9 +942,11 @@ shoal_status_t shoal_bootstrap_bcast(shoal_bootstrap_t *bs, void *buf, size_t le
 static shoal_status_t shoal_boot_news(shoal_bootstrap_t *bs, int peer, int *culprit_p,
                                       char *text, size_t cap)
 {
-    uint8_t msg[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX];
+    uint8_t msg[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_FAIL_FIXED + SHOAL_BOOT_FAIL_TEXT_MAX +
+                2 * SHOAL_BOOT_TAG_BYTES];
     int fd = bs->fds[peer];
-    ssize_t n = recv(fd, msg, SHOAL_BOOT_HDR_BYTES, MSG_PEEK | MSG_DONTWAIT);
+    size_t hb = shoal_boot_hdr_block(bs), tb = hb - SHOAL_BOOT_HDR_BYTES;
+    ssize_t n = recv(fd, msg, hb, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
         return SHOAL_OK;
     if (n <= 0) {
@@ -725,13 +956,25 @@ static shoal_status_t shoal_boot_news(shoal_bootstrap_t *bs, int peer, int *culp
                  n == 0 ? "closed" : "broke");
         return SHOAL_ERR_PEER;
     }
-    if (n < SHOAL_BOOT_HDR_BYTES)
+    if (n < (ssize_t)hb)
         return SHOAL_OK; /* the rest of the header is on its way */
     uint32_t op = shoal_boot_get_u32(msg);
     uint64_t len = shoal_boot_get_u64(msg + 8);
+    if (op != SHOAL_BOOT_OP_BYE && op != SHOAL_BOOT_OP_FAIL)
+        return SHOAL_OK; /* the next collective's: read, and checked, by it */
+    if (bs->mac && shoal_boot_check_tag(bs, peer, 'h', bs->links[peer].rx, msg,
+                                        SHOAL_BOOT_HDR_BYTES, msg + SHOAL_BOOT_HDR_BYTES,
+                                        shoal_boot_op_name(op)) != SHOAL_OK) {
+        *culprit_p = peer;
+        snprintf(text, cap, "a message from rank %d to rank %d failed its integrity check",
+                 peer, bs->rank);
+        return SHOAL_ERR_AUTH;
+    }
     if (op == SHOAL_BOOT_OP_BYE) {
-        if (recv(fd, msg, SHOAL_BOOT_HDR_BYTES, MSG_DONTWAIT) == SHOAL_BOOT_HDR_BYTES)
+        if (recv(fd, msg, hb, MSG_DONTWAIT) == (ssize_t)hb) {
             bs->gone[peer] = 1;
+            bs->links[peer].rx++;
+        }
         shoal_debug(BOOT, "bootstrap: rank %d said goodbye to rank %d", peer, bs->rank);
         return SHOAL_OK;
     }
@@ -743,14 +986,23 @@ static shoal_status_t shoal_boot_news(shoal_bootstrap_t *bs, int peer, int *culp
         snprintf(text, cap, "rank %d sent rank %d a malformed failure notice", peer, bs->rank);
         return SHOAL_ERR_INTERNAL;
     }
-    size_t whole = SHOAL_BOOT_HDR_BYTES + (size_t)len;
+    size_t whole = hb + (size_t)len + tb;
     n = recv(fd, msg, whole, MSG_PEEK | MSG_DONTWAIT);
     if (n < (ssize_t)whole || recv(fd, msg, whole, MSG_DONTWAIT) != (ssize_t)whole)
         return SHOAL_OK; /* not all there yet */
+    if (bs->mac && shoal_boot_check_tag(bs, peer, 'p', bs->links[peer].rx, msg + hb,
+                                        (size_t)len, msg + hb + len,
+                                        shoal_boot_op_name(op)) != SHOAL_OK) {
+        *culprit_p = peer;
+        snprintf(text, cap, "a failure notice from rank %d to rank %d failed its integrity "
+                 "check", peer, bs->rank);
+        return SHOAL_ERR_AUTH;
+    }
+    bs->links[peer].rx++;
     char said[SHOAL_BOOT_FAIL_TEXT_MAX + 1];
     shoal_debug(BOOT, "bootstrap: failure notice from rank %d", peer);
-    shoal_boot_fail_parse(msg + SHOAL_BOOT_HDR_BYTES, (size_t)len, bs->nranks, culprit_p,
-                          &status, said, sizeof(said));
+    shoal_boot_fail_parse(msg + hb, (size_t)len, bs->nranks, culprit_p, &status, said,
+                          sizeof(said));
     snprintf(text, cap, "%s", said);
     return status;
 }
@@ -824,16 +1076,20 @@ static void shoal_boot_missing(const shoal_bootstrap_t *bs, char *out, size_t ca
     }
 }
 
-static void shoal_boot_send_verdict(int fd, shoal_boot_verdict_t verdict, uint64_t deadline_ns)
+/* A join verdict to rank `to` on fd, tagged when that rank tags (mac), with
+ * the connection's key and message count. */
+static void shoal_boot_send_verdict(shoal_bootstrap_t *bs, int fd, int mac, const uint8_t *key,
+                                    uint64_t *number, int to, shoal_boot_verdict_t verdict,
+                                    uint64_t deadline_ns)
 {
-    uint8_t msg[SHOAL_BOOT_HDR_BYTES + 4];
-    shoal_boot_put_u32(msg, SHOAL_BOOT_OP_JOIN);
-    shoal_boot_put_u32(msg + 4, 0);
-    shoal_boot_put_u64(msg + 8, 4);
-    shoal_boot_put_u32(msg + SHOAL_BOOT_HDR_BYTES, verdict);
+    uint8_t body[4];
+    shoal_boot_put_u32(body, verdict);
     /* Best effort: the verdict only explains a refusal that closing the
      * connection enforces anyway. */
-    if (shoal_sock_send_all(fd, msg, sizeof(msg), deadline_ns) != SHOAL_OK)
+    if (mac && !bs->mac_ctx && shoal_boot_mac_open(bs) != SHOAL_OK)
+        return;
+    if (shoal_boot_put_msg(bs, fd, mac, key, number, to, SHOAL_BOOT_OP_JOIN, 0, body,
+                           sizeof(body), deadline_ns) != SHOAL_OK)
         shoal_debug(BOOT, "bootstrap: could not deliver join verdict %d", (int)verdict);
 }
 
@@ -846,7 +1102,10 @@ static shoal_boot_verdict_t shoal_boot_check_hello(const shoal_bootstrap_t *bs,
         return SHOAL_BOOT_JOIN_BAD_HELLO;
     int rank = (int)shoal_boot_get_u32(hello + 8);
     int nranks = (int)shoal_boot_get_u32(hello + 12);
+    int mac = (shoal_boot_get_u32(hello + 16) & SHOAL_BOOT_HELLO_MAC) != 0;
     *rank_p = rank;
+    if (mac != bs->mac)
+        return SHOAL_BOOT_JOIN_BAD_MAC;
     if (nranks != bs->nranks)
         return SHOAL_BOOT_JOIN_BAD_NRANKS;
     if (rank < 1 || rank >= bs->nranks)
@@ -884,8 +1143,9 @@ static shoal_status_t shoal_boot_root_join(shoal_bootstrap_t *bs, const shoal_un
     int arrived = 0;
     while (arrived < bs->nranks - 1) {
         uint8_t hello[SHOAL_BOOT_HELLO_BYTES];
+        uint8_t session[SHOAL_SECRET_BYTES];
         int fd;
-        s = shoal_acceptor_next(acc, deadline_ns, hello, &fd);
+        s = shoal_acceptor_next_session(acc, deadline_ns, hello, &fd, session);
         if (s == SHOAL_ERR_TIMEOUT) {
             char missing[256];
             shoal_boot_missing(bs, missing, sizeof(missing));
@@ -894,7 +1154,9 @@ static shoal_status_t shoal_boot_root_join(shoal_bootstrap_t *bs, const shoal_un
             uint64_t notify = shoal_deadline_after(SHOAL_BOOT_NOTIFY_NS);
             for (int r = 1; r < bs->nranks; r++)
                 if (bs->fds[r] >= 0)
-                    shoal_boot_send_verdict(bs->fds[r], SHOAL_BOOT_JOIN_TIMEOUT, notify);
+                    shoal_boot_send_verdict(bs, bs->fds[r], bs->mac, bs->links[r].key,
+                                            &bs->links[r].tx, r, SHOAL_BOOT_JOIN_TIMEOUT,
+                                            notify);
         }
         if (s != SHOAL_OK)
             goto err_destroy_acceptor;
@@ -908,11 +1170,18 @@ static shoal_status_t shoal_boot_root_join(shoal_bootstrap_t *bs, const shoal_un
             shoal_warn(BOOT, "bootstrap init: refused a join from %s claiming rank %d "
                        "of %d: %s", shoal_sock_str(&peer, text), rank,
                        (int)shoal_boot_get_u32(hello + 12), shoal_boot_verdict_text[v]);
-            shoal_boot_send_verdict(fd, v, deadline_ns);
+            /* In the framing the rank asked for, so that it reads why. */
+            uint64_t number = 0;
+            int mac = shoal_boot_get_u32(hello) == SHOAL_BOOT_HELLO_MAGIC &&
+                      (shoal_boot_get_u32(hello + 16) & SHOAL_BOOT_HELLO_MAC);
+            shoal_boot_send_verdict(bs, fd, mac, session, &number, rank, v, deadline_ns);
+            OPENSSL_cleanse(session, sizeof(session));
             close(fd);
             continue;
         }
         bs->fds[rank] = fd;
+        memcpy(bs->links[rank].key, session, SHOAL_SECRET_BYTES);
+        OPENSSL_cleanse(session, sizeof(session));
         arrived++;
         shoal_debug(BOOT, "bootstrap init: rank %d joined (%d of %d)", rank, arrived + 1,
                     bs->nranks);
@@ -949,11 +1218,18 @@ static shoal_status_t shoal_boot_peer_join(shoal_bootstrap_t *bs, const shoal_so
         if (s != SHOAL_OK)
             return s;
         /* A failed handshake is logged inside, with rank 0's address. */
-        s = shoal_auth_client(fd, bs->secret, deadline_ns);
+        s = shoal_auth_client_session(fd, bs->secret, deadline_ns, bs->links[0].key);
         if (s == SHOAL_OK)
             break;
         /* Rank 0 drops handshakes it cannot serve in time (auth.h); a
          * closed connection before any verdict is worth another try. */
+        if (s == SHOAL_ERR_AUTH && bs->origin != SHOAL_SECRET_RANDOM)
+            shoal_error(BOOT, "bootstrap init on rank %d: this rank's secret is derived from "
+                        "%s and the job's identity (rendezvous address, size and job id "
+                        "variables): every rank needs the same of each", bs->rank,
+                        bs->origin == SHOAL_SECRET_PASSPHRASE
+                            ? "the passphrase (SHOAL_SECRET or SHOAL_SECRET_FILE)"
+                            : "no passphrase (SHOAL_AUTH is not strict)");
         if (s != SHOAL_ERR_PEER || attempt == SHOAL_BOOT_CONNECT_ATTEMPTS ||
             shoal_deadline_passed(deadline_ns)) {
             if (s == SHOAL_ERR_PEER)
@@ -970,6 +1246,7 @@ static shoal_status_t shoal_boot_peer_join(shoal_bootstrap_t *bs, const shoal_so
     shoal_boot_put_u32(hello + 4, SHOAL_BOOT_HELLO_VERSION);
     shoal_boot_put_u32(hello + 8, (uint32_t)bs->rank);
     shoal_boot_put_u32(hello + 12, (uint32_t)bs->nranks);
+    shoal_boot_put_u32(hello + 16, bs->mac ? SHOAL_BOOT_HELLO_MAC : 0);
     s = shoal_sock_send_all(fd, hello, sizeof(hello), deadline_ns);
     if (s != SHOAL_OK) {
         s = shoal_boot_io_fail(bs, s, 0, SHOAL_BOOT_OP_JOIN);
@@ -1032,6 +1309,8 @@ shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int n
     shoal_status_t s = shoal_boot_id_parse(id, &root, bs->secret);
     if (s != SHOAL_OK)
         goto err_free_bs;
+    bs->origin = shoal_boot_get_u32(id->bytes + SHOAL_BOOT_ID_ORIGIN);
+    bs->mac = shoal_config_get()->boot.mac;
     bs->fds = malloc((size_t)nranks * sizeof(*bs->fds));
     if (!bs->fds) {
         shoal_error(BOOT, "bootstrap init: out of memory");
@@ -1043,10 +1322,16 @@ shoal_status_t shoal_bootstrap_init(const shoal_unique_id_t *id, int rank, int n
     bs->gone = calloc((size_t)nranks, sizeof(*bs->gone));
     bs->pfds = calloc((size_t)nranks, sizeof(*bs->pfds));
     bs->pfd_rank = calloc((size_t)nranks, sizeof(*bs->pfd_rank));
-    if (!bs->gone || !bs->pfds || !bs->pfd_rank) {
+    bs->links = calloc((size_t)nranks, sizeof(*bs->links));
+    if (!bs->gone || !bs->pfds || !bs->pfd_rank || !bs->links) {
         shoal_error(BOOT, "bootstrap init: out of memory");
         s = SHOAL_ERR_NO_MEMORY;
         goto err_close_fds;
+    }
+    if (bs->mac) {
+        s = shoal_boot_mac_open(bs);
+        if (s != SHOAL_OK)
+            goto err_close_fds;
     }
 
     s = rank == 0 ? shoal_boot_root_join(bs, id, &root, deadline)
@@ -1072,6 +1357,7 @@ err_close_fds:
     free(bs->gone);
     free(bs->pfds);
     free(bs->pfd_rank);
+    shoal_boot_links_free(bs);
 err_free_bs:
     free(bs);
     return s;
@@ -1105,15 +1391,15 @@ void shoal_bootstrap_destroy(shoal_bootstrap_t *bs)
     /* A goodbye first, so that the others tell this departure from a death
      * (an abort says none: to the others it is a rank that failed). It is
      * 16 bytes into an idle socket's buffer: never waits. */
-    uint8_t bye[SHOAL_BOOT_HDR_BYTES];
-    shoal_boot_put_u32(bye, SHOAL_BOOT_OP_BYE);
-    shoal_boot_put_u32(bye + 4, bs->seq);
-    shoal_boot_put_u64(bye + 8, 0);
     for (int r = 0; r < bs->nranks; r++) {
         if (bs->fds[r] < 0)
             continue;
+        uint8_t bye[SHOAL_BOOT_HDR_BYTES + SHOAL_BOOT_TAG_BYTES];
+        size_t n;
         if (!shoal_boot_is_aborted(bs) && !bs->gone[r] &&
-            send(bs->fds[r], bye, sizeof(bye), MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof(bye))
+            (shoal_boot_frame(bs, bs->mac, bs->links[r].key, bs->links[r].tx, r,
+                              SHOAL_BOOT_OP_BYE, bs->seq, NULL, 0, bye, &n) != SHOAL_OK ||
+             send(bs->fds[r], bye, n, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)n))
             shoal_debug(BOOT, "bootstrap: no goodbye to rank %d: %s", r, strerror(errno));
         close(bs->fds[r]);
     }
@@ -1122,5 +1408,6 @@ void shoal_bootstrap_destroy(shoal_bootstrap_t *bs)
     free(bs->gone);
     free(bs->pfds);
     free(bs->pfd_rank);
+    shoal_boot_links_free(bs);
     free(bs);
 }

@@ -20,6 +20,21 @@ shoal_status_t shoal_bootstrap_id_make(const shoal_sockaddr_t *root,
                                        const uint8_t secret[SHOAL_SECRET_BYTES],
                                        shoal_unique_id_t *id_p);
 
+/* Where an id's secret came from, which the id records beside a salt: an
+ * id made from a passphrase or from the job's identity (launch_secret.c)
+ * carries the salt its secret was derived with. A rank refused at join
+ * says so, since ranks whose passphrase, job identity or size differ
+ * derive different secrets. Ids of shoal_bootstrap_id_make alone (random
+ * secrets, split, shrink) are SHOAL_SECRET_RANDOM with a zero salt. */
+typedef enum {
+    SHOAL_SECRET_RANDOM = 0,     /* random, or derived from a random parent */
+    SHOAL_SECRET_PASSPHRASE = 1, /* scrypt of SHOAL_SECRET or SHOAL_SECRET_FILE */
+    SHOAL_SECRET_JOB = 2,        /* the job's identity: computable by others */
+} shoal_secret_origin_t;
+#define SHOAL_SALT_BYTES 16
+void shoal_bootstrap_id_set_origin(shoal_unique_id_t *id, shoal_secret_origin_t origin,
+                                   const uint8_t salt[SHOAL_SALT_BYTES]);
+
 /* A rendezvous listener for an id made with shoal_bootstrap_id_make: a
  * duplicate of the listening socket listen_fd is kept in this process's
  * table under id, and the next shoal_bootstrap_init of rank 0 with id in

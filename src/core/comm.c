@@ -1,6 +1,6 @@
-/* Communicator lifecycle: init from an id, split, destroy, abort, queries,
- * and the per-communicator error record. Shrink is in shrink.c, memory
- * registration in reg.c. */
+/* Communicator lifecycle: init from an id, destroy, abort, queries,
+ * and the per-communicator error record. Split is in split.c, shrink in
+ * shrink.c, memory registration in reg.c. */
 #include "comm.h"
 
 #include "algos/algo.h"
@@ -477,101 +477,6 @@ err_free:
                     rank, nranks,
                     shoal_log_last_error()[0] ? shoal_log_last_error() : "no reason logged");
     comm_free(comm);
-    return s;
-}
-
-/* Member of a split: (color, key, old rank) of every rank of the parent. */
-typedef struct {
-    int color;
-    int key;
-    int rank;
-} split_entry_t;
-
-static int split_entry_cmp(const void *a, const void *b)
-{
-    const split_entry_t *x = a, *y = b;
-    if (x->color != y->color)
-        return x->color < y->color ? -1 : 1;
-    if (x->key != y->key)
-        return x->key < y->key ? -1 : 1;
-    return x->rank < y->rank ? -1 : x->rank > y->rank;
-}
-
-shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key, shoal_comm_t *newcomm_p)
-{
-    shoal_status_t s = shoal_comm_enter(comm, "shoal_comm_split");
-    if (s != SHOAL_OK)
-        return s;
-    int n = comm->team.nranks;
-    split_entry_t *all = NULL;
-    shoal_unique_id_t *ids = NULL;
-    if (!newcomm_p || (color < 0 && color != SHOAL_SPLIT_NOCOLOR)) {
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                            newcomm_p ? "shoal_comm_split: color %d is negative (only SHOAL_SPLIT_NOCOLOR is)"
-                                      : "shoal_comm_split: newcomm_p is NULL (color %d)",
-                            color);
-        goto out_free;
-    }
-    all = calloc((size_t)n, sizeof(*all));
-    ids = calloc((size_t)n, sizeof(*ids));
-    if (!all || !ids) {
-        s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_split: out of memory");
-        goto out_free;
-    }
-    all[comm->team.rank] = (split_entry_t){color, key, comm->team.rank};
-    s = shoal_bootstrap_allgather(comm->bootstrap, all, sizeof(*all));
-    if (s != SHOAL_OK)
-        goto err_broken;
-    qsort(all, (size_t)n, sizeof(*all), split_entry_cmp);
-
-    /* The first member of each color creates the new communicator's id. */
-    int first = -1, newrank = -1, newsize = 0;
-    for (int i = 0; i < n; i++) {
-        if (all[i].color != color)
-            continue;
-        if (first < 0)
-            first = all[i].rank;
-        if (all[i].rank == comm->team.rank)
-            newrank = newsize;
-        newsize++;
-    }
-    if (color != SHOAL_SPLIT_NOCOLOR && first == comm->team.rank) {
-        s = shoal_bootstrap_id_create(&ids[comm->team.rank]);
-        if (s != SHOAL_OK) {
-            /* Peers would wait for an id that never comes: break the
-             * exchange for everyone by failing it here, after logging. */
-            shoal_comm_fail(comm, s, "shoal_comm_split: cannot create the new id");
-        }
-    }
-    shoal_status_t sg = shoal_bootstrap_allgather(comm->bootstrap, ids, sizeof(*ids));
-    if (sg != SHOAL_OK) {
-        s = sg;
-        goto err_broken;
-    }
-    if (s != SHOAL_OK)
-        goto out_free;
-    if (color == SHOAL_SPLIT_NOCOLOR) {
-        *newcomm_p = NULL;
-        goto out_free;
-    }
-    /* The new communicator's init waits for its peers: an abort of comm
-     * from another thread (which waits for this call to leave) cuts it
-     * short, so that the abort need not wait for the init's deadline. */
-    shoal_cancel_scope_t scope;
-    shoal_cancel_push(&comm->team.aborted, &scope);
-    s = shoal_comm_init(newsize, &ids[first], newrank, newcomm_p);
-    shoal_cancel_pop(&scope);
-    if (s != SHOAL_OK)
-        shoal_comm_fail(comm, s, "shoal_comm_split: color %d: %s", color, thread_error);
-    goto out_free;
-
-err_broken:
-    shoal_comm_set_error(comm, s);
-    shoal_comm_fail(comm, s, "shoal_comm_split: exchange with the other ranks failed");
-out_free:
-    free(all);
-    free(ids);
-    shoal_comm_leave(comm);
     return s;
 }
 

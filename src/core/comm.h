@@ -60,6 +60,9 @@ struct shoal_comm {
     int rdv_fd;
     shoal_sockaddr_t *rdv_addrs;
     uint32_t nshrinks;
+    /* Splits of comm so far (split.c), the same on every rank: each
+     * child's secret is derived from the parent's with it. */
+    uint32_t nsplits;
 
     /* Memory registrations (reg.h), newest first. */
     struct shoal_reg *regs;

@@ -6,6 +6,7 @@
 #include "base/log.h"
 
 #include <stddef.h>
+#include <strings.h>
 
 static const shoal_config_entry_t core_entries[] = {
     {.name = "SHOAL_DEBUG", .def = "warn",
@@ -52,6 +53,20 @@ static void boot_sanitize(shoal_config_t *c)
 {
 }
 
+/* SHOAL_AUTH: strict, warn or off. */
+static int boot_field_auth(const char *text, void *field)
+{
+    static const char *const names[] = {"strict", "warn", "off"};
+    static const int values[] = {SHOAL_AUTH_STRICT, SHOAL_AUTH_WARN, SHOAL_AUTH_OFF};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!strcasecmp(text, names[i])) {
+            *(int *)field = values[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
 SHOAL_CONFIG_TABLE(core, 0, core_entries, core_sanitize);
 
 static const shoal_config_entry_t boot_entries[] = {
@@ -72,8 +87,21 @@ static const shoal_config_entry_t boot_entries[] = {
      .doc = "rendezvous port for shoal_comm_init_env; 0 = MASTER_PORT+1, else 29501",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(boot.port)},
     {.name = "SHOAL_SECRET", .def = "",
-     .doc = "shared secret for shoal_comm_init_env without PMIx; default derived from the job id",
+     .doc = "passphrase shared by the ranks, for shoal_comm_init_env without PMIx and for "
+            "NCCL_COMM_ID ids (prefer SHOAL_SECRET_FILE: the environment is less private)",
      .parse = shoal_config_field_secret, .offset = SHOAL_CONFIG_FIELD(boot.secret)},
+    {.name = "SHOAL_SECRET_FILE", .def = "",
+     .doc = "file holding that passphrase; refused unless only its owner may read or write it",
+     .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(boot.secret_file)},
+    {.name = "SHOAL_AUTH", .def = "strict",
+     .doc = "with no SHOAL_SECRET(_FILE) and no PMIx: strict = init fails; warn = use a secret "
+            "derived from the job's identity, which anyone who sees the launch variables can "
+            "compute, and warn on rank 0; off = the same silently (single-user test machines)",
+     .parse = boot_field_auth, .offset = SHOAL_CONFIG_FIELD(boot.auth)},
+    {.name = "SHOAL_BOOTSTRAP_MAC", .def = "n",
+     .doc = "an HMAC-SHA256 on every bootstrap control message, keyed per connection from its "
+            "handshake: a message changed in transit fails with SHOAL_ERR_AUTH",
+     .parse = shoal_config_field_bool, .offset = SHOAL_CONFIG_FIELD(boot.mac)},
     {.name = "SHOAL_RANK", .def = "-1", .doc = "this rank, for shoal_comm_init_env",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(boot.rank)},
     {.name = "SHOAL_SIZE", .def = "-1", .doc = "number of ranks, for shoal_comm_init_env",

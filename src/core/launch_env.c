@@ -9,8 +9,8 @@
  *   5. Slurm: SLURM_PROCID + SLURM_NTASKS
  * Except for PMIx, every rank builds the same id on its own: rank 0 listens
  * on the rendezvous address (SHOAL_ADDR, else MASTER_ADDR; port from the
- * address, SHOAL_PORT, MASTER_PORT+1 or 29501) and the secret comes from
- * SHOAL_SECRET or, weaker, from the job's identity. */
+ * address, SHOAL_PORT, MASTER_PORT+1 or 29501) and the secret comes from a
+ * passphrase every rank holds (launch_secret.c). */
 #include "bootstrap.h"
 #include "comm.h"
 #include "base/config.h"
@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,12 +42,6 @@ static const shoal_launch_vars_t shoal_launch_table[] = {
 };
 
 #define SHOAL_LAUNCH_COUNT (sizeof(shoal_launch_table) / sizeof(shoal_launch_table[0]))
-
-/* Variables that identify one job the same way on every rank; the derived
- * secret hashes those present. */
-static const char *const shoal_launch_job_vars[] = {
-    "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID", "OMPI_MCA_ess_base_jobid",
-};
 
 typedef struct {
     const char *name;
@@ -187,56 +180,6 @@ static shoal_status_t shoal_launch_root_addr(shoal_sockaddr_t *root_p)
     return SHOAL_OK;
 }
 
-static shoal_status_t shoal_launch_sha256(const void *data, size_t len,
-                                          uint8_t out[SHOAL_SECRET_BYTES])
-{
-    unsigned int outlen = 0;
-    if (EVP_Digest(data, len, out, &outlen, EVP_sha256(), NULL) != 1 ||
-        outlen != SHOAL_SECRET_BYTES)
-        return shoal_comm_fail(NULL, SHOAL_ERR_INTERNAL, "shoal_comm_init_env: SHA-256 failed");
-    return SHOAL_OK;
-}
-
-/* SHOAL_SECRET hashed, or else a hash of what every rank of this job sees
- * alike: the job id variables, the rendezvous address and the size. Anyone
- * who can read those (ps, the scheduler) can compute it, hence the log. */
-static shoal_status_t shoal_launch_secret(const shoal_launch_t *l, const shoal_sockaddr_t *root,
-                                          uint8_t secret[SHOAL_SECRET_BYTES])
-{
-    /* A size of -1 leaves it out (an id made before the size is known). */
-    const char *text = shoal_config_get()->boot.secret;
-    if (text[0])
-        return shoal_launch_sha256(text, strlen(text), secret);
-
-    char buf[4 * SHOAL_CONFIG_STR_MAX + 2 * SHOAL_SOCKADDR_STRLEN];
-    char used[128] = "";
-    size_t len = (size_t)snprintf(buf, sizeof(buf), "shoal-env-secret-1\n");
-    for (size_t i = 0; i < sizeof(shoal_launch_job_vars) / sizeof(shoal_launch_job_vars[0]); i++) {
-        const char *var = shoal_launch_job_vars[i];
-        const char *val = shoal_config_env(var);
-        if (!val)
-            continue;
-        if (strlen(val) >= SHOAL_CONFIG_STR_MAX)
-            return shoal_comm_fail(NULL, SHOAL_ERR_INVALID_ARG,
-                                   "shoal_comm_init_env: %s is too long", var);
-        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s=%s\n", var, val);
-        size_t ulen = strlen(used);
-        snprintf(used + ulen, sizeof(used) - ulen, "%s%s", ulen ? ", " : "", var);
-    }
-    char addr[SHOAL_SOCKADDR_STRLEN];
-    len += (size_t)snprintf(buf + len, sizeof(buf) - len, "addr=%s\n", shoal_sock_str(root, addr));
-    if (l->size >= 0)
-        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "size=%d\n", l->size);
-    shoal_info(INIT,
-               "env init: no SHOAL_SECRET; the connection secret is derived from the job "
-               "identity (%s), the rendezvous address and the size, which others may guess: "
-               "set SHOAL_SECRET to a private value shared by the ranks",
-               used[0] ? used : "no job id variable found");
-    shoal_status_t status = shoal_launch_sha256(buf, len, secret);
-    OPENSSL_cleanse(buf, sizeof(buf));
-    return status;
-}
-
 /* The launchers that know no PMIx: every rank builds the same id. */
 static shoal_status_t shoal_launch_join(const shoal_launch_t *l, shoal_comm_t *comm_p)
 {
@@ -249,17 +192,12 @@ static shoal_status_t shoal_launch_join(const shoal_launch_t *l, shoal_comm_t *c
     shoal_info(INIT, "env init: launcher %s, rank %d of %d (local rank %d), rendezvous %s",
                l->name, l->rank, l->size, l->local_rank, shoal_sock_str(&root, addr));
 
-    uint8_t secret[SHOAL_SECRET_BYTES];
     shoal_unique_id_t id;
-    status = shoal_launch_secret(l, &root, secret);
-    if (status != SHOAL_OK)
-        goto out_wipe;
-    status = shoal_bootstrap_id_make(&root, secret, &id);
-    if (status != SHOAL_OK)
-        goto out_wipe;
-    status = shoal_comm_init(l->size, &id, l->rank, comm_p);
-out_wipe:
-    OPENSSL_cleanse(secret, sizeof(secret));
+    const shoal_launch_job_t job = {.launcher = l->name, .rank = l->rank, .size = l->size,
+                                    .root = &root};
+    status = shoal_launch_make_id(&job, &id);
+    if (status == SHOAL_OK)
+        status = shoal_comm_init(l->size, &id, l->rank, comm_p);
     OPENSSL_cleanse(&id, sizeof(id));
     return status;
 }
@@ -274,13 +212,9 @@ shoal_status_t shoal_launch_id_for(const char *hostport, shoal_unique_id_t *id_p
     if (shoal_sock_port(&root) == 0)
         return shoal_comm_fail(NULL, SHOAL_ERR_INVALID_ARG,
                                "rendezvous address \"%s\" names no port", hostport);
-    const shoal_launch_t anon = {.name = "address", .rank = -1, .size = -1, .local_rank = -1};
-    uint8_t secret[SHOAL_SECRET_BYTES];
-    status = shoal_launch_secret(&anon, &root, secret);
-    if (status == SHOAL_OK)
-        status = shoal_bootstrap_id_make(&root, secret, id_p);
-    OPENSSL_cleanse(secret, sizeof(secret));
-    return status;
+    const shoal_launch_job_t job = {.launcher = "NCCL_COMM_ID", .rank = -1, .size = -1,
+                                    .root = &root};
+    return shoal_launch_make_id(&job, id_p);
 }
 
 shoal_status_t shoal_comm_init_env(shoal_comm_t *comm_p)

@@ -6,7 +6,7 @@
  *
  * Input, first byte:
  *   bit 7 set: hello mode. Byte 1 gives nranks (1..8), byte 2 which ranks
- *     have joined already, the next 16 bytes are the hello.
+ *     have joined already, the next SHOAL_BOOT_HELLO_BYTES (20) are the hello.
  *   bit 7 clear: message mode. Bit 0 is this rank (0, with nranks 2, or 1,
  *     with nranks 2 + bits 1-2), bit 5 whether the peer closed its end
  *     (else it only stopped writing, and takes what this rank sends).
@@ -44,7 +44,8 @@ static shoal_bootstrap_t *fuzz_bs_create(int rank, int nranks, int peer, int fd)
     bs->gone = calloc((size_t)nranks, sizeof(*bs->gone));
     bs->pfds = calloc((size_t)nranks, sizeof(*bs->pfds));
     bs->pfd_rank = calloc((size_t)nranks, sizeof(*bs->pfd_rank));
-    fuzz_assert(bs->fds && bs->gone && bs->pfds && bs->pfd_rank);
+    bs->links = calloc((size_t)nranks, sizeof(*bs->links));
+    fuzz_assert(bs->fds && bs->gone && bs->pfds && bs->pfd_rank && bs->links);
     for (int r = 0; r < nranks; r++)
         bs->fds[r] = -1;
     bs->fds[peer] = fd;
@@ -82,7 +83,8 @@ static size_t fuzz_sent(int rank, int nranks, const uint8_t *sends, size_t nsend
             shoal_boot_send(bs, peer, SHOAL_BOOT_OP_BCAST, ++bs->seq, buf, 8, 0);
             break;
         case FUZZ_BOOT_JOIN:
-            shoal_boot_send_verdict(sv[0], (shoal_boot_verdict_t)param, 0);
+            shoal_boot_send_verdict(bs, sv[0], 0, bs->links[peer].key, &bs->links[peer].tx, peer,
+                                    (shoal_boot_verdict_t)param, 0);
             break;
         case FUZZ_BOOT_SEND_FAIL:
             shoal_boot_send_fail(bs, peer, param, (shoal_status_t)(param % SHOAL_STATUS_COUNT),
