@@ -403,6 +403,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
 
+    /* Tests only: late joiners keep rank 0's bootstrap listener served. */
+    shoal_wireup_test_delay(rank > 0);
     s = shoal_bootstrap_init(id, rank, nranks, comm->team.timeout_ns, &comm->bootstrap);
     if (s != SHOAL_OK)
         goto err_free;
