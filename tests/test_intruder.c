@@ -816,6 +816,7 @@ static const char *judge(const conn_result_t *c, const char *transport, const ch
                : c->verdict > 0             ? (c->closed ? "refused, closed by shoal"
                                                          : "refused, NEVER CLOSED")
                : c->closed                  ? "closed by shoal"
+               : c->where.inherited         ? "left open (nobody accepts there)"
                                             : "NEVER CLOSED";
     if (!c->connected)
         return NULL;
