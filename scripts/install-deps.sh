@@ -1,9 +1,14 @@
 #!/bin/sh
-# Install the Debian 12 packages that shoal's build and tests need. MPICH and
-# gnuplot serve tools/compare_mpi and tools/plot_bench (shoal against MPI);
-# iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline).
+# Install the Debian 12 packages that shoal's build and tests need. MPICH,
+# python3-torch (Gloo) and gnuplot serve tools/compare_mpi and
+# tools/plot_bench (shoal against MPI and Gloo; tests/test_compare.sh);
+# iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline);
+# python3-sklearn holds the digits data set of tests/test_train_digits;
+# procps gives pgrep to tests/test_bench.sh. CI (.ci/run, SHOAL_CI=1) fails
+# a test whose tool is missing, so every tool a test looks for is here.
+# python3-torch is large (about 170 packages with its dependencies).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""

@@ -35,6 +35,15 @@ void harness_setenv(const char *name, const char *value)
     shoal_config_reload();
 }
 
+void harness_require_root(const char *why)
+{
+    if (geteuid() == 0)
+        return;
+    printf("1..0 # SKIP not root: %s\n", why);
+    fflush(stdout);
+    exit(0);
+}
+
 int harness_enter_netns(const char *name)
 {
     char path[128];

@@ -55,6 +55,13 @@ void harness_relay_stop(harness_relay_t *relay, int timeout_s);
  * the element math tells apart; the plain build runs them all. */
 int harness_quick(void);
 
+/* For a test binary whose every case needs root (network namespaces need
+ * CAP_SYS_ADMIN): called first in main, when this process is not root it
+ * prints a TAP plan that skips the whole binary, "1..0 # SKIP why", which
+ * prove accepts, and exits 0. (cmocka's own skip() prints "not ok # SKIP",
+ * which prove counts as a failure.) */
+void harness_require_root(const char *why);
+
 /* Move this process into the network namespace `ip netns add` made under
  * name; 0 on success, -1 otherwise. */
 int harness_enter_netns(const char *name);

@@ -23,6 +23,29 @@ n=0
 pass() { n=$((n + 1)); echo "ok $n - $1"; }
 fail() { n=$((n + 1)); echo "not ok $n - $1"; }
 skip() { n=$((n + 1)); echo "ok $n # SKIP $1"; }
+# missing DESCRIPTION REASON: a check that cannot run because a tool it
+# needs is missing or cannot start here. A developer without the tool gets
+# a skip; CI, which installs every tool the tests use
+# (scripts/install-deps.sh) and exports SHOAL_CI=1 (.ci/run), gets a
+# failure, so that no check passes there by not running.
+missing() {
+    if [ "${SHOAL_CI:-0}" = 1 ]; then
+        fail "$1: $2 (SHOAL_CI=1: CI installs it, so it must run)"
+    else
+        skip "$1: $2"
+    fi
+}
+# missing_all REASON: the same for a whole script that cannot run; prints
+# the plan and exits.
+missing_all() {
+    if [ "${SHOAL_CI:-0}" = 1 ]; then
+        echo "1..1"
+        echo "not ok 1 - $1 (SHOAL_CI=1: CI installs it, so it must run)"
+        exit 1
+    fi
+    echo "1..0 # SKIP $1"
+    exit 0
+}
 # check DESCRIPTION COMMAND...: one TAP line from the command's status.
 # Returns the command's status, so a failure can show the run's output.
 check() {

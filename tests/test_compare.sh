@@ -135,7 +135,7 @@ if [ -n "$ompi" ]; then
         json_ok "$TMP/cmp/ompi_np2.json" 2 8 64 512 4096 32768
 else
     for what in OMPI_us OMPI_GB/s shoal/OMPI ompi_np2.json; do
-        skip "compare_mpi $what: $reason"
+        missing "compare_mpi $what" "$reason"
     done
 fi
 # Gloo: in the default baselines where torch has it, with its columns, ratio
@@ -163,8 +163,9 @@ if [ -n "$gloo" ]; then
     check "compare_mpi: Gloo_us of the 8B row ($c8) is gloo_np2.json's time" \
         [ "${c8:-none}" = "${t8:-no JSON}" ]
 else
-    for what in "default baselines" Gloo_us Gloo_GB/s shoal/Gloo gloo_np2.json "gloo time"; do
-        skip "compare_mpi gloo $what: $gloo_reason"
+    for what in "default baselines" Gloo_us Gloo_GB/s shoal/Gloo gloo_np2.json \
+        "gloo_np2.json is Gloo's" "gloo time"; do
+        missing "compare_mpi gloo $what" "$gloo_reason"
     done
 fi
 # Without torch, gloo leaves the defaults with a one-line note on stderr,
@@ -198,7 +199,7 @@ check "compare_mpi refuses an unknown flag" \
 
 # plot_bench: an SVG from the bench's JSON and compare_mpi's.
 if ! command -v gnuplot >/dev/null 2>&1; then
-    for what in svg label png; do skip "plot_bench $what: gnuplot is not installed"; done
+    for what in svg label png; do missing "plot_bench $what" "gnuplot is not installed"; done
 else
     tools/plot_bench -o "$TMP/bw.svg" "$TMP/shoal.json" >"$TMP/plot.out" 2>&1
     rc=$?

@@ -11,8 +11,7 @@ CC=${CC:-cc}
 CHECK="python3 scripts/check_layers.py"
 
 if ! command -v python3 >/dev/null 2>&1 || ! command -v nm >/dev/null 2>&1; then
-    echo "1..0 # SKIP python3 or nm missing"
-    exit 0
+    missing_all "python3 or nm missing"
 fi
 echo "1..6"
 tmp=$(mktemp -d)

@@ -433,6 +433,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
 
+    /* Tests only: late joiners keep rank 0's bootstrap listener served. */
+    shoal_wireup_test_delay(rank > 0);
     /* A split's init stops at the parent's abort (shoal_cancel_push in
      * shoal_comm_split): the socket waits see it within a slice, and the
      * steps between them look here. */

@@ -34,6 +34,11 @@ static const shoal_config_entry_t core_entries[] = {
     {.name = "SHOAL_HOST_ID", .def = "",
      .doc = "identity of this host for topology; default hostname + boot id",
      .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(core.host_id)},
+    {.name = "SHOAL_TEST_WIREUP_DELAY", .def = "0",
+     .doc = "for tests only: at init every rank but 0 waits this long before it joins the "
+            "bootstrap, and rank r waits r times this long before it connects its transports, "
+            "so that the listeners of init stay open and served while a test attacks them",
+     .parse = shoal_config_field_time, .offset = SHOAL_CONFIG_FIELD(core.test_wireup_delay_ns)},
 };
 
 /* A finite deadline and a heartbeat TCP keepalive can express. */

@@ -9,10 +9,13 @@
 #include "comm.h"
 #include "reg.h"
 #include "base/clock.h"
+#include "base/config.h"
 #include "base/log.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define NTRANSPORTS ((size_t)SHOAL_NTRANSPORTS) /* transport/registry.c */
 
@@ -105,6 +108,18 @@ static shoal_status_t wireup_peer(struct shoal_comm *comm, const shoal_tl_params
     return SHOAL_ERR_UNSUPPORTED;
 }
 
+void shoal_wireup_test_delay(int steps)
+{
+    uint64_t ns = shoal_config_get()->core.test_wireup_delay_ns * (uint64_t)(steps > 0 ? steps : 0);
+    if (ns == 0)
+        return;
+    shoal_debug(INIT, "SHOAL_TEST_WIREUP_DELAY: waiting %.3f s", (double)ns * 1e-9);
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
 {
     tl_addr_t *addrs[NTRANSPORTS] = {0};
@@ -116,6 +131,11 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
         s = addrs[t] ? wireup_exchange(comm, &par, t, addrs[t]) : SHOAL_ERR_NO_MEMORY;
     }
     comm->team.ntl = (int)NTRANSPORTS;
+    /* Every listener is open now. With the test delay, rank r connects r
+     * delays later: rank p < r waits in its acceptor for r meanwhile, so
+     * every rank but the last serves its listener for at least one delay. */
+    if (s == SHOAL_OK)
+        shoal_wireup_test_delay(comm->team.rank);
     uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
     for (int peer = 0; peer < comm->team.nranks && s == SHOAL_OK; peer++) {
         if (peer != comm->team.rank)
