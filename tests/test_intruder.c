@@ -66,7 +66,8 @@
 #define CHALLENGE_BYTES 40
 #define PROOF_BYTES 72
 #define VERDICT_BYTES 36
-#define HELLO_BYTES 16       /* the bootstrap's hello and tcp's */
+#define BOOT_HELLO_BYTES 20  /* the bootstrap's hello */
+#define TCP_HELLO_BYTES 16   /* tcp's */
 
 enum { PHASE_BOOT, PHASE_WIREUP, PHASE_RUNNING, NPHASES };
 static const char *const phase_names[NPHASES] = {"boot", "wireup", "running"};
@@ -486,8 +487,9 @@ static void conn_message(const shared_t *sh, intr_conn_t *c, uint32_t seed)
             uint8_t want[32];
             auth_mac(sh->secret, "shoal-server", c->proof + 8, c->nonce_s, want);
             c->res->server_ok = memcmp(want, c->in + 4, 32) == 0;
-            uint8_t hello[HELLO_BYTES] = {0}; /* names no rank of anything */
-            conn_send(c, hello, sizeof(hello));
+            uint8_t hello[BOOT_HELLO_BYTES] = {0}; /* names no rank of anything */
+            conn_send(c, hello, c->res->where.phase == PHASE_BOOT ? BOOT_HELLO_BYTES
+                                                                   : TCP_HELLO_BYTES);
         }
         c->state = 2;
     }
