@@ -380,7 +380,6 @@ static void comm_free(struct shoal_comm *comm)
     shoal_flight_destroy(comm->flight);
     comm->flight = NULL;
     shoal_transport_teardown(comm);
-    shoal_plan_cache_release(&comm->team);
     free(comm->premul);
     shoal_reg_release_all(comm);
     if (comm->rdv_fd >= 0)

@@ -8,6 +8,7 @@
 
 #include "comm.h"
 #include "reg.h"
+#include "algos/algo.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -164,7 +165,9 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
 
 void shoal_transport_teardown(struct shoal_comm *comm)
 {
-    /* Registrations hold memory-domain state of the contexts closed here. */
+    /* Plans and registrations hold memory-domain state of the contexts
+     * closed here. */
+    shoal_plan_cache_release(&comm->team);
     shoal_reg_drop_domains(comm);
     comm->team.tl_sole = NULL;
     for (int peer = 0; comm->team.eps && peer < comm->team.nranks; peer++) {
