@@ -1,6 +1,9 @@
 #include "harness.h"
 
 #include "algos/reduce.h"
+#include "base/auth.h"
+#include "base/sock.h"
+#include "core/bootstrap.h"
 #include "base/config.h"
 #include "base/dtype.h"
 
@@ -345,6 +348,26 @@ int harness_relay_start(int target_port, long flip_at, harness_relay_t **relay_p
     close(lfd);
     *relay_p = r;
     return r->pid > 0 ? 0 : -1;
+}
+
+int harness_relay_id(long flip_at, harness_relay_t **relay_p, shoal_unique_id_t *id)
+{
+    shoal_sockaddr_t addr, via;
+    uint8_t secret[SHOAL_SECRET_BYTES];
+    int lfd, port;
+    if (shoal_sock_resolve("127.0.0.1:0", 0, &addr) != SHOAL_OK ||
+        shoal_sock_listen(&addr, &lfd) != SHOAL_OK)
+        return -1;
+    int rc = harness_relay_start(shoal_sock_port(&addr), flip_at, relay_p, &port) != 0 ||
+             shoal_auth_random(secret, sizeof(secret)) != SHOAL_OK;
+    via = addr;
+    if (!rc) {
+        shoal_sock_set_port(&via, (uint16_t)port);
+        rc = shoal_bootstrap_id_make(&via, secret, id) != SHOAL_OK ||
+             shoal_bootstrap_listener_offer(id, lfd) != SHOAL_OK;
+    }
+    close(lfd);
+    return rc ? -1 : 0;
 }
 
 const unsigned char *harness_relay_log(const harness_relay_t *relay, size_t *len_p)

@@ -48,6 +48,12 @@ const unsigned char *harness_relay_log(const harness_relay_t *relay, size_t *len
 int harness_relay_flipped(const harness_relay_t *relay);
 /* Wait for the relay to end (killing it after timeout_s) and free it. */
 void harness_relay_stop(harness_relay_t *relay, int timeout_s);
+/* A two-rank job's id, with a random secret, whose address is a relay
+ * (flip_at as above) in front of a listener on 127.0.0.1 that rank 0 of
+ * the id takes over (shoal_bootstrap_listener_offer): rank 1's bootstrap
+ * connection runs through the relay. Withdraw the listener with
+ * shoal_bootstrap_listener_withdraw after the job. 0 on success. */
+int harness_relay_id(long flip_at, harness_relay_t **relay_p, shoal_unique_id_t *id);
 
 /* Whether the run asks for the short matrices (SHOAL_TEST_QUICK=1): the
  * sanitizer builds of CI, whose instrumented code runs many times slower,

@@ -709,22 +709,9 @@ fail:
  * stream at flip_at; the ranks run t. */
 static void run_tampered(long flip_at, const tamper_t *t)
 {
-    shoal_sockaddr_t addr;
-    int lfd;
-    assert_int_equal(shoal_sock_resolve("127.0.0.1:0", 0, &addr), SHOAL_OK);
-    assert_int_equal(shoal_sock_listen(&addr, &lfd), SHOAL_OK);
     harness_relay_t *relay;
-    int relay_port;
-    assert_int_equal(harness_relay_start(shoal_sock_port(&addr), flip_at, &relay, &relay_port),
-                     0);
-    uint8_t secret[SHOAL_SECRET_BYTES];
-    assert_int_equal(shoal_auth_random(secret, sizeof(secret)), SHOAL_OK);
-    shoal_sockaddr_t via = addr;
-    shoal_sock_set_port(&via, (uint16_t)relay_port);
     shoal_unique_id_t id;
-    assert_int_equal(shoal_bootstrap_id_make(&via, secret, &id), SHOAL_OK);
-    assert_int_equal(shoal_bootstrap_listener_offer(&id, lfd), SHOAL_OK);
-    close(lfd);
+    assert_int_equal(harness_relay_id(flip_at, &relay, &id), 0);
     int rc = run_procs(2, tamper_rank, (void *)t, &id, 60);
     shoal_bootstrap_listener_withdraw(&id);
     int flipped = harness_relay_flipped(relay);
