@@ -6,9 +6,12 @@
  * it is probed at connect with a real read of the peer's probe buffer,
  * whose first bytes must be the peer's tag. The first probe also times
  * the two ways on this machine: a one-byte read (the call's fixed cost),
- * a read of the whole buffer and two local copies of it; the size where
- * one cross-memory copy starts to beat two plain ones is this rank's
- * break-even. The ranks agree at ready (shm.c): cross-memory attach is on
+ * a read of the whole buffer, and the slots' way of moving it: each
+ * slot-sized piece copied into a slot-sized buffer and out of it again,
+ * where the slot stays in the cache, so that the second copy costs less
+ * than the first. The size where the cross-memory copy starts to beat
+ * them is this rank's break-even; where it never does (on machines whose
+ * kernel copies across processes slowly), never. The ranks agree at ready (shm.c): cross-memory attach is on
  * only if every local rank's probes passed, from the largest break-even
  * of any of them. */
 #include "shm_rmem.h"
@@ -22,9 +25,10 @@
 #include <string.h>
 #include <sys/uio.h>
 
-/* Bytes of the probe buffer: large enough that the timed copies leave the
- * first cache levels, small enough to cost nothing at init. */
-#define SHOAL_SHM_CMA_PROBE (1u << 20)
+/* Bytes of the probe buffer: larger than the per-core caches of common
+ * machines, so that the timed copies reach memory as the collectives' do,
+ * and small enough to cost a few milliseconds at init. */
+#define SHOAL_SHM_CMA_PROBE (4u << 20)
 #define SHOAL_SHM_CMA_REPS 4
 
 shoal_status_t shoal_shm_cma_open(shoal_shm_cma_t *c, const shoal_tl_params_t *par)
@@ -96,20 +100,22 @@ shoal_status_t shoal_shm_cma_read(int peer, uint32_t pid, uint64_t raddr, void *
 }
 
 /* The best of a few runs of each: the call's fixed cost, a whole-buffer
- * read, and two plain copies of the same bytes (what the slots do). The
- * break-even n solves fixed + n * cma = n * two: below it, or everywhere
- * when a cross-memory byte costs as much as two copied ones, the slots
- * are the faster way. */
+ * read, and the same bytes copied through a slot-sized buffer (what the
+ * slots do). The break-even n solves fixed + n * cma = n * slots: below
+ * it, or everywhere when a cross-memory byte costs as much as a byte
+ * through the slots, the slots are the faster way. */
 static void cma_time(shoal_shm_cma_t *c, const shoal_tl_params_t *par, int peer,
                      uint64_t raddr)
 {
     const size_t n = SHOAL_SHM_CMA_PROBE;
-    unsigned char *buf = malloc(2 * n);
+    size_t chunk = par->chunk_size && par->chunk_size < n ? par->chunk_size : n;
+    unsigned char *buf = malloc(n + chunk);
     if (!buf) {
         c->min_bytes = UINT64_MAX;
         return;
     }
-    memset(buf, 0, 2 * n);
+    unsigned char *slot = buf + n;
+    memset(buf, 0, n + chunk);
     uint64_t fixed = UINT64_MAX, whole = UINT64_MAX, two = UINT64_MAX;
     uint32_t pid = par->pids[peer];
     for (int k = 0; k < 4 * SHOAL_SHM_CMA_REPS; k++) {
@@ -124,8 +130,11 @@ static void cma_time(shoal_shm_cma_t *c, const shoal_tl_params_t *par, int peer,
         if (cma_rw(0, peer, pid, raddr, buf, n) != SHOAL_OK)
             goto out_free;
         uint64_t t2 = shoal_now_ns();
-        memcpy(buf + n, c->probe, n);
-        memcpy(buf, buf + n, n);
+        for (size_t o = 0; o < n; o += chunk) {
+            size_t piece = n - o < chunk ? n - o : chunk;
+            memcpy(slot, (const unsigned char *)c->probe + o, piece);
+            memcpy(buf + o, slot, piece);
+        }
         uint64_t t3 = shoal_now_ns();
         whole = t2 - t1 < whole ? t2 - t1 : whole;
         two = t3 - t2 < two ? t3 - t2 : two;
@@ -137,9 +146,9 @@ static void cma_time(shoal_shm_cma_t *c, const shoal_tl_params_t *par, int peer,
         c->min_bytes = UINT64_MAX;
     else
         c->min_bytes = (uint64_t)((double)fixed / (plain - cma)) + 1;
-    shoal_info(SHM, "rank %d: cross-memory read of %zu B from rank %d took %.0f us, two copies "
-               "%.0f us, a call %.1f us: break-even %s%llu B", par->rank, n, peer,
-               (double)whole * 1e-3, (double)two * 1e-3, (double)fixed * 1e-3,
+    shoal_info(SHM, "rank %d: cross-memory read of %zu B from rank %d took %.0f us, through "
+               "%zu-B slots %.0f us, a call %.1f us: break-even %s%llu B", par->rank, n, peer,
+               (double)whole * 1e-3, chunk, (double)two * 1e-3, (double)fixed * 1e-3,
                c->min_bytes == UINT64_MAX ? "never, " : "",
                (unsigned long long)(c->min_bytes == UINT64_MAX ? 0 : c->min_bytes));
 out_free:
