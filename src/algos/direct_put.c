@@ -581,11 +581,12 @@ static double put_alltoall_cost(const shoal_team_t *team, const shoal_coll_args_
     return put_cost_of(team, args, &shoal_put_alltoall_ops);
 }
 
-/* The root writes every peer's copy itself, one after another, where the
- * chain's pipeline keeps every rank copying at once: measured slower than
- * the slot broadcast at 16 and 128 MiB on 2 and 4 ranks, so the model
- * leaves it to SHOAL_ALGO. A broadcast in which the peers read the root's
- * buffer side by side would earn its place. */
+/* The peers now read the root's input side by side (the root wrote every
+ * copy itself before). On the 2-core machine of the README's figures the
+ * pull from shareable memory beat the chain at 16 MiB on 2 and 4 ranks
+ * but not at 128 MiB on 4 ranks (medians of 5 on a loaded machine), and
+ * from private memory cross-memory reads lose to the slots there: not
+ * faster everywhere, so the model still leaves it to SHOAL_ALGO. */
 static double put_broadcast_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double c = put_cost_of(team, args, &shoal_put_broadcast_ops);
