@@ -378,6 +378,14 @@ static void test_cma_probe_fails(void **state)
     run_colls_cma(4, MODE_MIXED, "on", 2);
 }
 
+/* SHOAL_CMA=off: private buffers everywhere take the slots, every rank
+ * together, although the probe would pass. */
+static void test_cma_off(void **state)
+{
+    (void)state;
+    run_colls_cma(3, MODE_PRIVATE, "off", -1);
+}
+
 /* Without cross-memory attach shareable memory keeps its mapped path. */
 static void test_cma_probe_fails_shared(void **state)
 {
@@ -402,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_cma_5),    cmocka_unit_test(test_cma_6),
         cmocka_unit_test(test_cma_7),    cmocka_unit_test(test_cma_8),
         cmocka_unit_test(test_cma_mixed),
+        cmocka_unit_test(test_cma_off),
         cmocka_unit_test(test_cma_probe_fails),
         cmocka_unit_test(test_cma_probe_fails_shared),
     };
