@@ -7,10 +7,15 @@
  * - The "put" all-gather, all-to-all and broadcast (forced with
  *   SHOAL_ALGO, so that every size runs them), against a scalar reference
  *   on 1..8 ranks over shm, counts 0, 1, odd and several pieces, in and
- *   out of place: with every buffer shareable the endpoints' put counters
- *   show the zero-copy path was taken; with one rank's buffers malloc'd
- *   every rank falls back to slots (no put anywhere) and the results are
- *   still right. */
+ *   out of place: with every buffer shareable the endpoints' put and get
+ *   counters show the single-copy path was taken (the broadcast's peers
+ *   pull); with one rank's buffers malloc'd and cross-memory attach off,
+ *   every rank falls back to slots (no put anywhere; the broadcast still
+ *   pulls from a shareable root) and the results are still right.
+ * - The same with malloc'd buffers and SHOAL_CMA=on: every move is single
+ *   copy, by cross-memory attach (no other way reaches private memory);
+ *   with one rank's probe failing (SHOAL_TEST_CMA_FAIL) every rank agrees
+ *   at init to go without, and every call falls back to slots together. */
 #include "harness.h"
 
 #include "algos/algo.h"
@@ -107,9 +112,16 @@ static void test_reg_cache(void **state)
 
 /* ---- collectives -------------------------------------------------------- */
 
-/* Every buffer shareable; rank 0's malloc'd; or every buffer shareable
- * while the plan skips the exchange (no put due). */
-typedef enum { MODE_SHARED, MODE_MIXED, MODE_SKIPPED } mem_mode_t;
+/* Every buffer shareable; rank 0's malloc'd; every buffer shareable while
+ * the plan skips the exchange (no put due); every buffer malloc'd. */
+typedef enum { MODE_SHARED, MODE_MIXED, MODE_SKIPPED, MODE_PRIVATE } mem_mode_t;
+
+/* What a run expects: its memory, and whether private memory is reached
+ * (SHOAL_CMA=on and every probe passed). */
+typedef struct {
+    mem_mode_t mode;
+    int cma;
+} coll_run_t;
 
 static const size_t counts[] = {0, 1, 1001, 3 * TEST_CHUNK / 4 + 7};
 #define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
@@ -120,9 +132,14 @@ static int32_t val(int src, int dst, size_t i)
 }
 
 /* Buffers of bytes: shareable, except on rank 0 in the mixed mode. */
+static int mem_private(mem_mode_t mode, int rank)
+{
+    return mode == MODE_PRIVATE || (mode == MODE_MIXED && rank == 0);
+}
+
 static void *mem_get(mem_mode_t mode, int rank, size_t bytes)
 {
-    if (mode == MODE_MIXED && rank == 0)
+    if (mem_private(mode, rank))
         return malloc(bytes ? bytes : 1);
     void *p = NULL;
     return shoal_mem_alloc(bytes ? bytes : 1, &p) == SHOAL_OK ? p : NULL;
@@ -130,33 +147,50 @@ static void *mem_get(mem_mode_t mode, int rank, size_t bytes)
 
 static void mem_put(mem_mode_t mode, int rank, void *p)
 {
-    if (mode == MODE_MIXED && rank == 0)
+    if (mem_private(mode, rank))
         free(p);
     else
         shoal_mem_free(p);
 }
 
+/* Single-copy moves of this rank so far: puts into peers, gets from them. */
 static uint64_t puts_now(shoal_comm_t comm)
 {
     uint64_t n = 0;
-    for (int q = 0; q < comm->team.nranks; q++)
-        if (comm->team.eps[q])
+    for (int q = 0; q < comm->team.nranks; q++) {
+        if (comm->team.eps[q]) {
             n += atomic_load_explicit(&comm->team.eps[q]->puts, memory_order_relaxed);
+            n += atomic_load_explicit(&comm->team.eps[q]->gets, memory_order_relaxed);
+        }
+    }
     return n;
 }
 
-/* What this rank must have put in one call, when every buffer is shared. */
+/* What this rank must have moved in one call on the single-copy path: the
+ * all-gather and all-to-all put a block into every peer, the broadcast's
+ * peers each get the root's input. */
 static uint64_t puts_due(int kind, int rank, int n, size_t count, int root)
 {
     if (n == 1 || count == 0)
         return 0;
     if (kind == 2)
-        return rank == root ? (uint64_t)n - 1 : 0;
+        return rank == root ? 0 : 1;
     return (uint64_t)n - 1;
 }
 
+/* Whether the call takes the single-copy path: every output must be
+ * reachable (all-gather, all-to-all), or the root's input (broadcast). */
+static int single_copy(int kind, mem_mode_t mode, int cma, int root)
+{
+    if (mode == MODE_SKIPPED)
+        return 0;
+    if (cma || mode == MODE_SHARED)
+        return 1;
+    return kind == 2 && mode == MODE_MIXED && root != 0;
+}
+
 static int check_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count, int inplace,
-                      mem_mode_t mode)
+                      mem_mode_t mode, int cma)
 {
     size_t total = (size_t)n * count, bytes = total * sizeof(int32_t);
     int root = n > 1 ? 1 : 0;
@@ -197,7 +231,8 @@ static int check_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count
                        (int)mode, j, i, got, want);
         }
     }
-    uint64_t due = mode == MODE_SHARED ? puts_due(kind, rank, n, count, root) : 0;
+    uint64_t due = single_copy(kind, mode, cma, root) ? puts_due(kind, rank, n, count, root)
+                                                      : 0;
     uint64_t did = puts_now(comm) - before;
     RANK_CHECK(did == due, fail, "rank %d: kind %d n %d count %zu mode %d: %llu puts, want %llu",
                rank, kind, n, count, (int)mode, (unsigned long long)did,
@@ -211,7 +246,7 @@ fail:
 
 static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
-    mem_mode_t mode = *(const mem_mode_t *)arg;
+    const coll_run_t *run = arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
@@ -220,7 +255,8 @@ static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *a
             for (int inplace = 0; inplace < 2; inplace++)
                 /* Twice: the second call finds its keys in the caches. */
                 for (int rep = 0; rep < 2; rep++)
-                    if (check_coll(comm, kind, rank, nranks, counts[c], inplace, mode))
+                    if (check_coll(comm, kind, rank, nranks, counts[c], inplace, run->mode,
+                                   run->cma))
                         return 1;
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
@@ -228,12 +264,25 @@ fail:
     return 1;
 }
 
-static void run_colls(int nranks, mem_mode_t mode)
+/* cma: the SHOAL_CMA setting; fail: the rank whose probe fails, or -1. */
+static void run_colls_cma(int nranks, mem_mode_t mode, const char *cma, int fail)
 {
+    char f[16];
+    snprintf(f, sizeof(f), "%d", fail);
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_ALGO", "allgather:put,alltoall:put,broadcast:put");
-    assert_int_equal(harness_run_ranks(nranks, rank_colls, &mode, 120), 0);
+    harness_setenv("SHOAL_CMA", cma);
+    harness_setenv("SHOAL_TEST_CMA_FAIL", fail >= 0 ? f : NULL);
+    coll_run_t run = {.mode = mode, .cma = !strcmp(cma, "on") && fail < 0};
+    assert_int_equal(harness_run_ranks(nranks, rank_colls, &run, 120), 0);
+    harness_setenv("SHOAL_TEST_CMA_FAIL", NULL);
+    harness_setenv("SHOAL_CMA", NULL);
     harness_setenv("SHOAL_ALGO", NULL);
+}
+
+static void run_colls(int nranks, mem_mode_t mode)
+{
+    run_colls_cma(nranks, mode, "off", -1);
 }
 
 /* A plan whose call fell back (some rank's buffer not shareable) skips the
@@ -246,7 +295,7 @@ static int rank_skip(int rank, int nranks, const shoal_unique_id_t *id, void *ar
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     const size_t count = 1001;
-    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED, 0))
         return 1;
     shoal_plan_t *plan = comm->team.plans[SHOAL_COLL_ALLGATHER];
     RANK_CHECK(plan && plan->skip == 16 && plan->skip_len == 16, fail,
@@ -254,22 +303,22 @@ static int rank_skip(int rank, int nranks, const shoal_unique_id_t *id, void *ar
                plan ? plan->skip : 0, plan ? plan->skip_len : 0);
     /* Shareable everywhere, but inside the wait: slots, no put. */
     for (int k = 0; k < 16; k++) {
-        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SKIPPED))
+        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SKIPPED, 0))
             return 1;
     }
     RANK_CHECK(plan == comm->team.plans[SHOAL_COLL_ALLGATHER] && plan->skip == 0, fail,
                "rank %d: %u calls still to skip", rank, plan->skip);
-    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SHARED))
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_SHARED, 0))
         return 1;
     RANK_CHECK(plan->skip_len == 0, fail, "rank %d: back-off kept after a put", rank);
     /* Refused twice in a row: the second wait is twice as long. */
-    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED, 0))
         return 1;
     for (int k = 0; k < 16; k++) {
-        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+        if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED, 0))
             return 1;
     }
-    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED))
+    if (check_coll(comm, 0, rank, nranks, count, 0, MODE_MIXED, 0))
         return 1;
     RANK_CHECK(plan->skip == 32 && plan->skip_len == 32, fail,
                "rank %d: after two refusals skip %u of %u, want 32 of 32", rank, plan->skip,
@@ -285,7 +334,9 @@ static void test_skip(void **state)
     (void)state;
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_ALGO", "allgather:put");
+    harness_setenv("SHOAL_CMA", "off");
     assert_int_equal(harness_run_ranks(3, rank_skip, NULL, 60), 0);
+    harness_setenv("SHOAL_CMA", NULL);
     harness_setenv("SHOAL_ALGO", NULL);
 }
 
@@ -299,9 +350,48 @@ static void test_skip(void **state)
     {                                                                         \
         (void)state;                                                          \
         run_colls(n, MODE_MIXED);                                             \
+    }                                                                         \
+    static void test_cma_##n(void **state)                                    \
+    {                                                                         \
+        (void)state;                                                          \
+        run_colls_cma(n, MODE_PRIVATE, "on", -1);                             \
     }
 COLL_TEST(1) COLL_TEST(2) COLL_TEST(3) COLL_TEST(4) COLL_TEST(5) COLL_TEST(6) COLL_TEST(7)
 COLL_TEST(8)
+
+/* Rank 0 private, reached by cross-memory attach, the others shareable
+ * and mapped: every move single copy. */
+static void test_cma_mixed(void **state)
+{
+    (void)state;
+    run_colls_cma(3, MODE_MIXED, "on", -1);
+    run_colls_cma(4, MODE_MIXED, "on", -1);
+}
+
+/* One rank's probe fails (as when ptrace is denied): every rank agrees at
+ * init to go without, and every call falls back together. */
+static void test_cma_probe_fails(void **state)
+{
+    (void)state;
+    run_colls_cma(2, MODE_PRIVATE, "on", 1);
+    run_colls_cma(5, MODE_PRIVATE, "on", 4);
+    run_colls_cma(4, MODE_MIXED, "on", 2);
+}
+
+/* SHOAL_CMA=off: private buffers everywhere take the slots, every rank
+ * together, although the probe would pass. */
+static void test_cma_off(void **state)
+{
+    (void)state;
+    run_colls_cma(3, MODE_PRIVATE, "off", -1);
+}
+
+/* Without cross-memory attach shareable memory keeps its mapped path. */
+static void test_cma_probe_fails_shared(void **state)
+{
+    (void)state;
+    run_colls_cma(3, MODE_SHARED, "on", 0);
+}
 
 int main(void)
 {
@@ -315,6 +405,14 @@ int main(void)
         cmocka_unit_test(test_mixed_2),  cmocka_unit_test(test_mixed_3),
         cmocka_unit_test(test_mixed_4),  cmocka_unit_test(test_mixed_8),
         cmocka_unit_test(test_skip),
+        cmocka_unit_test(test_cma_1),    cmocka_unit_test(test_cma_2),
+        cmocka_unit_test(test_cma_3),    cmocka_unit_test(test_cma_4),
+        cmocka_unit_test(test_cma_5),    cmocka_unit_test(test_cma_6),
+        cmocka_unit_test(test_cma_7),    cmocka_unit_test(test_cma_8),
+        cmocka_unit_test(test_cma_mixed),
+        cmocka_unit_test(test_cma_off),
+        cmocka_unit_test(test_cma_probe_fails),
+        cmocka_unit_test(test_cma_probe_fails_shared),
     };
     (void)test_mixed_1, (void)test_mixed_5, (void)test_mixed_6, (void)test_mixed_7;
     return cmocka_run_group_tests_name("mem", tests, NULL, NULL);

@@ -4,7 +4,9 @@
  * where the receiver copies them a second time.
  *
  * A rank can only write a peer's buffer that the peer's transport exposes
- * (shareable memory from shoal_mem_alloc, over shm), and only after the
+ * (over shm: shareable memory from shoal_mem_alloc, which peers map, or
+ * private memory, which they reach by cross-memory attach where the ranks
+ * found it permitted and faster at the buffer's length), and only after the
  * peer has entered the call (before, the peer may still be reading that
  * buffer's previous contents). So every call starts with a small control
  * message to each rank that writes into this one: the remote key of this
@@ -13,8 +15,13 @@
  * - all-gather, all-to-all: every rank sends its key to every other, so
  *   every rank sees the same n answers; if any is "no key", all ranks run
  *   the slot algorithm the cost model would otherwise have chosen;
- * - broadcast: the non-roots send their keys to the root, which tells
- *   each peer "fall back" when any is missing, or writes and signals.
+ * - broadcast: the non-roots send their keys to the root. When the root's
+ *   own input has a key, the root sends it to every peer ("pull"), each
+ *   peer reads the data itself, all side by side, and tells the root it
+ *   is done (the root keeps its input until then); a peer that cannot
+ *   attach it asks for the data, which the root sends through slots.
+ *   Otherwise the root tells each peer "fall back" when any key is
+ *   missing, or writes and signals.
  * A key that a rank cannot attach (say, /proc is not readable between the
  * two processes) costs no agreement: that one writer sends a "data"
  * control message and the block through slots, and the receiver, which
@@ -51,7 +58,14 @@
 #define PUT_SKIP_MIN 16u
 #define PUT_SKIP_MAX 1024u
 
-enum { PUT_KEY = 1, PUT_NOKEY, PUT_FALLBACK, PUT_DATA };
+enum { PUT_KEY = 1, PUT_NOKEY, PUT_FALLBACK, PUT_DATA, PUT_PULL, PUT_DONE };
+
+/* What a peer's first message may be, besides a signal and PUT_DATA. */
+enum {
+    ROLE_WRITER = 0,  /* nothing else */
+    ROLE_BCAST_PEER,  /* a broadcast's non-root: PUT_FALLBACK, PUT_PULL */
+    ROLE_PULL_ROOT,   /* a pulled broadcast's root: PUT_DONE, PUT_NOKEY */
+};
 
 typedef struct {
     uint32_t type;
@@ -69,7 +83,9 @@ typedef struct {
     size_t bytes;
     size_t off;
     const shoal_rmem_t *rmem; /* NULL: through slots */
+    int role;
     int send_state;
+    const put_ctrl_t *reply;  /* what ST_CTRL posts */
     /* What the peer writes to this rank, at dst. */
     void *dst;
     size_t rbytes;
@@ -121,7 +137,9 @@ static double put_cost_of(const shoal_team_t *team, const shoal_coll_args_t *arg
     return fb_cost * PUT_SPEEDUP;
 }
 
-/* This rank's control message for its output [buf, buf + len). */
+/* This rank's control message for its buffer [buf, buf + len): a key when
+ * the transport lets peers reach it, whether it is registered (shareable
+ * blocks are, on first use) or private memory it reaches without. */
 static void put_own_key(shoal_team_t *team, void *buf, size_t len, put_ctrl_t *c)
 {
     memset(c, 0, sizeof(*c));
@@ -132,9 +150,9 @@ static void put_own_key(shoal_team_t *team, void *buf, size_t len, put_ctrl_t *c
     int t = 0;
     while (t < team->ntl && team->tl_ctx[t] != ctx)
         t++;
-    shoal_mem_t *mem = t < team->ntl ? team->hooks->mem_of(team, t, buf, len) : NULL;
-    if (!mem)
+    if (t == team->ntl)
         return;
+    shoal_mem_t *mem = team->hooks->mem_of(team, t, buf, len);
     size_t klen = sizeof(c->key);
     if (ctx->ops->rkey_pack(ctx, mem, buf, len, c->key, &klen) == SHOAL_OK) {
         c->type = PUT_KEY;
@@ -142,22 +160,31 @@ static void put_own_key(shoal_team_t *team, void *buf, size_t len, put_ctrl_t *c
     }
 }
 
-/* A one-piece control message to ep; SHOAL_INPROGRESS while no slot. */
-static shoal_status_t put_post_ctrl(shoal_team_t *team, shoal_ep_t *ep, uint32_t type)
+/* A one-piece control message c to ep; SHOAL_INPROGRESS while no slot. */
+static shoal_status_t put_post(shoal_team_t *team, shoal_ep_t *ep, const put_ctrl_t *c)
 {
     void *slot;
     size_t cap;
     shoal_status_t s = ep->ops->send_slot(ep, &slot, &cap);
     if (s != SHOAL_OK)
         return s;
-    put_ctrl_t c = {.type = type};
-    memcpy(slot, &c, sizeof(c));
-    return ep->ops->send_post(ep, sizeof(c), team->hdr);
+    memcpy(slot, c, sizeof(*c));
+    return ep->ops->send_post(ep, sizeof(*c), team->hdr);
 }
 
+static shoal_status_t put_post_ctrl(shoal_team_t *team, shoal_ep_t *ep, uint32_t type)
+{
+    put_ctrl_t c = {.type = type};
+    return put_post(team, ep, &c);
+}
+
+static const put_ctrl_t put_done_msg = {.type = PUT_DONE};
+static const put_ctrl_t put_nokey_msg = {.type = PUT_NOKEY};
+
 /* The first message of peer after the keys: a signal (its block is in
- * place), or a control message. *type_p: 0 for a signal. */
-static shoal_status_t put_take_first(shoal_team_t *team, put_peer_t *p, uint32_t *type_p)
+ * place), or a control message (into *c_p). *type_p: 0 for a signal. */
+static shoal_status_t put_take_first(shoal_team_t *team, put_peer_t *p, uint32_t *type_p,
+                                     put_ctrl_t *c_p)
 {
     const void *in;
     size_t len;
@@ -170,9 +197,8 @@ static shoal_status_t put_take_first(shoal_team_t *team, put_peer_t *p, uint32_t
     } else if (len == sizeof(put_ctrl_t)) {
         if (memcmp(hdr, team->hdr, sizeof(hdr)))
             return shoal_team_mismatch(team, p->peer, hdr);
-        put_ctrl_t c;
-        memcpy(&c, in, sizeof(c));
-        *type_p = c.type;
+        memcpy(c_p, in, sizeof(*c_p));
+        *type_p = c_p->type;
     } else {
         shoal_team_cause(team, "rank %d got a %zu-B message from rank %d where a signal or "
                           "a control message was due", team->rank, len, p->peer);
@@ -202,6 +228,13 @@ static shoal_status_t put_send_step(shoal_team_t *team, put_peer_t *p, int *move
             *moved_p = 1;
         }
         break;
+    case ST_CTRL:
+        s = put_post(team, p->ep, p->reply);
+        if (s == SHOAL_OK) {
+            p->send_state = ST_DONE;
+            *moved_p = 1;
+        }
+        break;
     case ST_XFER:
         s = shoal_xfer_step(team, &p->sx, 1, NULL, 0, moved_p);
         if (s == SHOAL_OK && shoal_xfer_complete(&p->sx))
@@ -218,14 +251,26 @@ static shoal_status_t put_send_step(shoal_team_t *team, put_peer_t *p, int *move
     return s == SHOAL_INPROGRESS ? SHOAL_OK : s;
 }
 
+/* A broadcast's non-root reads the root's input itself; UNSUPPORTED when
+ * this endpoint cannot reach it. */
+static shoal_status_t put_pull(put_peer_t *p, const put_ctrl_t *c)
+{
+    const shoal_rmem_t *rmem;
+    shoal_status_t s = p->ep->ops->rkey_attach(p->ep, c->key, c->keylen, &rmem);
+    if (s == SHOAL_OK)
+        s = p->ep->ops->get(p->ep, p->dst, rmem, 0, p->rbytes);
+    return s;
+}
+
 static shoal_status_t put_recv_step(shoal_team_t *team, put_peer_t *p, int *moved_p,
                                     int *fallback_p)
 {
     shoal_status_t s = SHOAL_OK;
     uint32_t type = UINT32_MAX;
+    put_ctrl_t c;
     switch (p->recv_state) {
     case ST_IDLE:
-        s = put_take_first(team, p, &type);
+        s = put_take_first(team, p, &type, &c);
         if (s != SHOAL_OK)
             break;
         *moved_p = 1;
@@ -234,8 +279,24 @@ static shoal_status_t put_recv_step(shoal_team_t *team, put_peer_t *p, int *move
         } else if (type == PUT_DATA) {
             p->rx = (shoal_xfer_t){.ep = p->ep, .buf = p->dst, .bytes = p->rbytes};
             p->recv_state = ST_XFER;
-        } else if (type == PUT_FALLBACK && fallback_p) {
+        } else if (type == PUT_FALLBACK && p->role == ROLE_BCAST_PEER && fallback_p) {
             *fallback_p = 1;
+            p->recv_state = ST_DONE;
+        } else if (type == PUT_PULL && p->role == ROLE_BCAST_PEER && c.keylen <= sizeof(c.key)) {
+            s = put_pull(p, &c);
+            if (s == SHOAL_OK) {
+                p->reply = &put_done_msg;
+                p->recv_state = ST_DONE;
+            } else if (s == SHOAL_ERR_UNSUPPORTED) {
+                /* The root sends PUT_DATA and the block through slots. */
+                p->reply = &put_nokey_msg;
+                s = SHOAL_OK;
+            }
+            p->send_state = ST_CTRL;
+        } else if (type == PUT_DONE && p->role == ROLE_PULL_ROOT) {
+            p->recv_state = ST_DONE;
+        } else if (type == PUT_NOKEY && p->role == ROLE_PULL_ROOT) {
+            p->send_state = ST_IDLE; /* rmem NULL: through slots */
             p->recv_state = ST_DONE;
         } else {
             shoal_team_cause(team, "rank %d got control message %u from rank %d where a "
@@ -431,7 +492,8 @@ static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *
             return s;
         int fallback = 0;
         peers[0] = (put_peer_t){.peer = root, .ep = shoal_team_ep(team, root),
-                                .send_state = ST_DONE, .dst = a->recvbuf, .rbytes = bytes};
+                                .role = ROLE_BCAST_PEER, .send_state = ST_DONE,
+                                .dst = a->recvbuf, .rbytes = bytes};
         s = put_drive(team, peers, 1, deadline, &fallback);
         if (s == SHOAL_OK && !fallback)
             plan->skip_len = 0;
@@ -447,6 +509,21 @@ static shoal_status_t put_broadcast(shoal_plan_t *plan, const shoal_algo_ops_t *
     s = shoal_xfer_run(team, NULL, 0, x, m, deadline);
     if (s != SHOAL_OK)
         return s;
+    /* The peers read the input side by side, where the root would write
+     * every copy itself one after another. */
+    const void *input = a->sendbuf ? a->sendbuf : a->recvbuf;
+    put_own_key(team, (void *)input, bytes, &ctrl[r]);
+    if (ctrl[r].type == PUT_KEY) {
+        ctrl[r].type = PUT_PULL;
+        for (int k = 1; k < n; k++) {
+            int j = (root + k) % n;
+            peers[k - 1] = (put_peer_t){.peer = j, .ep = shoal_team_ep(team, j),
+                                        .src = input, .bytes = bytes, .role = ROLE_PULL_ROOT,
+                                        .send_state = ST_CTRL, .reply = &ctrl[r]};
+        }
+        plan->skip_len = 0;
+        return put_drive(team, peers, n - 1, deadline, NULL);
+    }
     for (int k = 1; k < n; k++)
         all_keys &= ctrl[(root + k) % n].type == PUT_KEY;
     for (int k = 1; k < n; k++) {
@@ -504,11 +581,12 @@ static double put_alltoall_cost(const shoal_team_t *team, const shoal_coll_args_
     return put_cost_of(team, args, &shoal_put_alltoall_ops);
 }
 
-/* The root writes every peer's copy itself, one after another, where the
- * chain's pipeline keeps every rank copying at once: measured slower than
- * the slot broadcast at 16 and 128 MiB on 2 and 4 ranks, so the model
- * leaves it to SHOAL_ALGO. A broadcast in which the peers read the root's
- * buffer side by side would earn its place. */
+/* The peers now read the root's input side by side (the root wrote every
+ * copy itself before). On the 2-core machine of the README's figures the
+ * pull from shareable memory beat the chain at 16 MiB on 2 and 4 ranks
+ * but not at 128 MiB on 4 ranks (medians of 5 on a loaded machine), and
+ * from private memory cross-memory reads lose to the slots there: not
+ * faster everywhere, so the model still leaves it to SHOAL_ALGO. */
 static double put_broadcast_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double c = put_cost_of(team, args, &shoal_put_broadcast_ops);

@@ -47,10 +47,20 @@ typedef struct {
     int local_rank;                           /* SHOAL_LOCAL_RANK, -1 = unset */
 } shoal_boot_config_t;
 
+/* SHOAL_CMA: whether shm moves private host memory by cross-memory attach
+ * (transport/shm_cma.c). */
+enum {
+    SHOAL_CMA_AUTO = 0, /* where the probe at init measured it faster than two copies */
+    SHOAL_CMA_ON = 1,   /* at every size, where the probe found it permitted */
+    SHOAL_CMA_OFF = 2,  /* never */
+};
+
 typedef struct {
     int enable;      /* SHOAL_SHM_ENABLE */
     size_t nslots;   /* SHOAL_SHM_NSLOTS */
     uint64_t spin_ns; /* SHOAL_SHM_SPIN: polling before a wait sleeps */
+    int cma;         /* SHOAL_CMA: SHOAL_CMA_AUTO... */
+    int test_cma_fail; /* SHOAL_TEST_CMA_FAIL, tests only: this rank's probe fails; -1 = none */
 } shoal_shm_config_t;
 
 typedef struct {

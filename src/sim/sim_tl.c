@@ -208,6 +208,7 @@ const shoal_transport_ops_t shoal_sim_ops = {
     .rkey_pack = shoal_tl_stub_rkey_pack,
     .rkey_attach = shoal_tl_stub_rkey_attach,
     .put_signal = shoal_tl_stub_put_signal,
+    .get = shoal_tl_stub_get,
     .disconnect = sim_disconnect,
     .close = sim_close,
 };

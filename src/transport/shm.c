@@ -20,7 +20,13 @@
  * close and every error path unlink it too. Names are made of the owner's
  * pid and its random tag from the open parameters, which every rank
  * knows before any segment exists: when a rank dies in the middle of
- * wireup, the others' failed wireup removes its segment as well. */
+ * wireup, the others' failed wireup removes its segment as well.
+ *
+ * Private host memory is reached by cross-memory attach (shm_cma.c): each
+ * rank probes every local peer at connect and publishes in its segment's
+ * first page whether all its probes passed and its break-even size; at
+ * ready, after the barrier that follows every connect, each rank reads
+ * them all and so comes to the same answer as the others. */
 #include "transport.h"
 
 #include "base/config.h"
@@ -91,6 +97,11 @@ typedef struct {
      * it and wakes the owner if asleep says it sleeps on it. */
     _Alignas(SHOAL_SHM_LINE) atomic_uint bell;
     atomic_uint asleep;
+    /* The owner's cross-memory probes, written by it during connect and
+     * read by the peers at ready: 1 when one failed (or it is off), and
+     * its break-even size. */
+    _Alignas(SHOAL_SHM_LINE) atomic_uint cma_failed;
+    atomic_ullong cma_min;
 } shoal_shm_seg_t;
 
 /* Address blob: everything a peer needs to find and check our segment. */
@@ -99,6 +110,7 @@ typedef struct {
     uint64_t size;
     uint64_t nslots;
     uint64_t chunk_size;
+    uint64_t cma_probe;    /* the cross-memory probe buffer; 0: none */
     char name[SHOAL_SHM_NAME_MAX];
 } shoal_shm_addr_t;
 
@@ -119,6 +131,10 @@ typedef struct {
     uint64_t spin_ns;      /* how long a wait polls before it sleeps */
     uint64_t seen;         /* FIFO activity when the last sleep call returned */
     struct shoal_shm_ep **eps; /* connected endpoints by peer, for the activity sum */
+    shoal_shm_cma_t cma;   /* this rank's probe */
+    /* Agreed at ready: cross-memory keys from this many bytes; UINT64_MAX:
+     * none. */
+    uint64_t cma_min;
 } shoal_shm_ctx_t;
 
 /* One endpoint carries both directions; the two halves never share state. */
@@ -246,6 +262,8 @@ static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const shoal_tl_params_t *pa
     atomic_init(&hdr->mapped, 0);
     atomic_init(&hdr->bell, 0);
     atomic_init(&hdr->asleep, 0);
+    atomic_init(&hdr->cma_failed, ctx->cma.failed ? 1u : 0u);
+    atomic_init(&hdr->cma_min, ctx->cma.min_bytes);
     size_t idx = 0;
     for (int q = 0; q < par->nranks; q++) {
         if (q == par->rank || par->host_of[q] != par->host_of[par->rank])
@@ -290,7 +308,11 @@ static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_
     ctx->nslots = cfg->shm.nslots;
     ctx->chunk = par->chunk_size;
     ctx->spin_ns = cfg->shm.spin_ns;
+    ctx->cma_min = UINT64_MAX;
     s = shoal_shm_layout(ctx, nfifo);
+    if (s != SHOAL_OK)
+        goto err_free_ctx;
+    s = shoal_shm_cma_open(&ctx->cma, par);
     if (s != SHOAL_OK)
         goto err_free_ctx;
     shoal_shm_name(par, par->rank, ctx->name);
@@ -336,6 +358,7 @@ err_close_fd:
     close(fd);
     shm_unlink(ctx->name);
 err_free_ctx:
+    shoal_shm_cma_close(&ctx->cma);
     free(ctx->eps);
     free(ctx);
 err:
@@ -353,6 +376,7 @@ static shoal_status_t shoal_shm_addr_pack(shoal_tl_ctx_t *base, void *blob, size
     addr.size = ctx->seg_len;
     addr.nslots = ctx->nslots;
     addr.chunk_size = ctx->chunk;
+    addr.cma_probe = shoal_shm_cma_probe_addr(&ctx->cma);
     memcpy(addr.name, ctx->name, sizeof(addr.name));
     memcpy(blob, &addr, sizeof(addr));
     *len_p = sizeof(addr);
@@ -489,6 +513,11 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
     ep->rx_meta = shoal_shm_fifo_meta(ep->rx);
     ep->rx_data = (const unsigned char *)ep->rx + ctx->ctrl_len;
     ctx->eps[peer] = ep;
+    /* Probe and publish; the peers read it after the barrier. */
+    shoal_shm_cma_probe(&ctx->cma, par, peer, addr.cma_probe);
+    shoal_shm_seg_t *own = (shoal_shm_seg_t *)ctx->seg;
+    atomic_store_explicit(&own->cma_failed, ctx->cma.failed ? 1u : 0u, memory_order_release);
+    atomic_store_explicit(&own->cma_min, ctx->cma.min_bytes, memory_order_release);
     *ep_p = &ep->base;
     return SHOAL_OK;
 
@@ -506,6 +535,24 @@ static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *base)
         return SHOAL_ERR_SYSTEM;
     }
     ctx->linked = 0;
+    /* Every local rank has probed all the others by now: the same figures
+     * give every rank the same answer. */
+    const shoal_shm_seg_t *own = (const shoal_shm_seg_t *)ctx->seg;
+    int failed = (int)atomic_load_explicit(&own->cma_failed, memory_order_acquire);
+    uint64_t min = atomic_load_explicit(&own->cma_min, memory_order_acquire);
+    for (int q = 0; q < base->params.nranks; q++) {
+        const shoal_shm_ep_t *ep = ctx->eps[q];
+        if (!ep)
+            continue;
+        failed |= (int)atomic_load_explicit(&ep->peer_hdr->cma_failed, memory_order_acquire);
+        uint64_t m = atomic_load_explicit(&ep->peer_hdr->cma_min, memory_order_acquire);
+        min = m > min ? m : min;
+    }
+    ctx->cma_min = failed ? UINT64_MAX : min;
+    shoal_shm_cma_close(&ctx->cma);
+    if (ctx->cma_min != UINT64_MAX)
+        shoal_debug(SHM, "rank %d: cross-memory attach from %llu B", base->params.rank,
+                    (unsigned long long)ctx->cma_min);
     return SHOAL_OK;
 }
 
@@ -650,7 +697,18 @@ static shoal_status_t shoal_shm_rkey_attach(shoal_ep_t *base, const void *blob, 
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (!base || !blob || !rmem_p)
         return SHOAL_ERR_UNSUPPORTED;
-    return shoal_shm_rcache_attach(&ep->rcache, base->peer, blob, len, rmem_p);
+    const shoal_tl_params_t *par = &base->ctx->params;
+    return shoal_shm_rcache_attach(&ep->rcache, base->peer, par->pids[base->peer], blob, len,
+                                   rmem_p);
+}
+
+static shoal_status_t shoal_shm_rkey_pack_ctx(shoal_tl_ctx_t *base, const shoal_mem_t *mem,
+                                              const void *addr, size_t len, void *blob,
+                                              size_t *len_p)
+{
+    const shoal_shm_ctx_t *ctx = (const shoal_shm_ctx_t *)base;
+    return shoal_shm_rkey_pack(base, ctx ? ctx->cma_min : UINT64_MAX, mem, addr, len, blob,
+                               len_p);
 }
 
 /* The bytes go straight into the peer's memory; the signal is an empty
@@ -674,13 +732,45 @@ static shoal_status_t shoal_shm_put_signal(shoal_ep_t *base, const void *src,
     shoal_status_t s = shoal_shm_send_slot(base, &slot, &cap);
     if (s != SHOAL_OK)
         return s;
-    if (len)
+    const shoal_shm_rentry_t *e = shoal_shm_rentry_of(remote);
+    if (len && e->pid) {
+        s = shoal_shm_cma_write(base->peer, e->pid, e->raddr + remote_off, src, len);
+        if (s != SHOAL_OK)
+            return s;
+    } else if (len) {
         memcpy((char *)remote->addr + remote_off, src, len);
+    }
     s = shoal_shm_send_post(base, 0, NULL);
     if (s != SHOAL_OK)
         return s;
     atomic_store_explicit(&base->puts, base->puts + 1, memory_order_relaxed);
     atomic_store_explicit(&base->put_bytes, base->put_bytes + len, memory_order_relaxed);
+    return SHOAL_OK;
+}
+
+/* A mapped peer block is read with a plain copy, private memory by
+ * cross-memory attach. */
+static shoal_status_t shoal_shm_get(shoal_ep_t *base, void *dst, const shoal_rmem_t *remote,
+                                    size_t remote_off, size_t len)
+{
+    if (!base || !remote || (!dst && len > 0))
+        return SHOAL_ERR_UNSUPPORTED;
+    if (remote_off > remote->len || len > remote->len - remote_off) {
+        shoal_error(SHM, "get of %zu B at offset %zu from rank %d overruns its %zu-B region",
+                    len, remote_off, base->peer, remote->len);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    const shoal_shm_rentry_t *e = shoal_shm_rentry_of(remote);
+    if (len && e->pid) {
+        shoal_status_t s = shoal_shm_cma_read(base->peer, e->pid, e->raddr + remote_off, dst,
+                                              len);
+        if (s != SHOAL_OK)
+            return s;
+    } else if (len) {
+        memcpy(dst, (const char *)remote->addr + remote_off, len);
+    }
+    atomic_store_explicit(&base->gets, base->gets + 1, memory_order_relaxed);
+    atomic_store_explicit(&base->get_bytes, base->get_bytes + len, memory_order_relaxed);
     return SHOAL_OK;
 }
 
@@ -714,6 +804,7 @@ static void shoal_shm_close(shoal_tl_ctx_t *base)
         }
     }
     munmap(ctx->seg, ctx->seg_len);
+    shoal_shm_cma_close(&ctx->cma);
     free(ctx->eps);
     free(ctx);
 }
@@ -735,9 +826,10 @@ const shoal_transport_ops_t shoal_shm_ops = {
     .sleep = shoal_shm_sleep,
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
-    .rkey_pack = shoal_shm_rkey_pack,
+    .rkey_pack = shoal_shm_rkey_pack_ctx,
     .rkey_attach = shoal_shm_rkey_attach,
     .put_signal = shoal_shm_put_signal,
+    .get = shoal_shm_get,
     .disconnect = shoal_shm_disconnect,
     .close = shoal_shm_close,
 };

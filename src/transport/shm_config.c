@@ -2,6 +2,21 @@
 #include "base/config.h"
 
 #include <stddef.h>
+#include <strings.h>
+
+static int shm_field_cma(const char *text, void *field)
+{
+    static const char *const names[] = {"auto", "on", "y", "off", "n"};
+    static const int values[] = {SHOAL_CMA_AUTO, SHOAL_CMA_ON, SHOAL_CMA_ON, SHOAL_CMA_OFF,
+                                 SHOAL_CMA_OFF};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (!strcasecmp(text, names[i])) {
+            *(int *)field = values[i];
+            return 0;
+        }
+    }
+    return -1;
+}
 
 static const shoal_config_entry_t shm_entries[] = {
     {.name = "SHOAL_SHM_ENABLE", .def = "y",
@@ -14,6 +29,16 @@ static const shoal_config_entry_t shm_entries[] = {
      .doc = "how long a rank waiting on local peers polls (yielding the CPU now and "
             "then) before it sleeps until one of them rings it",
      .parse = shoal_config_field_time, .offset = SHOAL_CONFIG_FIELD(shm.spin_ns)},
+    {.name = "SHOAL_CMA", .def = "auto",
+     .doc = "cross-memory attach (process_vm_writev/readv) for private host buffers of the "
+            "put collectives: auto = from the size where the probe at init measured one such "
+            "copy faster than the two of the slots; on = at every size; off = never. Needs "
+            "ptrace permission between the ranks (same user and kernel.yama.ptrace_scope 0, "
+            "or CAP_SYS_PTRACE); without it every rank uses slots",
+     .parse = shm_field_cma, .offset = SHOAL_CONFIG_FIELD(shm.cma)},
+    {.name = "SHOAL_TEST_CMA_FAIL", .def = "-1",
+     .doc = "tests only: the rank whose cross-memory probe fails as if ptrace were denied",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(shm.test_cma_fail)},
 };
 
 /* A FIFO needs two slots: one being written while the other is read. */

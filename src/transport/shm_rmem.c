@@ -4,7 +4,13 @@
  * descriptor number shows as another inode and is refused) and maps the
  * whole block once; later calls with buffers of the same block find the
  * mapping in the endpoint's cache by the block's serial, which the owner
- * never reuses. */
+ * never reuses.
+ *
+ * A cross-memory key names the owner's pid and the range's address in it;
+ * the owner packs one for private memory only when the ranks agreed that
+ * cross-memory attach works between them and pays at that length
+ * (shm_cma.c), and the peer checks the pid is the one its endpoint
+ * reaches. */
 #include "shm_rmem.h"
 
 #include "base/log.h"
@@ -12,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -33,17 +40,51 @@ typedef struct {
 
 _Static_assert(sizeof(shoal_shm_rkey_t) <= SHOAL_TL_RKEY_MAX, "shm remote key too big");
 
-shoal_status_t shoal_shm_rkey_pack(shoal_tl_ctx_t *ctx, const shoal_mem_t *mem,
+#define SHOAL_SHM_CMA_KEY_MAGIC 0x73686f616c636d61ull /* "shoalcma" */
+
+typedef struct {
+    uint64_t magic;
+    uint32_t pid;
+    uint32_t pad;
+    uint64_t addr;     /* in the owner's address space */
+    uint64_t len;
+} shoal_shm_cma_key_t;
+
+_Static_assert(sizeof(shoal_shm_cma_key_t) <= SHOAL_TL_RKEY_MAX, "cma remote key too big");
+
+static shoal_status_t shoal_shm_cma_pack(uint64_t cma_min, const void *addr, size_t len,
+                                         void *blob, size_t *len_p)
+{
+    if (cma_min == UINT64_MAX || len < cma_min || len == 0)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_shm_cma_key_t key = {
+        .magic = SHOAL_SHM_CMA_KEY_MAGIC,
+        .pid = (uint32_t)getpid(),
+        .addr = (uint64_t)(uintptr_t)addr,
+        .len = len,
+    };
+    memcpy(blob, &key, sizeof(key));
+    *len_p = sizeof(key);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_shm_rkey_pack(shoal_tl_ctx_t *ctx, uint64_t cma_min, const shoal_mem_t *mem,
                                    const void *addr, size_t len, void *blob, size_t *len_p)
 {
     (void)ctx;
-    if (!mem || !blob || !len_p || *len_p < sizeof(shoal_shm_rkey_t))
+    if (!blob || !len_p || *len_p < sizeof(shoal_shm_rkey_t) ||
+        *len_p < sizeof(shoal_shm_cma_key_t) || (!addr && len))
         return SHOAL_ERR_INVALID_ARG;
+    uintptr_t a = (uintptr_t)addr;
+    if (mem) {
+        uintptr_t m = (uintptr_t)mem->addr;
+        if (a < m || len > mem->len || a - m > mem->len - len)
+            return SHOAL_ERR_INVALID_ARG;
+    }
+    if (!mem || mem->kind == SHOAL_MEM_HOST)
+        return shoal_shm_cma_pack(cma_min, addr, len, blob, len_p);
     if (mem->kind != SHOAL_MEM_HOST_SHARED)
         return SHOAL_ERR_UNSUPPORTED;
-    uintptr_t a = (uintptr_t)addr, m = (uintptr_t)mem->addr;
-    if (a < m || len > mem->len || a - m > mem->len - len)
-        return SHOAL_ERR_INVALID_ARG;
     shoal_shmem_block_t blk;
     if (!shoal_shmem_find(addr, len, &blk))
         return SHOAL_ERR_UNSUPPORTED; /* freed since it was registered */
@@ -91,9 +132,35 @@ out_close_fd:
     return s;
 }
 
-shoal_status_t shoal_shm_rcache_attach(shoal_shm_rcache_t *c, int peer, const void *blob,
-                                       size_t len, const shoal_rmem_t **rmem_p)
+static shoal_status_t shoal_shm_cma_attach(shoal_shm_rcache_t *c, int peer, uint32_t pid,
+                                           const void *blob, const shoal_rmem_t **rmem_p)
 {
+    shoal_shm_cma_key_t key;
+    memcpy(&key, blob, sizeof(key));
+    if (key.pid != pid || key.len == 0 || key.addr + key.len < key.addr ||
+        key.len > SIZE_MAX) {
+        shoal_error(SHM, "rank %d sent a malformed cross-memory key", peer);
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_shm_rentry_t *e = &c->cma[c->cma_next++ % SHOAL_SHM_RCACHE_CMA];
+    e->pid = key.pid;
+    e->raddr = key.addr;
+    e->rmem.addr = (void *)(uintptr_t)key.addr;
+    e->rmem.len = (size_t)key.len;
+    *rmem_p = &e->rmem;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_shm_rcache_attach(shoal_shm_rcache_t *c, int peer, uint32_t pid,
+                                       const void *blob, size_t len,
+                                       const shoal_rmem_t **rmem_p)
+{
+    uint64_t magic;
+    if (len >= sizeof(magic)) {
+        memcpy(&magic, blob, sizeof(magic));
+        if (magic == SHOAL_SHM_CMA_KEY_MAGIC && len == sizeof(shoal_shm_cma_key_t))
+            return shoal_shm_cma_attach(c, peer, pid, blob, rmem_p);
+    }
     shoal_shm_rkey_t key;
     if (len != sizeof(key))
         return SHOAL_ERR_UNSUPPORTED;

@@ -44,6 +44,12 @@ shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
     return SHOAL_ERR_UNSUPPORTED;
 }
 
+shoal_status_t shoal_tl_stub_get(shoal_ep_t *ep, void *dst, const shoal_rmem_t *remote,
+                                 size_t remote_off, size_t len)
+{
+    return SHOAL_ERR_UNSUPPORTED;
+}
+
 shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx)
 {
     return SHOAL_OK;

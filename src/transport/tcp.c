@@ -959,6 +959,7 @@ const shoal_transport_ops_t shoal_tcp_ops = {
     .rkey_pack = shoal_tl_stub_rkey_pack,
     .rkey_attach = shoal_tl_stub_rkey_attach,
     .put_signal = shoal_tl_stub_put_signal,
+    .get = shoal_tl_stub_get,
     .disconnect = shoal_tcp_disconnect,
     .close = shoal_tcp_close,
 };

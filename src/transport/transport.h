@@ -27,7 +27,8 @@
  * registration into a bounded remote key to send to a peer, rkey_attach
  * makes a peer's key usable on the endpoint to that peer, and put_signal
  * writes straight into the attached memory and then signals the peer
- * through the FIFO (zero-copy). Transports without it use the stubs, and
+ * through the FIFO (zero-copy); get reads from it instead (a pull, which
+ * the reader signals itself). Transports without it use the stubs, and
  * callers fall back to slots. */
 #ifndef SHOAL_TRANSPORT_H
 #define SHOAL_TRANSPORT_H
@@ -102,6 +103,9 @@ typedef struct shoal_ep {
      * bytes, counted the same way. */
     atomic_ullong puts;
     atomic_ullong put_bytes;
+    /* Reads from the peer's memory (get) and their bytes. */
+    atomic_ullong gets;
+    atomic_ullong get_bytes;
 } shoal_ep_t;
 
 /* A registered memory region; transports may embed it first. */
@@ -179,9 +183,12 @@ struct shoal_transport_ops {
                               shoal_mem_kind_t kind, shoal_mem_t **mem_p);
     shoal_status_t (*mem_dereg)(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
     /* A remote key (at most SHOAL_TL_RKEY_MAX bytes into blob; *len_p its
-     * capacity in, its length out) that lets a peer write [addr, addr +
-     * len), which must lie inside mem. SHOAL_ERR_UNSUPPORTED when peers
-     * cannot reach that memory directly. */
+     * capacity in, its length out) that lets a peer write or read [addr,
+     * addr + len), which must lie inside mem; mem NULL stands for private
+     * host memory the caller did not register. SHOAL_ERR_UNSUPPORTED when
+     * peers cannot reach that memory directly (or, for private memory
+     * shm reaches by cross-memory attach, not faster than slots at len
+     * bytes). */
     shoal_status_t (*rkey_pack)(shoal_tl_ctx_t *ctx, const shoal_mem_t *mem, const void *addr,
                                 size_t len, void *blob, size_t *len_p);
     /* The peer's key, made usable on ep. The result belongs to ep and
@@ -202,6 +209,12 @@ struct shoal_transport_ops {
      * transport). */
     shoal_status_t (*put_signal)(shoal_ep_t *ep, const void *src, const shoal_mem_t *local,
                                  const shoal_rmem_t *remote, size_t remote_off, size_t len);
+    /* Read len bytes at remote_off of the peer's attached memory into dst,
+     * before returning; no signal (the caller tells the peer it is done,
+     * as the peer must keep the memory until then). SHOAL_ERR_UNSUPPORTED,
+     * having read nothing, when this endpoint cannot read it. */
+    shoal_status_t (*get)(shoal_ep_t *ep, void *dst, const shoal_rmem_t *remote,
+                          size_t remote_off, size_t len);
 
     void (*disconnect)(shoal_ep_t *ep);
     void (*close)(shoal_tl_ctx_t *ctx);
@@ -221,6 +234,8 @@ shoal_status_t shoal_tl_stub_rkey_attach(shoal_ep_t *ep, const void *blob, size_
 shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
                                         const shoal_mem_t *local, const shoal_rmem_t *remote,
                                         size_t remote_off, size_t len);
+shoal_status_t shoal_tl_stub_get(shoal_ep_t *ep, void *dst, const shoal_rmem_t *remote,
+                                 size_t remote_off, size_t len);
 shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx);
 /* flush for transports whose send_post already delivers (shm): SHOAL_OK. */
 shoal_status_t shoal_tl_stub_flush(shoal_ep_t *ep);
