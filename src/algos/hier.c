@@ -47,6 +47,7 @@
 #include "stage.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 
 #include <math.h>
 #include <string.h>
@@ -116,9 +117,12 @@ static double hier_pipe_cost(const shoal_team_t *team, double bytes, double wire
 
 /* The number of pipeline pieces that costs least: the same on every rank,
  * from figures every rank holds alike. Each piece keeps at least a slot's
- * worth per rail. */
+ * worth per rail. SHOAL_HIER_PIPE forces a number. */
 static int hier_pipe(const shoal_team_t *team, double bytes, double wire)
 {
+    int forced = shoal_config_get()->algo.hier_pipe;
+    if (forced > 0)
+        return forced;
     double least = 0, piece_min = (double)team->chunk_size * team->cluster.max_local;
     int best = 1;
     for (int k = 1; k <= HIER_PIPE_MAX && (k == 1 || bytes / k >= piece_min); k++) {
