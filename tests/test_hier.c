@@ -22,6 +22,7 @@ typedef struct {
     int nranks;
     int host_of[MAX_RANKS];
     const char *algo;
+    const char *pipe; /* SHOAL_HIER_PIPE, NULL: unset */
 } layout_t;
 
 static const char *const all_hier =
@@ -158,6 +159,7 @@ static int rank_layout(int rank, int nranks, const shoal_unique_id_t *id, void *
     snprintf(host, sizeof(host), "hier-host-%d", lay->host_of[rank]);
     harness_setenv("SHOAL_HOST_ID", host);
     harness_setenv("SHOAL_ALGO", lay->algo);
+    harness_setenv("SHOAL_HIER_PIPE", lay->pipe);
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
@@ -196,9 +198,9 @@ fail:
     return 1;
 }
 
-static void run_layout(int nranks, const int *host_of, const char *algo)
+static void run_layout(int nranks, const int *host_of, const char *algo, const char *pipe)
 {
-    layout_t lay = {.nranks = nranks, .algo = algo};
+    layout_t lay = {.nranks = nranks, .algo = algo, .pipe = pipe};
     memcpy(lay.host_of, host_of, (size_t)nranks * sizeof(int));
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_HOST_ID", NULL);
@@ -210,8 +212,11 @@ static void run_layout(int nranks, const int *host_of, const char *algo)
     {                                                                         \
         (void)state;                                                          \
         static const int hosts[n] = {__VA_ARGS__};                            \
-        run_layout(n, hosts, all_hier);                                       \
-        run_layout(n, hosts, "auto");                                         \
+        run_layout(n, hosts, all_hier, NULL);                                 \
+        run_layout(n, hosts, "auto", NULL);                                   \
+        /* The all-reduce's pipeline of 3 pieces: 2 of 16 elements for    \
+         * 17, 3 for the multi-piece count, and a short last one. */       \
+        run_layout(n, hosts, "allreduce:hier", "3");                          \
     }
 LAYOUT_TEST(one_host_3, 3, 0, 0, 0)
 LAYOUT_TEST(hosts_2x2, 4, 0, 0, 1, 1)

@@ -368,6 +368,80 @@ static void test_codec_bytes(void **state)
     shoal_sim_destroy(sim);
 }
 
+/* The hierarchical all-reduce's pipeline, forced to 3 pieces and to 1
+ * (its phases one after the other): plain and compressed (int8), on
+ * rank counts 1..8 with uneven hosts, counts 0, 1, odd and several pieces,
+ * dry to its end. */
+static void test_hier_pipeline(void **state)
+{
+    (void)state;
+    static const int shapes[][3] = {{1, 3, 0}, {2, 1, 0}, {2, 2, 0}, {3, 1, 0},
+                                    {2, 3, 0}, {3, 2, 0}, {2, 4, 2}, {4, 2, 0}};
+    static const size_t counts[] = {0, 1, 19, 3 * TEST_CHUNK + 7};
+    static const char *const pipes[] = {"3", "1"};
+    const shoal_algo_ops_t *hier = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "hier");
+    assert_non_null(hier);
+    for (size_t pi = 0; pi < 2; pi++) {
+        harness_setenv("SHOAL_HIER_PIPE", pipes[pi]);
+        for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+            shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], shapes[sh][2],
+                                        TEST_CHUNK, NULL);
+            shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64};
+            for (int codec = 0; codec < 2; codec++) {
+                shoal_sim_set_codec(sim, codec ? &c : NULL, SHOAL_COMPRESS_ALGO_AUTO);
+                if (codec && shapes[sh][0] < 2)
+                    continue;
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                    double t = -1;
+                    const char *name = "";
+                    shoal_status_t s = shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, counts[k],
+                                                     SHOAL_FLOAT32, codec ? NULL : hier, &t,
+                                                     &name);
+                    if (s != SHOAL_OK || t < 0)
+                        fail_msg("pipe %s, %d x %d ranks: %s count %zu: %s", pipes[pi],
+                                 shapes[sh][0], shapes[sh][1], name, counts[k],
+                                 shoal_status_string(s));
+                }
+            }
+            shoal_sim_destroy(sim);
+        }
+    }
+    harness_setenv("SHOAL_HIER_PIPE", NULL);
+}
+
+/* 64 MiB over hosts of 8 ranks: the pipelined hierarchical all-reduce is
+ * at least as fast as the flat ring in the simulator, and the cost model
+ * prefers it. Its phases one after the other (SHOAL_HIER_PIPE=1) fall
+ * behind the ring from 8 hosts. */
+static void test_hier_beats_ring(void **state)
+{
+    (void)state;
+    static const int hosts[] = {4, 8, 32};
+    const size_t count = ((size_t)64 << 20) / 4;
+    const shoal_algo_ops_t *ring = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "ring");
+    const shoal_algo_ops_t *hier = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "hier");
+    for (size_t h = 0; h < sizeof(hosts) / sizeof(hosts[0]); h++) {
+        shoal_sim_t *sim = make_sim(hosts[h], 8, 0, 0, NULL);
+        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = count,
+                                  .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM};
+        double tr, th, ta;
+        const char *name = "";
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, ring,
+                                       &tr, NULL), SHOAL_OK);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, hier,
+                                       &th, NULL), SHOAL_OK);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, NULL,
+                                       &ta, &name), SHOAL_OK);
+        const shoal_team_t *team = shoal_sim_team(sim, 0);
+        double cr = ring->cost(team, &args), ch = hier->cost(team, &args);
+        if (th > tr || ch >= cr || strcmp(name, "hier"))
+            fail_msg("%d x 8 ranks, 64 MiB: simulated ring %.1f us, hier %.1f us; "
+                     "cost ring %.1f us, hier %.1f us; auto picks %s", hosts[h], tr * 1e6,
+                     th * 1e6, cr * 1e6, ch * 1e6, name);
+        shoal_sim_destroy(sim);
+    }
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -396,6 +470,8 @@ int main(void)
         cmocka_unit_test(test_cost_model_choice),
         cmocka_unit_test(test_codec_schedules),
         cmocka_unit_test(test_codec_bytes),
+        cmocka_unit_test(test_hier_pipeline),
+        cmocka_unit_test(test_hier_beats_ring),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -140,6 +140,28 @@ shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, con
                                  char *dst, size_t piece_elems);
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                  char *dst, size_t piece_elems);
+/* The same schedules one move at a time, for a pipeline that drives
+ * several of them from one thread (hier.c): each call makes the next move
+ * of the schedule that cur (zeroed at the start) stands at, then, after
+ * the last, flushes; cur->done is set once the schedule has ended. With
+ * p->poll a move that would wait returns SHOAL_INPROGRESS having changed
+ * nothing, to be called again later; the endpoints are bound on every
+ * call, so runs of different rings may share p between calls. The
+ * arguments must be the same on every call of one run. */
+typedef struct {
+    size_t at;  /* the loop the schedule is in: its base, in elements */
+    size_t end; /* rs and ag: 1 + the longest block (0: not yet known) */
+    int k;      /* the move within the loop */
+    int done;
+} shoal_ring_cur_t;
+shoal_status_t shoal_ring_allreduce_step(shoal_prims_t *p, const shoal_ring_t *ring,
+                                         const char *src, char *dst, size_t count,
+                                         size_t first, size_t piece_elems,
+                                         shoal_ring_cur_t *cur);
+shoal_status_t shoal_ring_rs_step(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                  char *dst, size_t piece_elems, shoal_ring_cur_t *cur);
+shoal_status_t shoal_ring_ag_step(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
+                                  char *dst, size_t piece_elems, shoal_ring_cur_t *cur);
 /* The all-gather half of one loop of the ring all-reduce (its blocks as
  * shoal_ring_loop_block cuts real elements at base into blocks of bs):
  * position q has just sent the final piece of loop block (q + shift) mod n
@@ -198,6 +220,7 @@ typedef struct shoal_plan {
     size_t stage_elems;   /* elements per piece of the plan's stage (a codec
                            * stage's wire must fit a slot); piece_elems for
                            * the plain stage */
+    int pipe;                 /* the hierarchical all-reduce: its pipeline pieces (hier.c) */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
     shoal_ring_t ring;        /* the ring algorithms' team */

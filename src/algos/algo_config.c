@@ -43,6 +43,10 @@ static const shoal_config_entry_t algo_entries[] = {
      .doc = "who runs non-blocking operations: thread (a progress thread per communicator) or "
             "caller (shoal_test/shoal_wait)",
      .parse = parse_progress, .offset = SHOAL_CONFIG_FIELD(algo.progress_thread)},
+    {.name = "SHOAL_HIER_PIPE", .def = "0",
+     .doc = "pipeline pieces of the hierarchical all-reduce, 1..16 (0: the number the "
+            "cost model finds fastest; 1: its three phases one after the other)",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(algo.hier_pipe)},
 };
 
 /* Pieces are whole pages and a power of two, so that every schedule's
@@ -54,6 +58,11 @@ static void algo_sanitize(shoal_config_t *c)
         shoal_warn(INIT, "SHOAL_CHUNK_SIZE=%zu must be 0 or a power of two >= 4096; "
                    "using 0 (chosen per communicator)", chunk);
         c->algo.chunk_size = 0;
+    }
+    if (c->algo.hier_pipe < 0 || c->algo.hier_pipe > 16) {
+        shoal_warn(INIT, "SHOAL_HIER_PIPE=%d must be 0..16; using 0 (the cost model's)",
+                   c->algo.hier_pipe);
+        c->algo.hier_pipe = 0;
     }
 }
 

@@ -14,6 +14,21 @@
  * finished once, on its rail, and forwarded unchanged: every rank gets the
  * same bits.
  *
+ * The three phases run as a software pipeline over pipeline pieces (the
+ * buffer cut into plan->pipe pieces, each cut into segments as above):
+ * the rail lane runs piece k's all-reduces across hosts while the local
+ * lane runs piece k+1's reduce-scatter and then piece k-1's all-gather
+ * (local order RS0, RS1, AG0, RS2, AG1, ..., AG(P-1)). Each lane is the
+ * ring schedules driven one move at a time (shoal_ring_*_step) with
+ * polling waits, so one thread keeps both kinds of link busy; a lane
+ * whose next move waits for data, a slot or the other lane gives the turn
+ * to the other, and when neither can move the rank idles. The two lanes
+ * use different endpoints (inside the host, across hosts) and each keeps
+ * one order of pieces on its own, the same on every rank, so every FIFO
+ * carries its pieces in one order. The number of pieces is what the cost
+ * model finds fastest (hier_pipe): one where the rings across hosts would
+ * pay their latency once per piece for too little data.
+ *
  * Compressed all-reduce (a codec in the call; fp32 SUM or AVG): the same
  * three phases, with the rails running the ring with the plan's codec
  * stage (stage.h) on their segments, so that only the links between hosts carry compressed
@@ -32,7 +47,9 @@
 #include "stage.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Both need the local ring over this host's ranks in segments of count. */
@@ -62,16 +79,70 @@ static double hier_local_cost(const shoal_team_t *team, double steps, double byt
     return steps * in->lat_s + bytes / in->bw_Bps;
 }
 
-/* The all-reduce of bytes whose rails carry wire bytes across hosts. */
-static double hier_allreduce_cost_of(const shoal_team_t *team, double bytes, double wire)
+/* The most pipeline pieces the all-reduce cuts its buffer into. */
+#define HIER_PIPE_MAX 16
+
+/* A move of the local lane when the all-reduce is pipelined: it holds the
+ * rank while pieces of the rails arrive, so it is kept short. */
+#define HIER_LOCAL_MOVE (64u << 10)
+
+/* Time of one pipeline piece of bytes (wire bytes across hosts) in each
+ * lane: the local reduce-scatter and all-gather, in moves of at most move
+ * bytes, and the all-reduces along the rails. A step of a rail's ring
+ * waits for its block from the previous host (the link's latency plus
+ * the block's wire time), and the rails of a host share its link, which
+ * carries all their blocks of the step: wire / H. The step takes the
+ * longer of the two; the link keeps the rails waiting only while it needs
+ * half as long again as a ring's hop, since near the edge the blocks
+ * queue behind each other (fitted to the simulator at 64 and 128 hosts). */
+static void hier_piece_cost(const shoal_team_t *team, double bytes, double wire, double move,
+                            double *local_p, double *cross_p)
 {
     double l = team->cluster.max_local, hs = team->nhosts;
     const shoal_link_cost_t *out = shoal_algo_inter(team);
-    /* Every host sends 2 (H-1)/H of the data across, its rails sharing its
-     * link; the local phases are a ring reduce-scatter and all-gather. */
-    double cross = hs > 1 ? 2 * (hs - 1) * out->lat_s + 2 * (hs - 1) / hs * wire / out->bw_Bps
-                          : 0;
-    return hier_local_cost(team, 2 * (l - 1), 2 * (l - 1) / l * bytes) + cross;
+    double loops = bytes / l > move ? ceil(bytes / l / move) : 1;
+    double link = wire / hs / out->bw_Bps, ring = out->lat_s + link / l;
+    *local_p = hier_local_cost(team, 2 * (l - 1) * loops, 2 * (l - 1) / l * bytes);
+    double step = link > 1.5 * ring ? link : 1.5 * ring;
+    *cross_p = hs > 1 ? 2 * (hs - 1) * step : 0;
+}
+
+/* The all-reduce of bytes whose rails carry wire bytes across hosts, in
+ * pieces pipeline pieces: the slowest lane's time for every piece but
+ * one, plus the pipeline's fill and drain (one piece through both). */
+static double hier_pipe_cost(const shoal_team_t *team, double bytes, double wire, int pieces)
+{
+    double local, cross;
+    double move = pieces > 1 ? HIER_LOCAL_MOVE : (double)team->chunk_size;
+    hier_piece_cost(team, bytes / pieces, wire / pieces, move, &local, &cross);
+    double slow = local > cross ? local : cross;
+    return (pieces - 1) * slow + local + cross;
+}
+
+/* The number of pipeline pieces that costs least: the same on every rank,
+ * from figures every rank holds alike. Each piece keeps at least a slot's
+ * worth per rail. SHOAL_HIER_PIPE forces a number. */
+static int hier_pipe(const shoal_team_t *team, double bytes, double wire)
+{
+    int forced = shoal_config_get()->algo.hier_pipe;
+    if (forced > 0)
+        return forced;
+    double least = 0, piece_min = (double)team->chunk_size * team->cluster.max_local;
+    int best = 1;
+    for (int k = 1; k <= HIER_PIPE_MAX && (k == 1 || bytes / k >= piece_min); k++) {
+        double t = hier_pipe_cost(team, bytes, wire, k);
+        if (k == 1 || t < least) {
+            least = t;
+            best = k;
+        }
+    }
+    return best;
+}
+
+/* The all-reduce of bytes whose rails carry wire bytes across hosts. */
+static double hier_allreduce_cost_of(const shoal_team_t *team, double bytes, double wire)
+{
+    return hier_pipe_cost(team, bytes, wire, hier_pipe(team, bytes, wire));
 }
 
 static double hier_allreduce_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
@@ -83,18 +154,130 @@ static double hier_allreduce_cost(const shoal_team_t *team, const shoal_coll_arg
 static shoal_status_t hier_allreduce_plan(shoal_team_t *team,
                                           const shoal_coll_args_t *args, shoal_plan_t *plan)
 {
-    return hier_plan_common(team, args, 1, plan);
+    double bytes = shoal_algo_bytes(args, args->count);
+    shoal_status_t s = hier_plan_common(team, args, 1, plan);
+    plan->pipe = hier_pipe(team, bytes, bytes);
+    return s;
 }
 
-/* A compressed run: zero the residuals of the values outside this rank's
- * segments [off, off + len), which it does not quantise. */
-static void hier_codec_residual(shoal_prims_t *p, size_t count, size_t off, size_t len)
+/* A compressed run: zero the residuals of the values of piece [qo, qo +
+ * ql) outside this rank's segments of it [qo + off, + len), which it does
+ * not quantise. */
+static void hier_codec_residual(shoal_prims_t *p, size_t qo, size_t ql, size_t off, size_t len)
 {
     shoal_team_t *team = p->team;
     if (!p->residual)
         return;
-    team->kern->zero(team, p->residual, off * sizeof(float));
-    team->kern->zero(team, p->residual + off + len, (count - off - len) * sizeof(float));
+    team->kern->zero(team, p->residual + qo, off * sizeof(float));
+    team->kern->zero(team, p->residual + qo + off + len, (ql - off - len) * sizeof(float));
+}
+
+/* One lane of the pipelined all-reduce: its moves (stage, endpoints,
+ * AVG), where its current ring schedule stands, the step of the lane's
+ * order it is at, and the ring of that step. */
+typedef struct {
+    shoal_prims_t p;
+    shoal_ring_cur_t cur;
+    int at;
+    shoal_ring_t ring;
+} hier_lane_t;
+
+/* What the all-reduce's pieces have in common: the call, the local ring,
+ * the pipeline's cut and this rank's rails. */
+typedef struct {
+    const shoal_plan_t *plan;
+    size_t pipe_elems; /* elements per pipeline piece, the last may be short */
+    size_t local_elems; /* elements per move of the local lane */
+    int pieces, first, end;
+} hier_pipe_t;
+
+/* Pipeline piece k: [*qo_p, *qo_p + *ql_p). */
+static void pipe_piece(const hier_pipe_t *pp, int k, size_t *qo_p, size_t *ql_p)
+{
+    size_t count = pp->plan->args.count, qo = (size_t)k * pp->pipe_elems;
+    *qo_p = qo < count ? qo : count;
+    *ql_p = count - *qo_p < pp->pipe_elems ? count - *qo_p : pp->pipe_elems;
+}
+
+/* The local lane's step i: piece *k_p's reduce-scatter (1) or all-gather
+ * (0), in the order RS0, RS1, AG0, RS2, AG1, ..., RS(P-1), AG(P-2), AG(P-1). */
+static int local_order(int pieces, int i, int *k_p)
+{
+    if (i == 0 || (i < 2 * pieces - 1 && i % 2)) {
+        *k_p = (i + 1) / 2;
+        return 1;
+    }
+    *k_p = i == 2 * pieces - 1 ? pieces - 1 : i / 2 - 1;
+    return 0;
+}
+
+/* One move of the local lane; *done_p: the pieces whose reduce-scatter it
+ * has finished. SHOAL_INPROGRESS when it cannot move now (an all-gather
+ * waits for its piece's rails in *rails_done). */
+static shoal_status_t local_move(const hier_pipe_t *pp, hier_lane_t *ln, int rails_done,
+                                 int *done_p)
+{
+    const shoal_plan_t *plan = pp->plan;
+    const shoal_coll_args_t *a = &plan->args;
+    size_t es = plan->esize, qo, ql, off, len;
+    int k, rs = local_order(pp->pieces, ln->at, &k);
+    if (!rs && rails_done <= k)
+        return SHOAL_INPROGRESS;
+    pipe_piece(pp, k, &qo, &ql);
+    ln->ring = plan->ring;
+    ln->ring.total = ql;
+    char *dst = (char *)a->recvbuf + qo * es;
+    shoal_status_t s;
+    if (rs) {
+        shoal_ring_block(&ln->ring, ln->ring.me, &off, &len);
+        s = shoal_ring_rs_step(&ln->p, &ln->ring, (const char *)a->sendbuf + qo * es,
+                               dst + off * es, pp->local_elems, &ln->cur);
+    } else {
+        s = shoal_ring_ag_step(&ln->p, &ln->ring, NULL, dst, pp->local_elems, &ln->cur);
+    }
+    if (s == SHOAL_OK && ln->cur.done) {
+        if (rs)
+            *done_p = k + 1;
+        ln->cur = (shoal_ring_cur_t){0};
+        ln->at++;
+    }
+    return s;
+}
+
+/* One move of the rail lane (step i: piece i / nrails, its rail first +
+ * i % nrails); *done_p: the pieces whose rails it has finished. It waits
+ * (SHOAL_INPROGRESS) for the local lane's reduce-scatter of the piece. */
+static shoal_status_t rail_move(const hier_pipe_t *pp, hier_lane_t *ln, int rs_done,
+                                int *done_p)
+{
+    const shoal_plan_t *plan = pp->plan;
+    shoal_team_t *team = ln->p.team;
+    const shoal_cluster_t *c = &team->cluster;
+    size_t es = plan->esize, qo, ql, so, sl;
+    int nrails = pp->end - pp->first, k = ln->at / nrails, j = pp->first + ln->at % nrails;
+    if (rs_done <= k)
+        return SHOAL_INPROGRESS;
+    pipe_piece(pp, k, &qo, &ql);
+    if (ln->cur.k == 0 && ln->cur.at == 0 && !ln->cur.done && j == pp->first) {
+        /* A piece starts: the values of it this rank quantises are its
+         * segments'. */
+        shoal_ring_t piece = plan->ring;
+        size_t off, len;
+        piece.total = ql;
+        shoal_ring_block(&piece, piece.me, &off, &len);
+        hier_codec_residual(&ln->p, qo, ql, off, len);
+    }
+    shoal_ring_rail(team, c->rail_ranks, j, &ln->ring);
+    hier_seg(c, ql, j, plan->ring.align, &so, &sl);
+    char *seg = (char *)plan->args.recvbuf + (qo + so) * es;
+    shoal_status_t s = shoal_ring_allreduce_step(&ln->p, &ln->ring, seg, seg, sl, qo + so,
+                                                 plan->stage_elems, &ln->cur);
+    if (s == SHOAL_OK && ln->cur.done) {
+        ln->cur = (shoal_ring_cur_t){0};
+        if (++ln->at % nrails == 0)
+            *done_p = k + 1;
+    }
+    return s;
 }
 
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
@@ -104,40 +287,61 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     shoal_team_t *team = p->team;
     const shoal_cluster_t *c = &team->cluster;
     const shoal_ring_t *local = &plan->ring;
-    size_t es = plan->esize, off, len;
-    char *dst = a->recvbuf;
+    /* Pieces start on the segments' alignment, so that a codec's blocks
+     * stay where the whole tensor has them. */
+    size_t align = local->align ? local->align : 16;
+    int pieces = plan->pipe > 0 ? plan->pipe : 1;
+    size_t pipe_elems = (a->count + (size_t)pieces - 1) / (size_t)pieces;
+    pipe_elems = (pipe_elems + align - 1) / align * align;
+    if (pipe_elems == 0)
+        pipe_elems = align;
+    size_t le = plan->piece_elems;
+    if (pieces > 1 && le > HIER_LOCAL_MOVE / plan->esize)
+        le = HIER_LOCAL_MOVE / plan->esize;
+    hier_pipe_t pp = {.plan = plan, .pipe_elems = pipe_elems, .local_elems = le,
+                      .pieces = (int)((a->count + pipe_elems - 1) / pipe_elems)};
+    if (pp.pieces == 0)
+        pp.pieces = 1;
+    shoal_cluster_owned_rails(c, local->host, local->me, &pp.first, &pp.end);
 
-    /* The rails run the plan's stage; the phases inside the host move
-     * elements as they are. */
-    const shoal_stage_ops_t *rail_st = p->st;
+    /* The rails run the plan's stage (AVG finished there); the phases
+     * inside the host move elements as they are. */
     p->deadline_ns = shoal_deadline_after(team->timeout_ns);
-    /* 1. This rank's segments, summed over its host, land in dst. */
-    p->avg_n = 0;
-    p->st = &shoal_stage_plain;
-    shoal_ring_block(local, local->me, &off, &len);
-    shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
-    /* 2. Each of them reduced across hosts along its rail (AVG finished),
-     * through the codec when the call compresses. */
-    p->avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
-    p->st = rail_st;
-    if (s == SHOAL_OK)
-        hier_codec_residual(p, a->count, off, len);
-    int first, end;
-    shoal_cluster_owned_rails(c, local->host, local->me, &first, &end);
-    for (int j = first; j < end && s == SHOAL_OK; j++) {
-        shoal_ring_t rail;
-        size_t so, sl;
-        shoal_ring_rail(team, c->rail_ranks, j, &rail);
-        hier_seg(c, a->count, j, local->align, &so, &sl);
-        s = shoal_ring_allreduce_run(p, &rail, dst + so * es, dst + so * es, sl, so,
-                                     plan->stage_elems);
+    hier_lane_t lanes[2] = {{.p = *p}, {.p = *p}};
+    hier_lane_t *loc = &lanes[0], *rail = &lanes[1];
+    loc->p.st = &shoal_stage_plain;
+    loc->p.avg_n = 0;
+    rail->p.avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
+    loc->p.poll = rail->p.poll = 1;
+    int rs_done = 0, rails_done = 0, nrails = pp.end - pp.first;
+    int local_steps = 2 * pp.pieces, rail_steps = pp.pieces * nrails;
+    shoal_idle_t wait = {0, 0};
+    shoal_status_t s = SHOAL_OK;
+    while (loc->at < local_steps || rail->at < rail_steps) {
+        int moved = 0;
+        /* One move of each lane in turn, so neither starves the other. */
+        if (loc->at < local_steps) {
+            s = local_move(&pp, loc, rails_done, &rs_done);
+            if (s != SHOAL_OK && s != SHOAL_INPROGRESS)
+                break;
+            moved |= s == SHOAL_OK;
+        }
+        if (rail->at < rail_steps) {
+            s = rail_move(&pp, rail, rs_done, &rails_done);
+            if (s != SHOAL_OK && s != SHOAL_INPROGRESS)
+                break;
+            moved |= s == SHOAL_OK;
+        }
+        s = SHOAL_OK;
+        if (moved) {
+            wait = (shoal_idle_t){0, 0};
+        } else if ((s = shoal_prims_idle(team, p->deadline_ns, &wait)) != SHOAL_OK) {
+            if (s == SHOAL_ERR_TIMEOUT)
+                shoal_team_cause(team, "rank %d: the hierarchical all-reduce waited for "
+                                 "its peers until the deadline", team->rank);
+            break;
+        }
     }
-    /* 3. Every segment to every rank of the host. */
-    p->avg_n = 0;
-    p->st = &shoal_stage_plain;
-    if (s == SHOAL_OK)
-        s = shoal_ring_ag_run(p, local, NULL, dst, plan->piece_elems);
-    p->st = rail_st;
     return s;
 }
 
@@ -168,6 +372,8 @@ static shoal_status_t hier_codec_plan(shoal_team_t *team, const shoal_coll_args_
     if (s != SHOAL_OK)
         return s;
     plan->ring.align = args->codec->block;
+    plan->pipe = hier_pipe(team, shoal_algo_bytes(args, args->count),
+                           (double)args->codec->ops->wire_bytes(args->codec, args->count));
     return shoal_plan_stage(team, args, plan);
 }
 

@@ -71,6 +71,8 @@ shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_
             }
             return SHOAL_OK;
         }
+        if (s == SHOAL_INPROGRESS && p->poll)
+            return s;
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_team_cause(p->team, "rank %d waited for rank %d to make room for "
@@ -100,6 +102,8 @@ shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void 
             p->team->rx_bytes += len;
             return SHOAL_OK;
         }
+        if (s == SHOAL_INPROGRESS && p->poll)
+            return s;
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_team_cause(p->team, "rank %d waited for data from rank %d until the "
@@ -113,6 +117,12 @@ shoal_status_t shoal_prims_wait_pair(shoal_prims_t *p, size_t bytes, const void 
                                      void **out_p)
 {
     *out_p = NULL;
+    /* A poll looks at the slot out first: a piece in that it counted and
+     * then left for a later try would be counted twice. */
+    if (p->poll && p->send_ep) {
+        shoal_status_t s = shoal_prims_wait_send(p, bytes, out_p);
+        return s == SHOAL_OK ? shoal_prims_wait_recv(p, bytes, in_p) : s;
+    }
     shoal_status_t s = shoal_prims_wait_recv(p, bytes, in_p);
     if (s == SHOAL_OK && p->send_ep)
         s = shoal_prims_wait_send(p, bytes, out_p);
@@ -162,17 +172,18 @@ shoal_status_t shoal_prim_recv_reduce_copy_send(shoal_prims_t *p, const void *sr
                                                 size_t bytes)
 {
     const void *in;
-    shoal_status_t s = shoal_prims_wait_recv(p, bytes, &in);
+    void *out;
+    /* Both slots first, so that a poll takes nothing when one is missing. */
+    shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
     size_t count = bytes / p->esize;
     shoal_combine(p->team, p->reduce, dst, in, src, count, p->esize);
     if (p->avg_n > 0)
         shoal_finish_avg(p->team, dst, count, p->dtype, p->avg_n);
-    s = p->recv_ep->ops->recv_release(p->recv_ep);
-    if (s != SHOAL_OK || !p->send_ep)
-        return s;
-    return shoal_prim_send(p, dst, bytes);
+    if (out)
+        shoal_move(p->team, out, dst, bytes);
+    return shoal_prims_pass_on(p, bytes, out);
 }
 
 shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t bytes)
@@ -194,6 +205,8 @@ shoal_status_t shoal_prim_flush(shoal_prims_t *p)
     shoal_idle_t wait = {0, 0};
     for (;;) {
         shoal_status_t s = ep ? ep->ops->flush(ep) : SHOAL_OK;
+        if (s == SHOAL_INPROGRESS && p->poll)
+            return s;
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_error(ALGO, "rank %d: data for rank %d still unsent at the deadline",

@@ -61,6 +61,11 @@ typedef struct {
     const shoal_codec_t *codec;
     float *residual;
     void *tmp;
+    /* Nonzero: a wait that would wait returns SHOAL_INPROGRESS at once,
+     * before the move has touched anything, so the move can be tried
+     * again later (a pipelined schedule drives several lanes of moves
+     * from one thread, hier.c). */
+    int poll;
 } shoal_prims_t;
 
 /* One wait's state for shoal_prims_idle; start it zeroed. */
@@ -91,7 +96,9 @@ shoal_status_t shoal_prim_recv_copy_send(shoal_prims_t *p, void *dst, size_t byt
 /* The waits the primitives and stages are built of. A free slot of at
  * least bytes to send_ep; a piece of exactly bytes from recv_ep, its
  * signature checked before a byte of it is read; a piece in and, when
- * send_ep is set, a slot out (*out_p NULL otherwise). */
+ * send_ep is set, a slot out (*out_p NULL otherwise). With p->poll they
+ * return SHOAL_INPROGRESS instead of waiting, having taken nothing: every
+ * move waits for all it needs before it reads, writes or posts. */
 shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_p);
 shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void **buf_p);
 shoal_status_t shoal_prims_wait_pair(shoal_prims_t *p, size_t bytes, const void **in_p,

@@ -82,35 +82,64 @@ size_t shoal_ring_loop_bs(size_t real, int n, size_t align, size_t piece_elems)
     return bs < piece_elems ? bs : piece_elems;
 }
 
+/* Hop k (1..n-1) of the all-gather half of a loop: the block that
+ * position r - k + shift finished; the last hop sends nothing on. */
+static shoal_status_t ring_gather_move(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                       size_t first, size_t base, size_t real, size_t bs,
+                                       int shift, int k)
+{
+    int n = ring->n, r = ring->me;
+    size_t es = p->esize, off, len;
+    shoal_ring_loop_block(real, bs, (r - k + shift + 2 * n) % n, &off, &len);
+    size_t at = base + off;
+    return k < n - 1 ? p->st->recv_copy_send(p, dst + at * es, first + at, len)
+                     : p->st->recv(p, dst + at * es, first + at, len);
+}
+
 shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
                                      size_t first, size_t base, size_t real, size_t bs,
                                      int shift)
 {
-    const shoal_stage_ops_t *st = p->st;
-    int n = ring->n, r = ring->me;
-    size_t es = p->esize;
     shoal_status_t s = SHOAL_OK;
-    /* Hop k brings the block that position r - k finished; the last hop
-     * sends nothing on. */
-    for (int k = 1; k < n && s == SHOAL_OK; k++) {
-        size_t off, len;
-        shoal_ring_loop_block(real, bs, (r - k + shift + 2 * n) % n, &off, &len);
-        size_t at = base + off;
-        s = k < n - 1 ? st->recv_copy_send(p, dst + at * es, first + at, len)
-                      : st->recv(p, dst + at * es, first + at, len);
-    }
+    for (int k = 1; k < ring->n && s == SHOAL_OK; k++)
+        s = ring_gather_move(p, ring, dst, first, base, real, bs, shift, k);
     return s;
 }
 
-shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
-                                        const char *src, char *dst, size_t count, size_t first,
-                                        size_t piece_elems)
+/* The end of a stepped schedule: its sends flushed, then done. */
+static shoal_status_t ring_cur_flush(shoal_prims_t *p, shoal_ring_cur_t *cur)
+{
+    shoal_status_t s = shoal_prim_flush(p);
+    if (s == SHOAL_OK)
+        cur->done = 1;
+    return s;
+}
+
+/* Run a stepped schedule to its end (p->poll is clear: every step waits). */
+#define RING_RUN(step_call)                                                                 \
+    do {                                                                                    \
+        shoal_ring_cur_t cur_ = {0};                                                        \
+        shoal_ring_cur_t *cur = &cur_;                                                      \
+        shoal_status_t s_ = SHOAL_OK;                                                       \
+        while (s_ == SHOAL_OK && !cur->done)                                                \
+            s_ = (step_call);                                                               \
+        return s_;                                                                          \
+    } while (0)
+
+/* Move k of a loop at cur->at: 0 sends this position's block, 1..n-2
+ * reduce and pass on, n-1 finishes block r + 1 and sends it as the
+ * all-gather's first hop, and n..2n-2 are the all-gather's other hops. */
+shoal_status_t shoal_ring_allreduce_step(shoal_prims_t *p, const shoal_ring_t *ring,
+                                         const char *src, char *dst, size_t count,
+                                         size_t first, size_t piece_elems,
+                                         shoal_ring_cur_t *cur)
 {
     const shoal_stage_ops_t *st = p->st;
     int n = ring->n, r = ring->me;
     size_t es = p->esize;
     if (n == 1) {
         st->alone(p, src, dst, first, count);
+        cur->done = 1;
         return SHOAL_OK;
     }
     /* Pieces of a stage with blocks (a codec's) start on whole blocks. */
@@ -118,32 +147,46 @@ shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ri
     if (piece_elems == 0 || piece_elems % unit || (count && first % unit))
         return SHOAL_ERR_INTERNAL;
     shoal_ring_bind(p, ring);
-    size_t loop = (size_t)n * piece_elems;
-    shoal_status_t s = SHOAL_OK;
-    for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
-        size_t real = count - base < loop ? count - base : loop;
-        size_t bs = shoal_ring_loop_bs(real, n, align, piece_elems);
-        size_t off, len, at;
+    if (cur->at >= count)
+        return ring_cur_flush(p, cur);
+    size_t loop = (size_t)n * piece_elems, base = cur->at;
+    size_t real = count - base < loop ? count - base : loop;
+    size_t bs = shoal_ring_loop_bs(real, n, align, piece_elems);
+    size_t off, len, at;
+    int k = cur->k;
+    shoal_status_t s;
 #define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
-        /* Reduce-scatter: block b starts at position b and ends, reduced,
-         * at b-1, which sends it on as the all-gather's first hop. */
+    /* Reduce-scatter: block b starts at position b and ends, reduced, at
+     * b-1, which sends it on as the all-gather's first hop. */
+    if (k == 0) {
         at = PIECE(r);
         s = st->send(p, src + at * es, first + at, len);
-        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            at = PIECE((r - k + n) % n);
-            s = st->recv_reduce_send(p, src + at * es, first + at, len);
-        }
-        if (s != SHOAL_OK)
-            break;
+    } else if (k < n - 1) {
+        at = PIECE((r - k + n) % n);
+        s = st->recv_reduce_send(p, src + at * es, first + at, len);
+    } else if (k == n - 1) {
         at = PIECE((r + 1) % n);
-#undef PIECE
         s = st->recv_reduce_copy_send(p, src + at * es, dst + at * es, first + at, len);
+    } else {
         /* All-gather: each finished block goes round unchanged until it
          * reaches its owner's predecessor. */
-        if (s == SHOAL_OK)
-            s = shoal_ring_gather_run(p, ring, dst, first, base, real, bs, 1);
+        s = ring_gather_move(p, ring, dst, first, base, real, bs, 1, k - (n - 1));
     }
-    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+#undef PIECE
+    if (s != SHOAL_OK)
+        return s;
+    if (++cur->k == 2 * n - 1) {
+        cur->k = 0;
+        cur->at = base + loop;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
+                                        const char *src, char *dst, size_t count, size_t first,
+                                        size_t piece_elems)
+{
+    RING_RUN(shoal_ring_allreduce_step(p, ring, src, dst, count, first, piece_elems, cur));
 }
 
 /* The longest block of ring: how far the piece loops go. */
@@ -170,85 +213,106 @@ static size_t ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t pie
     return len;
 }
 
-/* Step k of a loop handles the block of position (me - 1 - k) mod n: it is
- * sent first by the next position, gathers one contribution per hop and
- * arrives, reduced by all n, at its own position in step n-1. */
-shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
-                                 char *dst, size_t piece_elems)
+/* Move k of the loop at offset cur->at handles the block of position
+ * (me - 1 - k) mod n: it is sent first by the next position, gathers one
+ * contribution per hop and arrives, reduced by all n, at its own position
+ * in move n-1. */
+shoal_status_t shoal_ring_rs_step(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                  char *dst, size_t piece_elems, shoal_ring_cur_t *cur)
 {
     const shoal_stage_ops_t *st = p->st;
-    int n = ring->n, r = ring->me;
-    size_t es = p->esize, at;
+    int n = ring->n, r = ring->me, k = cur->k;
+    size_t es = p->esize, at, off = cur->at;
     if (n == 1) {
-        size_t off, len;
-        shoal_ring_block(ring, r, &off, &len);
-        st->alone(p, src + off * es, dst, off, len);
+        size_t boff, blen;
+        shoal_ring_block(ring, r, &boff, &blen);
+        st->alone(p, src + boff * es, dst, boff, blen);
+        cur->done = 1;
         return SHOAL_OK;
     }
     shoal_ring_bind(p, ring);
-    shoal_ep_t *send_ep = p->send_ep;
-    size_t most = ring_max_len(ring);
-    shoal_status_t s = SHOAL_OK;
-    for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
-#define STEP(k) ring_piece(ring, (r - 1 - (k) + 2 * n) % n, off, piece_elems, &at)
-        size_t len = STEP(0);
+    if (!cur->end)
+        cur->end = ring_max_len(ring) + 1;
+    if (off >= cur->end - 1)
+        return ring_cur_flush(p, cur);
+    size_t len = ring_piece(ring, (r - 1 - k + 2 * n) % n, off, piece_elems, &at);
+    shoal_status_t s;
+    if (k == 0) {
         s = st->send(p, src + at * es, at, len);
-        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            len = STEP(k);
-            s = st->recv_reduce_send(p, src + at * es, at, len);
-        }
-        if (s != SHOAL_OK)
-            break;
+    } else if (k < n - 1) {
+        s = st->recv_reduce_send(p, src + at * es, at, len);
+    } else {
         /* The last hop ends at its owner: reduce into dst (finishing AVG)
          * and send nothing on. In place, src + at is dst itself, which the
          * kernels allow. */
-        len = STEP(n - 1);
-#undef STEP
+        shoal_ep_t *send_ep = p->send_ep;
         p->send_ep = NULL;
         s = st->recv_reduce_copy_send(p, src + at * es, dst + off * es, at, len);
         p->send_ep = send_ep;
     }
-    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+    if (s != SHOAL_OK)
+        return s;
+    if (++cur->k == n) {
+        cur->k = 0;
+        cur->at = off + piece_elems;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                 char *dst, size_t piece_elems)
+{
+    RING_RUN(shoal_ring_rs_step(p, ring, src, dst, piece_elems, cur));
 }
 
 /* Each rank sends its own piece, forwards the n-2 pieces that reach it
- * before they come back round, and keeps the last: step k brings the block
+ * before they come back round, and keeps the last: move k brings the block
  * of position (me - k) mod n. An own piece read from own is copied into
  * dst right after it went out, while it is still in the cache. */
-shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
-                                 char *dst, size_t piece_elems)
+shoal_status_t shoal_ring_ag_step(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
+                                  char *dst, size_t piece_elems, shoal_ring_cur_t *cur)
 {
     const shoal_stage_ops_t *st = p->st;
-    int n = ring->n, r = ring->me;
-    size_t es = p->esize, at, own_at, own_len;
+    int n = ring->n, r = ring->me, k = cur->k;
+    size_t es = p->esize, at, own_at, own_len, off = cur->at;
     shoal_ring_block(ring, r, &own_at, &own_len);
     if (n == 1) {
         if (own)
             shoal_move_out(p->team, dst + own_at * es, own, own_len * es);
+        cur->done = 1;
         return SHOAL_OK;
     }
     shoal_ring_bind(p, ring);
-    size_t most = ring_max_len(ring);
-    shoal_status_t s = SHOAL_OK;
-    for (size_t off = 0; off < most && s == SHOAL_OK; off += piece_elems) {
-#define STEP(k) ring_piece(ring, (r - (k) + n) % n, off, piece_elems, &at)
-        size_t len = STEP(0);
-        if (!own) {
-            s = st->send(p, dst + at * es, at, len);
-        } else if ((s = st->send(p, own + (at - own_at) * es, at, len)) == SHOAL_OK && len) {
+    if (!cur->end)
+        cur->end = ring_max_len(ring) + 1;
+    if (off >= cur->end - 1)
+        return ring_cur_flush(p, cur);
+    size_t len = ring_piece(ring, (r - k + n) % n, off, piece_elems, &at);
+    shoal_status_t s;
+    if (k == 0 && !own) {
+        s = st->send(p, dst + at * es, at, len);
+    } else if (k == 0) {
+        s = st->send(p, own + (at - own_at) * es, at, len);
+        if (s == SHOAL_OK && len)
             shoal_move_out(p->team, dst + at * es, own + (at - own_at) * es, len * es);
-        }
-        for (int k = 1; k < n - 1 && s == SHOAL_OK; k++) {
-            len = STEP(k);
-            s = st->recv_copy_send(p, dst + at * es, at, len);
-        }
-        if (s == SHOAL_OK) {
-            len = STEP(n - 1);
-            s = st->recv(p, dst + at * es, at, len);
-        }
-#undef STEP
+    } else if (k < n - 1) {
+        s = st->recv_copy_send(p, dst + at * es, at, len);
+    } else {
+        s = st->recv(p, dst + at * es, at, len);
     }
-    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+    if (s != SHOAL_OK)
+        return s;
+    if (++cur->k == n) {
+        cur->k = 0;
+        cur->at = off + piece_elems;
+    }
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
+                                 char *dst, size_t piece_elems)
+{
+    RING_RUN(shoal_ring_ag_step(p, ring, own, dst, piece_elems, cur));
 }
 
 void shoal_ring_local(shoal_team_t *team, int layout, shoal_ring_t *ring_p)

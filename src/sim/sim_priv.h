@@ -34,6 +34,9 @@ typedef struct {
     char cause[256];
 } shoal_sim_rank_t;
 
+/* No piece on its way (next_arrive). */
+#define SIM_NEVER 1e300
+
 enum { SIM_READY, SIM_RUNNING, SIM_PARKED, SIM_DONE };
 
 struct shoal_sim {
@@ -55,6 +58,7 @@ struct shoal_sim {
     shoal_sim_slot_t *slots;         /* depth per channel */
 
     double *clock;                   /* per rank */
+    double *next_arrive;             /* per rank: earliest piece seen on its way (SIM_NEVER) */
     size_t *dry_bytes;               /* per rank: passes over memory not yet charged */
     double *out_free, *in_free;      /* per host: when its link out / in is idle */
 

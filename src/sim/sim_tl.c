@@ -49,9 +49,10 @@ static shoal_status_t sim_send_slot(shoal_ep_t *ep, void **buf_p, size_t *cap_p)
         return SHOAL_INPROGRESS;
     if (!same_host(sim, a, b))
         shoal_sim_defer(sim, a);
-    /* The slot is free since its last reader let it go. */
+    /* The slot is free since its last reader let it go. A look at a slot
+     * moves nothing (active stays): a rank that polls several lanes and
+     * finds each short of something must park, not spin. */
     sim->clock[a] = max2(sim->clock[a], chan_slot(sim, ch, seq, depth)->freed);
-    sim->active[a] = 1;
     *buf_p = sim->nomem;
     *cap_p = ((const shoal_sim_ctx_t *)ep->ctx)->team->chunk_size;
     return SHOAL_OK;
@@ -102,8 +103,14 @@ static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *
     if (seq == sim->posted[ch])
         return SHOAL_INPROGRESS;
     const shoal_sim_slot_t *slot = chan_slot(sim, ch, seq, chan_depth(sim, a, b));
-    sim->clock[b] = max2(sim->clock[b], slot->arrive);
-    sim->active[b] = 1;
+    /* A piece still on its way is not there yet: a rank with other work
+     * (a pipelined schedule's other lane) does it first, and one without
+     * moves its clock to the earliest arrival it saw (sim_progress). */
+    if (slot->arrive > sim->clock[b]) {
+        if (slot->arrive < sim->next_arrive[b])
+            sim->next_arrive[b] = slot->arrive;
+        return SHOAL_INPROGRESS;
+    }
     *buf_p = sim->nomem;
     *len_p = slot->len;
     /* One operation runs at a time on every rank: the signatures agree. */
@@ -138,6 +145,14 @@ static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
     if (!sim->deadlock) {
         if (sim->active[r]) {
             sim->active[r] = 0;
+            return SHOAL_OK;
+        }
+        /* Waiting for a piece on its way: the rank is idle until it
+         * arrives, and lets the ranks behind it in time run first. */
+        if (sim->next_arrive[r] < SIM_NEVER) {
+            sim->clock[r] = max2(sim->clock[r], sim->next_arrive[r]);
+            sim->next_arrive[r] = SIM_NEVER;
+            shoal_sim_defer(sim, r);
             return SHOAL_OK;
         }
         sim->state[r] = SIM_PARKED;
