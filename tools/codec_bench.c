@@ -197,13 +197,13 @@ static double codec_bench_once(int col, shoal_codec_t *c, codec_bench_bufs_t *b,
     case CODEC_BENCH_ENC_NEAR:
     case CODEC_BENCH_ENC_STOCH:
         c->round = col == CODEC_BENCH_ENC_NEAR ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC;
-        ops->encode(c, b->wire_in, b->src, res, count, 0);
+        ops->encode(c, b->wire_in, b->src, NULL, res, count, 0);
         break;
     case CODEC_BENCH_DECODE: ops->decode(c, b->dst, b->wire_in, count, 0); break;
     case CODEC_BENCH_ADD_NEAR:
     case CODEC_BENCH_ADD_STOCH:
         c->round = col == CODEC_BENCH_ADD_NEAR ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC;
-        ops->add_encode(c, b->wire_out, b->wire_in, b->local, res, count, 0);
+        ops->add_encode(c, b->wire_out, b->wire_in, b->local, NULL, res, count, 0);
         break;
     default: break;
     }

@@ -60,9 +60,12 @@ typedef struct {
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
     /* A compressed all-reduce (core/compress_call.h; fp32, SUM or AVG):
      * the codec, and the error-feedback residual of count floats or NULL.
-     * NULL codec for every other call. */
+     * residual_in: the last call's residual, count floats or NULL, added
+     * to this rank's input piece by piece as it is encoded (it may be
+     * residual itself). NULL codec for every other call. */
     const shoal_codec_t *codec;
     float *residual;
+    const float *residual_in;
     int codec_algo; /* shoal_compress_algo_t; with codec */
     size_t stage_bytes;   /* of staged input; 0: the caller's buffers */
 } shoal_coll_args_t;

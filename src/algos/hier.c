@@ -19,7 +19,9 @@
  * stage (stage.h) on their segments, so that only the links between hosts carry compressed
  * data and each value is quantised once per host. Segments then start on
  * whole codec blocks and keep their place in the tensor for the codec
- * (its random stream, shared scales and residual indices). A rank writes
+ * (its random stream, shared scales and residual indices). The last
+ * call's residual joins each rank's input in the local reduce-scatter, as
+ * the plain stage reads it (its addend). A rank writes
  * the residuals of the values it quantised, those of its own segments, and
  * zeroes the rest: summed over the ranks they are the sum of the host sums
  * (each exact up to fp32 rounding) minus the result. The local phases move
@@ -110,12 +112,16 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     /* The rails run the plan's stage; the phases inside the host move
      * elements as they are. */
     const shoal_stage_ops_t *rail_st = p->st;
+    const float *addend = p->addend;
     p->deadline_ns = shoal_deadline_after(team->timeout_ns);
-    /* 1. This rank's segments, summed over its host, land in dst. */
+    /* 1. This rank's segments, summed over its host, land in dst. The
+     * addend (error feedback's) joins the input as the local reduction
+     * reads it; the host sums hold it from then on. */
     p->avg_n = 0;
     p->st = &shoal_stage_plain;
     shoal_ring_block(local, local->me, &off, &len);
     shoal_status_t s = shoal_ring_rs_run(p, local, a->sendbuf, dst + off * es, plan->piece_elems);
+    p->addend = NULL;
     /* 2. Each of them reduced across hosts along its rail (AVG finished),
      * through the codec when the call compresses. */
     p->avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
@@ -138,6 +144,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     if (s == SHOAL_OK)
         s = shoal_ring_ag_run(p, local, NULL, dst, plan->piece_elems);
     p->st = rail_st;
+    p->addend = addend;
     return s;
 }
 

@@ -42,6 +42,7 @@ shoal_status_t shoal_plan_stage(shoal_team_t *team, const shoal_coll_args_t *arg
     p->st = &shoal_stage_codec;
     p->codec = args->codec;
     p->residual = args->residual;
+    p->addend = args->residual_in;
     plan->stage_elems = p->st->piece_elems(p, team->chunk_size);
     return plan->stage_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
@@ -142,6 +143,7 @@ shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args)
     }
     plan->prims.codec = args->codec;
     plan->prims.residual = args->residual;
+    plan->prims.addend = args->residual_in;
     return plan->algo->run(plan);
 }
 
