@@ -195,6 +195,11 @@ typedef struct shoal_plan {
     struct shoal_plan *fallback;
     unsigned skip, skip_len;
     shoal_coll_args_t args;   /* the call it runs (buffers rebound per run) */
+    /* A copy of the codec the plan was made for: the key of its shape. The
+     * call's codec (args.codec) is borrowed for one run only (the
+     * compressor's lives on its stack), so the cache must not read it
+     * again at the next call. */
+    shoal_codec_t codec_shape;
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */

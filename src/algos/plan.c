@@ -122,6 +122,8 @@ shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *alg
         plan->algo = algo;
         plan->settings = shoal_config_generation();
         plan->args.stage_bytes = args->stage_bytes;
+        if (args->codec)
+            plan->codec_shape = *args->codec;
         s = plan_mem_take(team, plan);
     }
     if (s != SHOAL_OK) {
@@ -167,8 +169,8 @@ static int plan_fits(const shoal_plan_t *plan, const shoal_algo_ops_t *algo,
         a->root != args->root || a->codec_algo != args->codec_algo ||
         a->stage_bytes != args->stage_bytes || !a->codec != !args->codec)
         return 0;
-    const shoal_codec_t *c = a->codec, *d = args->codec;
-    return !c || (c->ops == d->ops && c->block == d->block && c->wide == d->wide &&
+    const shoal_codec_t *c = &plan->codec_shape, *d = args->codec;
+    return !d || (c->ops == d->ops && c->block == d->block && c->wide == d->wide &&
                   c->packed == d->packed);
 }
 
