@@ -8,7 +8,15 @@
  * - the residuals, summed over the ranks, are the exact sum minus the
  *   result, up to fp32 rounding (tolerance 4 n A 2^-24), and exactly 0 on
  *   a single rank;
- * - AVG is the SUM result times 1/n in fp32, bit for bit.
+ * - AVG is the SUM result times 1/n in fp32, bit for bit;
+ * - error feedback fused (shoal_allreduce_codec_ef, with a last residual
+ *   that differs by rank): the result and the new residual are bitwise
+ *   those of the unfused path, shoal_allreduce_codec on the fp32 sums
+ *   input + last residual, with the residual apart and in place; summed
+ *   over the ranks, inputs + last residuals == result + new residuals up
+ *   to fp32 rounding (the error-feedback identity); the ternary codec's
+ *   scales of the sums come from shoal_codec_block_absmax_sum, bitwise
+ *   block_absmax of the summed array.
  *
  * Error bounds, per value, with A = the sum over ranks of the largest
  * |input| of the value's codec block, f = 1/2 for nearest rounding and 1
@@ -65,6 +73,7 @@ typedef struct {
     int nranks;
     float *x, *y, *y2, *res, *all_res;
     float *scales, *rank_scales; /* ternary: shared scales; one rank's maxima */
+    float *old, *xe, *res2, *scales_ef; /* error feedback: last residual, input + it */
     double *exact, *absmax;
 } cref_bufs_t;
 
@@ -83,8 +92,12 @@ static inline int cref_alloc(cref_bufs_t *b, size_t cap, int nranks)
     b->rank_scales = malloc((cap / 32 + 1) * sizeof(float));
     b->exact = malloc(cap * sizeof(double));
     b->absmax = malloc(cap * sizeof(double));
+    b->old = malloc(cap * sizeof(float));
+    b->xe = malloc(cap * sizeof(float));
+    b->res2 = malloc(cap * sizeof(float));
+    b->scales_ef = malloc((cap / 32 + 1) * sizeof(float));
     return b->x && b->y && b->y2 && b->res && b->all_res && b->scales && b->rank_scales &&
-           b->exact && b->absmax;
+           b->exact && b->absmax && b->old && b->xe && b->res2 && b->scales_ef;
 }
 
 static inline void cref_free(cref_bufs_t *b)
@@ -98,6 +111,111 @@ static inline void cref_free(cref_bufs_t *b)
     free(b->rank_scales);
     free(b->exact);
     free(b->absmax);
+    free(b->old);
+    free(b->xe);
+    free(b->res2);
+    free(b->scales_ef);
+}
+
+/* Rank r's last residual of value i in the error-feedback check: a
+ * quarter of another input, so that it differs by rank and block. */
+static inline float cref_old(int r, size_t i)
+{
+    return 0.25f * cref_input(r + 101, i);
+}
+
+/* The error-feedback part of cref_check (see the header): c as given
+ * there, its ternary scales replaced by those of the sums. Uses b->y2,
+ * b->y as scratch once cref_check is done with them. */
+static inline int cref_check_ef(shoal_comm_t comm, int rank, cref_bufs_t *b,
+                                const shoal_codec_t *c0, shoal_compress_algo_t algo)
+{
+    size_t count = b->count, block = c0->block, nb = (count + block - 1) / block;
+    int nranks = b->nranks;
+    shoal_codec_t c = *c0;
+    if (c.ops == &shoal_codec_ternary) {
+        /* The shared scales of the sums: each rank's maxima of x + old,
+         * fused, against those of the summed array, then the max. */
+        for (size_t k = 0; k < nb; k++)
+            b->scales_ef[k] = 0;
+        for (int r = 0; r < nranks; r++) {
+            for (size_t i = 0; i < count; i++) {
+                b->y[i] = cref_input(r, i);
+                b->old[i] = cref_old(r, i);
+                b->xe[i] = b->y[i] + b->old[i];
+            }
+            shoal_codec_block_absmax_sum(b->rank_scales, b->y, b->old, count, block);
+            shoal_codec_block_absmax(b->y2, b->xe, count, block);
+            RANK_CHECK(!memcmp(b->rank_scales, b->y2, nb * sizeof(float)), fail,
+                       "block_absmax_sum differs from block_absmax of the sum (count %zu)",
+                       count);
+            for (size_t k = 0; k < nb; k++)
+                b->scales_ef[k] =
+                    b->rank_scales[k] > b->scales_ef[k] ? b->rank_scales[k] : b->scales_ef[k];
+        }
+        c.scales = b->scales_ef;
+    }
+    for (size_t i = 0; i < count; i++) {
+        b->x[i] = cref_input(rank, i);
+        b->old[i] = cref_old(rank, i);
+        b->xe[i] = b->x[i] + b->old[i];
+    }
+    /* The unfused path: the sums, then the codec. */
+    shoal_status_t s = shoal_allreduce_codec(comm, b->xe, b->y, count, SHOAL_FLOAT32,
+                                             SHOAL_SUM, &c, b->res, algo);
+    RANK_CHECK(s == SHOAL_OK, fail, "unfused: %s", shoal_status_string(s));
+    /* Fused, the residual apart. */
+    for (size_t i = 0; i < count; i++)
+        b->res2[i] = NAN;
+    s = shoal_allreduce_codec_ef(comm, b->x, b->y2, count, SHOAL_FLOAT32, SHOAL_SUM, &c, b->old,
+                                 b->res2, algo);
+    RANK_CHECK(s == SHOAL_OK, fail, "fused: %s", shoal_status_string(s));
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)), fail,
+               "rank %d/%d %s count %zu block %zu: fused error feedback's result differs from "
+               "the unfused one", rank, nranks, c.ops->name, count, block);
+    RANK_CHECK(!memcmp(b->res, b->res2, count * sizeof(float)), fail,
+               "rank %d/%d %s count %zu block %zu: fused error feedback's residual differs from "
+               "the unfused one", rank, nranks, c.ops->name, count, block);
+    /* Fused in place: the last residual overwritten by the new one. */
+    memcpy(b->res2, b->old, count * sizeof(float));
+    s = shoal_allreduce_codec_ef(comm, b->x, b->y2, count, SHOAL_FLOAT32, SHOAL_SUM, &c, b->res2,
+                                 b->res2, algo);
+    RANK_CHECK(s == SHOAL_OK, fail, "fused in place: %s", shoal_status_string(s));
+    RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)) &&
+                   !memcmp(b->res, b->res2, count * sizeof(float)),
+               fail, "rank %d/%d %s count %zu: error feedback in place differs", rank, nranks,
+               c.ops->name, count);
+    /* The identity: sum of (input + last residual) == result + sum of new
+     * residuals, within 4 n A 2^-24, A the block maxima of the sums
+     * summed over the ranks. */
+    s = shoal_allgather(b->res2, b->all_res, count, SHOAL_FLOAT32, comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "allgather of residuals: %s", shoal_status_string(s));
+    for (size_t st = 0; st < count; st += block) {
+        size_t e = st + block < count ? st + block : count;
+        double a = 0;
+        for (int r = 0; r < nranks; r++) {
+            double m = 0;
+            for (size_t i = st; i < e; i++) {
+                float v = cref_input(r, i) + cref_old(r, i);
+                m = fabs(v) > m ? fabs(v) : m;
+            }
+            a += m;
+        }
+        for (size_t i = st; i < e; i++) {
+            double in = 0, out = b->y[i];
+            for (int r = 0; r < nranks; r++) {
+                in += (float)(cref_input(r, i) + cref_old(r, i));
+                out += b->all_res[(size_t)r * count + i];
+            }
+            RANK_CHECK(fabs(in - out) <= 4 * nranks * a * 0x1p-24, fail,
+                       "rank %d/%d %s count %zu block %zu: value %zu: inputs + last residuals "
+                       "%.9g, result + new residuals %.9g", rank, nranks, c.ops->name, count,
+                       block, i, in, out);
+        }
+    }
+    return 0;
+fail:
+    return 1;
 }
 
 /* The ternary codec's shared scales of b->count values: per block, the
@@ -219,7 +337,7 @@ static inline int cref_check(shoal_comm_t comm, int rank, cref_bufs_t *b,
     RANK_CHECK(!memcmp(b->y, b->y2, count * sizeof(float)), fail,
                "rank %d: AVG is not SUM / %d (%s count %zu)", rank, nranks, c->ops->name,
                count);
-    return 0;
+    return cref_check_ef(comm, rank, b, c, algo);
 fail:
     return 1;
 }

@@ -193,8 +193,8 @@ static void test_invalid_codec(void **state)
             memset(wire, HARNESS_GUARD_BYTE, sizeof(wire));
             memset(dst, HARNESS_GUARD_BYTE, sizeof(dst));
             memset(res, HARNESS_GUARD_BYTE, sizeof(res));
-            c.ops->encode(&c, wire, src, res, N, 0);
-            c.ops->add_encode(&c, wire, wire, src, res, N, 0);
+            c.ops->encode(&c, wire, src, NULL, res, N, 0);
+            c.ops->add_encode(&c, wire, wire, src, NULL, res, N, 0);
             c.ops->decode(&c, dst, wire, N, 0);
             for (size_t i = 0; i < sizeof(wire); i++)
                 assert_int_equal(wire[i], HARNESS_GUARD_BYTE);
@@ -226,7 +226,7 @@ static void check_roundtrip(size_t block, shoal_round_t round, size_t count, siz
     assert_non_null(src);
     fill(src, count, block, 0);
 
-    c.ops->encode(&c, wire, src, res, count, first);
+    c.ops->encode(&c, wire, src, NULL, res, count, first);
     c.ops->decode(&c, dec, wire, count, first);
     harness_assert_guard(wire, wb, what);
     harness_assert_guard(res, count * sizeof(float), what);
@@ -311,7 +311,7 @@ static void test_stochastic_unbiased(void **state)
             float first_dec = 0;
             for (uint64_t step = 0; step < STEPS; step++) {
                 shoal_codec_t c = make_codec(blocks[k], SHOAL_ROUND_STOCHASTIC, 99, step);
-                c.ops->encode(&c, wire, src, NULL, N, 777);
+                c.ops->encode(&c, wire, src, NULL, NULL, N, 777);
                 c.ops->decode(&c, dec, wire, N, 777);
                 for (size_t i = 0; i < N; i++)
                     sum[i] += dec[i];
@@ -353,7 +353,7 @@ static void test_grid_and_ties(void **state)
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
         shoal_codec_t c = make_codec(32, SHOAL_ROUND_NEAREST, 0, 0);
-        c.ops->encode(&c, wire, src, res, 32, 0);
+        c.ops->encode(&c, wire, src, NULL, res, 32, 0);
         assert_true(scale_at(wire, 0) == 1.0f);
         for (size_t i = 0; i < N; i++)
             if (code_at(wire, 32, 32, i) != want_nearest[i])
@@ -362,7 +362,7 @@ static void test_grid_and_ties(void **state)
         /* Stochastic: integers exactly, halves either way. */
         for (uint64_t step = 0; step < 64; step++) {
             c = make_codec(32, SHOAL_ROUND_STOCHASTIC, 5, step);
-            c.ops->encode(&c, wire, src, NULL, 32, 0);
+            c.ops->encode(&c, wire, src, NULL, NULL, 32, 0);
             for (size_t i = 0; i < N; i++) {
                 int8_t q = code_at(wire, 32, 32, i);
                 if (in[i] == floorf(in[i]))
@@ -403,12 +403,12 @@ static void test_pieces(void **state)
                     fill(src, N, block, 1);
                     fill(local, N, block, 0);
                     size_t wb = c.ops->wire_bytes(&c, N);
-                    c.ops->encode(&c, wire_w, src, res_w, N, first);
-                    c.ops->encode(&c, wire_w2, src, NULL, N, first);
+                    c.ops->encode(&c, wire_w, src, NULL, res_w, N, first);
+                    c.ops->encode(&c, wire_w2, src, NULL, NULL, N, first);
                     assert_memory_equal(wire_w, wire_w2, wb);
                     /* The sum of that with local, whole. */
                     memcpy(wire_in, wire_w, wb);
-                    c.ops->add_encode(&c, sum_w, wire_in, local, NULL, N, first);
+                    c.ops->add_encode(&c, sum_w, wire_in, local, NULL, NULL, N, first);
 
                     size_t nb = nblocks_of(N, block);
                     for (size_t off = 0; off < N;) {
@@ -416,14 +416,14 @@ static void test_pieces(void **state)
                         len = len < N - off ? len : N - off;
                         size_t pb = nblocks_of(len, block), b0 = off / block;
                         /* encode */
-                        c.ops->encode(&c, wire_p, src + off, res_p + off, len, first + off);
+                        c.ops->encode(&c, wire_p, src + off, NULL, res_p + off, len, first + off);
                         assert_memory_equal(wire_p, wire_w + b0 * SCALE_BYTES, pb * SCALE_BYTES);
                         assert_memory_equal(wire_p + pb * SCALE_BYTES,
                                             wire_w + nb * SCALE_BYTES + off, len);
                         /* decode */
                         c.ops->decode(&c, dec_p + off, wire_p, len, first + off);
                         /* add_encode of the piece, in place */
-                        c.ops->add_encode(&c, wire_p, wire_p, local + off, NULL, len,
+                        c.ops->add_encode(&c, wire_p, wire_p, local + off, NULL, NULL, len,
                                           first + off);
                         assert_memory_equal(wire_p, sum_w + b0 * SCALE_BYTES, pb * SCALE_BYTES);
                         assert_memory_equal(wire_p + pb * SCALE_BYTES,
@@ -463,18 +463,18 @@ static void test_stream_inputs(void **state)
         src[i] = rng_signed();
     shoal_codec_t c = make_codec(64, SHOAL_ROUND_STOCHASTIC, 1, 1);
     size_t wb = c.ops->wire_bytes(&c, N);
-    c.ops->encode(&c, a, src, NULL, N, 0);
+    c.ops->encode(&c, a, src, NULL, NULL, N, 0);
     c.step = 2;
-    c.ops->encode(&c, b, src, NULL, N, 0);
+    c.ops->encode(&c, b, src, NULL, NULL, N, 0);
     assert_memory_not_equal(a, b, wb);
     c.step = 1;
     c.seed = 2;
-    c.ops->encode(&c, b, src, NULL, N, 0);
+    c.ops->encode(&c, b, src, NULL, NULL, N, 0);
     assert_memory_not_equal(a, b, wb);
     c.seed = 1;
-    c.ops->encode(&c, b, src, NULL, N, 64);
+    c.ops->encode(&c, b, src, NULL, NULL, N, 64);
     assert_memory_not_equal(a, b, wb);
-    c.ops->encode(&c, b, src, NULL, N, 0);
+    c.ops->encode(&c, b, src, NULL, NULL, N, 0);
     assert_memory_equal(a, b, wb);
 }
 
@@ -520,12 +520,12 @@ static void check_ring(int nranks, size_t block, shoal_round_t round, size_t cou
         shoal_codec_t c = make_codec(block, round, (uint64_t)r + 1, 11);
         if (r == 0) {
             memcpy(s, local[0], count * sizeof(float));
-            c.ops->encode(&c, wire[cur], local[0], res[0], count, 0);
+            c.ops->encode(&c, wire[cur], local[0], NULL, res[0], count, 0);
         } else {
             for (size_t i = 0; i < count; i++)
                 s[i] = dec[i] + local[r][i];
             int out = r % 2 ? cur : 1 - cur;
-            c.ops->add_encode(&c, wire[out], wire[cur], local[r], res[r], count, 0);
+            c.ops->add_encode(&c, wire[out], wire[cur], local[r], NULL, res[r], count, 0);
             cur = out;
         }
         c.ops->decode(&c, dec, wire[cur], count, 0);
@@ -599,7 +599,7 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
         shoal_codec_simd_enable(simd);
         memset(wire[simd], HARNESS_GUARD_BYTE, wb + HARNESS_GUARD);
         memset(res[simd], HARNESS_GUARD_BYTE, fb + HARNESS_GUARD);
-        c.ops->encode(&c, wire[simd], src, res[simd], count, first);
+        c.ops->encode(&c, wire[simd], src, NULL, res[simd], count, first);
         harness_assert_guard(wire[simd], wb, what);
         harness_assert_guard(res[simd], fb, what);
     }
@@ -607,7 +607,7 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
     assert_memory_equal(res[0], res[1], fb);
 
     /* Without residuals: the same wire. */
-    c.ops->encode(&c, sum[1], src, NULL, count, first);
+    c.ops->encode(&c, sum[1], src, NULL, NULL, count, first);
     assert_memory_equal(sum[1], wire[0], wb);
 
     for (int simd = 0; simd <= 1; simd++) {
@@ -621,7 +621,7 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
         memset(sum[simd], HARNESS_GUARD_BYTE, wb + HARNESS_GUARD);
-        c.ops->add_encode(&c, sum[simd], wire[simd], local, res[simd], count, first);
+        c.ops->add_encode(&c, sum[simd], wire[simd], local, NULL, res[simd], count, first);
         harness_assert_guard(sum[simd], wb, what);
     }
     assert_memory_equal(sum[0], sum[1], wb);
@@ -630,7 +630,7 @@ static void check_simd_case(size_t block, shoal_round_t round, size_t count, siz
     /* In place, without residuals: the same as out of place. */
     for (int simd = 0; simd <= 1; simd++) {
         shoal_codec_simd_enable(simd);
-        c.ops->add_encode(&c, wire[simd], wire[simd], local, NULL, count, first);
+        c.ops->add_encode(&c, wire[simd], wire[simd], local, NULL, NULL, count, first);
         assert_memory_equal(wire[simd], sum[0], wb);
     }
 }
@@ -668,12 +668,112 @@ static void test_simd_matches_ref(void **state)
     }
 }
 
+/* ---- error feedback fused: the addend ---- */
+
+/* One count, first and rounding, by both paths (SIMD and reference):
+ * encode and add_encode with an addend against the scalar reference of the
+ * unfused pass, the sum src + addend made first in fp32 and encoded
+ * without one: the same wire and residual, bit for bit, with the residual
+ * apart and in place (residual == addend). And the identity of error
+ * feedback, value by value in finite blocks: decode(wire) + residual ==
+ * src + addend (add_encode: decode(wire_out) + residual ==
+ * decode(wire_in) + local + addend), up to the rounding of the residual's
+ * one subtraction. */
+static void check_addend_case(size_t block, shoal_round_t round, size_t count, size_t first,
+                              float *buf[6], unsigned char *wire[3])
+{
+    float *src = buf[0], *add = buf[1], *x = buf[2], *res_ref = buf[3], *res = buf[4];
+    float *dec = buf[5];
+    unsigned char *ref = wire[0], *got = wire[1], *in = wire[2];
+    shoal_codec_t c = make_codec(block, round, 4242, 9);
+    size_t wb = c.ops->wire_bytes(&c, count), fb = count * sizeof(float);
+    fill(src, count, block, 1);
+    fill(add, count, block, 1);
+    for (size_t i = 0; i < count; i++)
+        x[i] = src[i] + add[i];
+    /* The reference of the unfused pass: the scalar codec on the sum. */
+    shoal_codec_simd_enable(0);
+    c.ops->encode(&c, ref, x, NULL, res_ref, count, first);
+    for (int simd = 0; simd <= 1; simd++) {
+        shoal_codec_simd_enable(simd);
+        c.ops->encode(&c, got, src, add, res, count, first);
+        assert_memory_equal(got, ref, wb);
+        assert_memory_equal(res, res_ref, fb);
+        memcpy(res, add, fb);
+        c.ops->encode(&c, got, src, res, res, count, first);
+        assert_memory_equal(got, ref, wb);
+        assert_memory_equal(res, res_ref, fb);
+    }
+    c.ops->decode(&c, dec, ref, count, first);
+    for (size_t i = 0; i < count; i++) {
+        if (!isfinite(res_ref[i]) || !isfinite(x[i]))
+            continue;
+        double gap = fabs((double)dec[i] + res_ref[i] - x[i]);
+        assert_true(gap <= 0x1p-24 * fabs((double)res_ref[i]));
+    }
+
+    /* add_encode onto an incoming wire of other values. */
+    fill(x, count, block, 0);
+    shoal_codec_simd_enable(0);
+    c.ops->encode(&c, in, x, NULL, NULL, count, first);
+    c.ops->decode(&c, dec, in, count, first);
+    for (size_t i = 0; i < count; i++)
+        x[i] = src[i] + add[i];
+    c.ops->add_encode(&c, ref, in, x, NULL, res_ref, count, first);
+    for (int simd = 0; simd <= 1; simd++) {
+        shoal_codec_simd_enable(simd);
+        c.ops->add_encode(&c, got, in, src, add, res, count, first);
+        assert_memory_equal(got, ref, wb);
+        assert_memory_equal(res, res_ref, fb);
+        memcpy(res, add, fb);
+        memcpy(got, in, wb);
+        c.ops->add_encode(&c, got, got, src, res, res, count, first);
+        assert_memory_equal(got, ref, wb);
+        assert_memory_equal(res, res_ref, fb);
+    }
+    c.ops->decode(&c, x, ref, count, first);
+    for (size_t i = 0; i < count; i++) {
+        float s = dec[i] + (src[i] + add[i]);
+        if (!isfinite(res_ref[i]) || !isfinite(s))
+            continue;
+        double gap = fabs((double)x[i] + res_ref[i] - s);
+        assert_true(gap <= 0x1p-24 * fabs((double)res_ref[i]));
+    }
+}
+
+static void test_addend(void **state)
+{
+    (void)state;
+    static const size_t firsts[] = {0, 4096 + 64, (size_t)((1ull << 32) - 100)};
+    size_t nfirsts = SIZE_MAX > UINT32_MAX ? 3 : 2;
+    float *buf[6];
+    unsigned char *wire[3];
+    for (int i = 0; i < 6; i++) {
+        buf[i] = malloc(MAX_COUNT * sizeof(float));
+        assert_non_null(buf[i]);
+    }
+    for (int i = 0; i < 3; i++) {
+        wire[i] = malloc(2 * MAX_COUNT);
+        assert_non_null(wire[i]);
+    }
+    for (size_t k = 0; k < NBLOCKS; k++)
+        for (size_t r = 0; r < NROUNDS; r++)
+            for (size_t j = 0; j < NCOUNTS; j++)
+                for (size_t f = 0; f < nfirsts; f++)
+                    check_addend_case(blocks[k], rounds[r], counts[j], firsts[f], buf, wire);
+    shoal_codec_simd_enable(1);
+    for (int i = 0; i < 6; i++)
+        free(buf[i]);
+    for (int i = 0; i < 3; i++)
+        free(wire[i]);
+}
+
 /* ---- special values ---- */
 
 static void encode_decode(shoal_codec_t *c, const float *src, size_t n, unsigned char *wire,
                           float *res, float *dec)
 {
-    c->ops->encode(c, wire, src, res, n, 0);
+    c->ops->encode(c, wire, src, NULL, res, n, 0);
     c->ops->decode(c, dec, wire, n, 0);
 }
 
@@ -793,7 +893,7 @@ static void test_nonfinite(void **state)
                 /* Adding finite values keeps the bad blocks bad. */
                 for (size_t i = 0; i < N; i++)
                     local[i] = 1.0f;
-                c.ops->add_encode(&c, wire2, wire, local, res, N, 0);
+                c.ops->add_encode(&c, wire2, wire, local, NULL, res, N, 0);
                 c.ops->decode(&c, dec, wire2, N, 0);
                 for (size_t i = 0; i < N; i++) {
                     int bad_block = i / 32 == 1 || i / 32 == 3;
@@ -804,8 +904,8 @@ static void test_nonfinite(void **state)
             /* An overflowing sum: FLT_MAX-sized blocks added twice. */
             for (size_t i = 0; i < N; i++)
                 src[i] = i % 32 == 0 ? FLT_MAX : 1e30f;
-            c.ops->encode(&c, wire, src, NULL, N, 0);
-            c.ops->add_encode(&c, wire2, wire, src, res, N, 0);
+            c.ops->encode(&c, wire, src, NULL, NULL, N, 0);
+            c.ops->add_encode(&c, wire2, wire, src, NULL, res, N, 0);
             c.ops->decode(&c, dec, wire2, N, 0);
             for (size_t b = 0; b < 4; b++)
                 assert_true(isinf(scale_at(wire2, b)) && scale_at(wire2, b) > 0);
@@ -837,6 +937,7 @@ int main(void)
         cmocka_unit_test(test_stream_inputs),
         cmocka_unit_test_teardown(test_ring, simd_default),
         cmocka_unit_test_teardown(test_simd_matches_ref, simd_default),
+        cmocka_unit_test_teardown(test_addend, simd_default),
         cmocka_unit_test_teardown(test_zeros, simd_default),
         cmocka_unit_test_teardown(test_huge_and_tiny, simd_default),
         cmocka_unit_test_teardown(test_nonfinite, simd_default),

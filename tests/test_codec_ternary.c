@@ -173,7 +173,7 @@ static void check_codes(size_t count, size_t block, size_t first, int wide, shoa
     void *wire = harness_alloc_guarded(wb);
     fill_input(x, count, 1);
     shoal_codec_simd_enable(simd);
-    c.ops->encode(&c, wire, x, res, count, first);
+    c.ops->encode(&c, wire, x, NULL, res, count, first);
     for (size_t i = 0; i < count; i++) {
         int32_t k = wire_at(wire, i, wide);
         float scale = s.scales[(first + i) / block];
@@ -223,13 +223,13 @@ static void test_scale_zero(void **state)
             shoal_codec_simd_enable(simd);
             shoal_codec_t c = make_codec(32, wide, SHOAL_ROUND_STOCHASTIC, 1, 2, scales);
             fill_input(x, N, 1);
-            c.ops->encode(&c, wire, x, res, N, 0);
+            c.ops->encode(&c, wire, x, NULL, res, N, 0);
             for (size_t i = 0; i < N; i++) {
                 assert_int_equal(wire_at(wire, i, wide), 0);
                 assert_memory_equal(&res[i], &x[i], sizeof(float));
             }
             memset(acc, 0, sizeof(acc));
-            c.ops->add_encode(&c, acc, acc, x, res, N, 0);
+            c.ops->add_encode(&c, acc, acc, x, NULL, res, N, 0);
             c.ops->decode(&c, out, acc, N, 0);
             for (size_t i = 0; i < N; i++) {
                 assert_int_equal(wire_at(acc, i, wide), 0);
@@ -252,7 +252,7 @@ static void test_nearest(void **state)
     for (int simd = 0; simd < 2; simd++) {
         shoal_codec_simd_enable(simd);
         shoal_codec_t c = make_codec(32, 0, SHOAL_ROUND_NEAREST, 1, 0, scales);
-        c.ops->encode(&c, wire, x, NULL, N, 0);
+        c.ops->encode(&c, wire, x, NULL, NULL, N, 0);
         c.ops->decode(&c, out, wire, N, 0);
         for (size_t i = 0; i < N; i++) {
             assert_int_equal(wire[i], want[i]);
@@ -291,7 +291,7 @@ static void test_unbiased(void **state)
     shoal_codec_t c = make_codec(BLOCK, 0, SHOAL_ROUND_STOCHASTIC, 42, 0, scales);
     for (uint64_t t = 0; t < STEPS; t++) {
         c.step = t;
-        c.ops->encode(&c, wire, x, NULL, N, 0);
+        c.ops->encode(&c, wire, x, NULL, NULL, N, 0);
         c.ops->decode(&c, out, wire, N, 0);
         for (size_t i = 0; i < N; i++)
             sum[i] += out[i];
@@ -367,12 +367,12 @@ static void check_chain(int nranks, size_t count, size_t block, size_t first, in
         fill_input(x, count, 0);
         for (size_t i = 0; positive && i < count; i++) /* 7 in 8 positive */
             x[i] = i % 8 ? fabsf(x[i]) : x[i];
-        c.ops->encode(&c, own, x, NULL, count, first);
+        c.ops->encode(&c, own, x, NULL, NULL, count, first);
         if (r == 0) {
-            c.ops->encode(&c, cur, x, res, count, first);
+            c.ops->encode(&c, cur, x, NULL, res, count, first);
         } else {
             unsigned char *next = r % 2 ? cur : cur == wire ? wire2 : wire;
-            c.ops->add_encode(&c, next, cur, x, res, count, first);
+            c.ops->add_encode(&c, next, cur, x, NULL, res, count, first);
             cur = next;
         }
         for (size_t i = 0; i < count; i++) {
@@ -452,12 +452,12 @@ static void test_saturation(void **state)
          * saturate, and what did not go in stays in the residual */
         shoal_codec_t c = make_codec(32, 0, SHOAL_ROUND_STOCHASTIC, 0, 0, scales);
         memcpy(wire, (const int8_t[4]){126, -127, 127, 127}, sizeof(wire));
-        c.ops->add_encode(&c, wire, wire, x, res, 4, 0);
+        c.ops->add_encode(&c, wire, wire, x, NULL, res, 4, 0);
         assert_memory_equal(wire, ((const int8_t[4]){127, -127, 127, 127}), sizeof(wire));
         assert_true(res[0] == 0.0f && res[1] == -1.0f && res[2] == 5.0f && res[3] == 0.0f);
         c.wide = 1;
         memcpy(wide, (const int16_t[4]){32766, -32767, 32767, -32767}, sizeof(wide));
-        c.ops->add_encode(&c, wide, wide, x, res, 4, 0);
+        c.ops->add_encode(&c, wide, wide, x, NULL, res, 4, 0);
         assert_memory_equal(wide, ((const int16_t[4]){32767, -32767, 32767, -32767}),
                             sizeof(wide));
         assert_true(res[0] == 0.0f && res[1] == -1.0f && res[2] == 5.0f && res[3] == 0.0f);
@@ -489,17 +489,17 @@ static void check_pieces(size_t count, size_t block, size_t first, int wide, int
     shoal_codec_t c = make_codec(block, wide, SHOAL_ROUND_STOCHASTIC, 5, 77, s.scales);
     shoal_codec_t d = make_codec(block, wide, SHOAL_ROUND_STOCHASTIC, 6, 77, s.scales);
 
-    c.ops->encode(&c, w, x, res, count, first);
-    c.ops->encode(&c, w2, x, res2, count, first);
+    c.ops->encode(&c, w, x, NULL, res, count, first);
+    c.ops->encode(&c, w2, x, NULL, res2, count, first);
     check_bytes(w2, w, wb, what);
     check_bytes(res2, res, count * sizeof(float), what);
     if (count >= 1000) {
         c.step++;
-        c.ops->encode(&c, w2, x, NULL, count, first);
+        c.ops->encode(&c, w2, x, NULL, NULL, count, first);
         assert_true(memcmp(w, w2, wb) != 0);
         c.step--;
     }
-    d.ops->add_encode(&d, sum, w, y, res, count, first);
+    d.ops->add_encode(&d, sum, w, y, NULL, res, count, first);
     d.ops->decode(&d, out, sum, count, first);
 
     static const size_t steps[] = {1, 7, 32, 100, 192, 1000};
@@ -509,8 +509,8 @@ static void check_pieces(size_t count, size_t block, size_t first, int wide, int
         memset(sum2, 0, wb);
         for (size_t at = 0; at < count; at += piece) {
             size_t n = count - at < piece ? count - at : piece;
-            c.ops->encode(&c, w2 + at * width, x + at, res2 + at, n, first + at);
-            d.ops->add_encode(&d, sum2 + at * width, w2 + at * width, y + at, res2 + at, n,
+            c.ops->encode(&c, w2 + at * width, x + at, NULL, res2 + at, n, first + at);
+            d.ops->add_encode(&d, sum2 + at * width, w2 + at * width, y + at, NULL, res2 + at, n,
                               first + at);
             d.ops->decode(&d, out2 + at, sum2 + at * width, n, first + at);
         }
@@ -618,9 +618,117 @@ static void test_clip_bound(void **state)
     assert_true(scale == 50.0f && bound > 0.0f && bound < 50.0f);
     scale = fminf(scale, bound);
     shoal_codec_t c = make_codec(64, 0, SHOAL_ROUND_STOCHASTIC, 3, 0, &scale);
-    c.ops->encode(&c, wire, y, res, 64, 0);
+    c.ops->encode(&c, wire, y, NULL, res, 64, 0);
     assert_int_equal(wire[10], 1);
     assert_true(res[10] == 50.0f - scale);
+}
+
+/* ---- error feedback fused: the addend ---- */
+
+/* One count, block, first, width and rounding, by both paths: encode and
+ * add_encode with an addend against the scalar reference of the unfused
+ * pass (the fp32 sum x + addend made first, encoded without one): the same
+ * wire and residual bit for bit, with the residual apart and in place
+ * (residual == addend); and decode(wire) + residual == x + addend up to
+ * the rounding of the residual's subtraction (add_encode: the part of the
+ * wire this rank added). wire: 0 8-bit, 1 16-bit, 2 packed. */
+static void check_addend_case(size_t count, size_t block, size_t first, int wire,
+                              shoal_round_t round)
+{
+    char what[200];
+    snprintf(what, sizeof(what), "addend: count %zu block %zu first %zu wire %d round %d", count,
+             block, first, wire, (int)round);
+    scales_t s;
+    scales_init(&s, first, count, block, 1);
+    shoal_codec_t c = make_codec(block, wire == 1, round, 21, 5, s.scales);
+    c.packed = wire == 2;
+    size_t wb = c.ops->wire_bytes(&c, count), fb = count * sizeof(float);
+    float *x = malloc(fb + 4), *add = malloc(fb + 4), *sum = malloc(fb + 4);
+    float *res_ref = malloc(fb + 4), *res = malloc(fb + 4), *dec = malloc(fb + 4);
+    unsigned char *in = malloc(wb + 1), *ref = malloc(wb + 1), *got = malloc(wb + 1);
+    assert_true(x && add && sum && res_ref && res && dec && in && ref && got);
+    fill_input(x, count, 0);
+    for (size_t i = 0; i < count; i++)
+        add[i] = 0.25f * rng_float(1.0f);
+    for (size_t i = 0; i < count; i++)
+        sum[i] = x[i] + add[i];
+    /* An incoming wire of sums within +-3, which every width holds. */
+    memset(in, 0, wb + 1);
+    for (size_t i = 0; i < count; i++) {
+        int v = (int)(rng_next() % 7) - 3;
+        if (wire == 1) {
+            int16_t h = (int16_t)v;
+            memcpy(in + 2 * i, &h, sizeof(h));
+        } else if (wire == 0) {
+            in[i] = (unsigned char)(int8_t)v;
+        } else {
+            in[i / 2] |= (unsigned char)((v & 0xf) << (i % 2 ? 4 : 0));
+        }
+    }
+    for (int op = 0; op < 2; op++) {
+        shoal_codec_simd_enable(0);
+        if (op == 0)
+            c.ops->encode(&c, ref, sum, NULL, res_ref, count, first);
+        else
+            c.ops->add_encode(&c, ref, in, sum, NULL, res_ref, count, first);
+        for (int simd = 0; simd <= 1; simd++) {
+            shoal_codec_simd_enable(simd);
+            for (int inplace = 0; inplace <= 1; inplace++) {
+                float *r = res;
+                const float *a = add;
+                if (inplace) {
+                    memcpy(res, add, fb);
+                    a = res;
+                }
+                if (op == 0)
+                    c.ops->encode(&c, got, x, a, r, count, first);
+                else
+                    c.ops->add_encode(&c, got, in, x, a, r, count, first);
+                check_bytes(got, ref, wb, what);
+                check_bytes(res, res_ref, fb, what);
+            }
+        }
+        /* The identity: what this rank's codes add, decoded, plus its
+         * residual is its value (up to the roundings of the decodes and
+         * of their difference). */
+        shoal_codec_simd_enable(1);
+        c.ops->decode(&c, dec, ref, count, first);
+        if (op == 1) {
+            c.ops->decode(&c, res, in, count, first);
+            for (size_t i = 0; i < count; i++)
+                dec[i] -= res[i];
+        }
+        for (size_t i = 0; i < count; i++) {
+            double gap = fabs((double)dec[i] + res_ref[i] - sum[i]);
+            if (gap > 0x1p-20 * (fabs((double)res_ref[i]) + fabs((double)dec[i]) +
+                                 fabs((double)sum[i])))
+                fail_msg("%s op %d: value %zu: decoded %.9g + residual %.9g != %.9g", what, op,
+                         i, dec[i], res_ref[i], sum[i]);
+        }
+    }
+    shoal_codec_simd_enable(1);
+    scales_free(&s);
+    free(x);
+    free(add);
+    free(sum);
+    free(res_ref);
+    free(res);
+    free(dec);
+    free(in);
+    free(ref);
+    free(got);
+}
+
+static void test_addend(void **state)
+{
+    (void)state;
+    for (size_t j = 0; j < NCOUNTS; j++)
+        for (size_t b = 0; b < NBLOCKS; b++)
+            for (size_t f = 0; f < NFIRSTS; f++)
+                for (int w = 0; w < 3; w++)
+                    for (int r = 0; r < 2; r++)
+                        check_addend_case(counts[j], blocks[b], firsts[f], w,
+                                          r ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC);
 }
 
 /* ---- kernels against the scalar reference ---- */
@@ -665,10 +773,10 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
         out[simd] = (float *)harness_alloc_guarded(fb + 4) + off;
         memset(w[simd], HARNESS_GUARD_BYTE, wb);
         memcpy(w[simd], in, wb);
-        c.ops->encode(&c, w[simd], xs[simd], rx[simd], count, first);
+        c.ops->encode(&c, w[simd], xs[simd], NULL, rx[simd], count, first);
         /* add onto the random wire, not onto the codes just made */
         memcpy(w[simd], in, wb);
-        c.ops->add_encode(&c, sum[simd], w[simd], ys[simd], ry[simd], count, first);
+        c.ops->add_encode(&c, sum[simd], w[simd], ys[simd], NULL, ry[simd], count, first);
         c.ops->decode(&c, out[simd], sum[simd], count, first);
     }
     shoal_codec_simd_enable(1);
@@ -681,7 +789,7 @@ static void check_simd_case(size_t count, size_t block, size_t first, int wide,
     /* encode's own output, once more on its own */
     for (int simd = 0; simd < 2; simd++) {
         shoal_codec_simd_enable(simd);
-        c.ops->encode(&c, w[simd], x, NULL, count, first);
+        c.ops->encode(&c, w[simd], x, NULL, NULL, count, first);
     }
     shoal_codec_simd_enable(1);
     check_bytes(w[1], w[0], wb, what);
@@ -743,11 +851,11 @@ static void test_packed(void **state)
                         fill_input(x, count, 0);
                         c8.seed = c4.seed = 100 + (uint64_t)r;
                         if (r == 0) {
-                            c8.ops->encode(&c8, w8, x, r8, count, first);
-                            c4.ops->encode(&c4, w4, x, r4, count, first);
+                            c8.ops->encode(&c8, w8, x, NULL, r8, count, first);
+                            c4.ops->encode(&c4, w4, x, NULL, r4, count, first);
                         } else {
-                            c8.ops->add_encode(&c8, w8, w8, x, r8, count, first);
-                            c4.ops->add_encode(&c4, w4, w4, x, r4, count, first);
+                            c8.ops->add_encode(&c8, w8, w8, x, NULL, r8, count, first);
+                            c4.ops->add_encode(&c4, w4, w4, x, NULL, r4, count, first);
                         }
                         assert_memory_equal(r8, r4, count * sizeof(float));
                     }
@@ -810,6 +918,7 @@ int main(void)
         cmocka_unit_test_teardown(test_block_absmax, simd_default),
         cmocka_unit_test(test_clip_bound),
         cmocka_unit_test_teardown(test_simd_matches_scalar, simd_default),
+        cmocka_unit_test_teardown(test_addend, simd_default),
         cmocka_unit_test_teardown(test_packed, simd_default),
     };
     return cmocka_run_group_tests_name("codec_ternary", tests, NULL, NULL);

@@ -7,6 +7,10 @@
  * - error feedback: after K steps the residuals summed over the ranks are
  *   the exact sum of every step's inputs minus the sum of the results (the
  *   telescoping identity of error feedback), up to fp32 rounding;
+ * - error feedback fused into the codecs' and PowerSGD's passes gives, at
+ *   every step, bitwise the result of a twin compressor without error
+ *   feedback fed the input plus the residual summed beforehand (the
+ *   unfused path);
  * - int8 is within its error of the exact sum, PowerSGD's vectors are exact;
  * - checkpoints: the state saved after step 1 and set into a new compressor
  *   replays the later steps bit for bit; a state of the wrong size or of
@@ -96,6 +100,10 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
     RANK_CHECK(x && res && sum_in && sum_out && mag && all_res, fail, "out of memory");
     shoal_compressor_t c = make(comm, v, count, 1, SHOAL_FLOAT32);
     RANK_CHECK(c, fail, "%s: create: %s", v->name, shoal_comm_last_error(comm));
+    /* The unfused path: no error feedback of its own, fed x + residual. */
+    shoal_compressor_t twin = make(comm, v, count, 0, SHOAL_FLOAT32);
+    float *x2 = malloc(bytes), *y2 = malloc(bytes);
+    RANK_CHECK(twin && x2 && y2, fail, "%s: twin: %s", v->name, shoal_comm_last_error(comm));
     size_t state_bytes = 0;
     RANK_CHECK(shoal_compressor_state_size(c, &state_bytes) == SHOAL_OK, fail, "state size");
     void *saved = malloc(state_bytes);
@@ -105,6 +113,10 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
         RANK_CHECK(y[t], fail, "out of memory");
         for (size_t i = 0; i < count; i++)
             x[i] = input(rank, i, t);
+        const float *r_old = NULL;
+        RANK_CHECK(shoal_compressor_residual(c, &r_old) == SHOAL_OK && r_old, fail, "residual");
+        for (size_t i = 0; i < count; i++)
+            x2[i] = x[i] + r_old[i];
         shoal_compress_info_t info;
         shoal_status_t s;
         if (t % 2) {
@@ -119,6 +131,11 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
                    shoal_comm_last_error(comm));
         RANK_CHECK(harness_same_bytes(comm, y[t], count * sizeof(float)), fail,
                    "%s count %zu step %d: ranks differ", v->name, count, t);
+        RANK_CHECK(shoal_allreduce_compressed(twin, x2, y2, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+                   "twin: %s", shoal_comm_last_error(comm));
+        RANK_CHECK(!memcmp(y[t], y2, count * sizeof(float)), fail,
+                   "%s count %zu step %d: fused error feedback differs from the unfused path",
+                   v->name, count, t);
         RANK_CHECK(info.step == (uint64_t)t, fail, "info.step %llu", (unsigned long long)info.step);
         RANK_CHECK((info.bytes_sent > 0) == (n > 1 && count > 0), fail, "bytes sent %llu",
                    (unsigned long long)info.bytes_sent);
@@ -205,6 +222,9 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
                v->name);
     RANK_CHECK(shoal_compressor_destroy(c2) == SHOAL_OK, fail, "destroy 2");
     RANK_CHECK(shoal_compressor_destroy(c) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(twin) == SHOAL_OK, fail, "destroy twin");
+    free(x2);
+    free(y2);
     for (int t = 0; t < STEPS; t++)
         free(y[t]);
     free(junk);

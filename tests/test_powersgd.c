@@ -12,6 +12,8 @@
 #include "compress/codec.h"
 #include "compress/powersgd.h"
 
+#include <cblas.h>
+
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -920,6 +922,108 @@ static void test_state(void **state)
     sim_free(&b);
 }
 
+/* ---- error feedback fused, and the panels ---- */
+
+/* A bucket whose matrices span one panel, several with a short last one
+ * (1100 rows of 64), one row per panel (40000 columns), with a vector and a
+ * matrix too small to shrink among them. */
+static const size_t pan_rows[] = {1100, 1, 3, 517, 5};
+static const size_t pan_cols[] = {64, 13, 40000, 33, 3};
+#define PAN_NT (sizeof(pan_rows) / sizeof(pan_rows[0]))
+#define PAN_RANK 4
+
+/* phase1_ef(m, r) gives phase1's bits of the fp32 sums m + r, and writes
+ * the sums to x (also in place over m); phase3, which goes by panels, gives
+ * the bits of the products over whole tensors that it made before (the
+ * residual: x plus -1/n P Q^T by one product; the result: scale P Q^T by
+ * another), computed here with cblas over each tensor at once. */
+static void test_fused_panels(void **state)
+{
+    (void)state;
+    shoal_psgd_t *ps, *ps2;
+    assert_int_equal(shoal_psgd_create(PAN_NT, pan_rows, pan_cols, PAN_RANK, 3, &ps), SHOAL_OK);
+    assert_int_equal(shoal_psgd_create(PAN_NT, pan_rows, pan_cols, PAN_RANK, 3, &ps2),
+                     SHOAL_OK);
+    size_t count = shoal_psgd_count(ps), len1 = shoal_psgd_len1(ps), len2 = shoal_psgd_len2(ps);
+    size_t fb = count * sizeof(float);
+    float *m = malloc(fb), *r = malloc(fb), *sum = malloc(fb), *x = malloc(fb);
+    float *mx = malloc(fb), *out = malloc(fb), *res = malloc(fb), *out_ref = malloc(fb);
+    float *res_ref = malloc(fb), *b1 = malloc(len1 * 4), *b1_ref = malloc(len1 * 4);
+    float *b2 = malloc(len2 * 4);
+    assert_true(m && r && sum && x && mx && out && res && out_ref && res_ref && b1 && b1_ref &&
+                b2);
+    fill_random(m, count);
+    fill_random(r, count);
+    for (size_t i = 0; i < count; i++) {
+        r[i] *= 0.125f;
+        sum[i] = m[i] + r[i];
+    }
+    shoal_psgd_phase1_ef(ps, m, r, x, b1);
+    shoal_psgd_phase1(ps2, sum, b1_ref);
+    assert_memory_equal(x, sum, fb);
+    assert_memory_equal(b1, b1_ref, len1 * sizeof(float));
+    memcpy(mx, m, fb);
+    shoal_psgd_phase1_ef(ps, mx, r, mx, b1);
+    assert_memory_equal(mx, sum, fb);
+    assert_memory_equal(b1, b1_ref, len1 * sizeof(float));
+    /* Without r: phase1 itself, x untouched. */
+    shoal_psgd_phase1_ef(ps, sum, NULL, NULL, b1);
+    assert_memory_equal(b1, b1_ref, len1 * sizeof(float));
+
+    /* One rank's buffers stand for the sums. */
+    shoal_psgd_phase2(ps, x, b1, b2);
+    const int n = 3;
+    const float scale = 0.5f;
+    shoal_psgd_phase3(ps, x, b1, b2, out, res, n, scale);
+    size_t off = 0, off1 = 0, off2 = 0, plain1 = 0;
+    for (size_t t = 0; t < PAN_NT; t++) {
+        size_t rows = pan_rows[t], cols = pan_cols[t], k = PAN_RANK;
+        k = k < rows ? k : rows;
+        k = k < cols ? k : cols;
+        if (rows > 1 && cols > 1 && (rows + cols) * k < rows * cols)
+            plain1 += rows * k;
+    }
+    for (size_t t = 0; t < PAN_NT; t++) {
+        size_t rows = pan_rows[t], cols = pan_cols[t], k = PAN_RANK, len = rows * cols;
+        k = k < rows ? k : rows;
+        k = k < cols ? k : cols;
+        if (rows > 1 && cols > 1 && (rows + cols) * k < rows * cols) {
+            const float *p = b1 + off1, *q = b2 + off2;
+            memcpy(res_ref + off, x + off, len * sizeof(float));
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)k,
+                        -1.0f / (float)n, p, (int)k, q, (int)k, 1.0f, res_ref + off, (int)cols);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)cols, (int)k,
+                        scale, p, (int)k, q, (int)k, 0.0f, out_ref + off, (int)cols);
+            off1 += rows * k;
+            off2 += cols * k;
+        } else {
+            const float *v = b1 + plain1;
+            for (size_t i = 0; i < len; i++) {
+                res_ref[off + i] = x[off + i] - v[i] / (float)n;
+                out_ref[off + i] = v[i] * scale;
+            }
+            plain1 += len;
+        }
+        off += len;
+    }
+    assert_memory_equal(out, out_ref, fb);
+    assert_memory_equal(res, res_ref, fb);
+    shoal_psgd_destroy(ps);
+    shoal_psgd_destroy(ps2);
+    free(m);
+    free(r);
+    free(sum);
+    free(x);
+    free(mx);
+    free(out);
+    free(res);
+    free(out_ref);
+    free(res_ref);
+    free(b1);
+    free(b1_ref);
+    free(b2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -933,6 +1037,7 @@ int main(void)
         cmocka_unit_test(test_zero_input),
         cmocka_unit_test(test_dependent_columns),
         cmocka_unit_test(test_state),
+        cmocka_unit_test(test_fused_panels),
     };
     return cmocka_run_group_tests_name("powersgd", tests, NULL, NULL);
 }

@@ -8,8 +8,11 @@
  * another wire). The table gives the median over -n repetitions in GB/s of
  * fp32 processed (the input, or decode's output) and its ratio to memcpy's.
  * -r also writes residuals (error feedback), -s runs the scalar references
- * instead of the kernels. Single-threaded; pin it (taskset) for steadier
- * figures. */
+ * instead of the kernels. -E adds the last residual (a third array) to the
+ * input of encode and add_encode as error feedback does, fused into the
+ * codec's pass (its addend); -U adds it the way it was added before the
+ * fusion, in a pass of its own into a fourth array, timed with the codec.
+ * Single-threaded; pin it (taskset) for steadier figures. */
 #include "compress/codec.h"
 #include "base/config.h"
 
@@ -30,7 +33,10 @@ typedef struct {
     long block;
     int residual;
     int scalar;
+    int ef; /* error feedback: 0 none, CODEC_BENCH_EF_FUSED or _UNFUSED */
 } codec_bench_opts_t;
+
+enum { CODEC_BENCH_EF_FUSED = 1, CODEC_BENCH_EF_UNFUSED };
 
 /* The columns, in the order each repetition runs them. */
 enum {
@@ -49,6 +55,7 @@ static const char *const codec_bench_col_names[CODEC_BENCH_COLS] = {
 
 typedef struct {
     float *src, *local, *dst, *res;
+    float *add, *sum; /* error feedback: the last residual, input + it */
     unsigned char *wire_in, *wire_out;
 } codec_bench_bufs_t;
 
@@ -62,13 +69,18 @@ static double codec_bench_now_s(void)
 static void codec_bench_usage(FILE *out, const char *prog)
 {
     fprintf(out,
-            "usage: %s [-b min] [-e max] [-f factor] [-n runs] [-B block] [-r] [-s] [-h]\n"
+            "usage: %s [-b min] [-e max] [-f factor] [-n runs] [-B block] [-r] [-E|-U] [-s] "
+            "[-h]\n"
             "  -b min     smallest input, bytes of fp32 (default 1M)\n"
             "  -e max     largest input (default 64M)\n"
             "  -f factor  size step, multiplicative (default 4)\n"
             "  -n runs    repetitions per size, the median is shown (default 9)\n"
             "  -B block   values per block: 32, 64 or 128 (default 64)\n"
             "  -r         also write residuals (error feedback)\n"
+            "  -E         error feedback fused: encode and add_encode add the last\n"
+            "             residual as they go (implies -r)\n"
+            "  -U         error feedback unfused: input + last residual summed in a\n"
+            "             pass of its own first, timed with the codec (implies -r)\n"
             "  -s         scalar references instead of the kernels\n"
             "  -h         this text\n",
             prog);
@@ -101,7 +113,7 @@ static int codec_bench_parse_bytes(int flag, const char *text, size_t *out_p)
 static int codec_bench_parse(int argc, char **argv, codec_bench_opts_t *o)
 {
     int opt;
-    while ((opt = getopt(argc, argv, "b:e:f:n:B:rsh")) != -1) {
+    while ((opt = getopt(argc, argv, "b:e:f:n:B:rEUsh")) != -1) {
         switch (opt) {
         case 'b':
             if (codec_bench_parse_bytes(opt, optarg, &o->min_bytes))
@@ -127,6 +139,8 @@ static int codec_bench_parse(int argc, char **argv, codec_bench_opts_t *o)
             }
             break;
         case 'r': o->residual = 1; break;
+        case 'E': o->residual = 1; o->ef = CODEC_BENCH_EF_FUSED; break;
+        case 'U': o->residual = 1; o->ef = CODEC_BENCH_EF_UNFUSED; break;
         case 's': o->scalar = 1; break;
         case 'h': codec_bench_usage(stdout, argv[0]); exit(0);
         default: codec_bench_usage(stderr, argv[0]); return -1;
@@ -160,6 +174,8 @@ static void codec_bench_free(codec_bench_bufs_t *b)
     free(b->res);
     free(b->wire_in);
     free(b->wire_out);
+    free(b->add);
+    free(b->sum);
 }
 
 static int codec_bench_alloc(codec_bench_bufs_t *b, size_t count, size_t wire)
@@ -171,13 +187,18 @@ static int codec_bench_alloc(codec_bench_bufs_t *b, size_t count, size_t wire)
     b->res = malloc(count * sizeof(float));
     b->wire_in = malloc(wire);
     b->wire_out = malloc(wire);
-    if (!b->src || !b->local || !b->dst || !b->res || !b->wire_in || !b->wire_out) {
+    b->add = malloc(count * sizeof(float));
+    b->sum = malloc(count * sizeof(float));
+    if (!b->src || !b->local || !b->dst || !b->res || !b->wire_in || !b->wire_out || !b->add ||
+        !b->sum) {
         fprintf(stderr, "codec_bench: out of memory for %zu values\n", count);
         codec_bench_free(b);
         return -1;
     }
     codec_bench_fill(b->src, count, 1);
     codec_bench_fill(b->local, count, 2);
+    codec_bench_fill(b->add, count, 3);
+    memset(b->sum, 0, count * sizeof(float));
     /* Touch every page before the clock runs. */
     memset(b->dst, 0, count * sizeof(float));
     memset(b->res, 0, count * sizeof(float));
@@ -186,24 +207,40 @@ static int codec_bench_alloc(codec_bench_bufs_t *b, size_t count, size_t wire)
     return 0;
 }
 
+/* The input of an encode with error feedback ef: x itself and the addend
+ * for the fused pass, or x + addend summed first (unfused). */
+static const float *codec_bench_ef_input(int ef, codec_bench_bufs_t *b, const float *x,
+                                         size_t count, const float **add_p)
+{
+    *add_p = ef == CODEC_BENCH_EF_FUSED ? b->add : NULL;
+    if (ef != CODEC_BENCH_EF_UNFUSED)
+        return x;
+    for (size_t i = 0; i < count; i++)
+        b->sum[i] = x[i] + b->add[i];
+    return b->sum;
+}
+
 /* Seconds of one run of column col. */
 static double codec_bench_once(int col, shoal_codec_t *c, codec_bench_bufs_t *b, size_t count,
-                               float *res)
+                               float *res, int ef)
 {
     const shoal_codec_ops_t *ops = c->ops;
+    const float *in, *add;
     double t0 = codec_bench_now_s();
     switch (col) {
     case CODEC_BENCH_MEMCPY: memcpy(b->dst, b->src, count * sizeof(float)); break;
     case CODEC_BENCH_ENC_NEAR:
     case CODEC_BENCH_ENC_STOCH:
         c->round = col == CODEC_BENCH_ENC_NEAR ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC;
-        ops->encode(c, b->wire_in, b->src, res, count, 0);
+        in = codec_bench_ef_input(ef, b, b->src, count, &add);
+        ops->encode(c, b->wire_in, in, add, res, count, 0);
         break;
     case CODEC_BENCH_DECODE: ops->decode(c, b->dst, b->wire_in, count, 0); break;
     case CODEC_BENCH_ADD_NEAR:
     case CODEC_BENCH_ADD_STOCH:
         c->round = col == CODEC_BENCH_ADD_NEAR ? SHOAL_ROUND_NEAREST : SHOAL_ROUND_STOCHASTIC;
-        ops->add_encode(c, b->wire_out, b->wire_in, b->local, res, count, 0);
+        in = codec_bench_ef_input(ef, b, b->local, count, &add);
+        ops->add_encode(c, b->wire_out, b->wire_in, in, add, res, count, 0);
         break;
     default: break;
     }
@@ -226,11 +263,11 @@ static int codec_bench_size(const codec_bench_opts_t *o, size_t bytes)
     float *res = o->residual ? b.res : NULL;
     static double times[CODEC_BENCH_COLS][CODEC_BENCH_MAX_RUNS];
     for (int col = 0; col < CODEC_BENCH_COLS; col++) /* warm up */
-        codec_bench_once(col, &c, &b, count, res);
+        codec_bench_once(col, &c, &b, count, res, o->ef);
     for (long r = 0; r < o->runs; r++) {
         c.step = (uint64_t)r;
         for (int col = 0; col < CODEC_BENCH_COLS; col++)
-            times[col][r] = codec_bench_once(col, &c, &b, count, res);
+            times[col][r] = codec_bench_once(col, &c, &b, count, res, o->ef);
     }
     double gbs[CODEC_BENCH_COLS];
     for (int col = 0; col < CODEC_BENCH_COLS; col++) {
@@ -271,8 +308,11 @@ int main(int argc, char **argv)
     if (codec_bench_parse(argc, argv, &o))
         return 2;
     shoal_codec_simd_enable(!o.scalar);
-    printf("# codec_bench: int8, block %ld, %s, residuals %s, 1 thread, median of %ld runs\n",
-           o.block, codec_bench_kernels(o.scalar), o.residual ? "on" : "off", o.runs);
+    static const char *const ef_names[] = {"none", "fused", "unfused (a pass of its own)"};
+    printf("# codec_bench: int8, block %ld, %s, residuals %s, error feedback %s, 1 thread, "
+           "median of %ld runs\n",
+           o.block, codec_bench_kernels(o.scalar), o.residual ? "on" : "off", ef_names[o.ef],
+           o.runs);
     printf("# GB/s of fp32 input (decode: output), and the ratio to memcpy of the same bytes\n");
     printf("#    bytes   %s", codec_bench_col_names[0]);
     for (int col = 1; col < CODEC_BENCH_COLS; col++)

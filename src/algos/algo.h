@@ -60,9 +60,12 @@ typedef struct {
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
     /* A compressed all-reduce (core/compress_call.h; fp32, SUM or AVG):
      * the codec, and the error-feedback residual of count floats or NULL.
-     * NULL codec for every other call. */
+     * residual_in: the last call's residual, count floats or NULL, added
+     * to this rank's input piece by piece as it is encoded (it may be
+     * residual itself). NULL codec for every other call. */
     const shoal_codec_t *codec;
     float *residual;
+    const float *residual_in;
     int codec_algo; /* shoal_compress_algo_t; with codec */
     size_t stage_bytes;   /* of staged input; 0: the caller's buffers */
 } shoal_coll_args_t;
@@ -214,6 +217,11 @@ typedef struct shoal_plan {
     struct shoal_plan *fallback;
     unsigned skip, skip_len;
     shoal_coll_args_t args;   /* the call it runs (buffers rebound per run) */
+    /* A copy of the codec the plan was made for: the key of its shape. The
+     * call's codec (args.codec) is borrowed for one run only (the
+     * compressor's lives on its stack), so the cache must not read it
+     * again at the next call. */
+    shoal_codec_t codec_shape;
     shoal_prims_t prims;
     size_t esize;
     size_t piece_elems;   /* elements per pipeline piece (chunk_size / esize) */

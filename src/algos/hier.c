@@ -34,7 +34,9 @@
  * stage (stage.h) on their segments, so that only the links between hosts carry compressed
  * data and each value is quantised once per host. Segments then start on
  * whole codec blocks and keep their place in the tensor for the codec
- * (its random stream, shared scales and residual indices). A rank writes
+ * (its random stream, shared scales and residual indices). The last
+ * call's residual joins each rank's input in the local reduce-scatter, as
+ * the plain stage reads it (its addend). A rank writes
  * the residuals of the values it quantised, those of its own segments, and
  * zeroes the rest: summed over the ranks they are the sum of the host sums
  * (each exact up to fp32 rounding) minus the result. The local phases move
@@ -189,6 +191,7 @@ typedef struct {
     size_t pipe_elems; /* elements per pipeline piece, the last may be short */
     size_t local_elems; /* elements per move of the local lane */
     int pieces, first, end;
+    const float *addend; /* error feedback's, of the whole tensor, or NULL */
 } hier_pipe_t;
 
 /* Pipeline piece k: [*qo_p, *qo_p + *ql_p). */
@@ -228,6 +231,10 @@ static shoal_status_t local_move(const hier_pipe_t *pp, hier_lane_t *ln, int rai
     ln->ring.total = ql;
     char *dst = (char *)a->recvbuf + qo * es;
     shoal_status_t s;
+    /* Error feedback's addend joins the input as its reduce-scatter reads
+     * it (the piece's moves count from the piece); the host sums hold it
+     * from then on. */
+    ln->p.addend = rs && pp->addend ? pp->addend + qo : NULL;
     if (rs) {
         shoal_ring_block(&ln->ring, ln->ring.me, &off, &len);
         s = shoal_ring_rs_step(&ln->p, &ln->ring, (const char *)a->sendbuf + qo * es,
@@ -313,6 +320,8 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     loc->p.avg_n = 0;
     rail->p.avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
     loc->p.poll = rail->p.poll = 1;
+    pp.addend = p->addend;
+    rail->p.addend = NULL;
     int rs_done = 0, rails_done = 0, nrails = pp.end - pp.first;
     int local_steps = 2 * pp.pieces, rail_steps = pp.pieces * nrails;
     shoal_idle_t wait = {0, 0};

@@ -41,18 +41,19 @@ static void host_zero(shoal_team_t *team, void *dst, size_t bytes)
 }
 
 static void host_encode(shoal_team_t *team, const shoal_codec_t *c, void *wire,
-                        const float *src, float *residual, size_t n, size_t first)
+                        const float *src, const float *addend, float *residual, size_t n,
+                        size_t first)
 {
     if (n)
-        c->ops->encode(c, wire, src, residual, n, first);
+        c->ops->encode(c, wire, src, addend, residual, n, first);
 }
 
 static void host_add_encode(shoal_team_t *team, const shoal_codec_t *c, void *out,
-                            const void *in, const float *src, float *residual, size_t n,
-                            size_t first)
+                            const void *in, const float *src, const float *addend,
+                            float *residual, size_t n, size_t first)
 {
     if (n)
-        c->ops->add_encode(c, out, in, src, residual, n, first);
+        c->ops->add_encode(c, out, in, src, addend, residual, n, first);
 }
 
 static void host_decode(shoal_team_t *team, const shoal_codec_t *c, float *dst,

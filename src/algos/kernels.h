@@ -33,11 +33,14 @@ typedef struct shoal_kernels {
     /* bytes of zeros at dst. */
     void (*zero)(struct shoal_team *team, void *dst, size_t bytes);
     /* The codec's operations (codec.h), n values from tensor index first. */
+    /* addend: the last step's residual, added in the same pass (codec.h;
+     * NULL: none). */
     void (*encode)(struct shoal_team *team, const shoal_codec_t *c, void *wire,
-                   const float *src, float *residual, size_t n, size_t first);
+                   const float *src, const float *addend, float *residual, size_t n,
+                   size_t first);
     void (*add_encode)(struct shoal_team *team, const shoal_codec_t *c, void *out,
-                       const void *in, const float *src, float *residual, size_t n,
-                       size_t first);
+                       const void *in, const float *src, const float *addend, float *residual,
+                       size_t n, size_t first);
     void (*decode)(struct shoal_team *team, const shoal_codec_t *c, float *dst,
                    const void *wire, size_t n, size_t first);
 } shoal_kernels_t;

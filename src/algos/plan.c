@@ -42,6 +42,7 @@ shoal_status_t shoal_plan_stage(shoal_team_t *team, const shoal_coll_args_t *arg
     p->st = &shoal_stage_codec;
     p->codec = args->codec;
     p->residual = args->residual;
+    p->addend = args->residual_in;
     plan->stage_elems = p->st->piece_elems(p, team->chunk_size);
     return plan->stage_elems ? SHOAL_OK : SHOAL_ERR_INTERNAL;
 }
@@ -121,6 +122,8 @@ shoal_status_t shoal_plan_create(shoal_team_t *team, const shoal_algo_ops_t *alg
         plan->algo = algo;
         plan->settings = shoal_config_generation();
         plan->args.stage_bytes = args->stage_bytes;
+        if (args->codec)
+            plan->codec_shape = *args->codec;
         s = plan_mem_take(team, plan);
     }
     if (s != SHOAL_OK) {
@@ -142,6 +145,7 @@ shoal_status_t shoal_plan_run(shoal_plan_t *plan, const shoal_coll_args_t *args)
     }
     plan->prims.codec = args->codec;
     plan->prims.residual = args->residual;
+    plan->prims.addend = args->residual_in;
     return plan->algo->run(plan);
 }
 
@@ -165,8 +169,8 @@ static int plan_fits(const shoal_plan_t *plan, const shoal_algo_ops_t *algo,
         a->root != args->root || a->codec_algo != args->codec_algo ||
         a->stage_bytes != args->stage_bytes || !a->codec != !args->codec)
         return 0;
-    const shoal_codec_t *c = a->codec, *d = args->codec;
-    return !c || (c->ops == d->ops && c->block == d->block && c->wide == d->wide &&
+    const shoal_codec_t *c = &plan->codec_shape, *d = args->codec;
+    return !d || (c->ops == d->ops && c->block == d->block && c->wide == d->wide &&
                   c->packed == d->packed);
 }
 

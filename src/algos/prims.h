@@ -66,6 +66,12 @@ typedef struct {
      * again later (a pipelined schedule drives several lanes of moves
      * from one thread, hier.c). */
     int poll;
+    /* Error feedback's addend: the last call's residual of the whole
+     * tensor (value i at addend[i]), which a stage adds to src in every
+     * move that reads src (stage.h). The run binds the call's (NULL: none);
+     * a schedule clears it around the moves whose src is not this rank's
+     * input but a partial sum that already holds it. fp32 only. */
+    const float *addend;
 } shoal_prims_t;
 
 /* One wait's state for shoal_prims_idle; start it zeroed. */

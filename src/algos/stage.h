@@ -12,7 +12,16 @@
  *
  * "Final" moves (recv_reduce_copy_send, copy_send, recv_reduce_keep and the
  * codec stage's decodes of a final wire) finish AVG over p->avg_n ranks
- * when it is > 0; partial sums never do. */
+ * when it is > 0; partial sums never do.
+ *
+ * Error feedback's addend (p->addend, fp32): every move that reads src
+ * (alone, send, recv_reduce_send, recv_reduce_copy_send, recv_reduce,
+ * copy_send, recv_reduce_keep) reads src + addend[first..first + n) in its
+ * place, formed in the pass that reads src (the codec stage's encode
+ * kernels take it as an addend; additions take it into dst first), so no
+ * pass over the tensor comes before the wire. The schedule sets it only
+ * while src is this rank's input, and clears it where src is a partial sum
+ * that holds it already. */
 #ifndef SHOAL_STAGE_H
 #define SHOAL_STAGE_H
 

@@ -2,7 +2,16 @@
  * ternary), with error feedback into p->residual when it is set. Each
  * quantisation writes the residual of the values it quantised; every
  * decode of a final wire finishes AVG, so every rank that decodes the same
- * bytes gets the same bits. */
+ * bytes gets the same bits.
+ *
+ * Error feedback's addend (p->addend, the last call's residual) joins src
+ * inside the move that reads src: the codec's fused kernels encode
+ * src + addend and write the new residual in the same loop over the piece
+ * (codec.h), and a move that only adds src (recv_reduce, alone) adds the
+ * addend to it first, piece by piece, each sum rounded once as a pass of
+ * its own over the whole tensor would round it. So the wire starts with
+ * the first piece, and the results are bitwise those of adding the
+ * residual to the input beforehand. */
 #include "stage.h"
 
 #include "algo.h"
@@ -17,17 +26,24 @@ static float *codec_residual(const shoal_prims_t *p, size_t first)
     return p->residual ? p->residual + first : NULL;
 }
 
+static const float *codec_addend(const shoal_prims_t *p, size_t first)
+{
+    return p->addend ? p->addend + first : NULL;
+}
+
 static void codec_encode(shoal_prims_t *p, void *wire, const float *src, size_t first, size_t n)
 {
     shoal_team_t *team = p->team;
-    team->kern->encode(team, p->codec, wire, src, codec_residual(p, first), n, first);
+    team->kern->encode(team, p->codec, wire, src, codec_addend(p, first),
+                       codec_residual(p, first), n, first);
 }
 
 static void codec_add_encode(shoal_prims_t *p, void *out, const void *in, const float *src,
                              size_t first, size_t n)
 {
     shoal_team_t *team = p->team;
-    team->kern->add_encode(team, p->codec, out, in, src, codec_residual(p, first), n, first);
+    team->kern->add_encode(team, p->codec, out, in, src, codec_addend(p, first),
+                           codec_residual(p, first), n, first);
 }
 
 /* dst = decode(wire), AVG finished: the same bits on every rank that
@@ -70,12 +86,15 @@ static size_t codec_tmp_bytes(const shoal_prims_t *p, size_t n)
     return n * sizeof(float);
 }
 
-/* A rank alone sends nothing and so quantises nothing: its input exactly,
- * and a residual of zeros. */
+/* A rank alone sends nothing and so quantises nothing: its input (plus
+ * the addend) exactly, and a residual of zeros, written after the addend
+ * was read (it may be the addend). */
 static void codec_alone(shoal_prims_t *p, const void *src, void *dst, size_t first, size_t n)
 {
     shoal_team_t *team = p->team;
-    if (dst != src)
+    if (p->addend && n)
+        shoal_combine(team, p->reduce, dst, src, p->addend + first, n, sizeof(float));
+    else if (dst != src)
         shoal_move(team, dst, src, n * sizeof(float));
     if (p->residual)
         team->kern->zero(team, p->residual + first, n * sizeof(float));
@@ -172,7 +191,9 @@ static shoal_status_t codec_recv_copy_send(shoal_prims_t *p, void *dst, size_t f
 }
 
 /* The owner's part of a direct exchange: dst = decode(received) + src in
- * fp32, through p->tmp (no AVG: a partial sum). */
+ * fp32, through p->tmp (no AVG: a partial sum). With the addend,
+ * decode(received) + (src + addend): src + addend into dst first, the
+ * piece still in cache for the second addition. */
 static shoal_status_t codec_recv_reduce(shoal_prims_t *p, const void *src, void *dst,
                                         size_t first, size_t n)
 {
@@ -182,6 +203,10 @@ static shoal_status_t codec_recv_reduce(shoal_prims_t *p, const void *src, void 
     if (s != SHOAL_OK)
         return s;
     team->kern->decode(team, p->codec, p->tmp, in, n, first);
+    if (p->addend && n) {
+        shoal_combine(team, p->reduce, dst, src, p->addend + first, n, sizeof(float));
+        src = dst;
+    }
     shoal_combine(team, p->reduce, dst, p->tmp, src, n, sizeof(float));
     return shoal_prims_release(p);
 }

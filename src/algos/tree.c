@@ -57,7 +57,9 @@
  *
  * Error feedback (codec stage). Every rank quantises each value of each
  * piece exactly once (a leaf its input, any other rank its subtree's
- * partial sum), so one call writes the whole residual array. A rank's
+ * partial sum), so one call writes the whole residual array. The last
+ * call's residual (the stage's addend) joins the input in the move that
+ * reads it: the leaf's encode, or the first addition of a child's piece. A rank's
  * residual is its children's decoded wires plus its input minus its own
  * wire's decoded value; summed over the ranks these telescope to the exact
  * sum of the inputs minus the decoded sum (for AVG: minus n times the
@@ -222,6 +224,9 @@ static shoal_status_t tree_up(shoal_plan_t *plan, void *ctx, int t, size_t q, si
         p->send_ep = parent;
         return st->send(p, in, off, len);
     }
+    /* The addend (error feedback) joins the input where it is read, and
+     * not again where the partial sum that holds it is read. */
+    const float *addend = p->addend;
     const char *part = in;
     if (right) {
         p->recv_ep = left;
@@ -230,14 +235,19 @@ static shoal_status_t tree_up(shoal_plan_t *plan, void *ctx, int t, size_t q, si
         if (s != SHOAL_OK)
             return s;
         part = acc;
+        p->addend = NULL;
     }
     p->recv_ep = right ? right : left;
+    shoal_status_t s;
     if (parent) {
         p->send_ep = parent;
-        return st->recv_reduce_send(p, part, off, len);
+        s = st->recv_reduce_send(p, part, off, len);
+    } else {
+        p->send_ep = NULL;
+        s = st->recv_reduce_keep(p, part, acc, tree_wire(ctx, q), off, len);
     }
-    p->send_ep = NULL;
-    return st->recv_reduce_keep(p, part, acc, tree_wire(ctx, q), off, len);
+    p->addend = addend;
+    return s;
 }
 
 /* This rank's part of piece [off, off+len) coming down tree t: the result

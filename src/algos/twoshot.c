@@ -30,7 +30,9 @@
  *
  * Error feedback. Every rank quantises every value exactly once (others'
  * blocks on the way out, its own block as a sum), so one call writes the
- * whole residual array of count floats on each rank. Summed over the
+ * whole residual array of count floats on each rank. The last call's
+ * residual (the stage's addend) joins the input where it is read: in the
+ * encode of others' blocks, and in the first addition to its own block. Summed over the
  * ranks, the residuals are the exact sum minus the decoded sum (for AVG:
  * minus n times the result), up to the fp32 rounding of the owner's sum.
  *
@@ -58,6 +60,7 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
                                         size_t piece_elems)
 {
     const shoal_stage_ops_t *st = p->st;
+    const float *addend = p->addend;
     int n = ring->n, r = ring->me;
     size_t es = p->esize, align = st->align(p, 1), loop = (size_t)n * piece_elems;
     shoal_status_t s = SHOAL_OK;
@@ -70,15 +73,19 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
             p->send_ep = shoal_team_ep(p->team, ring->ranks[(r + k) % n]);
             p->recv_ep = shoal_team_ep(p->team, ring->ranks[(r - k + n) % n]);
             at = PIECE((r + k) % n);
+            p->addend = addend;
             s = st->send(p, src + at * es, at, len);
             if (s != SHOAL_OK)
                 break;
-            /* The first contribution joins this rank's input; the others
-             * the partial sum in dst. */
+            /* The first contribution joins this rank's input (and the
+             * addend, error feedback's, with it); the others the partial
+             * sum in dst, which holds them already. */
             at = PIECE(r);
+            p->addend = k == 1 ? addend : NULL;
             s = st->recv_reduce(p, k == 1 ? src + at * es : dst + at * es, dst + at * es, at,
                                 len);
         }
+        p->addend = NULL;
         if (s != SHOAL_OK)
             break;
         shoal_ring_bind(p, ring);
@@ -88,6 +95,7 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
         if (s == SHOAL_OK)
             s = shoal_ring_gather_run(p, ring, dst, 0, base, real, bs, 0);
     }
+    p->addend = addend;
     return s;
 }
 

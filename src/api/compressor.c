@@ -26,7 +26,8 @@ struct shoal_compressor {
     int collective;    /* made by shoal_compressor_create (not per call) */
     uint64_t step;     /* successful calls so far */
     float *res, *res_next;  /* error feedback, count each (or NULL) */
-    float *x;          /* fp32 input (plus residual), when not sendbuf itself */
+    float *x;          /* fp32 input: the widened input, or PowerSGD's input plus
+                        * residual; NULL when sendbuf serves */
     float *out;        /* fp32 result, when recvbuf is not fp32 */
     float *scales;     /* TERNARY: one per block */
     size_t nblocks;
@@ -174,7 +175,9 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
         ok &= (c->res = calloc(count ? count : 1, sizeof(float))) != NULL;
         ok &= (c->res_next = floats(count)) != NULL;
     }
-    if (o->error_feedback || dtype != SHOAL_FLOAT32)
+    /* The codecs take the residual piece by piece (no x for them in
+     * fp32); PowerSGD reads its input three times and keeps the sum. */
+    if ((o->error_feedback && o->kind == SHOAL_COMPRESS_POWERSGD) || dtype != SHOAL_FLOAT32)
         ok &= (c->x = floats(count)) != NULL;
     if (dtype != SHOAL_FLOAT32)
         ok &= (c->out = floats(count)) != NULL;
@@ -340,7 +343,9 @@ shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
     return SHOAL_OK;
 }
 
-/* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL. */
+/* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL:
+ * PowerSGD's warm-up, the one step that still adds the residual in a pass
+ * of its own. */
 static void widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype, const float *add)
 {
     if (dtype == SHOAL_FLOAT32) {
@@ -363,16 +368,18 @@ static void narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype)
         h[i] = dtype == SHOAL_FLOAT16 ? shoal_f32_to_f16(src[i]) : shoal_f32_to_bf16(src[i]);
 }
 
-/* One inner all-reduce of fp32 values. */
+/* One inner all-reduce of fp32 values; a codec's adds res_in to send as
+ * it encodes it and writes the new residual into residual. */
 static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, const void *send,
                             void *recv, size_t count, shoal_op_t op, const shoal_codec_t *codec,
-                            float *residual)
+                            const float *res_in, float *residual)
 {
     shoal_call_t c = {
         .what = call->what,
         .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = send, .recvbuf = recv,
                  .count = count, .dtype = SHOAL_FLOAT32, .op = op, .codec = codec,
-                 .residual = residual, .codec_algo = call->comp->opt.algo},
+                 .residual = residual, .residual_in = res_in,
+                 .codec_algo = call->comp->opt.algo},
         .sig_kind = codec ? 0 : SHOAL_SIG_COMPRESSOR,
     };
     return shoal_call_run(comm, &c);
@@ -385,8 +392,11 @@ static uint64_t rank_seed(const shoal_compressor_t c, int rank)
     return c->opt.seed ^ ((uint64_t)rank + 1) * 0xd1342543de82ef95ull;
 }
 
+/* x: the fp32 input; res_in, res: the last and the new residual (NULL
+ * without error feedback). The input plus the residual is never written
+ * out: the scales read both, and the codec adds them as it encodes. */
 static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *call,
-                                const float *x, float *out, float *res)
+                                const float *x, const float *res_in, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
     shoal_codec_t codec = {
@@ -397,12 +407,12 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
          * ranks. */
-        shoal_codec_block_absmax(c->scales, x, c->count, c->opt.block);
-        float bound = shoal_codec_clip_bound(x, c->count, c->opt.clip_sigma);
+        shoal_codec_block_absmax_sum(c->scales, x, res_in, c->count, c->opt.block);
+        float bound = shoal_codec_clip_bound_sum(x, res_in, c->count, c->opt.clip_sigma);
         for (size_t b = 0; bound > 0 && b < c->nblocks; b++)
             c->scales[b] = fminf(c->scales[b], bound);
         shoal_status_t s = inner(comm, call, c->scales, c->scales, c->nblocks, SHOAL_MAX,
-                                 NULL, NULL);
+                                 NULL, NULL, NULL);
         if (s != SHOAL_OK)
             return s;
         /* Across hosts (hier-codec) each host compresses the sum of its
@@ -420,27 +430,54 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
         codec.packed = comm->team.nranks <= 7;
         codec.wide = comm->team.nranks > 127;
     }
-    return inner(comm, call, x, out, c->count, call->args.op, &codec, res);
+    return inner(comm, call, x, out, c->count, call->args.op, &codec, res_in, res);
 }
 
+/* m: the fp32 input; res_in, res as run_codec's.
+ *
+ * Passes over the tensor (count floats, each read or write of the whole
+ * tensor one pass; P, Q and the panels of powersgd.c stay in cache; a
+ * product with beta 0 has OpenBLAS clear its output first, a pass of its
+ * own when the output is the tensor):
+ * - before the fusion: x = m + r (read m, read r, write x: 3), P = x Q
+ *   (read x: 1), Q = x^T P (read x: 1), residual = copy of x (read x,
+ *   write r': 2), r' -= P Q^T / n (read and write r': 2), out = P Q^T
+ *   (clear out, then read and write it: 3); 12 passes;
+ * - fused (phase1_ef, and phase3 by panels): x = m + r with P = x Q in the
+ *   same pass (read m, read r, write x: 3), Q = x^T P (read x: 1), then per
+ *   panel the copy of x into r', the product into it and the product into
+ *   out, all but the first touch in cache (read x, write r', write out: 3);
+ *   7 passes. That is the floor of this schedule: m and r are read once
+ *   (2), out and r' written once (2), and Q and the result need the
+ *   tensor again after each of the two all-reduces (2 reads of x), so
+ *   keeping the sum x (1 write) costs what reading m and r a second time
+ *   would save. */
 static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *call,
-                                   const float *x, float *out, float *res)
+                                   const float *m, const float *res_in, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
     int n = comm->team.nranks;
     if (c->step < c->opt.warmup_steps) {
-        shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL);
+        /* A plain all-reduce of m + r: the sum written once, for it. */
+        const float *x = m;
+        if (res_in) {
+            widen(c->x, m, c->count, SHOAL_FLOAT32, res_in);
+            x = c->x;
+        }
+        shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL, NULL);
         if (s == SHOAL_OK && res)
             memset(res, 0, c->count * sizeof(float));
         return s;
     }
-    shoal_psgd_phase1(c->psgd, x, c->buf1);
+    const float *x = res_in ? c->x : m;
+    shoal_psgd_phase1_ef(c->psgd, m, res_in, c->x, c->buf1);
     shoal_status_t s = inner(comm, call, c->buf1, c->buf1, shoal_psgd_len1(c->psgd), SHOAL_SUM,
-                             NULL, NULL);
+                             NULL, NULL, NULL);
     if (s != SHOAL_OK)
         return s;
     shoal_psgd_phase2(c->psgd, x, c->buf1, c->buf2);
-    s = inner(comm, call, c->buf2, c->buf2, shoal_psgd_len2(c->psgd), SHOAL_SUM, NULL, NULL);
+    s = inner(comm, call, c->buf2, c->buf2, shoal_psgd_len2(c->psgd), SHOAL_SUM, NULL, NULL,
+              NULL);
     if (s != SHOAL_OK)
         return s;
     float scale = call->args.op == SHOAL_AVG ? 1.0f / (float)n : 1.0f;
@@ -453,17 +490,20 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
     shoal_compressor_t c = call->comp;
     const shoal_coll_args_t *a = &call->args;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
-    /* The input: the buffer itself, or a widened copy plus the residual. */
+    /* The input: the buffer itself, or (float16, bfloat16) a widened copy.
+     * The residual is not added here: the codecs add it piece by piece as
+     * they encode, PowerSGD in its first product's pass, so no pass over
+     * the tensor comes before the wire. */
     const float *x = a->sendbuf;
-    if (c->x) {
-        widen(c->x, a->sendbuf, c->count, c->dtype, c->res);
+    if (c->dtype != SHOAL_FLOAT32) {
+        widen(c->x, a->sendbuf, c->count, c->dtype, NULL);
         x = c->x;
     }
     float *out = c->out ? c->out : a->recvbuf;
     float *res = c->res ? c->res_next : NULL;
     shoal_status_t s = c->opt.kind == SHOAL_COMPRESS_POWERSGD
-                           ? run_powersgd(comm, call, x, out, res)
-                           : run_codec(comm, call, x, out, res);
+                           ? run_powersgd(comm, call, x, c->res, out, res)
+                           : run_codec(comm, call, x, c->res, out, res);
     if (s == SHOAL_OK) {
         if (c->out)
             narrow(a->recvbuf, c->out, c->count, c->dtype);

@@ -24,6 +24,15 @@
  * reduction these are the reduction's total error, up to fp32 rounding, and
  * adding them to the next step's input is error feedback.
  *
+ * That addition is fused: addend (when not NULL) is the last step's
+ * residual, added value by value in the same pass, so that the value
+ * encoded is x = src[i] + addend[i] (local[i] + addend[i] for add_encode),
+ * that sum rounded to fp32 once (the bits of a caller adding the two
+ * arrays first), and the residual written is x - decode(wire) (resp.
+ * (decode(wire_in) + x) - decode(wire_out)). residual may be addend: each
+ * value's addend is read before its residual is written. No pass over the
+ * tensor precedes the wire.
+ *
  * A codec whose block is not 32, 64 or 128, or whose round is not a
  * shoal_round_t, is invalid: wire_bytes gives 0 and the operations touch
  * nothing. The caller checks wire_bytes once when it sets a codec up.
@@ -44,13 +53,14 @@ typedef struct {
     const char *name; /* "int8", "ternary" */
     /* Bytes of the wire form of count values. */
     size_t (*wire_bytes)(const shoal_codec_t *c, size_t count);
-    void (*encode)(const shoal_codec_t *c, void *wire, const float *src, float *residual,
-                   size_t count, size_t first);
+    void (*encode)(const shoal_codec_t *c, void *wire, const float *src, const float *addend,
+                   float *residual, size_t count, size_t first);
     void (*decode)(const shoal_codec_t *c, float *dst, const void *wire, size_t count,
                    size_t first);
-    /* wire_out = wire_in (+) local. wire_out may equal wire_in. */
+    /* wire_out = wire_in (+) (local + addend). wire_out may equal wire_in. */
     void (*add_encode)(const shoal_codec_t *c, void *wire_out, const void *wire_in,
-                       const float *local, float *residual, size_t count, size_t first);
+                       const float *local, const float *addend, float *residual, size_t count,
+                       size_t first);
 } shoal_codec_ops_t;
 
 typedef enum {
@@ -95,6 +105,12 @@ void shoal_codec_block_absmax(float *out, const float *src, size_t count, size_t
  * maximum of the clipped values; values beyond their scale then encode as
  * +-scale and the rest goes to the residual. */
 float shoal_codec_clip_bound(const float *src, size_t count, float k);
+/* The same two of src + add (add NULL: src alone), each value the fp32 sum
+ * src[i] + add[i], without writing the sums: error feedback's scales and
+ * bound, read from the input and the residual in one pass each. */
+void shoal_codec_block_absmax_sum(float *out, const float *src, const float *add,
+                                  size_t count, size_t block);
+float shoal_codec_clip_bound_sum(const float *src, const float *add, size_t count, float k);
 
 /* The key of stream (seed, step), computed once per call. */
 static inline uint32_t shoal_codec_key(uint64_t seed, uint64_t step)

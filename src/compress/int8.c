@@ -50,6 +50,13 @@
  * the code as stored (not from the value before the conversion to int8),
  * so they are exactly what decode gives back.
  *
+ * With an addend (error feedback fused into the pass), the value is
+ * src + addend (encode) or decode(wire_in) + (local + addend)
+ * (add_encode), each sum rounded to fp32 once, formed a block at a time
+ * on the stack, as add_encode forms its sums: the same bits as a caller
+ * adding the two arrays first, without that pass. A block's addend is
+ * read before its residual is written, so residual may be addend.
+ *
  * A codec whose block is not 32, 64 or 128, or whose round is not one of
  * shoal_round_t, is invalid: wire_bytes gives 0 (which a valid codec never
  * gives for count > 0) and the operations return without touching memory.
@@ -276,16 +283,26 @@ static void shoal_int8_ref_block(const shoal_codec_t *c, unsigned char *wire, in
     }
 }
 
+/* With an addend, x = src + addend is formed one block at a time on the
+ * stack, and the block's residual is written after its addend was read:
+ * residual may be addend. */
 static void shoal_int8_encode_ref(const shoal_codec_t *c, unsigned char *wire, const float *src,
-                                  float *res, size_t count, size_t first)
+                                  const float *add, float *res, size_t count, size_t first)
 {
     size_t block = c->block;
     int8_t *codes = (int8_t *)(wire + shoal_int8_nblocks(count, block) * SHOAL_INT8_SCALE_BYTES);
     uint32_t key = shoal_codec_key(c->seed, c->step);
+    float s[SHOAL_INT8_MAX_BLOCK];
     for (size_t b = 0, base = 0; base < count; b++, base += block) {
         size_t n = count - base < block ? count - base : block;
-        shoal_int8_ref_block(c, wire, codes + base, b, src + base, res ? res + base : NULL, n,
-                             key, (uint64_t)first + base);
+        const float *x = src + base;
+        if (add) {
+            for (size_t i = 0; i < n; i++)
+                s[i] = src[base + i] + add[base + i];
+            x = s;
+        }
+        shoal_int8_ref_block(c, wire, codes + base, b, x, res ? res + base : NULL, n, key,
+                             (uint64_t)first + base);
     }
 }
 
@@ -304,8 +321,8 @@ static void shoal_int8_decode_ref(const shoal_codec_t *c, float *dst, const unsi
 }
 
 static void shoal_int8_add_encode_ref(const shoal_codec_t *c, unsigned char *out,
-                                      const unsigned char *in, const float *local, float *res,
-                                      size_t count, size_t first)
+                                      const unsigned char *in, const float *local,
+                                      const float *add, float *res, size_t count, size_t first)
 {
     size_t block = c->block;
     size_t scale_bytes = shoal_int8_nblocks(count, block) * SHOAL_INT8_SCALE_BYTES;
@@ -316,8 +333,10 @@ static void shoal_int8_add_encode_ref(const shoal_codec_t *c, unsigned char *out
     for (size_t b = 0, base = 0; base < count; b++, base += block) {
         size_t n = count - base < block ? count - base : block;
         float scale = shoal_int8_scale_get(in, b);
-        for (size_t i = 0; i < n; i++)
-            s[i] = (float)cin[base + i] * scale + local[base + i];
+        for (size_t i = 0; i < n; i++) {
+            float l = add ? local[base + i] + add[base + i] : local[base + i];
+            s[i] = (float)cin[base + i] * scale + l;
+        }
         shoal_int8_ref_block(c, out, cout + base, b, s, res ? res + base : NULL, n, key,
                              (uint64_t)first + base);
     }
@@ -525,6 +544,64 @@ SHOAL_INT8_KERNEL static void shoal_int8_encode_simd(const shoal_codec_t *c, uns
     }
 }
 
+/* x = src + add of one block into s, returning max |x| as bits (as
+ * amax_bits): the addition and the maximum in one loop. */
+SHOAL_INT8_INLINE uint32_t shoal_int8_sum_block(float *restrict s, const float *restrict src,
+                                               const float *restrict add, size_t n)
+{
+    uint32_t m = 0;
+    SHOAL_INT8_VEC_LOOP
+    for (size_t i = 0; i < n; i++) {
+        float v = src[i] + add[i];
+        s[i] = v;
+        uint32_t a = shoal_int8_bits(v) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+SHOAL_INT8_INLINE uint32_t shoal_int8_sum_any(float *restrict s, const float *restrict src,
+                                             const float *restrict add, size_t n)
+{
+    switch (n) {
+    case 32: return shoal_int8_sum_block(s, src, add, 32);
+    case 64: return shoal_int8_sum_block(s, src, add, 64);
+    case 128: return shoal_int8_sum_block(s, src, add, 128);
+    default: return shoal_int8_sum_block(s, src, add, n);
+    }
+}
+
+/* encode of src + add, fused: one block ahead as encode, the sums of two
+ * blocks on the stack (as add_encode). Block b's residual is written after
+ * blocks b and b + 1 of add were read, and before block b + 2 is: res may
+ * be add. */
+SHOAL_INT8_KERNEL static void shoal_int8_encode_add_simd(const shoal_codec_t *c,
+                                                         unsigned char *wire, const float *src,
+                                                         const float *add, float *res,
+                                                         size_t count, size_t first)
+{
+    size_t block = c->block, nb = shoal_int8_nblocks(count, block);
+    shoal_round_t round = c->round;
+    int8_t *codes = (int8_t *)(wire + nb * SHOAL_INT8_SCALE_BYTES);
+    uint32_t key = shoal_codec_key(c->seed, c->step);
+    float s[2][SHOAL_INT8_MAX_BLOCK];
+    size_t n = count < block ? count : block;
+    shoal_int8_params_t next =
+        shoal_int8_params(shoal_int8_value(shoal_int8_sum_any(s[0], src, add, n)));
+    for (size_t b = 0, base = 0; b < nb; b++, base += block) {
+        shoal_int8_params_t p = next;
+        size_t len = n;
+        if (b + 1 < nb) {
+            size_t nbase = base + block;
+            n = count - nbase < block ? count - nbase : block;
+            next = shoal_int8_params(shoal_int8_value(
+                shoal_int8_sum_any(s[(b + 1) % 2], src + nbase, add + nbase, n)));
+        }
+        shoal_int8_quant_any(wire, codes + base, b, s[b % 2], res ? res + base : NULL, len, p,
+                             round, key, (uint64_t)first + base);
+    }
+}
+
 SHOAL_INT8_INLINE void shoal_int8_decode_block(float *restrict dst, const int8_t *restrict codes,
                                               float scale, size_t n)
 {
@@ -567,9 +644,35 @@ SHOAL_INT8_INLINE uint32_t shoal_int8_add_block(float *restrict s, const int8_t 
     return m;
 }
 
-SHOAL_INT8_INLINE uint32_t shoal_int8_add_any(float *restrict s, const int8_t *restrict cin,
-                                             float scale, const float *restrict local, size_t n)
+/* s = decode(codes) + (local + add), returning max |s| as bits. */
+SHOAL_INT8_INLINE uint32_t shoal_int8_add3_block(float *restrict s, const int8_t *restrict cin,
+                                                float scale, const float *restrict local,
+                                                const float *restrict add, size_t n)
 {
+    uint32_t m = 0;
+    SHOAL_INT8_VEC_LOOP
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)cin[i] * scale + (local[i] + add[i]);
+        s[i] = v;
+        uint32_t a = shoal_int8_bits(v) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return m;
+}
+
+/* The block's sum with or without the addend (add NULL). */
+SHOAL_INT8_INLINE uint32_t shoal_int8_add_any(float *restrict s, const int8_t *restrict cin,
+                                             float scale, const float *restrict local,
+                                             const float *restrict add, size_t n)
+{
+    if (add) {
+        switch (n) {
+        case 32: return shoal_int8_add3_block(s, cin, scale, local, add, 32);
+        case 64: return shoal_int8_add3_block(s, cin, scale, local, add, 64);
+        case 128: return shoal_int8_add3_block(s, cin, scale, local, add, 128);
+        default: return shoal_int8_add3_block(s, cin, scale, local, add, n);
+        }
+    }
     switch (n) {
     case 32: return shoal_int8_add_block(s, cin, scale, local, 32);
     case 64: return shoal_int8_add_block(s, cin, scale, local, 64);
@@ -580,12 +683,13 @@ SHOAL_INT8_INLINE uint32_t shoal_int8_add_any(float *restrict s, const int8_t *r
 
 /* One block ahead, as encode, with the sums of two blocks on the stack.
  * Block b of the output is written after blocks b and b + 1 of the input
- * were read into s, and before block b + 2 is: in and out may be the same. */
+ * were read into s, and before block b + 2 is: in and out may be the same,
+ * and so may add and res. */
 SHOAL_INT8_KERNEL static void shoal_int8_add_encode_simd(const shoal_codec_t *c,
                                                          unsigned char *out,
                                                          const unsigned char *in,
-                                                         const float *local, float *res,
-                                                         size_t count, size_t first)
+                                                         const float *local, const float *add,
+                                                         float *res, size_t count, size_t first)
 {
     size_t block = c->block, nb = shoal_int8_nblocks(count, block);
     shoal_round_t round = c->round;
@@ -595,7 +699,8 @@ SHOAL_INT8_KERNEL static void shoal_int8_add_encode_simd(const shoal_codec_t *c,
     float s[2][SHOAL_INT8_MAX_BLOCK];
     size_t n = count < block ? count : block;
     shoal_int8_params_t next = shoal_int8_params(
-        shoal_int8_value(shoal_int8_add_any(s[0], cin, shoal_int8_scale_get(in, 0), local, n)));
+        shoal_int8_value(shoal_int8_add_any(s[0], cin, shoal_int8_scale_get(in, 0), local, add,
+                                            n)));
     for (size_t b = 0, base = 0; b < nb; b++, base += block) {
         shoal_int8_params_t p = next;
         size_t len = n;
@@ -604,7 +709,7 @@ SHOAL_INT8_KERNEL static void shoal_int8_add_encode_simd(const shoal_codec_t *c,
             n = count - nbase < block ? count - nbase : block;
             next = shoal_int8_params(shoal_int8_value(
                 shoal_int8_add_any(s[(b + 1) % 2], cin + nbase, shoal_int8_scale_get(in, b + 1),
-                                   local + nbase, n)));
+                                   local + nbase, add ? add + nbase : NULL, n)));
         }
         shoal_int8_quant_any(out, cout + base, b, s[b % 2], res ? res + base : NULL, len, p,
                              round, key, (uint64_t)first + base);
@@ -614,14 +719,16 @@ SHOAL_INT8_KERNEL static void shoal_int8_add_encode_simd(const shoal_codec_t *c,
 /* ---- ops ---- */
 
 static void shoal_int8_encode(const shoal_codec_t *c, void *wire, const float *src,
-                              float *residual, size_t count, size_t first)
+                              const float *addend, float *residual, size_t count, size_t first)
 {
     if (!shoal_int8_valid(c) || count == 0)
         return;
-    if (shoal_codec_simd_enabled())
-        shoal_int8_encode_simd(c, wire, src, residual, count, first);
+    if (!shoal_codec_simd_enabled())
+        shoal_int8_encode_ref(c, wire, src, addend, residual, count, first);
+    else if (addend)
+        shoal_int8_encode_add_simd(c, wire, src, addend, residual, count, first);
     else
-        shoal_int8_encode_ref(c, wire, src, residual, count, first);
+        shoal_int8_encode_simd(c, wire, src, residual, count, first);
 }
 
 static void shoal_int8_decode(const shoal_codec_t *c, float *dst, const void *wire, size_t count,
@@ -636,15 +743,15 @@ static void shoal_int8_decode(const shoal_codec_t *c, float *dst, const void *wi
 }
 
 static void shoal_int8_add_encode(const shoal_codec_t *c, void *wire_out, const void *wire_in,
-                                  const float *local, float *residual, size_t count,
-                                  size_t first)
+                                  const float *local, const float *addend, float *residual,
+                                  size_t count, size_t first)
 {
     if (!shoal_int8_valid(c) || count == 0)
         return;
     if (shoal_codec_simd_enabled())
-        shoal_int8_add_encode_simd(c, wire_out, wire_in, local, residual, count, first);
+        shoal_int8_add_encode_simd(c, wire_out, wire_in, local, addend, residual, count, first);
     else
-        shoal_int8_add_encode_ref(c, wire_out, wire_in, local, residual, count, first);
+        shoal_int8_add_encode_ref(c, wire_out, wire_in, local, addend, residual, count, first);
 }
 
 const shoal_codec_ops_t shoal_codec_int8 = {

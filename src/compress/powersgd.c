@@ -193,17 +193,63 @@ float *shoal_psgd_state(shoal_psgd_t *ps)
     return ps->q;
 }
 
+/* Rows of a panel: the products that read or write a whole tensor go
+ * through it a panel of about SHOAL_PSGD_PANEL_BYTES at a time, so that
+ * what one loop writes the next reads from cache. Row i of P = M Q and of
+ * P Q^T depends on row i of M or P alone, so a product of a panel gives the
+ * rows it would in the product of the whole (the tests check the bits). */
+#define SHOAL_PSGD_PANEL_BYTES (128 * 1024)
+
+static size_t shoal_psgd_panel_rows(size_t cols)
+{
+    size_t h = SHOAL_PSGD_PANEL_BYTES / sizeof(float) / cols;
+    return h ? h : 1;
+}
+
 void shoal_psgd_phase1(shoal_psgd_t *ps, const float *x, float *buf1)
+{
+    shoal_psgd_phase1_ef(ps, x, NULL, NULL, buf1);
+}
+
+void shoal_psgd_phase1_ef(shoal_psgd_t *ps, const float *m, const float *r, float *x,
+                          float *buf1)
 {
     for (size_t t = 0; t < ps->ntensors; t++) {
         const shoal_psgd_tensor_t *tt = &ps->tensors[t];
+        const float *mt = m + tt->off, *rt = r ? r + tt->off : NULL;
+        float *xt = r ? x + tt->off : NULL;
         if (tt->rank == 0) {
-            memcpy(buf1 + tt->off1, x + tt->off, tt->rows * tt->cols * sizeof(float));
+            size_t n = tt->rows * tt->cols;
+            float *v = buf1 + tt->off1;
+            if (!rt) {
+                memcpy(v, mt, n * sizeof(float));
+                continue;
+            }
+            for (size_t i = 0; i < n; i++)
+                v[i] = xt[i] = mt[i] + rt[i];
             continue;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tt->rows,
-                    (int)tt->rank, (int)tt->cols, 1.0f, x + tt->off, (int)tt->cols,
-                    ps->q + tt->off2, (int)tt->rank, 0.0f, buf1 + tt->off1, (int)tt->rank);
+        if (!rt) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)tt->rows,
+                        (int)tt->rank, (int)tt->cols, 1.0f, mt, (int)tt->cols,
+                        ps->q + tt->off2, (int)tt->rank, 0.0f, buf1 + tt->off1,
+                        (int)tt->rank);
+            continue;
+        }
+        /* Error feedback: x = m + r a panel at a time, and that panel's
+         * rows of P = x Q while it is in cache: one pass that reads m and r
+         * and writes x, where a separate sum would add a pass. */
+        size_t h = shoal_psgd_panel_rows(tt->cols);
+        for (size_t i0 = 0; i0 < tt->rows; i0 += h) {
+            size_t rows = tt->rows - i0 < h ? tt->rows - i0 : h, n = rows * tt->cols;
+            const float *mp = mt + i0 * tt->cols, *rp = rt + i0 * tt->cols;
+            float *xp = xt + i0 * tt->cols;
+            for (size_t i = 0; i < n; i++)
+                xp[i] = mp[i] + rp[i];
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)tt->rank,
+                        (int)tt->cols, 1.0f, xp, (int)tt->cols, ps->q + tt->off2,
+                        (int)tt->rank, 0.0f, buf1 + tt->off1 + i0 * tt->rank, (int)tt->rank);
+        }
     }
 }
 
@@ -295,19 +341,25 @@ void shoal_psgd_phase3(shoal_psgd_t *ps, const float *x, const float *buf1, cons
             }
             continue;
         }
-        const float *p = buf1 + tt->off1, *q = buf2 + tt->off2;
-        int m = (int)tt->rows, k = (int)tt->rank, c = (int)tt->cols;
-        /* The residual first, while x is intact (out may be x): x, then
-         * minus P Q^T / nranks added by the product itself. The result
-         * reads only P and Q, so it can come after whatever held x. */
-        if (rt) {
-            if (rt != xt)
-                memcpy(rt, xt, n * sizeof(float));
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, c, k,
-                        -1.0f / (float)nranks, p, k, q, k, 1.0f, rt, c);
+        const float *q = buf2 + tt->off2;
+        int k = (int)tt->rank, c = (int)tt->cols;
+        /* A panel of rows at a time, so that the products' passes over
+         * their outputs stay in cache: the residual first, while x is
+         * intact (out may be x): x, then minus P Q^T / nranks added by the
+         * product itself; then the result, which reads only P and Q. */
+        size_t h = shoal_psgd_panel_rows(tt->cols);
+        for (size_t i0 = 0; i0 < tt->rows; i0 += h) {
+            size_t rows = tt->rows - i0 < h ? tt->rows - i0 : h, off = i0 * tt->cols;
+            const float *p = buf1 + tt->off1 + i0 * tt->rank;
+            if (rt) {
+                if (rt != xt)
+                    memcpy(rt + off, xt + off, rows * tt->cols * sizeof(float));
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, c, k,
+                            -1.0f / (float)nranks, p, k, q, k, 1.0f, rt + off, c);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, c, k, scale, p, k,
+                        q, k, 0.0f, ot + off, c);
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, c, k, scale, p, k, q, k,
-                    0.0f, ot, c);
     }
     shoal_psgd_keep_q(ps, buf2);
 }

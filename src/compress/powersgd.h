@@ -95,6 +95,15 @@ size_t shoal_psgd_len2(const shoal_psgd_t *ps);
  * buf1: len1 floats, written: [P_t = M_t Q_t | plain values]. */
 void shoal_psgd_phase1(shoal_psgd_t *ps, const float *x, float *buf1);
 
+/* phase1 with error feedback fused: the bucket is m + r (m this rank's
+ * input, r its last residual, count floats each), which is also written
+ * to x (count floats, for phase2 and phase3) in the pass that computes P
+ * from it, a panel of rows at a time. With r NULL it is phase1(m) and x is
+ * not written. buf1's bits are phase1's of the fp32 sums m + r. x may be m
+ * itself, and must not otherwise overlap m, r or buf1. */
+void shoal_psgd_phase1_ef(shoal_psgd_t *ps, const float *m, const float *r, float *x,
+                          float *buf1);
+
 /* buf1 holds the sum over ranks of phase1's buffers, the same on every
  * rank. Orthonormalises the columns of each P_t in place (see the top of
  * this file) and writes buf2 (len2 floats): [Q_t = M_t^T P_t], with x as

@@ -35,6 +35,9 @@
  *
  * decode. dst_i = code_i * scale: the integer sum times the shared scale.
  *
+ * Addend (when not NULL, codec.h): x_i above is src_i + addend_i (local_i
+ * + addend_i for add_encode), rounded to fp32 once, in the same loop.
+ *
  * Residual (when not NULL). encode: x_i - code_i * scale. add_encode: the
  * part of local_i that this call did not add, local_i - (wire_out_i -
  * wire_in_i) * scale, which is local_i - encode(local)_i * scale unless
@@ -163,27 +166,31 @@ static int32_t shoal_ternary_code_ref(const shoal_codec_t *c, uint32_t key, floa
 }
 
 static void shoal_ternary_encode_ref(const shoal_codec_t *c, void *wire, const float *src,
-                                     float *residual, size_t count, size_t first)
+                                     const float *addend, float *residual, size_t count,
+                                     size_t first)
 {
     const uint32_t key = shoal_codec_key(c->seed, c->step);
     for (size_t i = 0; i < count; i++) {
+        float x = addend ? src[i] + addend[i] : src[i];
         float scale = shoal_ternary_scale(c, first + i);
-        int32_t k = shoal_ternary_code_ref(c, key, src[i], scale, first + i);
+        int32_t k = shoal_ternary_code_ref(c, key, x, scale, first + i);
         shoal_ternary_store(wire, i, k, c->wide);
         if (residual)
-            residual[i] = src[i] - (float)k * scale;
+            residual[i] = x - (float)k * scale;
     }
 }
 
 static void shoal_ternary_add_encode_ref(const shoal_codec_t *c, void *wire_out,
                                          const void *wire_in, const float *local,
-                                         float *residual, size_t count, size_t first)
+                                         const float *addend, float *residual, size_t count,
+                                         size_t first)
 {
     const uint32_t key = shoal_codec_key(c->seed, c->step);
     const int32_t max = c->wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
     for (size_t i = 0; i < count; i++) {
+        float x = addend ? local[i] + addend[i] : local[i];
         float scale = shoal_ternary_scale(c, first + i);
-        int32_t k = shoal_ternary_code_ref(c, key, local[i], scale, first + i);
+        int32_t k = shoal_ternary_code_ref(c, key, x, scale, first + i);
         int32_t in = shoal_ternary_load(wire_in, i, c->wide);
         int32_t sum = in + k;
         if (sum > max)
@@ -192,7 +199,7 @@ static void shoal_ternary_add_encode_ref(const shoal_codec_t *c, void *wire_out,
             sum = -max;
         shoal_ternary_store(wire_out, i, sum, c->wide);
         if (residual)
-            residual[i] = local[i] - (float)(sum - in) * scale;
+            residual[i] = x - (float)(sum - in) * scale;
     }
 }
 
@@ -203,13 +210,16 @@ static void shoal_ternary_decode_ref(const shoal_codec_t *c, float *dst, const v
         dst[i] = (float)shoal_ternary_load(wire, i, c->wide) * shoal_ternary_scale(c, first + i);
 }
 
-static void shoal_ternary_absmax_ref(float *out, const float *src, size_t count, size_t block)
+static void shoal_ternary_absmax_ref(float *out, const float *src, const float *add,
+                                     size_t count, size_t block)
 {
     for (size_t b = 0; b * block < count; b++) {
         float m = 0.0f;
-        for (size_t i = b * block; i < count && i < (b + 1) * block; i++)
-            if (fabsf(src[i]) > m) /* false for NaN: ignored */
-                m = fabsf(src[i]);
+        for (size_t i = b * block; i < count && i < (b + 1) * block; i++) {
+            float x = add ? src[i] + add[i] : src[i];
+            if (fabsf(x) > m) /* false for NaN: ignored */
+                m = fabsf(x);
+        }
         out[b] = m;
     }
 }
@@ -247,20 +257,22 @@ SHOAL_TERNARY_INLINE float shoal_ternary_uniform(uint32_t key, uint32_t lo, uint
  * 32 bits wide (n <= block), as is the random numbers' index, so that the
  * vector loop carries no 64-bit lanes. */
 SHOAL_TERNARY_INLINE void shoal_ternary_segment(unsigned char *out,
-                                                const unsigned char *in, const float *x,
-                                                float *res, size_t n, float scale,
-                                                uint32_t key, uint32_t lo, uint32_t hiterm,
-                                                int wide, int add, int nearest, int has_res)
+                                                const unsigned char *in, const float *src,
+                                                const float *addend, float *res, size_t n,
+                                                float scale, uint32_t key, uint32_t lo,
+                                                uint32_t hiterm, int wide, int add, int nearest,
+                                                int has_res, int has_add)
 {
     const float div = scale > 0.0f ? scale : INFINITY;
     const int32_t max = wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
     uint32_t n32 = (uint32_t)n;
     SHOAL_TERNARY_VEC_LOOP
     for (uint32_t i = 0; i < n32; i++) {
-        float p = fabsf(x[i]) / div;
+        float x = has_add ? src[i] + addend[i] : src[i];
+        float p = fabsf(x) / div;
         int32_t up = nearest ? p >= 0.5f : shoal_ternary_uniform(key, lo + i, hiterm) < p;
         uint32_t bits;
-        memcpy(&bits, &x[i], sizeof(bits));
+        memcpy(&bits, &x, sizeof(bits));
         int32_t neg = (int32_t)(bits >> 31);
         int32_t k = (up ^ -neg) + neg;
         int32_t q = k;
@@ -275,7 +287,7 @@ SHOAL_TERNARY_INLINE void shoal_ternary_segment(unsigned char *out,
             shoal_ternary_store(out, i, k, wide);
         }
         if (has_res)
-            res[i] = x[i] - (float)q * scale;
+            res[i] = x - (float)q * scale;
     }
 }
 
@@ -285,9 +297,10 @@ SHOAL_TERNARY_INLINE void shoal_ternary_segment(unsigned char *out,
  * the others follow by counting (a division per block would cost as much
  * as a quarter of the work). */
 SHOAL_TERNARY_INLINE void shoal_ternary_run(const shoal_codec_t *c, void *wire_out,
-                                            const void *wire_in, const float *x, float *res,
-                                            size_t count, size_t first, int wide, int add,
-                                            int nearest, int has_res)
+                                            const void *wire_in, const float *x,
+                                            const float *addend, float *res, size_t count,
+                                            size_t first, int wide, int add, int nearest,
+                                            int has_res, int has_add)
 {
     const uint32_t key = shoal_codec_key(c->seed, c->step);
     const size_t block = c->block;
@@ -304,9 +317,10 @@ SHOAL_TERNARY_INLINE void shoal_ternary_run(const shoal_codec_t *c, void *wire_o
         if (n > count - i)
             n = count - i;
         shoal_ternary_segment(out + i * width, add ? in + i * width : NULL, x + i,
-                              has_res ? res + i : NULL, n, c->scales[b], key, (uint32_t)index,
+                              has_add ? addend + i : NULL, has_res ? res + i : NULL, n,
+                              c->scales[b], key, (uint32_t)index,
                               (uint32_t)(index >> 32) * 0x9e3779b9u, wide, add, nearest,
-                              has_res);
+                              has_res, has_add);
         i += n;
         at += n;
         if (at == block) {
@@ -317,24 +331,31 @@ SHOAL_TERNARY_INLINE void shoal_ternary_run(const shoal_codec_t *c, void *wire_o
 }
 
 typedef void (*shoal_ternary_kernel_t)(const shoal_codec_t *c, void *wire_out,
-                                       const void *wire_in, const float *x, float *res,
-                                       size_t count, size_t first);
+                                       const void *wire_in, const float *x,
+                                       const float *addend, float *res, size_t count,
+                                       size_t first);
 
-#define SHOAL_TERNARY_KERNEL_DEFINE(name, wide, add, nearest, has_res)                 \
+#define SHOAL_TERNARY_KERNEL_DEFINE(name, wide, add, nearest, has_res, has_add)        \
     SHOAL_TERNARY_KERNEL static void name(const shoal_codec_t *c, void *wire_out,      \
                                           const void *wire_in, const float *x,         \
-                                          float *res, size_t count, size_t first)      \
+                                          const float *addend, float *res,             \
+                                          size_t count, size_t first)                  \
     {                                                                                  \
-        shoal_ternary_run(c, wire_out, wire_in, x, res, count, first, wide, add,       \
-                          nearest, has_res);                                           \
+        shoal_ternary_run(c, wire_out, wire_in, x, addend, res, count, first, wide,    \
+                          add, nearest, has_res, has_add);                             \
     }
 
-/* Indexed [wide][add][nearest][has_res]. */
+/* Indexed [wide][add][nearest][has_res][has_add]: the fused error
+ * feedback (an addend, which needs a residual) is a kernel of its own. */
 #define SHOAL_TERNARY_KERNELS_DEFINE(w, a)                                             \
-    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##00, w, a, 0, 0)                 \
-    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##01, w, a, 0, 1)                 \
-    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##10, w, a, 1, 0)                 \
-    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##11, w, a, 1, 1)
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##000, w, a, 0, 0, 0)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##001, w, a, 0, 0, 1)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##010, w, a, 0, 1, 0)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##011, w, a, 0, 1, 1)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##100, w, a, 1, 0, 0)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##101, w, a, 1, 0, 1)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##110, w, a, 1, 1, 0)             \
+    SHOAL_TERNARY_KERNEL_DEFINE(shoal_ternary_k##w##a##111, w, a, 1, 1, 1)
 
 SHOAL_TERNARY_KERNELS_DEFINE(0, 0)
 SHOAL_TERNARY_KERNELS_DEFINE(0, 1)
@@ -343,20 +364,22 @@ SHOAL_TERNARY_KERNELS_DEFINE(1, 1)
 
 #define SHOAL_TERNARY_KERNEL_ROW(w, a)                                                 \
     {                                                                                  \
-        {shoal_ternary_k##w##a##00, shoal_ternary_k##w##a##01},                        \
-        {shoal_ternary_k##w##a##10, shoal_ternary_k##w##a##11},                        \
+        {{shoal_ternary_k##w##a##000, shoal_ternary_k##w##a##001},                     \
+         {shoal_ternary_k##w##a##010, shoal_ternary_k##w##a##011}},                    \
+        {{shoal_ternary_k##w##a##100, shoal_ternary_k##w##a##101},                     \
+         {shoal_ternary_k##w##a##110, shoal_ternary_k##w##a##111}},                    \
     }
 
-static const shoal_ternary_kernel_t shoal_ternary_kernels[2][2][2][2] = {
+static const shoal_ternary_kernel_t shoal_ternary_kernels[2][2][2][2][2] = {
     {SHOAL_TERNARY_KERNEL_ROW(0, 0), SHOAL_TERNARY_KERNEL_ROW(0, 1)},
     {SHOAL_TERNARY_KERNEL_ROW(1, 0), SHOAL_TERNARY_KERNEL_ROW(1, 1)},
 };
 
 static shoal_ternary_kernel_t shoal_ternary_kernel(const shoal_codec_t *c, int add,
-                                                   const float *residual)
+                                                   const float *addend, const float *residual)
 {
     return shoal_ternary_kernels[c->wide != 0][add][c->round == SHOAL_ROUND_NEAREST]
-                                [residual != NULL];
+                                [residual != NULL][addend != NULL];
 }
 
 SHOAL_TERNARY_INLINE void shoal_ternary_decode_run(const shoal_codec_t *c, float *dst,
@@ -395,23 +418,41 @@ SHOAL_TERNARY_KERNEL static void shoal_ternary_decode16(const shoal_codec_t *c, 
  * |x|'s bits as unsigned integers is the order of |x|, and integer maxima
  * vectorize where float ones (NaN, signed zeros) do not. NaN counts as 0,
  * as the reference's comparison ignores it. */
-SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax(float *out, const float *src,
-                                                      size_t count, size_t block)
+SHOAL_TERNARY_INLINE void shoal_ternary_absmax_run(float *out, const float *src,
+                                                   const float *add, size_t count,
+                                                   size_t block, int has_add)
 {
     for (size_t b = 0, i = 0; i < count; b++, i += block) {
         size_t n = count - i < block ? count - i : block;
         const float *s = src + i;
+        const float *a = has_add ? add + i : NULL;
         uint32_t m = 0;
         SHOAL_TERNARY_VEC_LOOP
         for (size_t j = 0; j < n; j++) {
+            float x = has_add ? s[j] + a[j] : s[j];
             uint32_t u;
-            memcpy(&u, s + j, sizeof(u));
+            memcpy(&u, &x, sizeof(u));
             u &= 0x7fffffffu;
             u &= -(uint32_t)(u <= 0x7f800000u); /* a mask, not a branch */
             m = u > m ? u : m;
         }
         memcpy(out + b, &m, sizeof(m));
     }
+}
+
+SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax(float *out, const float *src,
+                                                      size_t count, size_t block)
+{
+    shoal_ternary_absmax_run(out, src, NULL, count, block, 0);
+}
+
+/* The maxima of src + add without writing the sum: error feedback's
+ * scales, fused with the residual's addition. */
+SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax_add(float *out, const float *src,
+                                                          const float *add, size_t count,
+                                                          size_t block)
+{
+    shoal_ternary_absmax_run(out, src, add, count, block, 1);
 }
 
 /* ---- the packed wire ----
@@ -446,17 +487,19 @@ static void shoal_ternary_unpack(int8_t *codes, const unsigned char *w, size_t n
 }
 
 static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
-                                 float *residual, size_t count, size_t first);
+                                 const float *addend, float *residual, size_t count,
+                                 size_t first);
 static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
-                                     const void *wire_in, const float *local, float *residual,
-                                     size_t count, size_t first);
+                                     const void *wire_in, const float *local,
+                                     const float *addend, float *residual, size_t count,
+                                     size_t first);
 static void shoal_ternary_decode(const shoal_codec_t *c, float *dst, const void *wire,
                                  size_t count, size_t first);
 
 /* op: 0 encode, 1 add_encode, 2 decode, through the 8-bit wire. */
 static void shoal_ternary_packed(const shoal_codec_t *c, int op, void *wire_out,
-                                 const void *wire_in, const float *src, float *dst,
-                                 float *residual, size_t count, size_t first)
+                                 const void *wire_in, const float *src, const float *addend,
+                                 float *dst, float *residual, size_t count, size_t first)
 {
     shoal_codec_t c8 = *c;
     c8.packed = 0;
@@ -465,12 +508,13 @@ static void shoal_ternary_packed(const shoal_codec_t *c, int op, void *wire_out,
     for (size_t off = 0; off < count; off += SHOAL_TERNARY_RUN) {
         size_t n = count - off < SHOAL_TERNARY_RUN ? count - off : SHOAL_TERNARY_RUN;
         float *res = residual ? residual + off : NULL;
+        const float *add = addend ? addend + off : NULL;
         if (op != 0)
             shoal_ternary_unpack(codes, (const unsigned char *)wire_in + off / 2, n);
         if (op == 0)
-            shoal_ternary_encode(&c8, codes, src + off, res, n, first + off);
+            shoal_ternary_encode(&c8, codes, src + off, add, res, n, first + off);
         else if (op == 1)
-            shoal_ternary_add_encode(&c8, codes, codes, src + off, res, n, first + off);
+            shoal_ternary_add_encode(&c8, codes, codes, src + off, add, res, n, first + off);
         else
             shoal_ternary_decode(&c8, dst + off, codes, n, first + off);
         if (op != 2)
@@ -488,34 +532,39 @@ static size_t shoal_ternary_wire_bytes(const shoal_codec_t *c, size_t count)
 }
 
 static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
-                                 float *residual, size_t count, size_t first)
+                                 const float *addend, float *residual, size_t count,
+                                 size_t first)
 {
     if (c->packed)
-        shoal_ternary_packed(c, 0, wire, NULL, src, NULL, residual, count, first);
+        shoal_ternary_packed(c, 0, wire, NULL, src, addend, NULL, residual, count, first);
     else if (shoal_codec_simd_enabled())
-        shoal_ternary_kernel(c, 0, residual)(c, wire, NULL, src, residual, count, first);
+        shoal_ternary_kernel(c, 0, addend, residual)(c, wire, NULL, src, addend, residual,
+                                                     count, first);
     else
-        shoal_ternary_encode_ref(c, wire, src, residual, count, first);
+        shoal_ternary_encode_ref(c, wire, src, addend, residual, count, first);
 }
 
 static void shoal_ternary_add_encode(const shoal_codec_t *c, void *wire_out,
-                                     const void *wire_in, const float *local, float *residual,
-                                     size_t count, size_t first)
+                                     const void *wire_in, const float *local,
+                                     const float *addend, float *residual, size_t count,
+                                     size_t first)
 {
     if (c->packed)
-        shoal_ternary_packed(c, 1, wire_out, wire_in, local, NULL, residual, count, first);
+        shoal_ternary_packed(c, 1, wire_out, wire_in, local, addend, NULL, residual, count,
+                             first);
     else if (shoal_codec_simd_enabled())
-        shoal_ternary_kernel(c, 1, residual)(c, wire_out, wire_in, local, residual, count,
-                                             first);
+        shoal_ternary_kernel(c, 1, addend, residual)(c, wire_out, wire_in, local, addend,
+                                                     residual, count, first);
     else
-        shoal_ternary_add_encode_ref(c, wire_out, wire_in, local, residual, count, first);
+        shoal_ternary_add_encode_ref(c, wire_out, wire_in, local, addend, residual, count,
+                                     first);
 }
 
 static void shoal_ternary_decode(const shoal_codec_t *c, float *dst, const void *wire,
                                  size_t count, size_t first)
 {
     if (c->packed)
-        shoal_ternary_packed(c, 2, NULL, wire, NULL, dst, NULL, count, first);
+        shoal_ternary_packed(c, 2, NULL, wire, NULL, NULL, dst, NULL, count, first);
     else if (!shoal_codec_simd_enabled())
         shoal_ternary_decode_ref(c, dst, wire, count, first);
     else if (c->wide)
@@ -533,12 +582,20 @@ const shoal_codec_ops_t shoal_codec_ternary = {
     .add_encode = shoal_ternary_add_encode,
 };
 
+void shoal_codec_block_absmax_sum(float *out, const float *src, const float *add,
+                                  size_t count, size_t block)
+{
+    if (!shoal_codec_simd_enabled())
+        shoal_ternary_absmax_ref(out, src, add, count, block);
+    else if (add)
+        shoal_ternary_absmax_add(out, src, add, count, block);
+    else
+        shoal_ternary_absmax(out, src, count, block);
+}
+
 void shoal_codec_block_absmax(float *out, const float *src, size_t count, size_t block)
 {
-    if (shoal_codec_simd_enabled())
-        shoal_ternary_absmax(out, src, count, block);
-    else
-        shoal_ternary_absmax_ref(out, src, count, block);
+    shoal_codec_block_absmax_sum(out, src, NULL, count, block);
 }
 
 /* Two passes in double: the mean, then the mean square of the deviations,
@@ -549,18 +606,24 @@ void shoal_codec_block_absmax(float *out, const float *src, size_t count, size_t
  * machine and in every build of the kernel. */
 #define SHOAL_TERNARY_LANES 8
 
-SHOAL_TERNARY_KERNEL static double shoal_ternary_sum(const float *src, size_t count,
-                                                    double mean, int square)
+/* Value i of src (+ add): the fp32 sum, as error feedback forms it. */
+SHOAL_TERNARY_INLINE double shoal_ternary_at(const float *src, const float *add, size_t i)
+{
+    return add ? (double)(src[i] + add[i]) : (double)src[i];
+}
+
+SHOAL_TERNARY_KERNEL static double shoal_ternary_sum(const float *src, const float *add,
+                                                    size_t count, double mean, int square)
 {
     double lane[SHOAL_TERNARY_LANES] = {0.0};
     size_t i = 0;
     for (; i + SHOAL_TERNARY_LANES <= count; i += SHOAL_TERNARY_LANES)
         for (size_t j = 0; j < SHOAL_TERNARY_LANES; j++) {
-            double d = src[i + j] - mean;
+            double d = shoal_ternary_at(src, add, i + j) - mean;
             lane[j] += square ? d * d : d;
         }
     for (size_t j = 0; i + j < count; j++) {
-        double d = src[i + j] - mean;
+        double d = shoal_ternary_at(src, add, i + j) - mean;
         lane[j] += square ? d * d : d;
     }
     double sum = 0.0;
@@ -569,16 +632,21 @@ SHOAL_TERNARY_KERNEL static double shoal_ternary_sum(const float *src, size_t co
     return sum;
 }
 
-float shoal_codec_clip_bound(const float *src, size_t count, float k)
+float shoal_codec_clip_bound_sum(const float *src, const float *add, size_t count, float k)
 {
     if (!(k > 0.0f) || count == 0)
         return 0.0f;
-    const double mean = shoal_ternary_sum(src, count, 0.0, 0) / (double)count;
-    const double var = shoal_ternary_sum(src, count, mean, 1) / (double)count;
+    const double mean = shoal_ternary_sum(src, add, count, 0.0, 0) / (double)count;
+    const double var = shoal_ternary_sum(src, add, count, mean, 1) / (double)count;
     const double bound = (double)k * sqrt(var);
     /* No clipping when there is nothing sensible to clip to (NaN or
      * infinite input, or a bound beyond any float). */
     if (!(bound <= FLT_MAX))
         return 0.0f;
     return (float)bound;
+}
+
+float shoal_codec_clip_bound(const float *src, size_t count, float k)
+{
+    return shoal_codec_clip_bound_sum(src, NULL, count, k);
 }

@@ -231,6 +231,14 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
     if (spans_overlap(res, sin) || spans_overlap(res, sout))
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: the residual array overlaps sendbuf or recvbuf", what);
+    /* The last residual is read as the new one is written, value by value:
+     * it may be the residual array itself, and nothing else it overlaps. */
+    span_t rin = {(const char *)a->residual_in, a->residual_in ? a->count * sizeof(float) : 0};
+    if (spans_overlap(rin, sin) || spans_overlap(rin, sout) ||
+        (spans_overlap(rin, res) && (const void *)a->residual_in != (const void *)a->residual))
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the last residual overlaps sendbuf, recvbuf or (other than "
+                               "exactly) the residual array", what);
     if (!spans_overlap(sin, sout))
         return SHOAL_OK;
     const char *sp = a->sendbuf, *rp = a->recvbuf;

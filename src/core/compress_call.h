@@ -45,4 +45,16 @@ shoal_status_t shoal_allreduce_codec(shoal_comm_t comm, const void *sendbuf, voi
                                      const shoal_codec_t *codec, float *residual,
                                      shoal_compress_algo_t algo);
 
+/* The same with error feedback fused: residual_in (NULL, or count floats
+ * not overlapping the buffers; it may be residual itself) is the last
+ * call's residual, added to this rank's input piece by piece in the pass
+ * that encodes it, so that the call reduces sendbuf + residual_in with no
+ * pass over the tensor before the wire. Results, residuals included, are
+ * bitwise those of shoal_allreduce_codec on the fp32 sums
+ * sendbuf[i] + residual_in[i]. */
+shoal_status_t shoal_allreduce_codec_ef(shoal_comm_t comm, const void *sendbuf, void *recvbuf,
+                                        size_t count, shoal_dtype_t dtype, shoal_op_t op,
+                                        const shoal_codec_t *codec, const float *residual_in,
+                                        float *residual, shoal_compress_algo_t algo);
+
 #endif

@@ -369,6 +369,7 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         args.codec = sim->codec;
         args.codec_algo = sim->codec_algo;
         args.residual = (float *)(void *)(mem + resid);
+        args.residual_in = args.residual; /* error feedback in place */
     }
     if (!ops)
         ops = compressed ? shoal_codec_algo_select(&sim->ranks[0].team, &args)

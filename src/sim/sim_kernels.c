@@ -32,16 +32,18 @@ static void dry_finish_avg(struct shoal_team *team, void *dst, size_t count,
 }
 
 static void dry_encode(struct shoal_team *team, const shoal_codec_t *c, void *wire,
-                       const float *src, float *residual, size_t n, size_t first)
+                       const float *src, const float *addend, float *residual, size_t n,
+                       size_t first)
 {
-    dry_count(team, n * sizeof(float));
+    /* The input, and the residual added to it in the same pass. */
+    dry_count(team, (addend ? 2 : 1) * n * sizeof(float));
 }
 
 static void dry_add_encode(struct shoal_team *team, const shoal_codec_t *c, void *out,
-                           const void *in, const float *src, float *residual, size_t n,
-                           size_t first)
+                           const void *in, const float *src, const float *addend,
+                           float *residual, size_t n, size_t first)
 {
-    dry_count(team, n * sizeof(float));
+    dry_count(team, (addend ? 2 : 1) * n * sizeof(float));
 }
 
 static void dry_decode(struct shoal_team *team, const shoal_codec_t *c, float *dst,
