@@ -115,6 +115,16 @@ static shoal_status_t ring_cur_flush(shoal_prims_t *p, shoal_ring_cur_t *cur)
     return s;
 }
 
+/* A move of a stepped schedule went: the next of the piece's moves, or
+ * after the last of them (moves), the first of the piece at next. */
+static void ring_cur_next(shoal_ring_cur_t *cur, int moves, size_t next)
+{
+    if (++cur->k == moves) {
+        cur->k = 0;
+        cur->at = next;
+    }
+}
+
 /* Run a stepped schedule to its end (p->poll is clear: every step waits). */
 #define RING_RUN(step_call)                                                                 \
     do {                                                                                    \
@@ -173,13 +183,9 @@ shoal_status_t shoal_ring_allreduce_step(shoal_prims_t *p, const shoal_ring_t *r
         s = ring_gather_move(p, ring, dst, first, base, real, bs, 1, k - (n - 1));
     }
 #undef PIECE
-    if (s != SHOAL_OK)
-        return s;
-    if (++cur->k == 2 * n - 1) {
-        cur->k = 0;
-        cur->at = base + loop;
-    }
-    return SHOAL_OK;
+    if (s == SHOAL_OK)
+        ring_cur_next(cur, 2 * n - 1, base + loop);
+    return s;
 }
 
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
@@ -250,13 +256,9 @@ shoal_status_t shoal_ring_rs_step(shoal_prims_t *p, const shoal_ring_t *ring, co
         s = st->recv_reduce_copy_send(p, src + at * es, dst + off * es, at, len);
         p->send_ep = send_ep;
     }
-    if (s != SHOAL_OK)
-        return s;
-    if (++cur->k == n) {
-        cur->k = 0;
-        cur->at = off + piece_elems;
-    }
-    return SHOAL_OK;
+    if (s == SHOAL_OK)
+        ring_cur_next(cur, n, off + piece_elems);
+    return s;
 }
 
 shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
@@ -300,13 +302,9 @@ shoal_status_t shoal_ring_ag_step(shoal_prims_t *p, const shoal_ring_t *ring, co
     } else {
         s = st->recv(p, dst + at * es, at, len);
     }
-    if (s != SHOAL_OK)
-        return s;
-    if (++cur->k == n) {
-        cur->k = 0;
-        cur->at = off + piece_elems;
-    }
-    return SHOAL_OK;
+    if (s == SHOAL_OK)
+        ring_cur_next(cur, n, off + piece_elems);
+    return s;
 }
 
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
