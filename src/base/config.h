@@ -55,12 +55,21 @@ enum {
     SHOAL_CMA_OFF = 2,  /* never */
 };
 
+/* SHOAL_SHM_SPIN=auto: the probe at init measures it (the default until
+ * then, and where no probe runs). */
+#define SHOAL_SHM_SPIN_AUTO UINT64_MAX
+#define SHOAL_SHM_SPIN_DEFAULT 100000u
+/* Slots per FIFO where neither SHOAL_SHM_NSLOTS nor the probe sets them. */
+#define SHOAL_SHM_NSLOTS_DEFAULT 8u
+
 typedef struct {
     int enable;      /* SHOAL_SHM_ENABLE */
-    size_t nslots;   /* SHOAL_SHM_NSLOTS */
-    uint64_t spin_ns; /* SHOAL_SHM_SPIN: polling before a wait sleeps */
+    size_t nslots;   /* SHOAL_SHM_NSLOTS; 0: chosen at init */
+    uint64_t spin_ns; /* SHOAL_SHM_SPIN: polling before a wait sleeps; SHOAL_SHM_SPIN_AUTO */
     int cma;         /* SHOAL_CMA: SHOAL_CMA_AUTO... */
     int test_cma_fail; /* SHOAL_TEST_CMA_FAIL, tests only: this rank's probe fails; -1 = none */
+    size_t test_piece; /* SHOAL_TEST_SHM_PIECE, tests only: the probe's choice; 0 = measured */
+    int test_probe_fail; /* SHOAL_TEST_SHM_PROBE_FAIL, tests only: this rank's part fails */
 } shoal_shm_config_t;
 
 typedef struct {

@@ -49,6 +49,7 @@ static void wireup_params(struct shoal_comm *comm, shoal_tl_params_t *par)
         .boot = {.handle = comm->bootstrap,
                  .local_addr = wireup_local_addr,
                  .secret = wireup_secret},
+        .timeout_ns = comm->team.timeout_ns,
     };
 }
 
@@ -157,6 +158,12 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
         if (comm->team.tl_ctx[t])
             s = shoal_transports[t]->ready(comm->team.tl_ctx[t]);
+    }
+    /* A transport that measured the pieces (shm, when it joins every rank
+     * and SHOAL_CHUNK_SIZE is unset) gave every rank the same answer. */
+    for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
+        if (comm->team.tl_ctx[t] && comm->team.tl_ctx[t]->piece)
+            comm->team.chunk_size = comm->team.tl_ctx[t]->piece;
     }
     for (size_t t = 0; t < NTRANSPORTS; t++)
         free(addrs[t]);

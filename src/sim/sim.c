@@ -179,7 +179,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     int n = sim->n = cfg->nhosts * cfg->per_host;
     size_t nn = (size_t)n * n;
     size_t chunk = cfg->chunk_size ? cfg->chunk_size : shoal_config_chunk(conf, cfg->nhosts > 1);
-    sim->depth_intra = conf->shm.nslots;
+    sim->depth_intra = conf->shm.nslots ? conf->shm.nslots : SHOAL_SHM_NSLOTS_DEFAULT;
     sim->depth_inter = conf->tcp.nslots;
     sim->depth = sim->depth_intra > sim->depth_inter ? sim->depth_intra : sim->depth_inter;
     sim->host_of = malloc((size_t)n * sizeof(int));

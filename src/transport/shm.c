@@ -29,9 +29,11 @@
  * them all and so comes to the same answer as the others. */
 #include "transport.h"
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "shm_rmem.h"
+#include "shm_tune.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -102,7 +104,15 @@ typedef struct {
      * its break-even size. */
     _Alignas(SHOAL_SHM_LINE) atomic_uint cma_failed;
     atomic_ullong cma_min;
+    /* What the host's first rank chose at ready (shm_tune.c), for every
+     * local rank: tuned turns from TUNE_PENDING once the rest is written. */
+    _Alignas(SHOAL_SHM_LINE) atomic_uint tuned;
+    uint64_t tune_piece;   /* 0: keep the piece of the open */
+    uint64_t tune_depth;
+    uint64_t tune_spin_ns; /* 0: keep the spin of the open */
 } shoal_shm_seg_t;
+
+enum { TUNE_PENDING = 0, TUNE_DONE, TUNE_FAILED };
 
 /* Address blob: everything a peer needs to find and check our segment. */
 typedef struct {
@@ -126,8 +136,11 @@ typedef struct {
     size_t nfifo;
     size_t ctrl_len;       /* control block of one FIFO, page-rounded */
     size_t stride;         /* bytes of one FIFO: control block + slots */
-    size_t nslots;
-    size_t chunk;
+    size_t nslots;         /* slot metadata entries of one FIFO: the most slots */
+    size_t ring;           /* bytes of slots of one FIFO */
+    size_t chunk;          /* the piece it opened with (slot bytes until ready) */
+    size_t depth;          /* slots it opened with */
+    int tune_piece;        /* the probe at ready chooses piece and depth */
     uint64_t spin_ns;      /* how long a wait polls before it sleeps */
     uint64_t seen;         /* FIFO activity when the last sleep call returned */
     struct shoal_shm_ep **eps; /* connected endpoints by peer, for the activity sum */
@@ -203,14 +216,28 @@ static shoal_status_t shoal_shm_query(const shoal_tl_params_t *par, int peer,
     return SHOAL_OK;
 }
 
-/* Sizes of one FIFO and of the whole segment; refuses settings whose
+/* Slots of one FIFO: the depth and the bytes of slots. Settings decide
+ * them, or, where the piece is left to the probe at ready, its FIFOs keep
+ * SHOAL_SHM_RING_BYTES (or SHOAL_SHM_NSLOTS of the largest piece) and
+ * have metadata for as many slots as the smallest piece fills. Then
+ * sizes of one FIFO and of the whole segment; refuses settings whose
  * product overflows. */
-static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo)
+static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo, size_t forced)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t meta, slots, stride, fifos, seg;
-    if (__builtin_mul_overflow(ctx->nslots, sizeof(shoal_shm_meta_t), &meta) ||
-        __builtin_mul_overflow(ctx->nslots, ctx->chunk, &slots))
+    if (ctx->tune_piece && !forced) {
+        slots = SHOAL_SHM_RING_BYTES;
+        ctx->nslots = slots / SHOAL_SHM_PIECE_MIN;
+        ctx->depth = slots / ctx->chunk;
+    } else {
+        ctx->depth = ctx->nslots = forced ? forced : SHOAL_SHM_NSLOTS_DEFAULT;
+        if (__builtin_mul_overflow(ctx->depth,
+                                   ctx->tune_piece ? SHOAL_SHM_PIECE_MAX : ctx->chunk, &slots))
+            goto err_too_big;
+    }
+    ctx->ring = slots;
+    if (__builtin_mul_overflow(ctx->nslots, sizeof(shoal_shm_meta_t), &meta))
         goto err_too_big;
     ctx->ctrl_len = shoal_shm_round_up(SHOAL_SHM_META_OFF + meta, page);
     if (__builtin_add_overflow(ctx->ctrl_len, slots, &stride) ||
@@ -228,7 +255,7 @@ static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo)
 
 err_too_big:
     shoal_error(SHM, "SHOAL_SHM_NSLOTS=%zu x SHOAL_CHUNK_SIZE=%zu x %zu peers is too large",
-                ctx->nslots, ctx->chunk, nfifo);
+                ctx->depth, ctx->chunk, nfifo);
     return SHOAL_ERR_INVALID_ARG;
 }
 
@@ -264,6 +291,7 @@ static void shoal_shm_init_seg(shoal_shm_ctx_t *ctx, const shoal_tl_params_t *pa
     atomic_init(&hdr->asleep, 0);
     atomic_init(&hdr->cma_failed, ctx->cma.failed ? 1u : 0u);
     atomic_init(&hdr->cma_min, ctx->cma.min_bytes);
+    atomic_init(&hdr->tuned, TUNE_PENDING);
     size_t idx = 0;
     for (int q = 0; q < par->nranks; q++) {
         if (q == par->rank || par->host_of[q] != par->host_of[par->rank])
@@ -305,11 +333,16 @@ static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_
         shoal_error(SHM, "shm open: out of memory");
         goto err_free_ctx;
     }
-    ctx->nslots = cfg->shm.nslots;
     ctx->chunk = par->chunk_size;
-    ctx->spin_ns = cfg->shm.spin_ns;
+    /* The probe chooses the piece only where it is free to (no
+     * SHOAL_CHUNK_SIZE) and every rank is on this host, so that one
+     * rank's choice holds for the whole communicator. */
+    ctx->tune_piece = cfg->algo.chunk_size == 0 && nfifo + 1 == (size_t)par->nranks &&
+                      par->chunk_size <= SHOAL_SHM_PIECE_MAX;
+    ctx->spin_ns = cfg->shm.spin_ns == SHOAL_SHM_SPIN_AUTO ? SHOAL_SHM_SPIN_DEFAULT
+                                                          : cfg->shm.spin_ns;
     ctx->cma_min = UINT64_MAX;
-    s = shoal_shm_layout(ctx, nfifo);
+    s = shoal_shm_layout(ctx, nfifo, cfg->shm.nslots);
     if (s != SHOAL_OK)
         goto err_free_ctx;
     s = shoal_shm_cma_open(&ctx->cma, par);
@@ -333,9 +366,9 @@ static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_
      * fail later with SIGBUS in the middle of a copy. */
     int rc = posix_fallocate(fd, 0, (off_t)ctx->seg_len);
     if (rc != 0) {
-        shoal_error(SHM, "cannot reserve %zu bytes in /dev/shm for %s (%zu peers x %zu slots "
-                    "x %zu B; lower SHOAL_SHM_NSLOTS or SHOAL_CHUNK_SIZE): %s",
-                    ctx->seg_len, ctx->name, nfifo, ctx->nslots, ctx->chunk, strerror(rc));
+        shoal_error(SHM, "cannot reserve %zu bytes in /dev/shm for %s (%zu peers x %zu "
+                    "B; lower SHOAL_SHM_NSLOTS or SHOAL_CHUNK_SIZE): %s",
+                    ctx->seg_len, ctx->name, nfifo, ctx->ring, strerror(rc));
         s = SHOAL_ERR_NO_MEMORY;
         goto err_close_fd;
     }
@@ -349,8 +382,8 @@ static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_
     close(fd);
     ctx->seg = seg;
     shoal_shm_init_seg(ctx, par);
-    shoal_debug(SHM, "rank %d: segment %s, %zu FIFOs of %zu x %zu B", par->rank, ctx->name,
-                nfifo, ctx->nslots, ctx->chunk);
+    shoal_debug(SHM, "rank %d: segment %s, %zu FIFOs of %zu B", par->rank, ctx->name, nfifo,
+                ctx->ring);
     *ctx_p = &ctx->base;
     return SHOAL_OK;
 
@@ -503,7 +536,7 @@ static shoal_status_t shoal_shm_connect(shoal_tl_ctx_t *base, int peer, const vo
     ep->base.ops = &shoal_shm_ops;
     ep->base.ctx = base;
     ep->base.peer = peer;
-    ep->nslots = ctx->nslots;
+    ep->nslots = ctx->depth;
     ep->chunk = ctx->chunk;
     ep->tx_map_len = ctx->stride;
     ep->tx = ep->tx_map;
@@ -525,6 +558,8 @@ err_free_ep:
     free(ep);
     return s;
 }
+
+static shoal_status_t shoal_shm_tune(shoal_shm_ctx_t *ctx);
 
 static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *base)
 {
@@ -553,6 +588,120 @@ static shoal_status_t shoal_shm_ready(shoal_tl_ctx_t *base)
     if (ctx->cma_min != UINT64_MAX)
         shoal_debug(SHM, "rank %d: cross-memory attach from %llu B", base->params.rank,
                     (unsigned long long)ctx->cma_min);
+    return shoal_shm_tune(ctx);
+}
+
+/* Lay ep's two FIFOs out as depth slots of piece bytes. Only while both
+ * are empty, or hold only messages already read: the positions follow
+ * from the counters, which both ends now divide alike. */
+static void shoal_shm_geometry(shoal_ep_t *base, size_t piece, size_t depth)
+{
+    shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    ep->chunk = piece;
+    ep->nslots = depth;
+    ep->tx_tail = atomic_load_explicit(&ep->tx->tail, memory_order_acquire);
+    ep->tx_idx = (size_t)(ep->tx_head % depth);
+    ep->rx_idx = (size_t)(ep->rx_tail % depth);
+}
+
+/* The probe (shm_tune.c) between the host's first two ranks; the first
+ * publishes its choice in its segment's first page and every local rank,
+ * itself included, takes it from there, so that all lay their FIFOs out
+ * alike. */
+static shoal_status_t shoal_shm_tune(shoal_shm_ctx_t *ctx)
+{
+    const shoal_config_t *conf = shoal_config_get();
+    const shoal_tl_params_t *par = &ctx->base.params;
+    int auto_spin = conf->shm.spin_ns == SHOAL_SHM_SPIN_AUTO;
+    if (!ctx->tune_piece && !auto_spin)
+        return SHOAL_OK;
+    int first = -1, second = -1;
+    for (int q = 0; q < par->nranks && second < 0; q++) {
+        if (par->host_of[q] != par->host_of[par->rank])
+            continue;
+        if (first < 0)
+            first = q;
+        else
+            second = q;
+    }
+    shoal_shm_tune_cfg_t cfg = {.ring = ctx->ring,
+                                .depth = conf->shm.nslots,
+                                .pieces = ctx->tune_piece,
+                                .deadline_ns = shoal_deadline_after(par->timeout_ns),
+                                .geometry = shoal_shm_geometry};
+    shoal_shm_seg_t *hdr;
+    shoal_status_t s;
+    int fail = conf->shm.test_probe_fail == par->rank;
+    if (fail)
+        shoal_error(SHM, "rank %d: SHOAL_TEST_SHM_PROBE_FAIL: its part of the probe fails",
+                    par->rank);
+    if (par->rank == first) {
+        hdr = (shoal_shm_seg_t *)ctx->seg;
+        shoal_shm_tune_t r;
+        cfg.ep = &ctx->eps[second]->base;
+        s = fail ? SHOAL_ERR_INTERNAL : shoal_shm_tune_lead(&cfg, &r);
+        if (s == SHOAL_OK && r.piece && shoal_shm_tune_valid(conf->shm.test_piece)) {
+            r.piece = conf->shm.test_piece;
+            r.depth = cfg.depth ? cfg.depth : cfg.ring / r.piece;
+        }
+        if (s == SHOAL_OK) {
+            hdr->tune_piece = r.piece;
+            hdr->tune_depth = r.depth;
+            hdr->tune_spin_ns = auto_spin ? shoal_shm_tune_spin(r.wake_ns) : 0;
+            shoal_info(SHM, "rank %d: probe with rank %d: sleep and wake-up %.1f us; 4 MiB in "
+                       "pieces of 64/128/256/512 KiB: %.0f/%.0f/%.0f/%.0f us; piece %zu KiB x "
+                       "%zu slots, spin %.1f us", par->rank, second, (double)r.wake_ns * 1e-3,
+                       (double)r.stream_ns[0] * 1e-3, (double)r.stream_ns[1] * 1e-3,
+                       (double)r.stream_ns[2] * 1e-3, (double)r.stream_ns[3] * 1e-3,
+                       (r.piece ? r.piece : ctx->chunk) >> 10, r.piece ? r.depth : ctx->depth,
+                       (double)(auto_spin ? hdr->tune_spin_ns : ctx->spin_ns) * 1e-3);
+        }
+        atomic_store_explicit(&hdr->tuned, s == SHOAL_OK ? TUNE_DONE : TUNE_FAILED,
+                              memory_order_release);
+        if (s != SHOAL_OK)
+            return s;
+    } else {
+        if (par->rank == second) {
+            cfg.ep = &ctx->eps[first]->base;
+            s = fail ? SHOAL_ERR_INTERNAL : shoal_shm_tune_follow(&cfg);
+            if (s != SHOAL_OK)
+                return s;
+        }
+        hdr = ctx->eps[first]->peer_hdr;
+        unsigned tuned;
+        while ((tuned = atomic_load_explicit(&hdr->tuned, memory_order_acquire)) ==
+               TUNE_PENDING) {
+            if (shoal_deadline_passed(cfg.deadline_ns)) {
+                shoal_error(SHM, "rank %d: rank %d did not finish the shared-memory probe before "
+                            "the deadline", par->rank, first);
+                return SHOAL_ERR_TIMEOUT;
+            }
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+        if (tuned != TUNE_DONE) {
+            shoal_error(SHM, "rank %d: the shared-memory probe of rank %d failed", par->rank,
+                        first);
+            return SHOAL_ERR_PEER;
+        }
+    }
+    if (hdr->tune_piece) {
+        ctx->base.piece = (size_t)hdr->tune_piece;
+        for (int q = 0; q < par->nranks; q++) {
+            if (ctx->eps[q])
+                shoal_shm_geometry(&ctx->eps[q]->base, (size_t)hdr->tune_piece,
+                                   (size_t)hdr->tune_depth);
+        }
+    }
+    if (hdr->tune_spin_ns)
+        ctx->spin_ns = hdr->tune_spin_ns;
+    /* The probe's bytes are not the communicator's. */
+    shoal_shm_ep_t *partner = par->rank == first ? ctx->eps[second]
+                              : par->rank == second ? ctx->eps[first] : NULL;
+    if (partner) {
+        atomic_store_explicit(&partner->base.tx_bytes, 0, memory_order_relaxed);
+        atomic_store_explicit(&partner->base.rx_bytes, 0, memory_order_relaxed);
+    }
     return SHOAL_OK;
 }
 

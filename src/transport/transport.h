@@ -80,6 +80,7 @@ typedef struct {
     const uint32_t *pids;
     const uint8_t (*tags)[SHOAL_TL_TAG_BYTES];
     shoal_tl_boot_t boot;
+    uint64_t timeout_ns;      /* how long a wait on peers at ready may last */
 } shoal_tl_params_t;
 
 /* Base of every transport context; transports embed it first. */
@@ -87,6 +88,10 @@ typedef struct shoal_tl_ctx {
     const shoal_transport_ops_t *ops;
     /* What it was opened with (copied by open). */
     shoal_tl_params_t params;
+    /* Set by ready where the transport measured the piece size that every
+     * rank of the communicator is to use (no larger than params.chunk_size);
+     * 0: no opinion. */
+    size_t piece;
 } shoal_tl_ctx_t;
 
 /* Base of every endpoint (one per connected peer); embedded first. */
