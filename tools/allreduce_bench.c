@@ -23,6 +23,7 @@
 #include "algos/reduce.h"
 #include "base/config.h"
 #include "base/dtype.h"
+#include "core/introspect.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -179,6 +180,7 @@ typedef struct {
     double memcpy_gbs; /* measured baseline; < 0 when it could not be */
     const char *json_path; /* -J: rank 0 writes the results there as JSON */
     shoal_bench_mem_t mem; /* --mem: where the send and receive buffers come from */
+    int waits;             /* --waits: each rank prints how long it waited for whom */
     /* --compress, --compress-opts and --shape as given, and what they set. */
     const char *comp_kind;
     const char *comp_opts;
@@ -449,6 +451,9 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                           default) or from shoal_mem_alloc (shared: the\n"
             "                           all-gather, all-to-all and broadcast of 256K and\n"
             "                           more per rank write into the peers' buffers)\n"
+            "  --waits <0/1>            each rank prints at the end how long its waits\n"
+            "                           lasted, for each peer's data and for room in\n"
+            "                           each peer's slots (default 0)\n"
             "  --compress <kind>        time the compressed all-reduce: int8, ternary,\n"
             "                           powersgd or powersgd:RANK (error feedback on);\n"
             "                           float, half or bfloat16, sum or avg, no -m. The\n"
@@ -571,7 +576,7 @@ static const shoal_bench_flag_t shoal_bench_flags[] = {
     {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
     {'K', 0, "coll"},     {'J', 1, "json"},      {'h', 1, "help"},
     {'X', 0, "compress"}, {'Y', 0, "compress-opts"}, {'S', 0, "shape"},
-    {'M', 0, "mem"},
+    {'M', 0, "mem"},      {'W', 0, "waits"},
 };
 
 #define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
@@ -629,6 +634,11 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
     case 'Y': o->comp_opts = val; return 0;
     case 'S': o->comp_shape = val; return 0;
     case 'M': return shoal_bench_parse_mem(val, o);
+    case 'W':
+        if (shoal_bench_parse_long("--waits", val, 0, &v))
+            return -1;
+        o->waits = v != 0;
+        return 0;
     }
     return -1;
 }
@@ -1637,9 +1647,28 @@ out_free:
     return code;
 }
 
+/* Each rank's waits, in rank order. */
+static void shoal_bench_print_waits(shoal_comm_t comm)
+{
+    int rank, nranks;
+    if (shoal_comm_rank(comm, &rank) != SHOAL_OK || shoal_comm_size(comm, &nranks) != SHOAL_OK)
+        return;
+    fflush(stdout);
+    for (int r = 0; r < nranks; r++) {
+        if (r == rank) {
+            shoal_introspect_waits(comm, stdout);
+            fflush(stdout);
+        }
+        if (shoal_barrier(comm) != SHOAL_OK)
+            return;
+    }
+}
+
 static int shoal_bench_run_comm(shoal_comm_t comm, const shoal_bench_opts_t *o)
 {
     int code = shoal_bench_rank(comm, o);
+    if (code == SHOAL_BENCH_EXIT_OK && o->waits)
+        shoal_bench_print_waits(comm);
     shoal_status_t s = code == SHOAL_BENCH_EXIT_ERROR ? shoal_comm_abort(comm)
                                                       : shoal_comm_destroy(comm);
     if (s != SHOAL_OK && code == SHOAL_BENCH_EXIT_OK)

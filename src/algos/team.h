@@ -96,6 +96,11 @@ typedef struct shoal_team {
     /* Payload bytes this rank posted to and took from its endpoints over
      * the team's life (prims.c, xfer.c). */
     uint64_t tx_bytes, rx_bytes;
+    /* How long this rank's blocking waits lasted, by peer: [2 * peer] for
+     * data from it, [2 * peer + 1] for room in its slots (prims.c), and
+     * [2 * nranks] how many waits there were; NULL: not kept. Written by
+     * the one thread running the team's operations. */
+    _Atomic uint64_t *waited_ns;
     /* Set by an abort from any thread; every wait polls it. */
     atomic_int aborted;
 
@@ -109,6 +114,21 @@ typedef struct shoal_team {
 static inline shoal_ep_t *shoal_team_ep(const shoal_team_t *team, int peer)
 {
     return team->eps[peer];
+}
+
+/* Account a wait on peer (dir 0: for its data, 1: for room in its slots)
+ * that began at t0_ns. */
+static inline void shoal_team_waited(shoal_team_t *team, int peer, int dir, uint64_t t0_ns,
+                                     uint64_t now_ns)
+{
+    _Atomic uint64_t *w = team->waited_ns;
+    if (!w)
+        return;
+    size_t i = 2 * (size_t)peer + (size_t)dir, n = 2 * (size_t)team->nranks;
+    atomic_store_explicit(&w[i], atomic_load_explicit(&w[i], memory_order_relaxed) +
+                                     (now_ns - t0_ns), memory_order_relaxed);
+    atomic_store_explicit(&w[n], atomic_load_explicit(&w[n], memory_order_relaxed) + 1,
+                          memory_order_relaxed);
 }
 
 /* Progress every open transport of team. */

@@ -388,6 +388,7 @@ static void comm_free(struct shoal_comm *comm)
     if (comm->bootstrap)
         shoal_bootstrap_destroy(comm->bootstrap);
     free(comm->team.eps);
+    free(comm->team.waited_ns);
     free(comm->host_ids);
     shoal_cluster_free(&comm->team.cluster);
     free(comm->host_of);
@@ -428,7 +429,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     pthread_mutex_init(&comm->watch_lock, NULL);
     comm->team.timeout_ns = cfg->core.timeout_ns;
     comm->team.eps = calloc((size_t)nranks, sizeof(*comm->team.eps));
-    shoal_status_t s = comm->team.eps ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
+    comm->team.waited_ns = calloc(2 * (size_t)nranks + 1, sizeof(*comm->team.waited_ns));
+    shoal_status_t s = comm->team.eps && comm->team.waited_ns ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
     if (s != SHOAL_OK)
         goto err_free;
 

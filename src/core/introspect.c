@@ -125,6 +125,29 @@ void shoal_introspect_cluster(shoal_comm_t comm, FILE *out)
     free(names);
 }
 
+void shoal_introspect_waits(shoal_comm_t comm, FILE *out)
+{
+    const shoal_team_t *t = &comm->team;
+    size_t n = 2 * (size_t)t->nranks;
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += atomic_load_explicit(&t->waited_ns[i], memory_order_relaxed);
+    fprintf(out, "# waits of rank %d: %llu, %.3f ms in all; for data from", t->rank,
+            (unsigned long long)atomic_load_explicit(&t->waited_ns[n], memory_order_relaxed),
+            (double)total * 1e-6);
+    for (int dir = 0; dir < 2; dir++) {
+        if (dir)
+            fprintf(out, "; for room at");
+        for (int q = 0; q < t->nranks; q++) {
+            uint64_t w = atomic_load_explicit(&t->waited_ns[2 * (size_t)q + (size_t)dir],
+                                              memory_order_relaxed);
+            if (w)
+                fprintf(out, " %d:%.3f", q, (double)w * 1e-6);
+        }
+    }
+    fprintf(out, " (ms)\n");
+}
+
 void shoal_introspect_settings(FILE *out)
 {
     shoal_config_print(out);

@@ -35,4 +35,9 @@ shoal_status_t shoal_introspect_topo(FILE *out);
  * link classes with their figures. comm is borrowed. */
 void shoal_introspect_cluster(shoal_comm_t comm, FILE *out);
 
+/* How long this rank of comm waited, since it was created, for each peer's
+ * data and for room in each peer's slots, on one line. Call it between
+ * operations. comm is borrowed. */
+void shoal_introspect_waits(shoal_comm_t comm, FILE *out);
+
 #endif
