@@ -82,6 +82,16 @@ check "a 7-byte float row rounds down to 1 element" has_row "$TMP/odd.out" 4 1 f
 check "sizes 1..7 bytes: no wrong element" no_wrong "$TMP/odd.out"
 check "sizes 1..7 bytes: guard bytes intact" oob_ok "$TMP/odd.out"
 
+# --waits: every rank's line, in rank order; with 3 ranks on a ring or a
+# tree some rank waits for another's data.
+$LIMIT $BENCH -np 3 -b 4M -e 4M -n 3 -w 1 -c 0 --waits 1 >"$TMP/waits.out" 2>&1
+rc=$?
+check "--waits 1 exits 0" [ $rc -eq 0 ] || show "$TMP/waits.out"
+check "--waits 1: one line per rank, in rank order" sh -c \
+    "[ \"\$(grep -o '^# waits of rank [0-9]*' '$TMP/waits.out' | awk '{print \$5}' | tr '\n' ' ')\" = '0 1 2 ' ]"
+check "--waits 1: a wait for some rank's data, in ms" \
+    grep -Eq '^# waits of rank [0-9]: [1-9][0-9]*, .*for data from [0-9]:[0-9.]+' "$TMP/waits.out"
+
 # mpirun: Open MPI gives the ranks a PMIx server, and the id travels
 # through it. First see whether mpirun can start anything at all here.
 MPIRUN="mpirun --allow-run-as-root --oversubscribe"
