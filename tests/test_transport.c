@@ -295,6 +295,7 @@ static int setup_small_chunks(void **state)
     harness_setenv("SHOAL_TCP_NSOCKS", NULL);
     harness_setenv("SHOAL_HOST_ID", NULL);
     harness_setenv("SHOAL_SHM_NSLOTS", NULL);
+    harness_setenv("SHOAL_SHM_SPIN", NULL);
     harness_setenv("SHOAL_TIMEOUT", NULL);
     return 0;
 }
@@ -683,6 +684,9 @@ static void fake_open(fake_rank_t *r, int rank)
 
 static void test_shm_segment_lifetime(void **state)
 {
+    /* One thread plays both ranks, so ready must not wait for the other:
+     * a fixed spin leaves the probe of the sleep out. */
+    harness_setenv("SHOAL_SHM_SPIN", "100us");
     uint64_t deadline = shoal_deadline_after(WAIT_NS);
     fake_rank_t r[2];
     shoal_ep_t *ep[2];
