@@ -4,14 +4,17 @@
  * - The registration cache: a buffer inside a shareable block is found by
  *   address, a malloc'd one is not (unless registered), and freeing the
  *   block invalidates the cached entry.
- * - The "put" all-gather, all-to-all and broadcast (forced with
- *   SHOAL_ALGO, so that every size runs them), against a scalar reference
- *   on 1..8 ranks over shm, counts 0, 1, odd and several pieces, in and
- *   out of place: with every buffer shareable the endpoints' put and get
- *   counters show the single-copy path was taken (the broadcast's peers
- *   pull); with one rank's buffers malloc'd and cross-memory attach off,
- *   every rank falls back to slots (no put anywhere; the broadcast still
- *   pulls from a shareable root) and the results are still right.
+ * - The "put" all-gather, all-to-all, broadcast, gather, scatter,
+ *   reduce-scatter and all-reduce (forced with SHOAL_ALGO, so that every
+ *   size runs them), against a scalar reference on 1..8 ranks over shm,
+ *   counts 0, 1, odd and several pieces, in and out of place: with every
+ *   buffer shareable the endpoints' put and get counters show the
+ *   single-copy path was taken (the broadcast's and scatter's peers pull,
+ *   the reduce-scatter gets every piece of its block from every peer, the
+ *   all-reduce does that and puts its block into every peer); with one
+ *   rank's buffers malloc'd and cross-memory attach off, every rank falls
+ *   back to slots (no put anywhere; the broadcast, gather and scatter still
+ *   go single copy with a shareable root) and the results are still right.
  * - The same with malloc'd buffers and SHOAL_CMA=on: every move is single
  *   copy, by cross-memory attach (no other way reaches private memory);
  *   with one rank's probe failing (SHOAL_TEST_CMA_FAIL) every rank agrees
@@ -166,27 +169,154 @@ static uint64_t puts_now(shoal_comm_t comm)
     return n;
 }
 
+/* The kinds of check_coll. */
+enum { K_ALLGATHER, K_ALLTOALL, K_BROADCAST, K_GATHER, K_SCATTER, K_REDUCE_SCATTER,
+       K_ALLREDUCE, K_COUNT };
+
+/* Pieces of bytes through the reads of a reduce (one get per piece). */
+static uint64_t pieces(size_t bytes)
+{
+    return (bytes + TEST_CHUNK - 1) / TEST_CHUNK;
+}
+
+/* The all-reduce's block of rank r of total elements over n ranks
+ * (put_reduce.c): a share rounded up to 16 elements. */
+static size_t ar_block(size_t total, int n, int r)
+{
+    size_t bs = (total + (size_t)n - 1) / (size_t)n;
+    bs = (bs + 15) & ~(size_t)15;
+    size_t off = (size_t)r * bs < total ? (size_t)r * bs : total;
+    return total - off < bs ? total - off : bs;
+}
+
 /* What this rank must have moved in one call on the single-copy path: the
  * all-gather and all-to-all put a block into every peer, the broadcast's
- * peers each get the root's input. */
+ * and scatter's peers each get the root's input, the gather's put into
+ * the root's output; the reduce-scatter gets its block from every peer
+ * piece by piece, and the all-reduce does that and then puts its block
+ * into every peer. */
 static uint64_t puts_due(int kind, int rank, int n, size_t count, int root)
 {
     if (n == 1 || count == 0)
         return 0;
-    if (kind == 2)
+    uint64_t m = (uint64_t)n - 1;
+    switch (kind) {
+    case K_BROADCAST:
+    case K_GATHER:
+    case K_SCATTER:
         return rank == root ? 0 : 1;
-    return (uint64_t)n - 1;
+    case K_REDUCE_SCATTER:
+        return m * pieces(count * sizeof(int32_t));
+    case K_ALLREDUCE:
+        return m * pieces(ar_block((size_t)n * count, n, rank) * sizeof(int32_t)) + m;
+    default:
+        return m;
+    }
 }
 
 /* Whether the call takes the single-copy path: every output must be
- * reachable (all-gather, all-to-all), or the root's input (broadcast). */
+ * reachable (all-gather, all-to-all), every input (reduce-scatter), both
+ * (all-reduce), or the root's buffer (broadcast, gather, scatter). */
 static int single_copy(int kind, mem_mode_t mode, int cma, int root)
 {
     if (mode == MODE_SKIPPED)
         return 0;
     if (cma || mode == MODE_SHARED)
         return 1;
-    return kind == 2 && mode == MODE_MIXED && root != 0;
+    return (kind == K_BROADCAST || kind == K_GATHER || kind == K_SCATTER) &&
+           mode == MODE_MIXED && root != 0;
+}
+
+/* Addends small enough that n of them never overflow. */
+static int32_t sval(int src, int dst, size_t i)
+{
+    return val(src, dst, i) % 100000;
+}
+
+static int32_t want_of(int kind, int rank, int n, size_t count, int root, int j, size_t i)
+{
+    int64_t sum = 0;
+    switch (kind) {
+    case K_ALLGATHER:
+    case K_GATHER:
+        return val(j, 0, i);
+    case K_ALLTOALL:
+        return val(j, rank, i);
+    case K_BROADCAST:
+        return val(root, 0, (size_t)j * count + i);
+    case K_SCATTER:
+        return val(root, rank, i);
+    case K_REDUCE_SCATTER:
+        for (int q = 0; q < n; q++)
+            sum += sval(q, rank, i);
+        return (int32_t)sum;
+    default:
+        for (int q = 0; q < n; q++)
+            sum += sval(q, 0, (size_t)j * count + i);
+        return (int32_t)sum;
+    }
+}
+
+static shoal_status_t run_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count,
+                               int inplace, int root, int32_t *in, int32_t *out)
+{
+    size_t total = (size_t)n * count;
+    switch (kind) {
+    case K_ALLGATHER: {
+        int32_t *src = inplace ? out + (size_t)rank * count : in;
+        for (size_t i = 0; i < count; i++)
+            src[i] = val(rank, 0, i);
+        return shoal_allgather(src, out, count, SHOAL_INT32, comm);
+    }
+    case K_ALLTOALL: {
+        int32_t *src = inplace ? out : in;
+        for (int j = 0; j < n; j++)
+            for (size_t i = 0; i < count; i++)
+                src[(size_t)j * count + i] = val(rank, j, i);
+        return shoal_alltoall(src, out, count, SHOAL_INT32, comm);
+    }
+    case K_BROADCAST: { /* of count * n elements */
+        int32_t *buf = inplace ? out : in;
+        if (rank == root)
+            for (size_t i = 0; i < total; i++)
+                buf[i] = val(root, 0, i);
+        return shoal_broadcast(buf, out, total, SHOAL_INT32, root, comm);
+    }
+    case K_GATHER: {
+        int32_t *src = inplace && rank == root ? out + (size_t)rank * count : in;
+        for (size_t i = 0; i < count; i++)
+            src[i] = val(rank, 0, i);
+        return shoal_gather(src, out, count, SHOAL_INT32, root, comm);
+    }
+    case K_SCATTER: {
+        if (rank == root)
+            for (int j = 0; j < n; j++)
+                for (size_t i = 0; i < count; i++)
+                    in[(size_t)j * count + i] = val(root, j, i);
+        int32_t *dst = inplace && rank == root ? in + (size_t)rank * count : out;
+        shoal_status_t s = shoal_scatter(in, dst, count, SHOAL_INT32, root, comm);
+        if (dst != out)
+            memcpy(out, dst, count * sizeof(int32_t));
+        return s;
+    }
+    case K_REDUCE_SCATTER: {
+        int32_t *src = inplace ? out : in;
+        for (int j = 0; j < n; j++)
+            for (size_t i = 0; i < count; i++)
+                src[(size_t)j * count + i] = sval(rank, j, i);
+        int32_t *dst = inplace ? out + (size_t)rank * count : out;
+        shoal_status_t s = shoal_reduce_scatter(src, dst, count, SHOAL_INT32, SHOAL_SUM, comm);
+        if (dst != out)
+            memmove(out, dst, count * sizeof(int32_t));
+        return s;
+    }
+    default: { /* all-reduce of count * n elements */
+        int32_t *src = inplace ? out : in;
+        for (size_t i = 0; i < total; i++)
+            src[i] = sval(rank, 0, i);
+        return shoal_allreduce(src, out, total, SHOAL_INT32, SHOAL_SUM, comm);
+    }
+    }
 }
 
 static int check_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count, int inplace,
@@ -199,32 +329,16 @@ static int check_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count
     for (size_t i = 0; i < total; i++)
         out[i] = -1;
     uint64_t before = puts_now(comm);
-    shoal_status_t s;
-    if (kind == 0) { /* all-gather */
-        int32_t *src = inplace ? out + (size_t)rank * count : in;
-        for (size_t i = 0; i < count; i++)
-            src[i] = val(rank, 0, i);
-        s = shoal_allgather(src, out, count, SHOAL_INT32, comm);
-    } else if (kind == 1) { /* all-to-all */
-        int32_t *src = inplace ? out : in;
-        for (int j = 0; j < n; j++)
-            for (size_t i = 0; i < count; i++)
-                src[(size_t)j * count + i] = val(rank, j, i);
-        s = shoal_alltoall(src, out, count, SHOAL_INT32, comm);
-    } else { /* broadcast of count * n elements */
-        int32_t *buf = inplace ? out : in;
-        if (rank == root)
-            for (size_t i = 0; i < total; i++)
-                buf[i] = val(root, 0, i);
-        s = shoal_broadcast(buf, out, total, SHOAL_INT32, root, comm);
-    }
+    shoal_status_t s = run_coll(comm, kind, rank, n, count, inplace, root, in, out);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d: kind %d count %zu: %s", rank, kind, count,
                shoal_status_string(s));
-    for (int j = 0; j < n; j++) {
+    /* Blocks of the output due on this rank. */
+    int blocks = kind == K_SCATTER || kind == K_REDUCE_SCATTER ? 1
+               : kind == K_GATHER && rank != root          ? 0
+                                                            : n;
+    for (int j = 0; j < blocks; j++) {
         for (size_t i = 0; i < count; i++) {
-            int32_t want = kind == 0 ? val(j, 0, i)
-                         : kind == 1 ? val(j, rank, i)
-                                     : val(root, 0, (size_t)j * count + i);
+            int32_t want = want_of(kind, rank, n, count, root, j, i);
             int32_t got = out[(size_t)j * count + i];
             RANK_CHECK(got == want, fail, "rank %d: kind %d n %d count %zu inplace %d mode %d: "
                        "block %d element %zu is %d, want %d", rank, kind, n, count, inplace,
@@ -250,7 +364,7 @@ static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *a
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    for (int kind = 0; kind < 3; kind++)
+    for (int kind = 0; kind < K_COUNT; kind++)
         for (size_t c = 0; c < NCOUNTS; c++)
             for (int inplace = 0; inplace < 2; inplace++)
                 /* Twice: the second call finds its keys in the caches. */
@@ -270,7 +384,8 @@ static void run_colls_cma(int nranks, mem_mode_t mode, const char *cma, int fail
     char f[16];
     snprintf(f, sizeof(f), "%d", fail);
     harness_use_transport("shm", TEST_CHUNK);
-    harness_setenv("SHOAL_ALGO", "allgather:put,alltoall:put,broadcast:put");
+    harness_setenv("SHOAL_ALGO", "allgather:put,alltoall:put,broadcast:put,gather:put,"
+                                 "scatter:put,reducescatter:put,allreduce:put");
     harness_setenv("SHOAL_CMA", cma);
     harness_setenv("SHOAL_TEST_CMA_FAIL", fail >= 0 ? f : NULL);
     coll_run_t run = {.mode = mode, .cma = !strcmp(cma, "on") && fail < 0};
