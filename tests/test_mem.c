@@ -173,7 +173,8 @@ static uint64_t puts_now(shoal_comm_t comm)
 enum { K_ALLGATHER, K_ALLTOALL, K_BROADCAST, K_GATHER, K_SCATTER, K_REDUCE_SCATTER,
        K_ALLREDUCE, K_COUNT };
 
-/* Pieces of bytes through the reads of a reduce (one get per piece). */
+/* Pieces of bytes through the reads of a reduce: one get per slot piece
+ * (TEST_CHUNK, below the reads' 32 KiB cap). */
 static uint64_t pieces(size_t bytes)
 {
     return (bytes + TEST_CHUNK - 1) / TEST_CHUNK;
