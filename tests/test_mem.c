@@ -15,6 +15,8 @@
  *   rank's buffers malloc'd and cross-memory attach off, every rank falls
  *   back to slots (no put anywhere; the broadcast, gather and scatter still
  *   go single copy with a shareable root) and the results are still right.
+ *   The rooted kinds run at rank 1 and at the last rank, the reducing ones
+ *   in SUM and AVG.
  * - The same with malloc'd buffers and SHOAL_CMA=on: every move is single
  *   copy, by cross-memory attach (no other way reaches private memory);
  *   with one rank's probe failing (SHOAL_TEST_CMA_FAIL) every rank agrees
@@ -169,6 +171,13 @@ static uint64_t puts_now(shoal_comm_t comm)
     return n;
 }
 
+/* Whether check_coll checks the single-copy moves (not where a hook
+ * changes them); the reducing kinds' op (SUM or AVG); the rooted kinds'
+ * root: rank 1 (0 alone), or the last rank. */
+static int count_check = 1;
+static shoal_op_t coll_op = SHOAL_SUM;
+static int root_last;
+
 /* The kinds of check_coll. */
 enum { K_ALLGATHER, K_ALLTOALL, K_BROADCAST, K_GATHER, K_SCATTER, K_REDUCE_SCATTER,
        K_ALLREDUCE, K_COUNT };
@@ -250,11 +259,11 @@ static int32_t want_of(int kind, int rank, int n, size_t count, int root, int j,
     case K_REDUCE_SCATTER:
         for (int q = 0; q < n; q++)
             sum += sval(q, rank, i);
-        return (int32_t)sum;
+        return (int32_t)(coll_op == SHOAL_AVG ? sum / n : sum);
     default:
         for (int q = 0; q < n; q++)
             sum += sval(q, 0, (size_t)j * count + i);
-        return (int32_t)sum;
+        return (int32_t)(coll_op == SHOAL_AVG ? sum / n : sum);
     }
 }
 
@@ -306,7 +315,7 @@ static shoal_status_t run_coll(shoal_comm_t comm, int kind, int rank, int n, siz
             for (size_t i = 0; i < count; i++)
                 src[(size_t)j * count + i] = sval(rank, j, i);
         int32_t *dst = inplace ? out + (size_t)rank * count : out;
-        shoal_status_t s = shoal_reduce_scatter(src, dst, count, SHOAL_INT32, SHOAL_SUM, comm);
+        shoal_status_t s = shoal_reduce_scatter(src, dst, count, SHOAL_INT32, coll_op, comm);
         if (dst != out)
             memmove(out, dst, count * sizeof(int32_t));
         return s;
@@ -315,20 +324,18 @@ static shoal_status_t run_coll(shoal_comm_t comm, int kind, int rank, int n, siz
         int32_t *src = inplace ? out : in;
         for (size_t i = 0; i < total; i++)
             src[i] = sval(rank, 0, i);
-        return shoal_allreduce(src, out, total, SHOAL_INT32, SHOAL_SUM, comm);
+        return shoal_allreduce(src, out, total, SHOAL_INT32, coll_op, comm);
     }
     }
 }
 
-/* Whether check_coll checks the single-copy moves (not where a hook
- * changes them). */
-static int count_check = 1;
+
 
 static int check_coll(shoal_comm_t comm, int kind, int rank, int n, size_t count, int inplace,
                       mem_mode_t mode, int cma)
 {
     size_t total = (size_t)n * count, bytes = total * sizeof(int32_t);
-    int root = n > 1 ? 1 : 0;
+    int root = n == 1 ? 0 : root_last ? n - 1 : 1;
     int32_t *in = mem_get(mode, rank, bytes), *out = mem_get(mode, rank, bytes);
     RANK_CHECK(in && out, fail, "rank %d: no memory", rank);
     for (size_t i = 0; i < total; i++)
@@ -369,14 +376,25 @@ static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *a
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    for (int kind = 0; kind < K_COUNT; kind++)
-        for (size_t c = 0; c < NCOUNTS; c++)
-            for (int inplace = 0; inplace < 2; inplace++)
-                /* Twice: the second call finds its keys in the caches. */
-                for (int rep = 0; rep < 2; rep++)
-                    if (check_coll(comm, kind, rank, nranks, counts[c], inplace, run->mode,
-                                   run->cma))
-                        return 1;
+    for (int kind = 0; kind < K_COUNT; kind++) {
+        int rooted = kind == K_BROADCAST || kind == K_GATHER || kind == K_SCATTER;
+        int reducing = kind == K_REDUCE_SCATTER || kind == K_ALLREDUCE;
+        /* Rooted kinds at rank 1 and at the last rank; reducing ones in
+         * SUM and AVG. */
+        for (int var = 0; var < (rooted && nranks > 2) + (reducing) + 1; var++) {
+            root_last = rooted && var;
+            coll_op = reducing && var ? SHOAL_AVG : SHOAL_SUM;
+            for (size_t c = 0; c < NCOUNTS; c++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    /* Twice: the second call finds its keys in the caches. */
+                    for (int rep = 0; rep < 2; rep++)
+                        if (check_coll(comm, kind, rank, nranks, counts[c], inplace,
+                                       run->mode, run->cma))
+                            return 1;
+        }
+    }
+    root_last = 0;
+    coll_op = SHOAL_SUM;
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
@@ -490,11 +508,19 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
         ep->ops = &refuse_ops;
     }
     count_check = 0;
-    for (int kind = 0; kind < K_COUNT; kind++)
-        for (size_t c = 0; c < NCOUNTS; c++)
-            for (int inplace = 0; inplace < 2; inplace++)
-                if (check_coll(comm, kind, rank, nranks, counts[c], inplace, MODE_SHARED, 0))
-                    return 1;
+    for (int kind = 0; kind < K_COUNT; kind++) {
+        int reducing = kind == K_REDUCE_SCATTER || kind == K_ALLREDUCE;
+        for (int var = 0; var < reducing + 1; var++) {
+            /* AVG: finished after the block asked for has come in. */
+            coll_op = var ? SHOAL_AVG : SHOAL_SUM;
+            for (size_t c = 0; c < NCOUNTS; c++)
+                for (int inplace = 0; inplace < 2; inplace++)
+                    if (check_coll(comm, kind, rank, nranks, counts[c], inplace, MODE_SHARED,
+                                   0))
+                        return 1;
+        }
+    }
+    coll_op = SHOAL_SUM;
     if (rank == 0) {
         RANK_CHECK(ep->puts == 0 && ep->gets == 0, fail, "rank 0: %llu puts and %llu gets "
                    "with rank 1, whose keys it cannot attach", (unsigned long long)ep->puts,
