@@ -121,12 +121,13 @@ extern const shoal_put_ctrl_t shoal_put_done_msg, shoal_put_nokey_msg;
  * peer that hears PUT_FALLBACK sets *fallback_p. */
 shoal_status_t shoal_put_drive(shoal_team_t *team, shoal_put_peer_t *peers, int np,
                                uint64_t deadline, int *fallback_p);
-/* The working memory every put plan reserves (shoal_put_plan) and its
- * parts: a peer and two control messages and two messages per rank. */
+/* The working memory every put plan reserves (shoal_put_plan_with) and
+ * its parts: a peer, a control message and two messages per rank. */
 shoal_status_t shoal_put_mem(shoal_plan_t *plan, shoal_put_peer_t **peers_p,
                              shoal_put_ctrl_t **ctrl_p, shoal_xfer_t **x_p);
-/* The plan of every put algorithm, with extra bytes of working memory
- * past shoal_put_mem's (shoal_put_extra). */
+/* The plan of every put algorithm (reduces: with the op's kernel), with
+ * extra bytes of working memory past shoal_put_mem's, which a run takes
+ * with shoal_put_extra. */
 shoal_status_t shoal_put_plan_with(shoal_team_t *team, const shoal_coll_args_t *args,
                                    int reduces, size_t extra, shoal_plan_t *plan);
 shoal_status_t shoal_put_extra(shoal_plan_t *plan, size_t bytes, void **buf_p);
