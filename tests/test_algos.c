@@ -23,6 +23,9 @@
  * A count that an algorithm's cost says it cannot serve (the one-shot's
  * several pieces, the zero-copy put over tcp or alone) is skipped; over
  * shared memory with two ranks or more, every algorithm must serve some.
+ * The buffers come from shoal_mem_alloc, so that there the put algorithms
+ * take their single-copy paths (the transport's put and get counters
+ * move) in every dtype and op.
  *
  * Determinism: with inputs whose sums do round, every rank must still get
  * the same all-reduce bits from each algorithm, in place as out of place:
@@ -33,6 +36,7 @@
 #include "algos/algo.h"
 #include "base/dtype.h"
 #include "core/coll.h"
+#include "core/comm.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -101,8 +105,11 @@ typedef struct {
 static int bufs_alloc(bufs_t *bf)
 {
     size_t bytes = MAX_BYTES;
-    bf->a = malloc(bytes);
-    bf->b = malloc(bytes);
+    /* The buffers the collectives see are shareable, so that the put
+     * algorithms run their single-copy paths in every dtype and op. */
+    void *a = NULL, *b = NULL;
+    bf->a = shoal_mem_alloc(bytes, &a) == SHOAL_OK ? a : NULL;
+    bf->b = shoal_mem_alloc(bytes, &b) == SHOAL_OK ? b : NULL;
     bf->want = malloc(bytes);
     bf->tmp = malloc(bytes);
     bf->orig = malloc(bytes);
@@ -111,8 +118,8 @@ static int bufs_alloc(bufs_t *bf)
 
 static void bufs_free(bufs_t *bf)
 {
-    free(bf->a);
-    free(bf->b);
+    shoal_mem_free(bf->a);
+    shoal_mem_free(bf->b);
     free(bf->want);
     free(bf->tmp);
     free(bf->orig);
@@ -416,6 +423,17 @@ static int matrix_moving(shoal_comm_t comm, const algo_case_t *c, int rank, int 
     return 0;
 }
 
+/* Single-copy moves of this rank so far: puts into peers, gets from them. */
+static uint64_t single_copies(shoal_comm_t comm)
+{
+    uint64_t n = 0;
+    for (int q = 0; q < comm->team.nranks; q++) {
+        if (comm->team.eps[q])
+            n += comm->team.eps[q]->puts + comm->team.eps[q]->gets;
+    }
+    return n;
+}
+
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     const algo_case_t *c = arg;
@@ -430,6 +448,11 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
         goto fail;
     RANK_CHECK(!c->must_serve || served > 0, fail, "%s %s served none of the calls",
                case_name(c), shoal_coll_kind_name(c->kind));
+    /* With shareable buffers on one host the put algorithms never fall
+     * back to slots. */
+    RANK_CHECK(!c->must_serve || !c->algo || strcmp(c->algo->name, "put") ||
+                   single_copies(comm) > 0,
+               fail, "put %s moved nothing single copy", shoal_coll_kind_name(c->kind));
     bufs_free(&bf);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;

@@ -393,15 +393,16 @@ bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
 
 # --mem shared: the send and receive buffers from shoal_mem_alloc, which
-# peers can map. Over shared memory the all-gather, all-to-all and broadcast
-# then write straight into the peers' buffers (the "put" algorithm, which
-# the cost model takes from 256 KiB of output per rank for the all-gather
-# and the all-to-all; a broadcast takes it only when SHOAL_ALGO forces it,
-# the slot broadcast being faster); with --mem host the same put finds no
+# peers can map. Over shared memory the all-gather, all-to-all, broadcast,
+# gather, scatter, reduce-scatter and all-reduce then write into or read
+# from the peers' buffers directly (the "put" algorithm, which the cost
+# model takes from 256 KiB of output per rank for all but the broadcast; a
+# broadcast takes it only when SHOAL_ALGO forces it, the slot broadcast
+# being faster at some sizes); with --mem host the same put finds no
 # shareable buffer and falls back to the slots on every rank. Sizes
 # 0 .. 2 MiB in steps of x8 (9 rows), every root: the largest rows take
 # put, and the ALGO log shows it, without a fallback.
-PUT_COLLS="allgather alltoall broadcast"
+PUT_COLLS="allgather alltoall broadcast gather scatter reducescatter allreduce"
 MSIZES="-b 0 -e 2M -f 8"
 MNSIZES=9
 put_ok() { grep -q ': put, est\.' "$1" && ! grep -q 'put falls back' "$1"; }

@@ -2,11 +2,16 @@
  * shared memory and over tcp: the barrier is checked through a counter in
  * shared memory; bad arguments must fail cleanly and leave comm usable.
  * The broadcast and reduce matrices, of every algorithm and of the public
- * calls, are test_algos.c's. */
+ * calls, are test_algos.c's; the single-copy gather and scatter run here at
+ * every root and element size (test_mem.c has them in its memory modes). */
 #include "harness.h"
+
+#include "core/comm.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define TEST_CHUNK 4096
@@ -138,6 +143,144 @@ static void test_bad_input(void **state)
     assert_int_equal(harness_run_ranks(2, rank_bad_input, NULL, 60), 0);
 }
 
+/* ---- gather and scatter, single copy ---------------------------------- */
+
+/* How a matrix run gets its buffers: from shoal_mem_alloc (the put
+ * algorithms go single copy), or malloc'd with cross-memory attach off
+ * (every rank falls back to the slots together). */
+typedef struct {
+    int shared;
+} put_run_t;
+
+static unsigned char byte_of(int src, int dst, size_t i)
+{
+    return (unsigned char)harness_mix((uint32_t)(src * 7919 + dst * 131) ^ (uint32_t)i);
+}
+
+static void *buf_get(const put_run_t *run, size_t bytes)
+{
+    void *p = NULL;
+    if (!run->shared)
+        return malloc(bytes ? bytes : 1);
+    return shoal_mem_alloc(bytes ? bytes : 1, &p) == SHOAL_OK ? p : NULL;
+}
+
+static void buf_put(const put_run_t *run, void *p)
+{
+    if (run->shared)
+        shoal_mem_free(p);
+    else
+        free(p);
+}
+
+static uint64_t single_moves(shoal_comm_t comm)
+{
+    uint64_t n = 0;
+    for (int q = 0; q < comm->team.nranks; q++) {
+        if (comm->team.eps[q])
+            n += comm->team.eps[q]->puts + comm->team.eps[q]->gets;
+    }
+    return n;
+}
+
+/* One gather (scatter when scatter) of count elements of es bytes at root,
+ * checked on every rank, with the single-copy moves it must have made:
+ * one per non-root (its put, or its get), none on the root. */
+static int check_rooted(shoal_comm_t comm, const put_run_t *run, int scatter, int rank, int n,
+                        int root, size_t count, size_t es, int in_place)
+{
+    static const shoal_dtype_t by_size[9] = {[1] = SHOAL_INT8, [2] = SHOAL_FLOAT16,
+                                             [4] = SHOAL_FLOAT32, [8] = SHOAL_FLOAT64};
+    size_t bytes = count * es, total = (size_t)n * bytes;
+    unsigned char *in = buf_get(run, total), *out = buf_get(run, total);
+    RANK_CHECK(in && out, fail, "rank %d: no memory", rank);
+    memset(out, 0xee, total ? total : 1);
+    uint64_t before = single_moves(comm);
+    shoal_status_t s;
+    if (!scatter) {
+        unsigned char *src = in_place && rank == root ? out + (size_t)rank * bytes : in;
+        for (size_t i = 0; i < bytes; i++)
+            src[i] = byte_of(rank, 0, i);
+        s = shoal_gather(src, out, count, by_size[es], root, comm);
+    } else {
+        if (rank == root)
+            for (size_t i = 0; i < total; i++)
+                in[i] = byte_of(root, 0, i);
+        unsigned char *dst = in_place && rank == root ? in + (size_t)rank * bytes : out;
+        s = shoal_scatter(in, dst, count, by_size[es], root, comm);
+        if (dst != out)
+            memcpy(out, dst, bytes);
+    }
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: %s of %zu x %zu B at root %d: %s", rank,
+               scatter ? "scatter" : "gather", count, es, root, shoal_status_string(s));
+    if (scatter) {
+        for (size_t i = 0; i < bytes; i++)
+            RANK_CHECK(out[i] == byte_of(root, 0, (size_t)rank * bytes + i), fail,
+                       "rank %d: scatter byte %zu of %zu x %zu B at root %d", rank, i, count,
+                       es, root);
+    } else if (rank == root) {
+        for (size_t i = 0; i < total; i++)
+            RANK_CHECK(out[i] == byte_of((int)(i / bytes), 0, i % bytes), fail,
+                       "rank %d: gather byte %zu of %zu x %zu B", rank, i, count, es);
+    } else {
+        for (size_t i = 0; i < total; i++)
+            RANK_CHECK(out[i] == 0xee, fail, "rank %d: a non-root's output written", rank);
+    }
+    uint64_t due = run->shared && n > 1 && count > 0 && rank != root ? 1 : 0;
+    uint64_t did = single_moves(comm) - before;
+    RANK_CHECK(did == due, fail, "rank %d: %s of %zu x %zu B at root %d: %llu single-copy "
+               "moves, want %llu", rank, scatter ? "scatter" : "gather", count, es, root,
+               (unsigned long long)did, (unsigned long long)due);
+    buf_put(run, in);
+    buf_put(run, out);
+    return 0;
+fail:
+    return 1;
+}
+
+static int rank_put_rooted(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const put_run_t *run = arg;
+    static const size_t sizes[] = {1, 2, 4, 8};
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    for (int scatter = 0; scatter < 2; scatter++)
+        for (int root = 0; root < nranks; root++)
+            for (size_t e = 0; e < sizeof(sizes) / sizeof(sizes[0]); e++) {
+                /* 0, 1, odd, several slot pieces of any element size. */
+                size_t counts[] = {0, 1, 17, 3 * TEST_CHUNK / sizes[e] + 5};
+                for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                    for (int in_place = 0; in_place < 2; in_place++)
+                        if (check_rooted(comm, run, scatter, rank, nranks, root, counts[c],
+                                         sizes[e], in_place))
+                            return 1;
+            }
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* The put gather and scatter (forced) at every root, element sizes 1..8:
+ * single copy with shareable buffers on 1..8 ranks; malloc'd buffers
+ * without cross-memory attach fall back to the slots on every rank. */
+static void test_put_rooted(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_ALGO", "gather:put,scatter:put");
+    harness_setenv("SHOAL_CMA", "off");
+    put_run_t shared = {.shared = 1}, priv = {.shared = 0};
+    for (int n = 1; n <= 8; n++) {
+        if (harness_quick() && n != 1 && n != 2 && n != 3 && n != 5 && n != 8)
+            continue;
+        assert_int_equal(harness_run_ranks(n, rank_put_rooted, &shared, 120), 0);
+    }
+    assert_int_equal(harness_run_ranks(3, rank_put_rooted, &priv, 120), 0);
+    harness_setenv("SHOAL_CMA", NULL);
+    harness_setenv("SHOAL_ALGO", NULL);
+}
+
 static void test_invalid_comm(void **state)
 {
     (void)state;
@@ -153,6 +296,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_barrier),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_put_rooted),
         cmocka_unit_test(test_invalid_comm),
     };
     return cmocka_run_group_tests_name("rooted", tests, NULL, NULL);

@@ -3,10 +3,15 @@
  * counts 1..8, counts 0, 1, odd and several pipeline loops, in-place and
  * out-of-place, over shared memory and over tcp. Inputs are exact in every
  * dtype (harness_fill_exact), so the expected blocks do not depend on the
- * reduction order. Bad arguments must be refused and leave comm usable. */
+ * reduction order. The same matrix with the single-copy ("put") algorithms
+ * forced over malloc'd buffers, with cross-memory attach on (the
+ * transport's put and get counters must move) and off (the slots, with
+ * nothing moved single copy). Bad arguments must be refused and leave comm
+ * usable. */
 #include "harness.h"
 
 #include "base/dtype.h"
+#include "core/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,21 +153,65 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
             for (int in_place = 0; in_place < 2; in_place++)
                 if (check_ag(comm, rank, nranks, test_count(c, ag_dtypes[d]), ag_dtypes[d], in_place, &bf))
                     return 1;
+    /* A forced put over cross-memory attach moved something single copy;
+     * without it, nothing. */
+    const int *want_single = arg;
+    if (want_single && nranks > 1) {
+        uint64_t moved = 0;
+        for (int q = 0; q < nranks; q++) {
+            if (comm->team.eps[q])
+                moved += comm->team.eps[q]->puts + comm->team.eps[q]->gets;
+        }
+        RANK_CHECK(*want_single ? moved > 0 : moved == 0, fail,
+                   "rank %d: %llu single-copy moves with SHOAL_CMA=%s", rank,
+                   (unsigned long long)moved, *want_single ? "on" : "off");
+    }
     bufs_free(&bf);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
-    (void)arg;
     return 0;
 fail:
     return 1;
 }
 
-static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks)
+static void run_ranks_arg(harness_rank_fn_t fn, const char *transport, int nranks, void *arg)
 {
     char chunk[32];
     snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
     harness_setenv("SHOAL_CHUNK_SIZE", chunk);
     harness_setenv("SHOAL_SHM_ENABLE", strcmp(transport, "shm") ? "n" : "y");
-    assert_int_equal(harness_run_ranks(nranks, fn, NULL, 600), 0);
+    assert_int_equal(harness_run_ranks(nranks, fn, arg, 600), 0);
+}
+
+static void run_ranks(harness_rank_fn_t fn, const char *transport, int nranks)
+{
+    run_ranks_arg(fn, transport, nranks, NULL);
+}
+
+/* The single-copy ("put") reduce-scatter and all-gather forced onto the
+ * same matrix of malloc'd buffers: with cross-memory attach on, every
+ * dtype and op reads (and writes) the peers' private memory directly;
+ * with it off, every rank falls back to the slots together. */
+static void run_put(int cma, int nranks)
+{
+    harness_setenv("SHOAL_ALGO", "reducescatter:put,allgather:put");
+    harness_setenv("SHOAL_CMA", cma ? "on" : "off");
+    run_ranks_arg(rank_matrix, "shm", nranks, &cma);
+    harness_setenv("SHOAL_CMA", NULL);
+    harness_setenv("SHOAL_ALGO", NULL);
+}
+
+static void test_put_cma(void **state)
+{
+    (void)state;
+    for (int n = 2; n <= 8; n++)
+        if (!harness_quick() || n == 2 || n == 3 || n == 5 || n == 8)
+            run_put(1, n);
+}
+
+static void test_put_cma_off(void **state)
+{
+    (void)state;
+    run_put(0, 3);
 }
 
 #define MATRIX_TEST(tl, n)                                                    \
@@ -261,7 +310,8 @@ int main(void)
         cmocka_unit_test(test_tcp_2), cmocka_unit_test(test_tcp_3),
         cmocka_unit_test(test_tcp_4), cmocka_unit_test(test_tcp_5),
         cmocka_unit_test(test_tcp_6), cmocka_unit_test(test_tcp_7),
-        cmocka_unit_test(test_tcp_8), cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_tcp_8), cmocka_unit_test(test_put_cma),
+        cmocka_unit_test(test_put_cma_off), cmocka_unit_test(test_bad_args),
     };
     return cmocka_run_group_tests_name("rsag", tests, NULL, NULL);
 }

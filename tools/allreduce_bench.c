@@ -14,7 +14,8 @@
  * all-reduce instead (bench_compress.c), with the wire bytes, the ratio and
  * the error against the exact sum in the table. --mem shared takes the send
  * and receive buffers from shoal_mem_alloc, whose blocks peers can map: the
- * all-gather, all-to-all and broadcast then write straight into them. */
+ * single-copy ("put") collectives then write into them or read from them
+ * directly. */
 #include "shoal.h"
 
 #include "bench_compress.h"
@@ -448,9 +449,9 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "  -J,--json <file>         rank 0 also writes the settings and results as\n"
             "                           JSON to <file>\n"
             "  --mem <host/shared>      send and receive buffers from malloc (host, the\n"
-            "                           default) or from shoal_mem_alloc (shared: the\n"
-            "                           all-gather, all-to-all and broadcast of 256K and\n"
-            "                           more per rank write into the peers' buffers)\n"
+            "                           default) or from shoal_mem_alloc (shared: from\n"
+            "                           256K per rank, the collectives but reduce and\n"
+            "                           sendrecv write into or read from peers' buffers)\n"
             "  --waits <0/1>            each rank prints at the end how long its waits\n"
             "                           lasted, for each peer's data and for room in\n"
             "                           each peer's slots (default 0)\n"

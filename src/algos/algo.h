@@ -388,11 +388,12 @@ extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
  * shoal_codec_algo_select for a call whose args carry a codec. */
 extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_codec_allreduce_ops,
     shoal_hier_codec_allreduce_ops, shoal_tree_codec_allreduce_ops;
-/* Zero-copy over shared memory (direct_put.c): named "put"; each falls
- * back to the slot algorithm the model would pick, collectively, when a
- * rank's output buffer is not shareable. */
+/* Single copy over shared memory (put.h; put_*.c): named "put"; each
+ * falls back to the slot algorithm the model would pick, collectively,
+ * when a buffer it needs is not reachable by every peer that needs it. */
 extern const shoal_algo_ops_t shoal_put_allgather_ops, shoal_put_alltoall_ops,
-    shoal_put_broadcast_ops;
+    shoal_put_broadcast_ops, shoal_put_gather_ops, shoal_put_scatter_ops,
+    shoal_put_reduce_scatter_ops, shoal_put_allreduce_ops;
 /* SHOAL_COLL_SEND and SHOAL_COLL_RECV outside a group. */
 extern const shoal_algo_ops_t shoal_p2p_ops;
 

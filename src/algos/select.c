@@ -8,15 +8,15 @@
 
 #include <string.h>
 
-#define MAX_ALGOS 5
+#define MAX_ALGOS 6
 
 /* Per collective, in order of preference when costs tie. */
 static const shoal_algo_ops_t *const algos[SHOAL_COLL_KIND_COUNT][MAX_ALGOS] = {
     [SHOAL_COLL_ALLREDUCE] = {&shoal_ring_allreduce_ops, &shoal_rhd_allreduce_ops,
                               &shoal_tree_allreduce_ops, &shoal_oneshot_allreduce_ops,
-                              &shoal_hier_allreduce_ops},
+                              &shoal_hier_allreduce_ops, &shoal_put_allreduce_ops},
     [SHOAL_COLL_REDUCE_SCATTER] = {&shoal_ring_reduce_scatter_ops, &shoal_rhd_reduce_scatter_ops,
-                                   &shoal_hier_reduce_scatter_ops},
+                                   &shoal_hier_reduce_scatter_ops, &shoal_put_reduce_scatter_ops},
     [SHOAL_COLL_ALLGATHER] = {&shoal_ring_allgather_ops, &shoal_rhd_allgather_ops,
                               &shoal_hier_allgather_ops, &shoal_put_allgather_ops},
     [SHOAL_COLL_BROADCAST] = {&shoal_chain_broadcast_ops, &shoal_binomial_broadcast_ops,
@@ -25,8 +25,10 @@ static const shoal_algo_ops_t *const algos[SHOAL_COLL_KIND_COUNT][MAX_ALGOS] = {
     [SHOAL_COLL_ALLTOALL] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops,
                              &shoal_hier_alltoall_ops, &shoal_put_alltoall_ops},
     [SHOAL_COLL_ALLTOALLV] = {&shoal_pairwise_alltoall_ops, &shoal_direct_alltoall_ops},
-    [SHOAL_COLL_GATHER] = {&shoal_direct_gather_ops, &shoal_ring_gather_ops},
-    [SHOAL_COLL_SCATTER] = {&shoal_direct_scatter_ops, &shoal_ring_scatter_ops},
+    [SHOAL_COLL_GATHER] = {&shoal_direct_gather_ops, &shoal_ring_gather_ops,
+                            &shoal_put_gather_ops},
+    [SHOAL_COLL_SCATTER] = {&shoal_direct_scatter_ops, &shoal_ring_scatter_ops,
+                             &shoal_put_scatter_ops},
     [SHOAL_COLL_SEND] = {&shoal_p2p_ops},
     [SHOAL_COLL_RECV] = {&shoal_p2p_ops},
 };
