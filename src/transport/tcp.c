@@ -14,10 +14,35 @@
  * direction; a send slot is free again once every socket has sent its part,
  * and a received message is complete once every socket has read its part.
  * Sockets are non-blocking after connect: progress moves what the kernel
- * takes or has, and never waits. */
+ * takes or has, and never waits.
+ *
+ * Connections (SHOAL_TCP_CONNECT). Eager: wireup's connect makes every
+ * pair's sockets at init, the higher rank dialing the lower, and ready
+ * closes the listener. Lazy (the default): connect only records the
+ * peer's address; the sockets of a pair are made the first time an
+ * operation asks that endpoint for a slot, and the listener stays open,
+ * served by progress, while the communicator lives. Either end may dial,
+ * without blocking (base/auth.c's client state machine, stepped by
+ * progress), and the accepting end proves the dialer exactly as at init.
+ * When both ends dial at once, the lower rank's connection wins: an
+ * acceptor answers a complete set of sockets with one byte on socket 0
+ * (taken) or closes them (refused); the lower rank refuses the higher
+ * one's set while its own dial is out, and the higher rank drops its own
+ * dial and takes the lower one's. A dialer sends nothing before that
+ * byte, so no message rides on a set that loses, and a refused higher
+ * rank waits for the lower one's set, which is on its way.
+ *
+ * Slot memory (SHOAL_TCP_MEM). The k-th peer a context connects gets
+ * min(SHOAL_TCP_NSLOTS, SHOAL_TCP_MEM / (2 x chunk x k)) slots per
+ * direction, and at least one (shoal_tcp_slots_rule): the first peers
+ * get the full depth, and once many are connected each new one costs one
+ * slot each way. One slot is enough for tcp to move: a posted message
+ * leaves for the kernel's socket buffer at once, so the slot is free
+ * again as soon as the kernel takes it. */
 #include "transport.h"
 
 #include "base/auth.h"
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
 #include "base/sock.h"
@@ -44,6 +69,26 @@
 #define SHOAL_TCP_STRIPE_ALIGN 64
 /* Most iovec entries one sendmsg or recvmsg gathers (two per message). */
 #define SHOAL_TCP_IOV_MAX 32
+/* How long a lazy listener lets a handshake that started hang: a real
+ * peer answers in microseconds while it needs the connection, and dials
+ * again should the acceptor drop it; a silent stranger is dropped. */
+#define SHOAL_TCP_HANDSHAKE_NS (2ull * 1000000000ull)
+/* The byte with which an acceptor takes a lazy connection's sockets. */
+#define SHOAL_TCP_TAKEN 0x5a
+
+/* States of an endpoint's connection. */
+enum {
+    SHOAL_TCP_IDLE,     /* lazy, nothing made yet */
+    SHOAL_TCP_DIALING,  /* our dial is out */
+    SHOAL_TCP_WAIT_PEER,/* refused: the lower peer's own dial is on its way */
+    SHOAL_TCP_UP,       /* sockets and slots in place */
+};
+
+/* Phases of a dial (shoal_tcp_ep_t.dial_phase; 0: none out). */
+enum {
+    SHOAL_TCP_DIAL_HANDSHAKE = 1, /* the sockets prove the secret and say hello */
+    SHOAL_TCP_DIAL_WAIT_ACK,      /* waiting to be taken or refused */
+};
 
 /* Address blob. chunk_size and nsocks must agree on both ends: the receiver
  * sizes its slots by the first and finds stripes with the second. */
@@ -51,7 +96,7 @@ typedef struct {
     uint64_t magic;
     uint64_t chunk_size;
     uint32_t nsocks;
-    uint32_t reserved;
+    uint32_t lazy;            /* SHOAL_TCP_CONNECT, which must agree too */
     shoal_sockaddr_t addr;
 } shoal_tcp_addr_t;
 
@@ -96,6 +141,13 @@ typedef struct shoal_tcp_ep {
     size_t list_idx;        /* place in the context's endpoint list */
     uint64_t pulled;        /* progress round that last pulled it */
     int fds[SHOAL_TCP_NSOCKS_MAX];
+    int state;              /* SHOAL_TCP_IDLE... */
+    uint64_t deadline_ns;   /* lazy: first use + SHOAL_TIMEOUT, to be up by */
+    size_t dial_idx;        /* place in the context's dialing list */
+    int dial_phase;         /* SHOAL_TCP_DIAL_...; 0: no dial out */
+    int dfds[SHOAL_TCP_NSOCKS_MAX]; /* the dial's sockets */
+    shoal_auth_dial_t *dial;/* their nsocks handshakes */
+    shoal_sockaddr_t addr;  /* the peer's listener */
 
     unsigned char *tx_buf;  /* nslots x chunk */
     shoal_tcp_hdr_t *tx_hdr;
@@ -130,7 +182,25 @@ typedef struct {
     shoal_tcp_ep_t **list;   /* connected endpoints, for progress */
     size_t neps;
     uint64_t round;          /* progress calls, to pull each endpoint once per call */
+    int lazy;                /* SHOAL_TCP_CONNECT=lazy */
+    size_t mem;              /* SHOAL_TCP_MEM */
+    size_t nup;              /* connections made so far, for the slot rule */
+    shoal_tcp_ep_t **peers;  /* lazy: the endpoint of each rank, or NULL */
+    size_t npeers;
+    shoal_tcp_ep_t **dialing;/* lazy endpoints with a dial out */
+    size_t ndialing;
+    int listening;           /* the listener is in epoll (lazy, after ready) */
+    uint64_t timeout_ns;     /* SHOAL_TIMEOUT */
 } shoal_tcp_ctx_t;
+
+size_t shoal_tcp_slots_rule(size_t mem, size_t chunk, size_t nslots, size_t k)
+{
+    if (mem == 0 || chunk == 0 || k == 0)
+        return nslots;
+    size_t fit = mem / (2 * chunk) / k;
+    size_t n = fit < nslots ? fit : nslots;
+    return n < 1 ? 1 : n;
+}
 
 /* ---- stripes ---------------------------------------------------------- */
 
@@ -429,6 +499,297 @@ static shoal_status_t shoal_tcp_pull(shoal_tcp_ep_t *ep)
     return SHOAL_OK;
 }
 
+/* ---- lazy connections ------------------------------------------------- */
+
+static shoal_status_t shoal_tcp_up(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep, const int *fds);
+
+static void shoal_tcp_close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+/* Give up our dial (its sockets and handshakes) and take ep out of the
+ * dialing list. */
+static void shoal_tcp_dial_drop(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
+{
+    if (ep->dial_phase == 0)
+        return;
+    shoal_tcp_close_fds(ep->dfds, ep->nsocks);
+    for (int i = 0; ep->dial && i < ep->nsocks; i++)
+        shoal_auth_dial_clear(&ep->dial[i]);
+    free(ep->dial);
+    ep->dial = NULL;
+    ep->dial_phase = 0;
+    ctx->dialing[ep->dial_idx] = ctx->dialing[--ctx->ndialing];
+    ctx->dialing[ep->dial_idx]->dial_idx = ep->dial_idx;
+    if (ep->state == SHOAL_TCP_DIALING)
+        ep->state = SHOAL_TCP_IDLE;
+}
+
+/* Close the sockets of the peer waiting in the stash. */
+static void shoal_tcp_stash_clear(shoal_tcp_ctx_t *ctx, int peer)
+{
+    shoal_tcp_close_fds(&ctx->stash[(size_t)peer * (size_t)ctx->nsocks], ctx->nsocks);
+}
+
+/* Start nsocks non-blocking connections to the peer's listener, each
+ * proving the secret and then saying who it is and which socket. */
+static shoal_status_t shoal_tcp_dial_start(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
+{
+    const shoal_tl_params_t *par = &ctx->base.params;
+    const uint8_t *secret = par->boot.secret(par->boot.handle);
+    ep->dial = calloc((size_t)ep->nsocks, sizeof(*ep->dial));
+    if (!ep->dial)
+        return shoal_tcp_fail(ep, SHOAL_ERR_NO_MEMORY, "no memory to dial it");
+    for (int i = 0; i < ep->nsocks; i++)
+        ep->dfds[i] = -1;
+    ep->dial_idx = ctx->ndialing;
+    ctx->dialing[ctx->ndialing++] = ep;
+    ep->dial_phase = SHOAL_TCP_DIAL_HANDSHAKE;
+    ep->state = SHOAL_TCP_DIALING;
+    for (int i = 0; i < ep->nsocks; i++) {
+        socklen_t alen = ep->addr.u.sa.sa_family == AF_INET6 ? sizeof(ep->addr.u.sin6)
+                                                             : sizeof(ep->addr.u.sin);
+        int fd = socket(ep->addr.u.sa.sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return shoal_tcp_fail(ep, SHOAL_ERR_SYSTEM, "socket: %s", strerror(errno));
+        ep->dfds[i] = fd;
+        if (connect(fd, &ep->addr.u.sa, alen) != 0 && errno != EINPROGRESS)
+            return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "connecting socket %d: %s (has it "
+                                  "exited?)", i, strerror(errno));
+        shoal_tcp_hello_t hello = {
+            .magic = htonl(SHOAL_TCP_HELLO_MAGIC),
+            .rank = htonl((uint32_t)par->rank),
+            .sock = htonl((uint32_t)i),
+            .nsocks = htonl((uint32_t)ctx->nsocks),
+        };
+        shoal_auth_dial_start(&ep->dial[i], fd, secret, &hello, sizeof(hello));
+    }
+    shoal_debug(TCP, "rank %d dials rank %d", par->rank, ep->base.peer);
+    return SHOAL_OK;
+}
+
+/* Step our dial of ep as far as its sockets allow. A dial that lost (the
+ * peer's was taken meanwhile: ep is up) still runs to its end, so that
+ * the peer's acceptor sees a whole handshake and closes it quietly. */
+static shoal_status_t shoal_tcp_dial_advance(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
+{
+    const shoal_tl_params_t *par = &ctx->base.params;
+    int lost = ep->state == SHOAL_TCP_UP;
+    if (ep->dial_phase == SHOAL_TCP_DIAL_HANDSHAKE) {
+        int done = 1;
+        for (int i = 0; i < ep->nsocks; i++) {
+            shoal_status_t s = shoal_auth_dial_step(&ep->dial[i]);
+            if (s == SHOAL_INPROGRESS) {
+                done = 0;
+            } else if (s != SHOAL_OK && lost) {
+                shoal_tcp_dial_drop(ctx, ep);
+                return SHOAL_OK;
+            } else if (s == SHOAL_ERR_PEER && errno != ECONNREFUSED) {
+                /* Closed during the handshake: the peer's acceptor dropped
+                 * it (it was away too long); dial again until the
+                 * endpoint's deadline. An exited peer refuses instead. */
+                shoal_debug(TCP, "rank %d: the handshake of socket %d with rank %d was "
+                            "dropped (%s); dialing again", par->rank, i, ep->base.peer,
+                            errno ? strerror(errno) : "closed");
+                shoal_tcp_dial_drop(ctx, ep);
+                return shoal_tcp_dial_start(ctx, ep);
+            } else if (s == SHOAL_ERR_PEER) {
+                return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "connecting socket %d: %s (has "
+                                      "it exited?)", i, strerror(errno));
+            } else if (s != SHOAL_OK) {
+                return shoal_tcp_fail(ep, s, "the handshake of socket %d failed", i);
+            }
+        }
+        if (!done)
+            return SHOAL_OK;
+        ep->dial_phase = SHOAL_TCP_DIAL_WAIT_ACK;
+    }
+    unsigned char b;
+    ssize_t r = recv(ep->dfds[0], &b, 1, MSG_DONTWAIT);
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return SHOAL_OK;
+    if (lost) {
+        shoal_tcp_dial_drop(ctx, ep);
+        return SHOAL_OK;
+    }
+    if (r == 1 && b == SHOAL_TCP_TAKEN) {
+        int fds[SHOAL_TCP_NSOCKS_MAX];
+        memcpy(fds, ep->dfds, sizeof(fds));
+        for (int i = 0; i < ep->nsocks; i++)
+            ep->dfds[i] = -1; /* the drop must not close them */
+        shoal_tcp_dial_drop(ctx, ep);
+        shoal_tcp_stash_clear(ctx, ep->base.peer);
+        shoal_status_t s = shoal_tcp_up(ctx, ep, fds);
+        if (s != SHOAL_OK) {
+            shoal_tcp_close_fds(fds, ep->nsocks);
+            return shoal_tcp_fail(ep, s, "setting up the connection it took");
+        }
+        return SHOAL_OK;
+    }
+    if (r == 1)
+        return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "it answered our connection with %#x", b);
+    /* Closed: refused. Only a lower rank refuses, and only while its own
+     * dial is out, which this rank will take. */
+    shoal_tcp_dial_drop(ctx, ep);
+    if (ep->base.peer > par->rank)
+        return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "it closed our connection before taking "
+                              "it (has it exited?)");
+    shoal_debug(TCP, "rank %d: rank %d refused our dial; its own comes", par->rank,
+                ep->base.peer);
+    ep->state = SHOAL_TCP_WAIT_PEER;
+    return SHOAL_OK;
+}
+
+/* The same; a dial that failed is dropped (the failure is logged and
+ * sticks to ep). */
+static shoal_status_t shoal_tcp_dial_step(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
+{
+    shoal_status_t s = shoal_tcp_dial_advance(ctx, ep);
+    if (s != SHOAL_OK)
+        shoal_tcp_dial_drop(ctx, ep);
+    return s;
+}
+
+/* A complete set of the peer's sockets is in the stash: take it (answer
+ * with SHOAL_TCP_TAKEN) unless our own dial of a higher peer is out. */
+static shoal_status_t shoal_tcp_decide(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
+{
+    const shoal_tl_params_t *par = &ctx->base.params;
+    int peer = ep->base.peer;
+    int *set = &ctx->stash[(size_t)peer * (size_t)ctx->nsocks];
+    if (ep->dial_phase != 0 && peer > par->rank) {
+        shoal_debug(TCP, "rank %d: refusing rank %d's dial, ours is out", par->rank, peer);
+        shoal_tcp_stash_clear(ctx, peer);
+        return SHOAL_OK;
+    }
+    unsigned char b = SHOAL_TCP_TAKEN;
+    shoal_status_t s = shoal_sock_send_all(set[0], &b, 1, shoal_deadline_after(ctx->timeout_ns));
+    if (s != SHOAL_OK) {
+        shoal_tcp_stash_clear(ctx, peer);
+        shoal_tcp_dial_drop(ctx, ep);
+        return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "taking its connection: %s",
+                              shoal_status_string(s));
+    }
+    int fds[SHOAL_TCP_NSOCKS_MAX];
+    memcpy(fds, set, (size_t)ctx->nsocks * sizeof(int));
+    for (int i = 0; i < ctx->nsocks; i++)
+        set[i] = -1;
+    s = shoal_tcp_up(ctx, ep, fds);
+    if (s != SHOAL_OK) {
+        shoal_tcp_close_fds(fds, ctx->nsocks);
+        shoal_tcp_dial_drop(ctx, ep);
+        return shoal_tcp_fail(ep, s, "setting up the connection it dialed");
+    }
+    shoal_debug(TCP, "rank %d took rank %d's dial", par->rank, peer);
+    return SHOAL_OK;
+}
+
+/* Take every connection whose handshake is complete, without waiting.
+ * A stranger's bytes never get here (the acceptor drops them); a proven
+ * connection with a hello that names no peer of this context is dropped
+ * and logged. */
+static shoal_status_t shoal_tcp_accept_lazy(shoal_tcp_ctx_t *ctx)
+{
+    const shoal_tl_params_t *par = &ctx->base.params;
+    for (;;) {
+        shoal_tcp_hello_t hello;
+        int fd;
+        shoal_status_t s = shoal_acceptor_next(ctx->acc, 0, &hello, &fd);
+        if (s == SHOAL_ERR_TIMEOUT)
+            return SHOAL_OK;
+        if (s != SHOAL_OK)
+            return s;
+        uint32_t rank = ntohl(hello.rank), sock = ntohl(hello.sock);
+        shoal_tcp_ep_t *ep = rank < (uint32_t)par->nranks ? ctx->peers[rank] : NULL;
+        if (ntohl(hello.magic) != SHOAL_TCP_HELLO_MAGIC ||
+            ntohl(hello.nsocks) != (uint32_t)ctx->nsocks || !ep ||
+            sock >= (uint32_t)ctx->nsocks ||
+            ctx->stash[rank * (uint32_t)ctx->nsocks + sock] >= 0) {
+            shoal_warn(TCP, "rank %d: dropping a data connection with an unexpected hello "
+                       "(rank %u, socket %u of %u)", par->rank, rank, sock,
+                       ntohl(hello.nsocks));
+            close(fd);
+            continue;
+        }
+        if (ep->state == SHOAL_TCP_UP || ep->err) {
+            /* A dial that lost to ours: the peer reads the close as refusal. */
+            close(fd);
+            continue;
+        }
+        int *set = &ctx->stash[rank * (uint32_t)ctx->nsocks];
+        set[sock] = fd;
+        int have = 0;
+        while (have < ctx->nsocks && set[have] >= 0)
+            have++;
+        if (have == ctx->nsocks) {
+            s = shoal_tcp_decide(ctx, ep);
+            if (s != SHOAL_OK)
+                return s;
+        }
+    }
+}
+
+/* Step what connections are in the making: the acceptor, when the
+ * listener woke or handshakes are pending (all_acc: always), and every
+ * dial that is out. */
+static shoal_status_t shoal_tcp_lazy_step(shoal_tcp_ctx_t *ctx, int all_acc)
+{
+    if (!ctx->acc)
+        return SHOAL_OK;
+    if (shoal_acceptor_pending(ctx->acc) > 0)
+        shoal_acceptor_expire(ctx->acc, SHOAL_TCP_HANDSHAKE_NS);
+    if (all_acc || shoal_acceptor_pending(ctx->acc) > 0) {
+        shoal_status_t s = shoal_tcp_accept_lazy(ctx);
+        if (s != SHOAL_OK)
+            return s;
+    }
+    for (size_t i = 0; i < ctx->ndialing;) {
+        shoal_tcp_ep_t *ep = ctx->dialing[i];
+        shoal_status_t s = shoal_tcp_dial_step(ctx, ep);
+        if (s != SHOAL_OK)
+            return s;
+        if (i < ctx->ndialing && ctx->dialing[i] == ep)
+            i++;
+    }
+    return SHOAL_OK;
+}
+
+/* An operation needs ep: SHOAL_OK once it is up, SHOAL_INPROGRESS while
+ * its connection is being made (this call dials if nobody has), an error
+ * naming the peer when it cannot be made or the deadline passed. */
+static shoal_status_t shoal_tcp_ensure(shoal_tcp_ep_t *ep)
+{
+    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)ep->base.ctx;
+    if (ep->deadline_ns == 0)
+        ep->deadline_ns = shoal_deadline_after(ctx->timeout_ns);
+    shoal_status_t s = shoal_tcp_lazy_step(ctx, 1);
+    if (s == SHOAL_OK && ep->state == SHOAL_TCP_IDLE) {
+        s = shoal_tcp_dial_start(ctx, ep);
+        if (s == SHOAL_OK)
+            s = shoal_tcp_dial_step(ctx, ep);
+        else
+            shoal_tcp_dial_drop(ctx, ep);
+    }
+    if (ep->err)
+        return ep->err;
+    if (s != SHOAL_OK)
+        return s;
+    if (ep->state == SHOAL_TCP_UP)
+        return SHOAL_OK;
+    if (shoal_deadline_passed(ep->deadline_ns)) {
+        shoal_tcp_dial_drop(ctx, ep);
+        return shoal_tcp_fail(ep, SHOAL_ERR_TIMEOUT, "no connection within SHOAL_TIMEOUT "
+                              "(%s)", ep->state == SHOAL_TCP_WAIT_PEER ? "waiting for its dial"
+                                                                       : "dialing it");
+    }
+    return SHOAL_INPROGRESS;
+}
+
 /* ---- data ops --------------------------------------------------------- */
 
 static shoal_status_t shoal_tcp_send_slot(shoal_ep_t *base, void **buf_p, size_t *cap_p)
@@ -436,6 +797,11 @@ static shoal_status_t shoal_tcp_send_slot(shoal_ep_t *base, void **buf_p, size_t
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
         return ep->err;
+    if (ep->state != SHOAL_TCP_UP) {
+        shoal_status_t s = shoal_tcp_ensure(ep);
+        if (s != SHOAL_OK)
+            return s;
+    }
     if (ep->tx_head - ep->tx_tail == ep->nslots) {
         shoal_status_t s = shoal_tcp_push(ep);
         if (s == SHOAL_OK)
@@ -486,6 +852,11 @@ static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, 
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
         return ep->err;
+    if (ep->state != SHOAL_TCP_UP) {
+        shoal_status_t s = shoal_tcp_ensure(ep);
+        if (s != SHOAL_OK)
+            return s;
+    }
     if (ep->rx_tail == ep->rx_head) {
         shoal_status_t s = shoal_tcp_push(ep);
         if (s == SHOAL_OK)
@@ -539,8 +910,13 @@ static shoal_status_t shoal_tcp_flush(shoal_ep_t *base)
 static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
 {
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    if (ctx->neps == 0)
+    if (ctx->neps == 0 && !ctx->listening)
         return SHOAL_OK; /* shared memory reaches everyone: cost nothing */
+    if (ctx->listening) {
+        shoal_status_t s = shoal_tcp_lazy_step(ctx, 0);
+        if (s != SHOAL_OK)
+            return s;
+    }
     for (size_t i = 0; i < ctx->neps; i++) {
         shoal_tcp_ep_t *ep = ctx->list[i];
         shoal_status_t s = ep->err ? ep->err : shoal_tcp_push(ep);
@@ -557,6 +933,12 @@ static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
     ctx->round++;
     for (int e = 0; e < n; e++) {
         shoal_tcp_ep_t *ep = ctx->events[e].data.ptr;
+        if (!ep) { /* the listener */
+            shoal_status_t s = shoal_tcp_accept_lazy(ctx);
+            if (s != SHOAL_OK)
+                return s;
+            continue;
+        }
         if (ep->pulled == ctx->round || ep->err)
             continue;
         ep->pulled = ctx->round;
@@ -594,6 +976,8 @@ static void shoal_tcp_ctx_free(shoal_tcp_ctx_t *ctx)
     free(ctx->stash);
     free(ctx->events);
     free(ctx->list);
+    free(ctx->peers);
+    free(ctx->dialing);
     free(ctx);
 }
 
@@ -613,6 +997,9 @@ static shoal_status_t shoal_tcp_open(const shoal_tl_params_t *par, shoal_tl_ctx_
     ctx->epfd = -1;
     ctx->nsocks = cfg->tcp.nsocks;
     ctx->nslots = cfg->tcp.nslots;
+    ctx->lazy = cfg->tcp.lazy;
+    ctx->mem = cfg->tcp.mem;
+    ctx->timeout_ns = cfg->core.timeout_ns;
     shoal_status_t s = SHOAL_ERR_INVALID_ARG;
     if (ctx->nsocks < 1 || ctx->nsocks > SHOAL_TCP_NSOCKS_MAX) {
         shoal_error(TCP, "SHOAL_TCP_NSOCKS=%d is outside 1..%d", ctx->nsocks,
@@ -628,12 +1015,14 @@ static shoal_status_t shoal_tcp_open(const shoal_tl_params_t *par, shoal_tl_ctx_
         goto err_free_ctx;
     }
     size_t nfds = (size_t)par->nranks * (size_t)ctx->nsocks;
-    ctx->nevents = (int)nfds;
+    ctx->nevents = (int)nfds + 1; /* and the listener, when lazy */
     ctx->stash = malloc(nfds * sizeof(*ctx->stash));
-    ctx->events = calloc(nfds, sizeof(*ctx->events));
+    ctx->events = calloc(nfds + 1, sizeof(*ctx->events));
     ctx->list = calloc((size_t)par->nranks, sizeof(*ctx->list));
+    ctx->peers = calloc((size_t)par->nranks, sizeof(*ctx->peers));
+    ctx->dialing = calloc((size_t)par->nranks, sizeof(*ctx->dialing));
     s = SHOAL_ERR_NO_MEMORY;
-    if (!ctx->stash || !ctx->events || !ctx->list) {
+    if (!ctx->stash || !ctx->events || !ctx->list || !ctx->peers || !ctx->dialing) {
         shoal_error(TCP, "tcp open: out of memory");
         goto err_free_ctx;
     }
@@ -675,6 +1064,7 @@ static shoal_status_t shoal_tcp_addr_pack(shoal_tl_ctx_t *base, void *blob, size
     addr.magic = SHOAL_TCP_MAGIC;
     addr.chunk_size = ctx->chunk;
     addr.nsocks = (uint32_t)ctx->nsocks;
+    addr.lazy = (uint32_t)ctx->lazy;
     addr.addr = ctx->addr;
     memcpy(blob, &addr, sizeof(addr));
     *len_p = sizeof(addr);
@@ -772,7 +1162,15 @@ static shoal_status_t shoal_tcp_sock_setup(int fd)
     return SHOAL_OK;
 }
 
+static void shoal_tcp_ep_free_slots(shoal_tcp_ep_t *ep);
+
 static void shoal_tcp_ep_free(shoal_tcp_ep_t *ep)
+{
+    shoal_tcp_ep_free_slots(ep);
+    free(ep);
+}
+
+static void shoal_tcp_ep_free_slots(shoal_tcp_ep_t *ep)
 {
     free(ep->tx_buf);
     free(ep->rx_buf);
@@ -780,12 +1178,13 @@ static void shoal_tcp_ep_free(shoal_tcp_ep_t *ep)
     free(ep->rx_hdr);
     free(ep->tx_len);
     free(ep->rx_len);
-    free(ep);
+    ep->tx_buf = ep->rx_buf = NULL;
+    ep->tx_hdr = ep->rx_hdr = NULL;
+    ep->tx_len = ep->rx_len = NULL;
 }
 
-/* The endpoint over connected sockets fds (taken over by it on success). */
-static shoal_status_t shoal_tcp_ep_create(shoal_tcp_ctx_t *ctx, int peer, const int *fds,
-                                          shoal_tcp_ep_t **ep_p)
+/* An endpoint to peer without sockets or slots yet. */
+static shoal_status_t shoal_tcp_ep_alloc(shoal_tcp_ctx_t *ctx, int peer, shoal_tcp_ep_t **ep_p)
 {
     shoal_tcp_ep_t *ep = calloc(1, sizeof(*ep));
     if (!ep) {
@@ -796,44 +1195,63 @@ static shoal_status_t shoal_tcp_ep_create(shoal_tcp_ctx_t *ctx, int peer, const 
     ep->base.ctx = &ctx->base;
     ep->base.peer = peer;
     ep->nsocks = ctx->nsocks;
-    ep->nslots = ctx->nslots;
     ep->chunk = ctx->chunk;
-    size_t bytes = ctx->nslots * ctx->chunk; /* a multiple of the 4096 alignment */
+    ep->state = SHOAL_TCP_IDLE;
+    for (int i = 0; i < SHOAL_TCP_NSOCKS_MAX; i++)
+        ep->fds[i] = ep->dfds[i] = -1;
+    *ep_p = ep;
+    return SHOAL_OK;
+}
+
+/* Give ep its slots (by the slot rule, as the next connection of ctx) and
+ * the connected sockets fds, which it takes over on success, and list it
+ * for progress. */
+static shoal_status_t shoal_tcp_up(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep, const int *fds)
+{
+    size_t nslots = shoal_tcp_slots_rule(ctx->mem, ctx->chunk, ctx->nslots, ctx->nup + 1);
+    size_t bytes = nslots * ctx->chunk; /* a multiple of the 4096 alignment */
+    ep->nslots = nslots;
     ep->tx_buf = aligned_alloc(4096, bytes);
     ep->rx_buf = aligned_alloc(4096, bytes);
-    ep->tx_hdr = calloc(ctx->nslots, sizeof(*ep->tx_hdr));
-    ep->rx_hdr = calloc(ctx->nslots, sizeof(*ep->rx_hdr));
-    ep->tx_len = calloc(ctx->nslots, sizeof(*ep->tx_len));
-    ep->rx_len = calloc(ctx->nslots, sizeof(*ep->rx_len));
+    ep->tx_hdr = calloc(nslots, sizeof(*ep->tx_hdr));
+    ep->rx_hdr = calloc(nslots, sizeof(*ep->rx_hdr));
+    ep->tx_len = calloc(nslots, sizeof(*ep->tx_len));
+    ep->rx_len = calloc(nslots, sizeof(*ep->rx_len));
     shoal_status_t s = SHOAL_ERR_NO_MEMORY;
     if (!ep->tx_buf || !ep->rx_buf || !ep->tx_hdr || !ep->rx_hdr || !ep->tx_len ||
         !ep->rx_len) {
-        shoal_error(TCP, "tcp connect: no memory for 2 x %zu slots of %zu B", ctx->nslots,
+        shoal_error(TCP, "tcp connect: no memory for 2 x %zu slots of %zu B", nslots,
                     ctx->chunk);
-        goto err_free_ep;
+        goto err_free_slots;
     }
     for (int i = 0; i < ep->nsocks; i++) {
         s = shoal_tcp_sock_setup(fds[i]);
         if (s != SHOAL_OK)
-            goto err_free_ep;
+            goto err_free_slots;
     }
     for (int i = 0; i < ep->nsocks; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ep};
-        ep->fds[i] = fds[i];
         if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
             shoal_error(TCP, "epoll_ctl(ADD): %s", strerror(errno));
             while (i-- > 0)
                 epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, fds[i], NULL);
             s = SHOAL_ERR_SYSTEM;
-            goto err_free_ep;
+            goto err_free_slots;
         }
     }
+    for (int i = 0; i < ep->nsocks; i++)
+        ep->fds[i] = fds[i];
     ep->watched = 1;
-    *ep_p = ep;
+    ep->state = SHOAL_TCP_UP;
+    ep->list_idx = ctx->neps;
+    ctx->list[ctx->neps++] = ep;
+    ctx->nup++;
+    shoal_debug(TCP, "rank %d: rank %d connected, %zu slot(s) of %zu B each way",
+                ctx->base.params.rank, ep->base.peer, nslots, ctx->chunk);
     return SHOAL_OK;
 
-err_free_ep:
-    shoal_tcp_ep_free(ep);
+err_free_slots:
+    shoal_tcp_ep_free_slots(ep);
     return s;
 }
 
@@ -870,30 +1288,59 @@ static shoal_status_t shoal_tcp_connect(shoal_tl_ctx_t *base, int peer, const vo
                     (unsigned long long)addr.chunk_size, par->rank, ctx->nsocks, ctx->chunk);
         return SHOAL_ERR_INVALID_ARG;
     }
-    int fds[SHOAL_TCP_NSOCKS_MAX];
-    shoal_status_t s = peer < par->rank ? shoal_tcp_dial(ctx, peer, &addr, deadline_ns, fds)
-                                         : shoal_tcp_accept(ctx, peer, deadline_ns, fds);
+    if (addr.lazy != (uint32_t)ctx->lazy) {
+        shoal_error(TCP, "rank %d connects tcp %s, rank %d %s: SHOAL_TCP_CONNECT must agree",
+                    peer, addr.lazy ? "lazy" : "eager", par->rank,
+                    ctx->lazy ? "lazy" : "eager");
+        return SHOAL_ERR_INVALID_ARG;
+    }
+    shoal_tcp_ep_t *ep;
+    shoal_status_t s = shoal_tcp_ep_alloc(ctx, peer, &ep);
     if (s != SHOAL_OK)
         return s;
-    shoal_tcp_ep_t *ep;
-    s = shoal_tcp_ep_create(ctx, peer, fds, &ep);
+    ep->addr = addr.addr;
+    if (ctx->lazy) {
+        /* Nothing moves until an operation needs the peer. */
+        ctx->peers[peer] = ep;
+        ctx->npeers++;
+        *ep_p = &ep->base;
+        return SHOAL_OK;
+    }
+    int fds[SHOAL_TCP_NSOCKS_MAX];
+    s = peer < par->rank ? shoal_tcp_dial(ctx, peer, &addr, deadline_ns, fds)
+                         : shoal_tcp_accept(ctx, peer, deadline_ns, fds);
+    if (s != SHOAL_OK)
+        goto err_free_ep;
+    s = shoal_tcp_up(ctx, ep, fds);
     if (s != SHOAL_OK)
         goto err_close_fds;
-    ep->list_idx = ctx->neps;
-    ctx->list[ctx->neps++] = ep;
     *ep_p = &ep->base;
     return SHOAL_OK;
 
 err_close_fds:
     for (int i = 0; i < ctx->nsocks; i++)
         close(fds[i]);
+err_free_ep:
+    free(ep);
     return s;
 }
 
-/* Everyone is connected: no more connections to take, so stop listening. */
+/* Eager: everyone is connected, no more connections to take, so stop
+ * listening. Lazy: keep listening, served by progress, while some peer
+ * may still dial; a context that reaches no peer (shared memory took them
+ * all) stops as the eager one does. */
 static shoal_status_t shoal_tcp_ready(shoal_tl_ctx_t *base)
 {
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
+    if (ctx->lazy && ctx->npeers > 0) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+        if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, ctx->listen_fd, &ev) != 0) {
+            shoal_error(TCP, "epoll_ctl(ADD) of the listener: %s", strerror(errno));
+            return SHOAL_ERR_SYSTEM;
+        }
+        ctx->listening = 1;
+        return SHOAL_OK;
+    }
     shoal_acceptor_destroy(ctx->acc);
     ctx->acc = NULL;
     close(ctx->listen_fd);
@@ -921,6 +1368,15 @@ static void shoal_tcp_disconnect(shoal_ep_t *base)
 {
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base->ctx;
+    if (ctx->peers[base->peer] == ep) {
+        ctx->peers[base->peer] = NULL;
+        ctx->npeers--;
+    }
+    shoal_tcp_dial_drop(ctx, ep);
+    if (ep->state != SHOAL_TCP_UP) {
+        shoal_tcp_ep_free(ep);
+        return;
+    }
     shoal_tcp_unwatch(ep);
     shoal_tcp_drain(ep);
     for (int i = 0; i < ep->nsocks; i++)
@@ -936,7 +1392,25 @@ static void shoal_tcp_close(shoal_tl_ctx_t *base)
     /* Endpoints the caller did not disconnect (a failed wireup) go too. */
     while (ctx->neps > 0)
         shoal_tcp_disconnect(&ctx->list[ctx->neps - 1]->base);
+    for (int r = 0; r < ctx->base.params.nranks; r++) {
+        if (ctx->peers[r])
+            shoal_tcp_disconnect(&ctx->peers[r]->base);
+    }
     shoal_tcp_ctx_free(ctx);
+}
+
+size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *base)
+{
+    return ((const shoal_tcp_ctx_t *)base)->neps;
+}
+
+size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *base)
+{
+    const shoal_tcp_ctx_t *ctx = (const shoal_tcp_ctx_t *)base;
+    size_t bytes = 0;
+    for (size_t i = 0; i < ctx->neps; i++)
+        bytes += 2 * ctx->list[i]->nslots * ctx->chunk;
+    return bytes;
 }
 
 const shoal_transport_ops_t shoal_tcp_ops = {
