@@ -55,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -73,6 +74,8 @@
  * peer answers in microseconds while it needs the connection, and dials
  * again should the acceptor drop it; a silent stranger is dropped. */
 #define SHOAL_TCP_HANDSHAKE_NS (2ull * 1000000000ull)
+/* How long a wait polls before it sleeps while connections are made. */
+#define SHOAL_TCP_SPIN_NS 50000u
 /* The byte with which an acceptor takes a lazy connection's sockets. */
 #define SHOAL_TCP_TAKEN 0x5a
 
@@ -189,6 +192,7 @@ typedef struct {
     size_t npeers;
     shoal_tcp_ep_t **dialing;/* lazy endpoints with a dial out */
     size_t ndialing;
+    size_t nwait_peer;       /* lazy endpoints WAIT_PEER */
     int listening;           /* the listener is in epoll (lazy, after ready) */
     uint64_t timeout_ns;     /* SHOAL_TIMEOUT */
 } shoal_tcp_ctx_t;
@@ -642,6 +646,7 @@ static shoal_status_t shoal_tcp_dial_advance(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_
     shoal_debug(TCP, "rank %d: rank %d refused our dial; its own comes", par->rank,
                 ep->base.peer);
     ep->state = SHOAL_TCP_WAIT_PEER;
+    ctx->nwait_peer++;
     return SHOAL_OK;
 }
 
@@ -679,6 +684,8 @@ static shoal_status_t shoal_tcp_decide(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
     memcpy(fds, set, (size_t)ctx->nsocks * sizeof(int));
     for (int i = 0; i < ctx->nsocks; i++)
         set[i] = -1;
+    if (ep->state == SHOAL_TCP_WAIT_PEER)
+        ctx->nwait_peer--;
     s = shoal_tcp_up(ctx, ep, fds);
     if (s != SHOAL_OK) {
         shoal_tcp_close_fds(fds, ctx->nsocks);
@@ -1373,6 +1380,8 @@ static void shoal_tcp_disconnect(shoal_ep_t *base)
         ctx->npeers--;
     }
     shoal_tcp_dial_drop(ctx, ep);
+    if (ep->state == SHOAL_TCP_WAIT_PEER)
+        ctx->nwait_peer--;
     if (ep->state != SHOAL_TCP_UP) {
         shoal_tcp_ep_free(ep);
         return;
@@ -1397,6 +1406,37 @@ static void shoal_tcp_close(shoal_tl_ctx_t *base)
             shoal_tcp_disconnect(&ctx->peers[r]->base);
     }
     shoal_tcp_ctx_free(ctx);
+}
+
+/* Data moves by polling: sends need progress calls to push, so a wait
+ * does not sleep (the caller yields the core instead). While connections
+ * are in the making, though, the other end's answers come through the
+ * listener and the dials' sockets: wait for them in the kernel, so that
+ * ranks that outnumber the cores hand the core to the peer whose answer
+ * they wait for rather than spin. */
+static shoal_status_t shoal_tcp_sleep(shoal_tl_ctx_t *base, uint64_t waited_ns,
+                                      uint64_t timeout_ns)
+{
+    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
+    if (!ctx->listening || (ctx->ndialing == 0 && ctx->nwait_peer == 0 &&
+                            shoal_acceptor_pending(ctx->acc) == 0))
+        return SHOAL_ERR_UNSUPPORTED;
+    if (waited_ns < SHOAL_TCP_SPIN_NS)
+        return SHOAL_INPROGRESS;
+    struct pollfd pfds[1 + 4 * SHOAL_TCP_NSOCKS_MAX];
+    nfds_t n = 0;
+    pfds[n++] = (struct pollfd){.fd = ctx->epfd, .events = POLLIN};
+    for (size_t i = 0; i < ctx->ndialing && n + (nfds_t)ctx->nsocks <= 1 + 4 * SHOAL_TCP_NSOCKS_MAX;
+         i++) {
+        for (int k = 0; k < ctx->nsocks; k++)
+            pfds[n++] = (struct pollfd){.fd = ctx->dialing[i]->dfds[k], .events = POLLIN};
+    }
+    uint64_t ms = timeout_ns / 1000000u;
+    if (poll(pfds, n, (int)(ms < 1 ? 1 : ms > 1000 ? 1000 : ms)) < 0 && errno != EINTR) {
+        shoal_error(TCP, "poll: %s", strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return SHOAL_OK;
 }
 
 size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *base)
@@ -1427,7 +1467,7 @@ const shoal_transport_ops_t shoal_tcp_ops = {
     .recv_release = shoal_tcp_recv_release,
     .flush = shoal_tcp_flush,
     .progress = shoal_tcp_progress,
-    .sleep = shoal_tl_stub_sleep, /* polled: its sockets need progress calls */
+    .sleep = shoal_tcp_sleep,
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
     .rkey_pack = shoal_tl_stub_rkey_pack,
