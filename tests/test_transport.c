@@ -11,9 +11,11 @@
 #include <dirent.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -343,9 +345,15 @@ static shoal_tl_ctx_t *tcp_ctx_of(shoal_comm_t comm)
     return NULL;
 }
 
+typedef struct {
+    int eager;
+    atomic_int *checked; /* shared by the ranks: those past the check */
+} lazy_arg_t;
+
 static int rank_lazy(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
 {
-    const int *eager = varg;
+    const lazy_arg_t *arg = varg;
+    const int *eager = &arg->eager;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
@@ -372,6 +380,13 @@ static int rank_lazy(int rank, int nranks, const shoal_unique_id_t *id, void *va
         RANK_CHECK(shoal_tcp_peers_up(ctx) == want, fail, "%zu peers up after the exchange, "
                    "want %zu", shoal_tcp_peers_up(ctx), want);
     }
+    /* The all-reduce below connects more peers: nobody starts it before
+     * every rank has looked at its own. */
+    atomic_fetch_add(arg->checked, 1);
+    uint64_t give_up = shoal_deadline_after(WAIT_NS);
+    while (atomic_load(arg->checked) < nranks && !shoal_deadline_passed(give_up))
+        sched_yield();
+    RANK_CHECK(atomic_load(arg->checked) == nranks, fail, "the other ranks never checked");
     int64_t sum = rank, total = (int64_t)nranks * (nranks - 1) / 2;
     s = shoal_allreduce(&sum, &sum, 1, SHOAL_INT64, SHOAL_SUM, comm);
     RANK_CHECK(s == SHOAL_OK && sum == total, fail, "allreduce: %s, %lld want %lld",
@@ -386,16 +401,22 @@ fail:
 static void test_tcp_lazy(void **state)
 {
     harness_setenv("SHOAL_SHM_ENABLE", "n");
+    atomic_int *checked = mmap(NULL, sizeof(*checked), PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(checked != MAP_FAILED);
     for (int eager = 0; eager <= 1; eager++) {
         harness_setenv("SHOAL_TCP_CONNECT", eager ? "eager" : "lazy");
         for (int n = 1; n <= 8; n++) {
-            int rc = harness_run_ranks(n, rank_lazy, &eager, TEST_TIMEOUT_S);
+            atomic_store(checked, 0);
+            lazy_arg_t arg = {.eager = eager, .checked = checked};
+            int rc = harness_run_ranks(n, rank_lazy, &arg, TEST_TIMEOUT_S);
             if (rc != 0)
                 fprintf(stderr, "# failed with %d ranks, %s\n", n, eager ? "eager" : "lazy");
             assert_int_equal(rc, 0);
         }
     }
     harness_setenv("SHOAL_TCP_CONNECT", NULL);
+    munmap(checked, sizeof(*checked));
 }
 
 /* Whether process pid has exited (gone, or a zombie nobody reaped yet). */
