@@ -104,6 +104,7 @@ static shoal_status_t shoal_tcp_dial_start(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t 
     ctx->dialing[ctx->ndialing++] = ep;
     ep->dial_phase = SHOAL_TCP_DIAL_HANDSHAKE;
     ep->state = SHOAL_TCP_DIALING;
+    ep->attempt++;
     for (int i = 0; i < ep->nsocks; i++) {
         socklen_t alen = ep->addr.u.sa.sa_family == AF_INET6 ? sizeof(ep->addr.u.sin6)
                                                              : sizeof(ep->addr.u.sin);
@@ -117,7 +118,7 @@ static shoal_status_t shoal_tcp_dial_start(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t 
         shoal_tcp_hello_t hello = {
             .magic = htonl(SHOAL_TCP_HELLO_MAGIC),
             .rank = htonl((uint32_t)par->rank),
-            .sock = htonl((uint32_t)i),
+            .sock = htonl((uint32_t)i | (uint32_t)ep->attempt << 16),
             .nsocks = htonl((uint32_t)ctx->nsocks),
         };
         shoal_auth_dial_start(&ep->dial[i], fd, secret, &hello, sizeof(hello));
@@ -266,12 +267,25 @@ shoal_status_t shoal_tcp_accept_lazy(shoal_tcp_ctx_t *ctx)
             return SHOAL_OK;
         if (s != SHOAL_OK)
             return s;
-        uint32_t rank = ntohl(hello.rank), sock = ntohl(hello.sock);
+        /* A lazy hello's socket field carries the dial's number above
+         * the socket's: a dial again after a dropped handshake must not
+         * mix its sockets with the first one's. */
+        uint32_t rank = ntohl(hello.rank), sock = ntohl(hello.sock) & 0xffffu;
+        uint16_t attempt = (uint16_t)(ntohl(hello.sock) >> 16);
         shoal_tcp_ep_t *ep = rank < (uint32_t)par->nranks ? ctx->peers[rank] : NULL;
+        int *set = ep ? &ctx->stash[rank * (uint32_t)ctx->nsocks] : NULL;
+        if (ep && ep->state != SHOAL_TCP_UP && !ep->err && ep->stash_attempt != attempt &&
+            sock < (uint32_t)ctx->nsocks) {
+            if ((int16_t)(attempt - ep->stash_attempt) < 0) {
+                close(fd); /* a socket of a dial the peer gave up */
+                continue;
+            }
+            shoal_tcp_stash_clear(ctx, (int)rank);
+            ep->stash_attempt = attempt;
+        }
         if (ntohl(hello.magic) != SHOAL_TCP_HELLO_MAGIC ||
             ntohl(hello.nsocks) != (uint32_t)ctx->nsocks || !ep ||
-            sock >= (uint32_t)ctx->nsocks ||
-            ctx->stash[rank * (uint32_t)ctx->nsocks + sock] >= 0) {
+            sock >= (uint32_t)ctx->nsocks || set[sock] >= 0) {
             shoal_warn(TCP, "rank %d: dropping a data connection with an unexpected hello "
                        "(rank %u, socket %u of %u)", par->rank, rank, sock,
                        ntohl(hello.nsocks));
@@ -283,7 +297,6 @@ shoal_status_t shoal_tcp_accept_lazy(shoal_tcp_ctx_t *ctx)
             close(fd);
             continue;
         }
-        int *set = &ctx->stash[rank * (uint32_t)ctx->nsocks];
         set[sock] = fd;
         int have = 0;
         while (have < ctx->nsocks && set[have] >= 0)

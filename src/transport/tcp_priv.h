@@ -100,6 +100,8 @@ typedef struct shoal_tcp_ep {
     uint64_t deadline_ns;   /* lazy: first use + SHOAL_TIMEOUT, to be up by */
     size_t dial_idx;        /* place in the context's dialing list */
     int dial_phase;         /* SHOAL_TCP_DIAL_...; 0: no dial out */
+    uint16_t attempt;       /* our dials so far (their hellos carry it) */
+    uint16_t stash_attempt; /* the peer's dial whose sockets the stash holds */
     int dfds[SHOAL_TCP_NSOCKS_MAX]; /* the dial's sockets */
     shoal_auth_dial_t *dial;/* their nsocks handshakes */
     shoal_sockaddr_t addr;  /* the peer's listener */
