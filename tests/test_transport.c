@@ -473,6 +473,51 @@ static void test_tcp_dies_before_connect(void **state)
     harness_setenv("SHOAL_TIMEOUT", NULL);
 }
 
+/* Rank 1 lives on but stays out of shoal: rank 0's all-reduce, which
+ * needs it, ends at the deadline with an error that names it, and then
+ * lets it go. */
+static int rank_stays_away(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    atomic_int *released = varg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    if (rank == 1) {
+        uint64_t give_up = shoal_deadline_after(WAIT_NS);
+        while (!atomic_load(released) && !shoal_deadline_passed(give_up))
+            sched_yield();
+        RANK_CHECK(atomic_load(released), fail, "rank 0 never let rank 1 go");
+        shoal_comm_abort(comm);
+        return 0;
+    }
+    int64_t x = rank;
+    s = shoal_allreduce(&x, &x, 1, SHOAL_INT64, SHOAL_SUM, comm);
+    atomic_store(released, 1);
+    RANK_CHECK(s != SHOAL_OK, fail, "the all-reduce succeeded without rank 1");
+    const char *why = shoal_comm_last_error(comm);
+    fprintf(stderr, "# rank 0: %s: %s\n", shoal_status_string(s), why);
+    RANK_CHECK(why && strstr(why, "rank 1"), fail, "the error does not name rank 1: %s",
+               why ? why : "(none)");
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    atomic_store(released, 1);
+    return 1;
+}
+
+static void test_tcp_peer_stays_away(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TIMEOUT", "3s");
+    atomic_int *released = mmap(NULL, sizeof(*released), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(released != MAP_FAILED);
+    atomic_store(released, 0);
+    assert_int_equal(harness_run_ranks(2, rank_stays_away, released, TEST_TIMEOUT_S), 0);
+    munmap(released, sizeof(*released));
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
 /* Two pretend hosts: shm inside each, tcp between them, in one communicator. */
 static void test_mixed_hosts(void **state)
 {
@@ -926,6 +971,7 @@ int main(void)
         cmocka_unit_test_setup(test_tcp_eager, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_lazy, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_dies_before_connect, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_peer_stays_away, setup_small_chunks),
         cmocka_unit_test_setup(test_mixed_hosts, setup_small_chunks),
         cmocka_unit_test_setup(test_large_chunks, setup_small_chunks),
         cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),
