@@ -5,6 +5,7 @@
 #include "harness.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 #include "core/comm.h"
 #include "transport/transport.h"
 
@@ -323,6 +324,17 @@ static void test_tcp_three_sockets(void **state)
     run_all_sizes(&arg);
 }
 
+/* The same matrix with one slot each way per peer, the floor of
+ * SHOAL_TCP_MEM's rule. */
+static void test_tcp_one_slot(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_MEM", "1");
+    xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
+    run_all_sizes(&arg);
+    harness_setenv("SHOAL_TCP_MEM", NULL);
+}
+
 /* The same matrix with every pair connected at init. */
 static void test_tcp_eager(void **state)
 {
@@ -380,6 +392,15 @@ static int rank_lazy(int rank, int nranks, const shoal_unique_id_t *id, void *va
         RANK_CHECK(shoal_tcp_peers_up(ctx) == want, fail, "%zu peers up after the exchange, "
                    "want %zu", shoal_tcp_peers_up(ctx), want);
     }
+    /* Slots by the rule of SHOAL_TCP_MEM, in the order the peers came. */
+    if (ctx) {
+        const shoal_config_t *conf = shoal_config_get();
+        size_t chunk = comm->team.chunk_size, slots = 0;
+        for (size_t k = 1; k <= shoal_tcp_peers_up(ctx); k++)
+            slots += 2 * chunk * shoal_tcp_slots_rule(conf->tcp.mem, chunk, conf->tcp.nslots, k);
+        RANK_CHECK(shoal_tcp_slot_bytes(ctx) == slots, fail, "%zu B of slots, want %zu",
+                   shoal_tcp_slot_bytes(ctx), slots);
+    }
     /* The all-reduce below connects more peers: nobody starts it before
      * every rank has looked at its own. */
     atomic_fetch_add(arg->checked, 1);
@@ -401,6 +422,9 @@ fail:
 static void test_tcp_lazy(void **state)
 {
     harness_setenv("SHOAL_SHM_ENABLE", "n");
+    /* 4 KiB pieces, 2 slots: the first peer gets both each way, the
+     * others one, which must move data as well. */
+    harness_setenv("SHOAL_TCP_MEM", "16k");
     atomic_int *checked = mmap(NULL, sizeof(*checked), PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(checked != MAP_FAILED);
@@ -416,6 +440,7 @@ static void test_tcp_lazy(void **state)
         }
     }
     harness_setenv("SHOAL_TCP_CONNECT", NULL);
+    harness_setenv("SHOAL_TCP_MEM", NULL);
     munmap(checked, sizeof(*checked));
 }
 
@@ -969,6 +994,7 @@ int main(void)
         cmocka_unit_test_setup(test_tcp_one_socket, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_three_sockets, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_eager, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_one_slot, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_lazy, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_dies_before_connect, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_peer_stays_away, setup_small_chunks),
