@@ -46,7 +46,7 @@ NCCL_LIB := $(BUILD)/libnccl.so.2
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
 TOOLS    := $(TOOLS_DIR)/allreduce_bench $(TOOLS_DIR)/shoal_info $(TOOLS_DIR)/shoal_sim \
-            $(TOOLS_DIR)/codec_bench
+            $(TOOLS_DIR)/codec_bench $(TOOLS_DIR)/init_bench
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o

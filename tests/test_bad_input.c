@@ -332,6 +332,11 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     int fds = open_fds_of(rank, 1);
     shoal_comm_t comm;
     RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    /* tcp connects its peers on first use (SHOAL_TCP_CONNECT=lazy): count
+     * after a call that did, and allow a dial that lost a tie to the
+     * peer's to close meanwhile. */
+    RANK_CHECK(works(comm, nranks), fail, "rank %d: first all-reduce: %s", rank,
+               shoal_comm_last_error(comm));
     int fds_comm = open_fds();
 
     int refused = run_matrix(comm, rank, nranks, 0, a, b);
@@ -365,7 +370,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(refused > 0, fail, "rank %d: matrix in a group failed", rank);
     RANK_CHECK(s == SHOAL_OK && sum == nranks, fail,
                "rank %d: group after bad calls gave %s, sum %d", rank, shoal_status_string(s), sum);
-    RANK_CHECK(open_fds() == fds_comm, fail, "rank %d: bad calls left %d descriptors open", rank,
+    RANK_CHECK(open_fds() <= fds_comm, fail, "rank %d: bad calls left %d descriptors open", rank,
                open_fds() - fds_comm);
 
     /* A stopped communicator refuses everything with SHOAL_ERR_ABORTED;

@@ -8,12 +8,16 @@
  * cost model's choice stays near the best schedule the simulator finds;
  * and the compressed all-reduces (every codec schedule, int8 and ternary)
  * run dry on the same clusters, moving exactly the wire bytes their
- * schedules say. */
+ * schedules say; and tcp's memory per rank, connected lazily, follows
+ * the peers each schedule touches (two for the ring at any scale, log2 n
+ * for halving-doubling, all for all-to-all) and tcp's slot rule. */
 #include "harness.h"
 
 #include "algos/algo.h"
+#include "base/config.h"
 #include "base/dtype.h"
 #include "sim/sim.h"
+#include "transport/transport.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -442,6 +446,80 @@ static void test_hier_beats_ring(void **state)
     }
 }
 
+/* tcp's slot rule: full depth while the budget lasts, then fewer, never
+ * none; no budget, full depth. */
+static void test_tcp_slot_rule(void **state)
+{
+    (void)state;
+    const size_t M = (size_t)1 << 20, chunk = 512 * 1024;
+    for (size_t k = 1; k <= 32; k++)
+        assert_int_equal(shoal_tcp_slots_rule(64 * M, chunk, 2, k), 2);
+    assert_int_equal(shoal_tcp_slots_rule(64 * M, chunk, 2, 33), 1);
+    assert_int_equal(shoal_tcp_slots_rule(64 * M, chunk, 2, 100000), 1);
+    assert_int_equal(shoal_tcp_slots_rule(64 * M, chunk, 8, 8), 8);
+    assert_int_equal(shoal_tcp_slots_rule(64 * M, chunk, 8, 16), 4);
+    assert_int_equal(shoal_tcp_slots_rule(0, chunk, 8, 100000), 8);
+}
+
+/* Memory of lazily connected tcp per rank, one host per rank (every peer
+ * over tcp) and 4 ranks per host (peers of the host are shm's): the ring
+ * touches its two neighbours whatever the rank count, so its memory is
+ * that of two peers at full depth; halving-doubling touches log2 n;
+ * all-to-all touches every peer, beyond the first 32 at one slot each
+ * way. Eager tcp holds every peer at full depth. */
+static void run_memory(int hosts, int per_host, shoal_coll_kind_t kind, const char *algo,
+                       int want_peers)
+{
+    const size_t chunk = 512 * 1024;
+    const shoal_config_t *conf = shoal_config_get();
+    shoal_sim_t *sim = make_sim(hosts, per_host, 0, chunk, NULL);
+    int n = hosts * per_host;
+    size_t count = kind == SHOAL_COLL_ALLTOALL ? 64 : (size_t)n * 4096;
+    double t;
+    assert_int_equal(shoal_sim_run(sim, kind, count, SHOAL_FLOAT32,
+                                   shoal_algo_find(kind, algo), &t, NULL),
+                     SHOAL_OK);
+    size_t want_lazy = 0;
+    for (int k = 1; k <= want_peers; k++)
+        want_lazy += 2 * chunk * shoal_tcp_slots_rule(conf->tcp.mem, chunk, conf->tcp.nslots,
+                                                      (size_t)k);
+    for (int r = 0; r < n; r++) {
+        shoal_sim_mem_t m;
+        shoal_sim_memory(sim, r, &m);
+        if (m.peers_all != n - per_host || m.peers_touched != want_peers ||
+            m.bytes_eager != (size_t)(n - per_host) * 2 * conf->tcp.nslots * chunk ||
+            m.bytes_lazy != want_lazy)
+            fail_msg("%s %s, %d x %d ranks, rank %d: %d of %d peers touched (want %d), "
+                     "%zu B lazy (want %zu), %zu B eager", shoal_coll_kind_name(kind), algo,
+                     hosts, per_host, r, m.peers_touched, m.peers_all, want_peers,
+                     m.bytes_lazy, want_lazy, m.bytes_eager);
+    }
+    shoal_sim_forget_peers(sim);
+    shoal_sim_mem_t m;
+    shoal_sim_memory(sim, 0, &m);
+    assert_int_equal(m.peers_touched, 0);
+    assert_int_equal(m.bytes_lazy, 0);
+    shoal_sim_destroy(sim);
+}
+
+static void test_lazy_memory(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_TCP_MEM", NULL);
+    harness_setenv("SHOAL_TCP_NSLOTS", NULL);
+    for (int n = 4, lg = 2; n <= 256; n *= 4, lg += 2) {
+        run_memory(n, 1, SHOAL_COLL_ALLREDUCE, "ring", 2);
+        run_memory(n, 1, SHOAL_COLL_ALLREDUCE, "rhd", lg);
+        run_memory(n, 1, SHOAL_COLL_ALLTOALL, "pairwise", n - 1);
+    }
+    /* Odd counts: the ring still touches two. */
+    run_memory(7, 1, SHOAL_COLL_ALLREDUCE, "ring", 2);
+    run_memory(65, 1, SHOAL_COLL_ALLREDUCE, "ring", 2);
+    /* With 4 ranks per host only the other hosts' ranks count: the
+     * all-to-all touches all of them. */
+    run_memory(16, 4, SHOAL_COLL_ALLTOALL, "pairwise", 60);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -473,6 +551,8 @@ int main(void)
         cmocka_unit_test(test_hier_pipeline),
         cmocka_unit_test(test_hier_beats_ring),
         cmocka_unit_test(test_bad_config),
+        cmocka_unit_test(test_tcp_slot_rule),
+        cmocka_unit_test(test_lazy_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

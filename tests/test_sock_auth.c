@@ -9,6 +9,7 @@
 #include "base/sock.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -389,6 +390,96 @@ static void test_acceptor_strangers(void **state)
     server_close(&srv);
 }
 
+/* A non-blocking dial (shoal_auth_dial_*) of the acceptor, both stepped
+ * in turn by this one thread, as lazy tcp steps them from progress. */
+static int dial_socket(const shoal_sockaddr_t *addr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    int r = connect(fd, &addr->u.sa, sizeof(addr->u.sin));
+    assert_true(r == 0 || errno == EINPROGRESS);
+    return fd;
+}
+
+static shoal_status_t dial_and_accept(server_t *srv, const uint8_t *secret, char *hello_p)
+{
+    int fd = dial_socket(&srv->addr);
+    shoal_auth_dial_t d;
+    shoal_auth_dial_start(&d, fd, secret, "dial", 5);
+    uint64_t deadline = shoal_deadline_after(20 * SEC);
+    shoal_status_t s = SHOAL_INPROGRESS;
+    int got = 0;
+    while ((s == SHOAL_INPROGRESS || !got) && !shoal_deadline_passed(deadline)) {
+        if (s == SHOAL_INPROGRESS)
+            s = shoal_auth_dial_step(&d);
+        int afd;
+        shoal_status_t a = shoal_acceptor_next(srv->acc, 0, hello_p, &afd);
+        if (a == SHOAL_OK) {
+            close(afd);
+            got = 1;
+        } else {
+            assert_int_equal(a, SHOAL_ERR_TIMEOUT);
+            if (s != SHOAL_INPROGRESS && s != SHOAL_OK)
+                break; /* refused: nothing will come */
+        }
+    }
+    shoal_auth_dial_clear(&d);
+    close(fd);
+    return s;
+}
+
+static void test_dial_nonblocking(void **state)
+{
+    server_t srv;
+    server_open(&srv, good_secret, 5);
+    char hello[5] = {0};
+    assert_int_equal(dial_and_accept(&srv, good_secret, hello), SHOAL_OK);
+    assert_string_equal(hello, "dial");
+    /* The wrong secret: the server refuses, the dial says so. */
+    assert_int_equal(dial_and_accept(&srv, bad_secret, hello), SHOAL_ERR_AUTH);
+    assert_int_equal(shoal_acceptor_pending(srv.acc), 0);
+    server_close(&srv);
+
+    /* Nobody listens: refused, and errno says so. */
+    int fd = dial_socket(&srv.addr);
+    shoal_auth_dial_t d;
+    shoal_auth_dial_start(&d, fd, good_secret, "dial", 5);
+    uint64_t deadline = shoal_deadline_after(20 * SEC);
+    shoal_status_t s;
+    while ((s = shoal_auth_dial_step(&d)) == SHOAL_INPROGRESS && !shoal_deadline_passed(deadline))
+        ;
+    assert_int_equal(s, SHOAL_ERR_PEER);
+    assert_int_equal(errno, ECONNREFUSED);
+    close(fd);
+}
+
+/* A listener that stays open drops a handshake left hanging. */
+static void test_acceptor_expire(void **state)
+{
+    server_t srv;
+    server_open(&srv, good_secret, 5);
+    uint64_t deadline = shoal_deadline_after(20 * SEC);
+    int silent;
+    assert_int_equal(shoal_sock_connect(&srv.addr, deadline, &silent), SHOAL_OK);
+    char hello[5];
+    int fd;
+    while (shoal_acceptor_pending(srv.acc) == 0 && !shoal_deadline_passed(deadline))
+        assert_int_equal(shoal_acceptor_next(srv.acc, 0, hello, &fd), SHOAL_ERR_TIMEOUT);
+    assert_int_equal(shoal_acceptor_pending(srv.acc), 1);
+    shoal_acceptor_expire(srv.acc, 60 * SEC); /* young: kept */
+    assert_int_equal(shoal_acceptor_pending(srv.acc), 1);
+    shoal_acceptor_expire(srv.acc, 0);
+    assert_int_equal(shoal_acceptor_pending(srv.acc), 0);
+    char buf[64];
+    shoal_status_t s;
+    do
+        s = shoal_sock_recv_all(silent, buf, 1, deadline);
+    while (s == SHOAL_OK);
+    assert_int_equal(s, SHOAL_ERR_PEER);
+    close(silent);
+    server_close(&srv);
+}
+
 /* More silent strangers than the acceptor keeps: the oldest are dropped and
  * a real client still gets through. */
 static void test_acceptor_flood(void **state)
@@ -467,6 +558,8 @@ int main(void)
         cmocka_unit_test(test_auth_wrong_secret),
         cmocka_unit_test(test_auth_fake_server),
         cmocka_unit_test(test_auth_not_a_server),
+        cmocka_unit_test(test_dial_nonblocking),
+        cmocka_unit_test(test_acceptor_expire),
         cmocka_unit_test(test_acceptor_strangers),
         cmocka_unit_test(test_acceptor_flood),
         cmocka_unit_test(test_acceptor_many_clients),

@@ -5,15 +5,18 @@
 #include "harness.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 #include "core/comm.h"
 #include "transport/transport.h"
 
 #include <dirent.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -320,6 +323,225 @@ static void test_tcp_three_sockets(void **state)
     harness_setenv("SHOAL_TCP_NSOCKS", "3");
     xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
     run_all_sizes(&arg);
+}
+
+/* The same matrix with one slot each way per peer, the floor of
+ * SHOAL_TCP_MEM's rule. */
+static void test_tcp_one_slot(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_MEM", "1");
+    xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
+    run_all_sizes(&arg);
+    harness_setenv("SHOAL_TCP_MEM", NULL);
+}
+
+/* The same matrix with every pair connected at init. */
+static void test_tcp_eager(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_CONNECT", "eager");
+    xfer_arg_t arg = {.local_tl = "tcp", .hosts = 1};
+    run_all_sizes(&arg);
+    harness_setenv("SHOAL_TCP_CONNECT", NULL);
+}
+
+/* tcp connects a peer the first time an operation needs it: nobody after
+ * init, the two ring neighbours after a grouped exchange with them (both
+ * ends dial at once: one connection per pair survives), and an all-reduce
+ * over them still right. Eager: everyone at init. */
+static shoal_tl_ctx_t *tcp_ctx_of(shoal_comm_t comm)
+{
+    for (int t = 0; t < comm->team.ntl; t++)
+        if (comm->team.tl_ctx[t] && comm->team.tl_ctx[t]->ops == &shoal_tcp_ops)
+            return comm->team.tl_ctx[t];
+    return NULL;
+}
+
+typedef struct {
+    int eager;
+    atomic_int *checked; /* shared by the ranks: those past the check */
+} lazy_arg_t;
+
+static int rank_lazy(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    const lazy_arg_t *arg = varg;
+    const int *eager = &arg->eager;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_tl_ctx_t *ctx = tcp_ctx_of(comm);
+    RANK_CHECK((ctx != NULL) == (nranks > 1), fail, "tcp context %p with %d ranks",
+               (void *)ctx, nranks);
+    size_t want = *eager ? (size_t)nranks - 1 : 0;
+    RANK_CHECK(!ctx || shoal_tcp_peers_up(ctx) == want, fail, "%zu peers up after init, "
+               "want %zu", shoal_tcp_peers_up(ctx), want);
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+    int32_t out[2] = {rank, -rank}, in[2] = {-1, -1};
+    if (nranks > 1) {
+        RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+        shoal_send(out, 1, SHOAL_INT32, right, comm);
+        shoal_send(out + 1, 1, SHOAL_INT32, left, comm);
+        shoal_recv(in, 1, SHOAL_INT32, left, comm);
+        shoal_recv(in + 1, 1, SHOAL_INT32, right, comm);
+        s = shoal_group_end();
+        RANK_CHECK(s == SHOAL_OK, fail, "exchange: %s", shoal_status_string(s));
+        RANK_CHECK(in[0] == left && in[1] == -right, fail, "got %d %d from %d %d", in[0],
+                   in[1], left, right);
+        size_t nbrs = nranks > 2 ? 2 : 1;
+        want = *eager ? (size_t)nranks - 1 : nbrs;
+        RANK_CHECK(shoal_tcp_peers_up(ctx) == want, fail, "%zu peers up after the exchange, "
+                   "want %zu", shoal_tcp_peers_up(ctx), want);
+    }
+    /* Slots by the rule of SHOAL_TCP_MEM, in the order the peers came. */
+    if (ctx) {
+        const shoal_config_t *conf = shoal_config_get();
+        size_t chunk = comm->team.chunk_size, slots = 0;
+        for (size_t k = 1; k <= shoal_tcp_peers_up(ctx); k++)
+            slots += 2 * chunk * shoal_tcp_slots_rule(conf->tcp.mem, chunk, conf->tcp.nslots, k);
+        RANK_CHECK(shoal_tcp_slot_bytes(ctx) == slots, fail, "%zu B of slots, want %zu",
+                   shoal_tcp_slot_bytes(ctx), slots);
+    }
+    /* The all-reduce below connects more peers: nobody starts it before
+     * every rank has looked at its own. */
+    atomic_fetch_add(arg->checked, 1);
+    uint64_t give_up = shoal_deadline_after(WAIT_NS);
+    while (atomic_load(arg->checked) < nranks && !shoal_deadline_passed(give_up))
+        sched_yield();
+    RANK_CHECK(atomic_load(arg->checked) == nranks, fail, "the other ranks never checked");
+    int64_t sum = rank, total = (int64_t)nranks * (nranks - 1) / 2;
+    s = shoal_allreduce(&sum, &sum, 1, SHOAL_INT64, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_OK && sum == total, fail, "allreduce: %s, %lld want %lld",
+               shoal_status_string(s), (long long)sum, (long long)total);
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_tcp_lazy(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    /* 4 KiB pieces, 2 slots: the first peer gets both each way, the
+     * others one, which must move data as well. */
+    harness_setenv("SHOAL_TCP_MEM", "16k");
+    atomic_int *checked = mmap(NULL, sizeof(*checked), PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(checked != MAP_FAILED);
+    for (int eager = 0; eager <= 1; eager++) {
+        harness_setenv("SHOAL_TCP_CONNECT", eager ? "eager" : "lazy");
+        for (int n = 1; n <= 8; n++) {
+            atomic_store(checked, 0);
+            lazy_arg_t arg = {.eager = eager, .checked = checked};
+            int rc = harness_run_ranks(n, rank_lazy, &arg, TEST_TIMEOUT_S);
+            if (rc != 0)
+                fprintf(stderr, "# failed with %d ranks, %s\n", n, eager ? "eager" : "lazy");
+            assert_int_equal(rc, 0);
+        }
+    }
+    harness_setenv("SHOAL_TCP_CONNECT", NULL);
+    harness_setenv("SHOAL_TCP_MEM", NULL);
+    munmap(checked, sizeof(*checked));
+}
+
+/* Whether process pid has exited (gone, or a zombie nobody reaped yet). */
+static int exited(uint32_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *paren = strrchr(buf, ')');
+    return !paren || paren[1] == '\0' || paren[2] == 'Z' || paren[2] == 'X';
+}
+
+/* The last rank leaves right after init, before anybody connected to it;
+ * once it is gone the others' all-reduce, whose ring needs it, fails with
+ * an error that names it, within the deadline instead of hanging. */
+static int rank_dies_early(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    int victim = nranks - 1;
+    if (rank == victim)
+        _exit(0); /* no destroy, no goodbye */
+    uint64_t give_up = shoal_deadline_after(WAIT_NS);
+    while (!exited(comm->pids[victim]) && !shoal_deadline_passed(give_up))
+        sched_yield();
+    RANK_CHECK(exited(comm->pids[victim]), fail, "rank %d never exited", victim);
+    int64_t x = rank;
+    s = shoal_allreduce(&x, &x, 1, SHOAL_INT64, SHOAL_SUM, comm);
+    RANK_CHECK(s != SHOAL_OK, fail, "the all-reduce succeeded without rank %d", victim);
+    char name[32];
+    snprintf(name, sizeof(name), "rank %d", victim);
+    const char *why = shoal_comm_last_error(comm);
+    RANK_CHECK(why && strstr(why, name), fail, "the error does not name %s: %s", name,
+               why ? why : "(none)");
+    fprintf(stderr, "# rank %d: %s: %s\n", rank, shoal_status_string(s), why);
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_tcp_dies_before_connect(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TIMEOUT", "20s");
+    for (int n = 2; n <= 3; n++)
+        assert_int_equal(harness_run_ranks(n, rank_dies_early, NULL, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_TIMEOUT", NULL);
+}
+
+/* Rank 1 lives on but stays out of shoal: rank 0's all-reduce, which
+ * needs it, ends at the deadline with an error that names it, and then
+ * lets it go. */
+static int rank_stays_away(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    atomic_int *released = varg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    if (rank == 1) {
+        uint64_t give_up = shoal_deadline_after(WAIT_NS);
+        while (!atomic_load(released) && !shoal_deadline_passed(give_up))
+            sched_yield();
+        RANK_CHECK(atomic_load(released), fail, "rank 0 never let rank 1 go");
+        shoal_comm_abort(comm);
+        return 0;
+    }
+    int64_t x = rank;
+    s = shoal_allreduce(&x, &x, 1, SHOAL_INT64, SHOAL_SUM, comm);
+    atomic_store(released, 1);
+    RANK_CHECK(s != SHOAL_OK, fail, "the all-reduce succeeded without rank 1");
+    const char *why = shoal_comm_last_error(comm);
+    fprintf(stderr, "# rank 0: %s: %s\n", shoal_status_string(s), why);
+    RANK_CHECK(why && strstr(why, "rank 1"), fail, "the error does not name rank 1: %s",
+               why ? why : "(none)");
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    atomic_store(released, 1);
+    return 1;
+}
+
+static void test_tcp_peer_stays_away(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TIMEOUT", "3s");
+    atomic_int *released = mmap(NULL, sizeof(*released), PROT_READ | PROT_WRITE,
+                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(released != MAP_FAILED);
+    atomic_store(released, 0);
+    assert_int_equal(harness_run_ranks(2, rank_stays_away, released, TEST_TIMEOUT_S), 0);
+    munmap(released, sizeof(*released));
+    harness_setenv("SHOAL_TIMEOUT", NULL);
 }
 
 /* Two pretend hosts: shm inside each, tcp between them, in one communicator. */
@@ -775,6 +997,11 @@ int main(void)
         cmocka_unit_test_setup(test_shm, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_one_socket, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_three_sockets, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_eager, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_one_slot, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_lazy, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_dies_before_connect, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_peer_stays_away, setup_small_chunks),
         cmocka_unit_test_setup(test_mixed_hosts, setup_small_chunks),
         cmocka_unit_test_setup(test_large_chunks, setup_small_chunks),
         cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),

@@ -28,7 +28,10 @@ static void usage(FILE *out)
             "  -L links    class:latency:bandwidth,... (SHOAL_TOPO_LINKS syntax)\n"
             "  -i class    link class between hosts (default tcp; rdma, nvlink...)\n"
             "  -u numa     NUMA nodes per host (ranks split evenly)\n"
-            "  -C chunk    pipeline piece (default SHOAL_CHUNK_SIZE)\n");
+            "  -C chunk    pipeline piece (default SHOAL_CHUNK_SIZE)\n"
+            "  -m          instead of times: tcp's memory per rank after one call of size -b\n"
+            "              per algorithm, every peer connected at init (eager) against the\n"
+            "              peers the schedule touched with SHOAL_TCP_MEM's slot rule (lazy)\n");
 }
 
 static int parse_coll(const char *s, shoal_coll_kind_t *kind_p)
@@ -69,6 +72,50 @@ static int parse_size(const char *s, size_t *v)
     return shoal_config_parse_size(s, v) != 0 ? -1 : 0;
 }
 
+/* -m: one call of each column's algorithm, then tcp's memory per rank,
+ * the largest over the ranks (sim.h, shoal_sim_memory). */
+static int print_memory(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t count,
+                        shoal_dtype_t dtype, const char *const *cols, int ncols)
+{
+    int n = shoal_sim_nranks(sim);
+    int rc = 0;
+    printf("# tcp slot memory per rank (both directions, the most of any rank) after one "
+           "call of %zu x %s\n", count, shoal_dtype_name(dtype));
+    printf("%-14s %-10s %6s %11s %11s %11s %11s\n", "collective", "algorithm", "ranks",
+           "eager peers", "eager MiB", "lazy peers", "lazy MiB");
+    for (int c = 0; c < ncols; c++) {
+        const shoal_algo_ops_t *a = shoal_algo_find(kind, cols[c]);
+        const char *name = cols[c];
+        double t;
+        shoal_sim_forget_peers(sim);
+        shoal_status_t s = shoal_sim_run(sim, kind, count, dtype, a, &t, &name);
+        if (s != SHOAL_OK) {
+            printf("%-14s %-10s %6d %11s\n", shoal_coll_kind_name(kind), cols[c], n,
+                   shoal_status_string(s));
+            rc = 1;
+            continue;
+        }
+        shoal_sim_mem_t most = {0};
+        for (int r = 0; r < n; r++) {
+            shoal_sim_mem_t m;
+            shoal_sim_memory(sim, r, &m);
+            if (m.peers_all > most.peers_all)
+                most.peers_all = m.peers_all;
+            if (m.bytes_eager > most.bytes_eager)
+                most.bytes_eager = m.bytes_eager;
+            if (m.peers_touched > most.peers_touched)
+                most.peers_touched = m.peers_touched;
+            if (m.bytes_lazy > most.bytes_lazy)
+                most.bytes_lazy = m.bytes_lazy;
+        }
+        printf("%-14s %-10s %6d %11d %11.1f %11d %11.1f\n", shoal_coll_kind_name(kind), name, n,
+               most.peers_all, (double)most.bytes_eager / (1 << 20), most.peers_touched,
+               (double)most.bytes_lazy / (1 << 20));
+        fflush(stdout);
+    }
+    return rc;
+}
+
 /* The bus bandwidth factor of nccl-tests for kind on n ranks. */
 static double bus_factor(shoal_coll_kind_t kind, int n)
 {
@@ -98,13 +145,13 @@ static size_t call_count(shoal_coll_kind_t kind, size_t bytes, size_t es, int n)
 
 int main(int argc, char **argv)
 {
-    int nhosts = 0, per_host = 0, numa = 0;
+    int nhosts = 0, per_host = 0, numa = 0, memory = 0;
     size_t minb = 8, maxb = (size_t)128 << 20, factor = 4, chunk = 0;
     shoal_coll_kind_t kind = SHOAL_COLL_ALLREDUCE;
     shoal_dtype_t dtype = SHOAL_FLOAT32;
     const char *algos = "all", *links = NULL, *inter = NULL;
     int opt;
-    while ((opt = getopt(argc, argv, "N:M:c:a:b:e:f:d:L:i:u:C:h")) != -1) {
+    while ((opt = getopt(argc, argv, "N:M:c:a:b:e:f:d:L:i:u:C:mh")) != -1) {
         int bad = 0;
         switch (opt) {
         case 'N': nhosts = atoi(optarg); break;
@@ -119,6 +166,7 @@ int main(int argc, char **argv)
         case 'i': inter = optarg; break;
         case 'u': numa = atoi(optarg); break;
         case 'C': bad = parse_size(optarg, &chunk); break;
+        case 'm': memory = 1; break;
         case 'h': usage(stdout); return 0;
         default: bad = 1;
         }
@@ -173,6 +221,14 @@ int main(int argc, char **argv)
         }
     }
 
+    size_t es = shoal_dtype_bytes(dtype);
+    if (memory) {
+        int mrc = print_memory(sim, kind, call_count(kind, minb, es, n), dtype, cols, ncols);
+        free(list);
+        shoal_sim_destroy(sim);
+        return mrc;
+    }
+
     printf("# shoal_sim: %d hosts x %d ranks = %d ranks, %s %s sum, chunk %zu B\n", nhosts,
            per_host, n, shoal_coll_kind_name(kind), shoal_dtype_name(dtype),
            shoal_sim_team(sim, 0)->chunk_size);
@@ -187,7 +243,6 @@ int main(int argc, char **argv)
         printf(" %11s %7s", cols[c], "busbw");
     printf("  %s\n", ncols && !strcmp(cols[ncols - 1], "auto") ? "auto is" : "");
 
-    size_t es = shoal_dtype_bytes(dtype);
     int rc = 0;
     for (size_t bytes = minb; bytes <= maxb; bytes *= factor) {
         size_t count = call_count(kind, bytes, es, n);

@@ -200,6 +200,144 @@ shoal_status_t shoal_auth_client_session(int fd, const uint8_t secret[SHOAL_SECR
     return shoal_auth_mac(secret, shoal_auth_session_label, nonce_s, nonce_c, session);
 }
 
+/* ---- client without blocking ---------------------------------------------- */
+
+enum {
+    SHOAL_DIAL_CONNECTING,
+    SHOAL_DIAL_RECV_CHALLENGE,
+    SHOAL_DIAL_SEND_PROOF,
+    SHOAL_DIAL_RECV_VERDICT,
+    SHOAL_DIAL_SEND_HELLO,
+    SHOAL_DIAL_DONE,
+};
+
+_Static_assert(sizeof(((shoal_auth_dial_t *)0)->msg) >= SHOAL_AUTH_MSG_MAX, "room for a proof");
+_Static_assert(sizeof(((shoal_auth_dial_t *)0)->nonce_s) == SHOAL_AUTH_NONCE_BYTES, "nonces");
+
+void shoal_auth_dial_start(shoal_auth_dial_t *d, int fd,
+                           const uint8_t secret[SHOAL_SECRET_BYTES], const void *hello,
+                           size_t hello_len)
+{
+    memset(d, 0, sizeof(*d));
+    d->fd = fd;
+    d->state = SHOAL_DIAL_CONNECTING;
+    memcpy(d->secret, secret, SHOAL_SECRET_BYTES);
+    d->hello_len = hello_len < SHOAL_AUTH_HELLO_MAX ? hello_len : SHOAL_AUTH_HELLO_MAX;
+    memcpy(d->hello, hello, d->hello_len);
+}
+
+void shoal_auth_dial_clear(shoal_auth_dial_t *d)
+{
+    OPENSSL_cleanse(d, sizeof(*d));
+    d->fd = -1;
+}
+
+/* Move bytes of the current message: SHOAL_OK once len are through,
+ * SHOAL_INPROGRESS when the socket has no more room or data now. */
+static shoal_status_t shoal_dial_io(shoal_auth_dial_t *d, int sending, uint8_t *buf, size_t len)
+{
+    while (d->off < len) {
+        ssize_t n = sending ? send(d->fd, buf + d->off, len - d->off, MSG_DONTWAIT | MSG_NOSIGNAL)
+                            : recv(d->fd, buf + d->off, len - d->off, MSG_DONTWAIT);
+        if (n > 0) {
+            d->off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return SHOAL_INPROGRESS;
+        if (n == 0)
+            errno = 0; /* closed: the caller tells it from a refused connect */
+        return SHOAL_ERR_PEER;
+    }
+    d->off = 0;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_auth_dial_step(shoal_auth_dial_t *d)
+{
+    char text[SHOAL_SOCKADDR_STRLEN];
+    shoal_status_t s = SHOAL_OK;
+    while (s == SHOAL_OK && d->state != SHOAL_DIAL_DONE) {
+        switch (d->state) {
+        case SHOAL_DIAL_CONNECTING: {
+            struct pollfd pfd = {.fd = d->fd, .events = POLLOUT};
+            if (poll(&pfd, 1, 0) == 0)
+                return SHOAL_INPROGRESS;
+            int err = 0;
+            socklen_t len = sizeof(err);
+            if (getsockopt(d->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+                err = errno;
+            if (err != 0) {
+                errno = err;
+                return SHOAL_ERR_PEER;
+            }
+            d->state = SHOAL_DIAL_RECV_CHALLENGE;
+            break;
+        }
+        case SHOAL_DIAL_RECV_CHALLENGE:
+            s = shoal_dial_io(d, 0, d->msg, SHOAL_AUTH_CHALLENGE_BYTES);
+            if (s != SHOAL_OK)
+                break;
+            if (!shoal_auth_header_ok(d->msg)) {
+                shoal_sockaddr_t server;
+                socklen_t len = sizeof(server);
+                memset(&server, 0, sizeof(server));
+                getpeername(d->fd, &server.u.sa, &len);
+                shoal_error(BOOT, "handshake with %s: it does not speak shoal's protocol "
+                            "(magic %08x version %u)", shoal_sock_str(&server, text),
+                            shoal_auth_get_u32(d->msg), shoal_auth_get_u32(d->msg + 4));
+                return SHOAL_ERR_AUTH;
+            }
+            memcpy(d->nonce_s, d->msg + 8, SHOAL_AUTH_NONCE_BYTES);
+            shoal_auth_put_u32(d->msg, SHOAL_AUTH_MAGIC);
+            shoal_auth_put_u32(d->msg + 4, SHOAL_AUTH_VERSION);
+            s = shoal_auth_random(d->nonce_c, SHOAL_AUTH_NONCE_BYTES);
+            if (s == SHOAL_OK) {
+                memcpy(d->msg + 8, d->nonce_c, SHOAL_AUTH_NONCE_BYTES);
+                s = shoal_auth_mac(d->secret, shoal_auth_client_label, d->nonce_s, d->nonce_c,
+                                   d->msg + 8 + SHOAL_AUTH_NONCE_BYTES);
+            }
+            d->state = SHOAL_DIAL_SEND_PROOF;
+            break;
+        case SHOAL_DIAL_SEND_PROOF:
+            s = shoal_dial_io(d, 1, d->msg, SHOAL_AUTH_PROOF_BYTES);
+            if (s == SHOAL_OK)
+                d->state = SHOAL_DIAL_RECV_VERDICT;
+            break;
+        case SHOAL_DIAL_RECV_VERDICT: {
+            s = shoal_dial_io(d, 0, d->msg, SHOAL_AUTH_VERDICT_BYTES);
+            if (s != SHOAL_OK)
+                break;
+            uint8_t expect[SHOAL_AUTH_MAC_BYTES];
+            if (shoal_auth_get_u32(d->msg) != SHOAL_AUTH_ACCEPTED) {
+                shoal_error(BOOT, "handshake on fd %d: our proof was refused: this process "
+                            "holds a different secret (wrong unique id?)", d->fd);
+                return SHOAL_ERR_AUTH;
+            }
+            s = shoal_auth_mac(d->secret, shoal_auth_server_label, d->nonce_c, d->nonce_s,
+                               expect);
+            if (s != SHOAL_OK)
+                break;
+            if (CRYPTO_memcmp(expect, d->msg + 4, SHOAL_AUTH_MAC_BYTES) != 0) {
+                shoal_error(BOOT, "handshake on fd %d: the server failed to prove the secret",
+                            d->fd);
+                return SHOAL_ERR_AUTH;
+            }
+            d->state = SHOAL_DIAL_SEND_HELLO;
+            break;
+        }
+        case SHOAL_DIAL_SEND_HELLO:
+            s = shoal_dial_io(d, 1, d->hello, d->hello_len);
+            if (s == SHOAL_OK)
+                d->state = SHOAL_DIAL_DONE;
+            break;
+        }
+    }
+    return s;
+}
+
 /* ---- acceptor ----------------------------------------------------------- */
 
 typedef enum {
@@ -536,6 +674,24 @@ shoal_status_t shoal_acceptor_next_session(shoal_acceptor_t *acc, uint64_t deadl
             if (s != SHOAL_OK)
                 return s;
         }
+    }
+}
+
+size_t shoal_acceptor_pending(const shoal_acceptor_t *acc)
+{
+    return acc->nconns;
+}
+
+void shoal_acceptor_expire(shoal_acceptor_t *acc, uint64_t max_age_ns)
+{
+    char text[SHOAL_SOCKADDR_STRLEN];
+    uint64_t now = shoal_now_ns();
+    /* Oldest first: stop at the first young one. */
+    while (acc->nconns > 0 && now - acc->conns[0].start_ns >= max_age_ns) {
+        shoal_warn(BOOT, "connection from %s did not finish its handshake within %.1f s; "
+                   "dropped", shoal_sock_str(&acc->conns[0].peer, text),
+                   (double)max_age_ns * 1e-9);
+        shoal_acc_drop(acc, 0);
     }
 }
 

@@ -76,6 +76,8 @@ typedef struct {
     int enable;      /* SHOAL_TCP_ENABLE */
     int nsocks;      /* SHOAL_TCP_NSOCKS */
     size_t nslots;   /* SHOAL_TCP_NSLOTS */
+    int lazy;        /* SHOAL_TCP_CONNECT: 1 lazy (on first use), 0 eager (at init) */
+    size_t mem;      /* SHOAL_TCP_MEM: slot bytes per rank before peers get fewer slots */
 } shoal_tcp_config_t;
 
 typedef struct {

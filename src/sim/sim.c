@@ -190,6 +190,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     sim->ep_ptrs = calloc(nn, sizeof(*sim->ep_ptrs));
     sim->posted = calloc(nn, sizeof(*sim->posted));
     sim->released = calloc(nn, sizeof(*sim->released));
+    sim->touched = calloc(nn, 1);
     sim->slots = calloc(nn * sim->depth, sizeof(*sim->slots));
     sim->clock = calloc((size_t)n, sizeof(double));
     sim->next_arrive = malloc((size_t)n * sizeof(double));
@@ -206,7 +207,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     if (sim->nomem == MAP_FAILED)
         sim->nomem = NULL;
     if (!sim->host_of || !places || !sim->ranks || !sim->ctxs || !sim->eps || !sim->ep_ptrs ||
-        !sim->posted || !sim->released || !sim->slots || !sim->clock || !sim->next_arrive || !sim->dry_bytes || !sim->out_free ||
+        !sim->posted || !sim->released || !sim->touched || !sim->slots || !sim->clock || !sim->next_arrive || !sim->dry_bytes || !sim->out_free ||
         !sim->in_free || !sim->state || !sim->active || !sim->heap || !sim->fibers ||
         !sim->nomem) {
         free(places);
@@ -259,6 +260,7 @@ void shoal_sim_destroy(shoal_sim_t *sim)
     free(sim->dry_bytes);
     free(sim->slots);
     free(sim->released);
+    free(sim->touched);
     free(sim->posted);
     free(sim->ep_ptrs);
     free(sim->eps);

@@ -62,6 +62,23 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
  * (ternary scales) is never read: dry runs only count its passes. */
 void shoal_sim_set_codec(shoal_sim_t *sim, const shoal_codec_t *codec, int algo);
 
+/* Transport memory of a rank between hosts (tcp's), as lazy tcp would
+ * hold it after the runs since create or shoal_sim_forget_peers: every
+ * pair counts as connected once either end asked its endpoint to the
+ * other for a slot, and its slots follow tcp's slot rule
+ * (shoal_tcp_slots_rule, SHOAL_TCP_MEM, in the order of the peers'
+ * ranks); eager tcp holds every peer at SHOAL_TCP_NSLOTS. Slot bytes
+ * count both directions, SHOAL_CHUNK_SIZE each. */
+typedef struct {
+    int peers_all;      /* ranks on other hosts: what eager tcp connects */
+    int peers_touched;  /* of them, those a run moved data with */
+    size_t bytes_eager; /* every peer, SHOAL_TCP_NSLOTS slots each way */
+    size_t bytes_lazy;  /* the touched peers, by the slot rule */
+} shoal_sim_mem_t;
+
+void shoal_sim_memory(const shoal_sim_t *sim, int rank, shoal_sim_mem_t *mem_p);
+void shoal_sim_forget_peers(shoal_sim_t *sim);
+
 /* Ranks, and the team of a rank (its cluster view, costs and endpoints). */
 int shoal_sim_nranks(const shoal_sim_t *sim);
 shoal_team_t *shoal_sim_team(shoal_sim_t *sim, int rank);

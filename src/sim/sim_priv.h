@@ -55,6 +55,7 @@ struct shoal_sim {
      * its slots. */
     uint32_t *posted;
     uint32_t *released;
+    unsigned char *touched;          /* a asked its endpoint to b for a slot */
     shoal_sim_slot_t *slots;         /* depth per channel */
 
     double *clock;                   /* per rank */

@@ -4,7 +4,10 @@
  * it or frees one of its slots. */
 #include "sim_priv.h"
 
+#include "base/config.h"
 #include "base/log.h"
+
+#include <string.h>
 
 static inline shoal_sim_t *ep_sim(const shoal_ep_t *ep)
 {
@@ -44,6 +47,7 @@ static shoal_status_t sim_send_slot(shoal_ep_t *ep, void **buf_p, size_t *cap_p)
     int a = ep_rank(ep), b = ep->peer;
     size_t ch = (size_t)a * sim->n + b, depth = chan_depth(sim, a, b);
     uint32_t seq = sim->posted[ch];
+    sim->touched[ch] = 1;
     shoal_sim_charge(sim, a);
     if (seq - sim->released[ch] >= depth)
         return SHOAL_INPROGRESS;
@@ -99,6 +103,7 @@ static shoal_status_t sim_recv_slot(shoal_ep_t *ep, const void **buf_p, size_t *
     int b = ep_rank(ep), a = ep->peer;
     size_t ch = (size_t)a * sim->n + b;
     uint32_t seq = sim->released[ch];
+    sim->touched[(size_t)b * sim->n + a] = 1;
     shoal_sim_charge(sim, b);
     if (seq == sim->posted[ch])
         return SHOAL_INPROGRESS;
@@ -227,3 +232,31 @@ const shoal_transport_ops_t shoal_sim_ops = {
     .disconnect = sim_disconnect,
     .close = sim_close,
 };
+
+/* Peers are connected as lazy tcp connects them: a pair once either end
+ * asked its endpoint for a slot. */
+void shoal_sim_memory(const shoal_sim_t *sim, int rank, shoal_sim_mem_t *mem_p)
+{
+    const shoal_config_t *conf = shoal_config_get();
+    size_t chunk = sim->ranks[rank].team.chunk_size;
+    size_t n = (size_t)sim->n, r = (size_t)rank;
+    shoal_sim_mem_t m = {0};
+    for (size_t p = 0; p < n; p++) {
+        if (p == r || same_host(sim, rank, (int)p))
+            continue;
+        m.peers_all++;
+        m.bytes_eager += 2 * conf->tcp.nslots * chunk;
+        if (sim->touched[r * n + p] || sim->touched[p * n + r]) {
+            m.peers_touched++;
+            m.bytes_lazy += 2 * chunk *
+                            shoal_tcp_slots_rule(conf->tcp.mem, chunk, conf->tcp.nslots,
+                                                 (size_t)m.peers_touched);
+        }
+    }
+    *mem_p = m;
+}
+
+void shoal_sim_forget_peers(shoal_sim_t *sim)
+{
+    memset(sim->touched, 0, (size_t)sim->n * (size_t)sim->n);
+}

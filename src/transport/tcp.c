@@ -1,5 +1,5 @@
 /* TCP transport: ranks on different hosts (or any ranks, when shared memory
- * is off).
+ * is off). This file moves the data; tcp_conn.c makes the connections.
  *
  * Each pair of ranks shares SHOAL_TCP_NSOCKS authenticated sockets. A message
  * is a header (length, sequence number) followed by its payload, which is cut
@@ -9,23 +9,23 @@
  * socket 0, where the header travels too.
  *
  * Each endpoint owns nslots send slots and nslots receive slots of
- * chunk_size bytes, allocated at connect. Every socket keeps its own cursor
- * (message number, byte offset inside its part of that message) per
- * direction; a send slot is free again once every socket has sent its part,
- * and a received message is complete once every socket has read its part.
- * Sockets are non-blocking after connect: progress moves what the kernel
- * takes or has, and never waits. */
-#include "transport.h"
+ * chunk_size bytes, allocated when it connects (tcp_conn.c says how many).
+ * Every socket keeps its own cursor (message number, byte offset inside its
+ * part of that message) per direction; a send slot is free again once every
+ * socket has sent its part, and a received message is complete once every
+ * socket has read its part. Sockets are non-blocking after connect:
+ * progress moves what the kernel takes or has, and never waits. An endpoint
+ * that is not connected yet (lazy tcp) connects when an operation first
+ * asks it for a slot. */
+#include "tcp_priv.h"
 
 #include "base/auth.h"
-#include "base/config.h"
+#include "base/clock.h"
 #include "base/log.h"
-#include "base/sock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,103 +34,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-
-#define SHOAL_TCP_MAGIC 0x73686f616c746370ull /* "shoaltcp" */
-#define SHOAL_TCP_HELLO_MAGIC 0x53544350u     /* "STCP" */
-#define SHOAL_TCP_NSOCKS_MAX 16
-/* Smallest stripe worth a socket of its own: below it the extra system call
- * costs more than the parallel stream gains. */
-#define SHOAL_TCP_STRIPE_MIN 1024
-#define SHOAL_TCP_STRIPE_ALIGN 64
-/* Most iovec entries one sendmsg or recvmsg gathers (two per message). */
-#define SHOAL_TCP_IOV_MAX 32
-
-/* Address blob. chunk_size and nsocks must agree on both ends: the receiver
- * sizes its slots by the first and finds stripes with the second. */
-typedef struct {
-    uint64_t magic;
-    uint64_t chunk_size;
-    uint32_t nsocks;
-    uint32_t reserved;
-    shoal_sockaddr_t addr;
-} shoal_tcp_addr_t;
-
-_Static_assert(sizeof(shoal_tcp_addr_t) <= SHOAL_TL_ADDR_MAX, "tcp address too big");
-
-/* First bytes of a data connection after authentication; network order. */
-typedef struct {
-    uint32_t magic;
-    uint32_t rank;
-    uint32_t sock;
-    uint32_t nsocks;
-} shoal_tcp_hello_t;
-
-/* Message header on socket 0. The sequence number catches a stream that
- * lost its framing (network order); the caller's header blob follows as
- * given: it is the layer above's to encode, and ranks of one job share
- * the byte order of their build. */
-typedef struct {
-    uint32_t len;
-    uint32_t seq;
-    unsigned char hdr[SHOAL_TL_HDR_BYTES];
-} shoal_tcp_hdr_t;
-
-_Static_assert(sizeof(shoal_tcp_hdr_t) == 32, "the header has no padding");
-
-#define SHOAL_TCP_HDR sizeof(shoal_tcp_hdr_t)
-
-/* One socket's position in one direction. */
-typedef struct {
-    uint64_t msg; /* messages whose part on this socket is done */
-    size_t off;   /* bytes done of message msg's part */
-} shoal_tcp_cursor_t;
-
-typedef struct shoal_tcp_ep {
-    shoal_ep_t base;
-    int nsocks;
-    size_t nslots;
-    size_t chunk;
-    shoal_status_t err;     /* sticky: once lost, every call reports it */
-    int watched;            /* sockets registered with the context's epoll */
-    int eof;                /* the peer closed socket 0 between messages */
-    size_t list_idx;        /* place in the context's endpoint list */
-    uint64_t pulled;        /* progress round that last pulled it */
-    int fds[SHOAL_TCP_NSOCKS_MAX];
-
-    unsigned char *tx_buf;  /* nslots x chunk */
-    shoal_tcp_hdr_t *tx_hdr;
-    size_t *tx_len;
-    shoal_tcp_cursor_t tx[SHOAL_TCP_NSOCKS_MAX];
-    uint64_t tx_head;       /* messages posted */
-    uint64_t tx_tail;       /* messages sent on every socket */
-    size_t tx_idx;          /* tx_head % nslots */
-
-    unsigned char *rx_buf;
-    shoal_tcp_hdr_t *rx_hdr;
-    size_t *rx_len;
-        shoal_tcp_cursor_t rx[SHOAL_TCP_NSOCKS_MAX];
-    uint64_t rx_hdrs;       /* headers read */
-    uint64_t rx_head;       /* messages read on every socket */
-    uint64_t rx_tail;       /* messages released */
-    size_t rx_idx;          /* rx_tail % nslots */
-} shoal_tcp_ep_t;
-
-typedef struct {
-    shoal_tl_ctx_t base;
-    int nsocks;
-    size_t nslots;
-    size_t chunk;
-    int listen_fd;
-    shoal_sockaddr_t addr;
-    shoal_acceptor_t *acc;
-    int *stash;              /* nranks x nsocks accepted fds waiting for their turn */
-    int epfd;
-    struct epoll_event *events;
-    int nevents;
-    shoal_tcp_ep_t **list;   /* connected endpoints, for progress */
-    size_t neps;
-    uint64_t round;          /* progress calls, to pull each endpoint once per call */
-} shoal_tcp_ctx_t;
 
 /* ---- stripes ---------------------------------------------------------- */
 
@@ -162,7 +65,7 @@ static size_t shoal_tcp_part_len(const shoal_tcp_ep_t *ep, size_t len, int sock)
 
 /* ---- failures --------------------------------------------------------- */
 
-static void shoal_tcp_unwatch(shoal_tcp_ep_t *ep)
+void shoal_tcp_unwatch(shoal_tcp_ep_t *ep)
 {
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)ep->base.ctx;
     if (!ep->watched)
@@ -174,8 +77,7 @@ static void shoal_tcp_unwatch(shoal_tcp_ep_t *ep)
 
 /* Record that the connection to the peer is lost; logged once, here. */
 __attribute__((format(printf, 3, 4)))
-static shoal_status_t shoal_tcp_fail(shoal_tcp_ep_t *ep, shoal_status_t status,
-                                     const char *fmt, ...)
+shoal_status_t shoal_tcp_fail(shoal_tcp_ep_t *ep, shoal_status_t status, const char *fmt, ...)
 {
     char why[256];
     va_list ap;
@@ -436,6 +338,11 @@ static shoal_status_t shoal_tcp_send_slot(shoal_ep_t *base, void **buf_p, size_t
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
         return ep->err;
+    if (ep->state != SHOAL_TCP_UP) {
+        shoal_status_t s = shoal_tcp_ensure(ep);
+        if (s != SHOAL_OK)
+            return s;
+    }
     if (ep->tx_head - ep->tx_tail == ep->nslots) {
         shoal_status_t s = shoal_tcp_push(ep);
         if (s == SHOAL_OK)
@@ -486,6 +393,11 @@ static shoal_status_t shoal_tcp_recv_slot(shoal_ep_t *base, const void **buf_p, 
     shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
     if (ep->err)
         return ep->err;
+    if (ep->state != SHOAL_TCP_UP) {
+        shoal_status_t s = shoal_tcp_ensure(ep);
+        if (s != SHOAL_OK)
+            return s;
+    }
     if (ep->rx_tail == ep->rx_head) {
         shoal_status_t s = shoal_tcp_push(ep);
         if (s == SHOAL_OK)
@@ -539,8 +451,13 @@ static shoal_status_t shoal_tcp_flush(shoal_ep_t *base)
 static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
 {
     shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    if (ctx->neps == 0)
+    if (ctx->neps == 0 && !ctx->listening)
         return SHOAL_OK; /* shared memory reaches everyone: cost nothing */
+    if (ctx->listening) {
+        shoal_status_t s = shoal_tcp_lazy_step(ctx, 0);
+        if (s != SHOAL_OK)
+            return s;
+    }
     for (size_t i = 0; i < ctx->neps; i++) {
         shoal_tcp_ep_t *ep = ctx->list[i];
         shoal_status_t s = ep->err ? ep->err : shoal_tcp_push(ep);
@@ -557,6 +474,12 @@ static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
     ctx->round++;
     for (int e = 0; e < n; e++) {
         shoal_tcp_ep_t *ep = ctx->events[e].data.ptr;
+        if (!ep) { /* the listener */
+            shoal_status_t s = shoal_tcp_accept_lazy(ctx);
+            if (s != SHOAL_OK)
+                return s;
+            continue;
+        }
         if (ep->pulled == ctx->round || ep->err)
             continue;
         ep->pulled = ctx->round;
@@ -567,376 +490,49 @@ static shoal_status_t shoal_tcp_progress(shoal_tl_ctx_t *base)
     return SHOAL_OK;
 }
 
-/* ---- wireup ----------------------------------------------------------- */
-
-static shoal_status_t shoal_tcp_query(const shoal_tl_params_t *par, int peer,
-                                      shoal_tl_caps_t *caps_p)
+/* Data moves by polling: sends need progress calls to push, so a wait
+ * does not sleep (the caller yields the core instead). While connections
+ * are in the making, though, the other end's answers come through the
+ * listener and the dials' sockets: wait for them in the kernel, so that
+ * ranks that outnumber the cores hand the core to the peer whose answer
+ * they wait for rather than spin. */
+static shoal_status_t shoal_tcp_sleep(shoal_tl_ctx_t *base, uint64_t waited_ns,
+                                      uint64_t timeout_ns)
 {
-    caps_p->reachable = shoal_config_get()->tcp.enable && peer != par->rank;
-    caps_p->latency_us = 30.0;
-    caps_p->bandwidth_gbs = 1.2;
-    return SHOAL_OK;
-}
-
-static void shoal_tcp_ctx_free(shoal_tcp_ctx_t *ctx)
-{
-    int nranks = ctx->base.params.nranks;
-    if (ctx->acc)
-        shoal_acceptor_destroy(ctx->acc);
-    if (ctx->listen_fd >= 0)
-        close(ctx->listen_fd);
-    for (int i = 0; ctx->stash && i < nranks * ctx->nsocks; i++) {
-        if (ctx->stash[i] >= 0)
-            close(ctx->stash[i]);
-    }
-    if (ctx->epfd >= 0)
-        close(ctx->epfd);
-    free(ctx->stash);
-    free(ctx->events);
-    free(ctx->list);
-    free(ctx);
-}
-
-static shoal_status_t shoal_tcp_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx_p)
-{
-    const shoal_config_t *cfg = shoal_config_get();
-    if (!cfg->tcp.enable || par->nranks < 2)
+    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
+    if (!ctx->listening || (ctx->ndialing == 0 && ctx->nwait_peer == 0 &&
+                            shoal_acceptor_pending(ctx->acc) == 0))
         return SHOAL_ERR_UNSUPPORTED;
-    shoal_tcp_ctx_t *ctx = calloc(1, sizeof(*ctx));
-    if (!ctx) {
-        shoal_error(TCP, "tcp open: out of memory");
-        return SHOAL_ERR_NO_MEMORY;
+    if (waited_ns < SHOAL_TCP_SPIN_NS)
+        return SHOAL_INPROGRESS;
+    struct pollfd pfds[1 + 4 * SHOAL_TCP_NSOCKS_MAX];
+    nfds_t n = 0;
+    pfds[n++] = (struct pollfd){.fd = ctx->epfd, .events = POLLIN};
+    for (size_t i = 0; i < ctx->ndialing && n + (nfds_t)ctx->nsocks <= 1 + 4 * SHOAL_TCP_NSOCKS_MAX;
+         i++) {
+        for (int k = 0; k < ctx->nsocks; k++)
+            pfds[n++] = (struct pollfd){.fd = ctx->dialing[i]->dfds[k], .events = POLLIN};
     }
-    ctx->base.ops = &shoal_tcp_ops;
-    ctx->base.params = *par;
-    ctx->listen_fd = -1;
-    ctx->epfd = -1;
-    ctx->nsocks = cfg->tcp.nsocks;
-    ctx->nslots = cfg->tcp.nslots;
-    shoal_status_t s = SHOAL_ERR_INVALID_ARG;
-    if (ctx->nsocks < 1 || ctx->nsocks > SHOAL_TCP_NSOCKS_MAX) {
-        shoal_error(TCP, "SHOAL_TCP_NSOCKS=%d is outside 1..%d", ctx->nsocks,
-                    SHOAL_TCP_NSOCKS_MAX);
-        goto err_free_ctx;
-    }
-    ctx->chunk = par->chunk_size;
-    size_t bytes;
-    if (ctx->chunk > UINT32_MAX ||
-        __builtin_mul_overflow(ctx->nslots, ctx->chunk, &bytes)) {
-        shoal_error(TCP, "SHOAL_TCP_NSLOTS=%zu x SHOAL_CHUNK_SIZE=%zu is too large",
-                    ctx->nslots, ctx->chunk);
-        goto err_free_ctx;
-    }
-    size_t nfds = (size_t)par->nranks * (size_t)ctx->nsocks;
-    ctx->nevents = (int)nfds;
-    ctx->stash = malloc(nfds * sizeof(*ctx->stash));
-    ctx->events = calloc(nfds, sizeof(*ctx->events));
-    ctx->list = calloc((size_t)par->nranks, sizeof(*ctx->list));
-    s = SHOAL_ERR_NO_MEMORY;
-    if (!ctx->stash || !ctx->events || !ctx->list) {
-        shoal_error(TCP, "tcp open: out of memory");
-        goto err_free_ctx;
-    }
-    for (size_t i = 0; i < nfds; i++)
-        ctx->stash[i] = -1;
-    ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (ctx->epfd < 0) {
-        shoal_error(TCP, "epoll_create1: %s", strerror(errno));
-        s = SHOAL_ERR_SYSTEM;
-        goto err_free_ctx;
-    }
-    /* The interface the bootstrap chose is one every peer could reach. */
-    ctx->addr = *par->boot.local_addr(par->boot.handle);
-    shoal_sock_set_port(&ctx->addr, 0);
-    s = shoal_sock_listen(&ctx->addr, &ctx->listen_fd);
-    if (s != SHOAL_OK)
-        goto err_free_ctx;
-    s = shoal_acceptor_create(ctx->listen_fd, par->boot.secret(par->boot.handle),
-                              sizeof(shoal_tcp_hello_t), &ctx->acc);
-    if (s != SHOAL_OK)
-        goto err_free_ctx;
-    char str[SHOAL_SOCKADDR_STRLEN];
-    shoal_debug(TCP, "rank %d listens on %s", par->rank, shoal_sock_str(&ctx->addr, str));
-    *ctx_p = &ctx->base;
-    return SHOAL_OK;
-
-err_free_ctx:
-    shoal_tcp_ctx_free(ctx);
-    return s;
-}
-
-static shoal_status_t shoal_tcp_addr_pack(shoal_tl_ctx_t *base, void *blob, size_t *len_p)
-{
-    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    shoal_tcp_addr_t addr;
-    if (*len_p < sizeof(addr))
-        return SHOAL_ERR_INVALID_ARG;
-    memset(&addr, 0, sizeof(addr));
-    addr.magic = SHOAL_TCP_MAGIC;
-    addr.chunk_size = ctx->chunk;
-    addr.nsocks = (uint32_t)ctx->nsocks;
-    addr.addr = ctx->addr;
-    memcpy(blob, &addr, sizeof(addr));
-    *len_p = sizeof(addr);
-    return SHOAL_OK;
-}
-
-/* Connect side (this rank is the higher one): nsocks connections, each
- * proving the secret and then saying who it is and which socket it is. */
-static shoal_status_t shoal_tcp_dial(shoal_tcp_ctx_t *ctx, int peer,
-                                     const shoal_tcp_addr_t *addr, uint64_t deadline_ns,
-                                     int *fds)
-{
-    const shoal_tl_params_t *par = &ctx->base.params;
-    const uint8_t *secret = par->boot.secret(par->boot.handle);
-    for (int i = 0; i < ctx->nsocks; i++) {
-        shoal_tcp_hello_t hello = {
-            .magic = htonl(SHOAL_TCP_HELLO_MAGIC),
-            .rank = htonl((uint32_t)par->rank),
-            .sock = htonl((uint32_t)i),
-            .nsocks = htonl((uint32_t)ctx->nsocks),
-        };
-        shoal_status_t s = shoal_sock_connect(&addr->addr, deadline_ns, &fds[i]);
-        if (s == SHOAL_OK) {
-            s = shoal_auth_client(fds[i], secret, deadline_ns);
-            if (s == SHOAL_OK)
-                s = shoal_sock_send_all(fds[i], &hello, sizeof(hello), deadline_ns);
-            if (s != SHOAL_OK)
-                close(fds[i]);
-        }
-        if (s != SHOAL_OK) {
-            char str[SHOAL_SOCKADDR_STRLEN];
-            shoal_error(TCP, "rank %d: socket %d to rank %d at %s: %s", par->rank, i, peer,
-                        shoal_sock_str(&addr->addr, str), shoal_status_string(s));
-            while (i-- > 0)
-                close(fds[i]);
-            return s;
-        }
-    }
-    return SHOAL_OK;
-}
-
-/* Accept side (this rank is the lower one): take the peer's nsocks
- * connections, keeping any other rank's that come first for its turn. */
-static shoal_status_t shoal_tcp_accept(shoal_tcp_ctx_t *ctx, int peer, uint64_t deadline_ns,
-                                       int *fds)
-{
-    const shoal_tl_params_t *par = &ctx->base.params;
-    int *mine = &ctx->stash[(size_t)peer * (size_t)ctx->nsocks];
-    for (;;) {
-        int have = 0;
-        while (have < ctx->nsocks && mine[have] >= 0)
-            have++;
-        if (have == ctx->nsocks)
-            break;
-        shoal_tcp_hello_t hello;
-        int fd;
-        shoal_status_t s = shoal_acceptor_next(ctx->acc, deadline_ns, &hello, &fd);
-        if (s != SHOAL_OK) {
-            shoal_error(TCP, "rank %d: waiting for the connections of rank %d: %s",
-                        par->rank, peer, shoal_status_string(s));
-            return s;
-        }
-        uint32_t rank = ntohl(hello.rank), sock = ntohl(hello.sock);
-        if (ntohl(hello.magic) != SHOAL_TCP_HELLO_MAGIC ||
-            ntohl(hello.nsocks) != (uint32_t)ctx->nsocks || rank <= (uint32_t)par->rank ||
-            rank >= (uint32_t)par->nranks || sock >= (uint32_t)ctx->nsocks ||
-            ctx->stash[rank * (uint32_t)ctx->nsocks + sock] >= 0) {
-            shoal_warn(TCP, "rank %d: dropping a data connection with an unexpected hello "
-                       "(rank %u, socket %u of %u)", par->rank, rank, sock,
-                       ntohl(hello.nsocks));
-            close(fd);
-            continue;
-        }
-        ctx->stash[rank * (uint32_t)ctx->nsocks + sock] = fd;
-    }
-    for (int i = 0; i < ctx->nsocks; i++) {
-        fds[i] = mine[i];
-        mine[i] = -1;
-    }
-    return SHOAL_OK;
-}
-
-static shoal_status_t shoal_tcp_sock_setup(int fd)
-{
-    int one = 1;
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) {
-        shoal_error(TCP, "fcntl(O_NONBLOCK): %s", strerror(errno));
-        return SHOAL_ERR_SYSTEM;
-    }
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0) {
-        shoal_error(TCP, "setsockopt(TCP_NODELAY): %s", strerror(errno));
+    uint64_t ms = timeout_ns / 1000000u;
+    if (poll(pfds, n, (int)(ms < 1 ? 1 : ms > 1000 ? 1000 : ms)) < 0 && errno != EINTR) {
+        shoal_error(TCP, "poll: %s", strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
     return SHOAL_OK;
 }
 
-static void shoal_tcp_ep_free(shoal_tcp_ep_t *ep)
+size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *base)
 {
-    free(ep->tx_buf);
-    free(ep->rx_buf);
-    free(ep->tx_hdr);
-    free(ep->rx_hdr);
-    free(ep->tx_len);
-    free(ep->rx_len);
-    free(ep);
+    return ((const shoal_tcp_ctx_t *)base)->neps;
 }
 
-/* The endpoint over connected sockets fds (taken over by it on success). */
-static shoal_status_t shoal_tcp_ep_create(shoal_tcp_ctx_t *ctx, int peer, const int *fds,
-                                          shoal_tcp_ep_t **ep_p)
+size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *base)
 {
-    shoal_tcp_ep_t *ep = calloc(1, sizeof(*ep));
-    if (!ep) {
-        shoal_error(TCP, "tcp connect: out of memory");
-        return SHOAL_ERR_NO_MEMORY;
-    }
-    ep->base.ops = &shoal_tcp_ops;
-    ep->base.ctx = &ctx->base;
-    ep->base.peer = peer;
-    ep->nsocks = ctx->nsocks;
-    ep->nslots = ctx->nslots;
-    ep->chunk = ctx->chunk;
-    size_t bytes = ctx->nslots * ctx->chunk; /* a multiple of the 4096 alignment */
-    ep->tx_buf = aligned_alloc(4096, bytes);
-    ep->rx_buf = aligned_alloc(4096, bytes);
-    ep->tx_hdr = calloc(ctx->nslots, sizeof(*ep->tx_hdr));
-    ep->rx_hdr = calloc(ctx->nslots, sizeof(*ep->rx_hdr));
-    ep->tx_len = calloc(ctx->nslots, sizeof(*ep->tx_len));
-    ep->rx_len = calloc(ctx->nslots, sizeof(*ep->rx_len));
-    shoal_status_t s = SHOAL_ERR_NO_MEMORY;
-    if (!ep->tx_buf || !ep->rx_buf || !ep->tx_hdr || !ep->rx_hdr || !ep->tx_len ||
-        !ep->rx_len) {
-        shoal_error(TCP, "tcp connect: no memory for 2 x %zu slots of %zu B", ctx->nslots,
-                    ctx->chunk);
-        goto err_free_ep;
-    }
-    for (int i = 0; i < ep->nsocks; i++) {
-        s = shoal_tcp_sock_setup(fds[i]);
-        if (s != SHOAL_OK)
-            goto err_free_ep;
-    }
-    for (int i = 0; i < ep->nsocks; i++) {
-        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = ep};
-        ep->fds[i] = fds[i];
-        if (epoll_ctl(ctx->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
-            shoal_error(TCP, "epoll_ctl(ADD): %s", strerror(errno));
-            while (i-- > 0)
-                epoll_ctl(ctx->epfd, EPOLL_CTL_DEL, fds[i], NULL);
-            s = SHOAL_ERR_SYSTEM;
-            goto err_free_ep;
-        }
-    }
-    ep->watched = 1;
-    *ep_p = ep;
-    return SHOAL_OK;
-
-err_free_ep:
-    shoal_tcp_ep_free(ep);
-    return s;
-}
-
-/* Why this cannot deadlock: every rank calls connect for its peers in
- * increasing order, dialing the lower ones and accepting the higher ones.
- * Dialing rank p from rank r > p only needs p to be inside shoal_tcp_accept
- * for some peer, because its acceptor completes the handshakes of every
- * pending connection and stashes those for later peers. By induction on
- * the rank: rank 0 dials nobody, so it reaches its accept loop at once and
- * stays there until every higher rank has connected; rank r dials only
- * lower ranks, each of which reaches and keeps accepting by the same
- * argument, so r finishes dialing and then accepts until every higher rank
- * has connected to it. Until then a dialer may wait, but only for a rank
- * that is making progress, never in a cycle. */
-static shoal_status_t shoal_tcp_connect(shoal_tl_ctx_t *base, int peer, const void *blob,
-                                        size_t len, uint64_t deadline_ns, shoal_ep_t **ep_p)
-{
-    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    const shoal_tl_params_t *par = &base->params;
-    shoal_tcp_addr_t addr;
-    if (len != sizeof(addr)) {
-        shoal_error(TCP, "rank %d sent a %zu-byte tcp address, expected %zu", peer, len,
-                    sizeof(addr));
-        return SHOAL_ERR_INTERNAL;
-    }
-    memcpy(&addr, blob, sizeof(addr));
-    if (addr.magic != SHOAL_TCP_MAGIC) {
-        shoal_error(TCP, "rank %d sent a malformed tcp address", peer);
-        return SHOAL_ERR_INTERNAL;
-    }
-    if (addr.nsocks != (uint32_t)ctx->nsocks || addr.chunk_size != ctx->chunk) {
-        shoal_error(TCP, "rank %d uses %u sockets and %llu-B chunks, rank %d %d and %zu B: "
-                    "SHOAL_TCP_NSOCKS and SHOAL_CHUNK_SIZE must agree", peer, addr.nsocks,
-                    (unsigned long long)addr.chunk_size, par->rank, ctx->nsocks, ctx->chunk);
-        return SHOAL_ERR_INVALID_ARG;
-    }
-    int fds[SHOAL_TCP_NSOCKS_MAX];
-    shoal_status_t s = peer < par->rank ? shoal_tcp_dial(ctx, peer, &addr, deadline_ns, fds)
-                                         : shoal_tcp_accept(ctx, peer, deadline_ns, fds);
-    if (s != SHOAL_OK)
-        return s;
-    shoal_tcp_ep_t *ep;
-    s = shoal_tcp_ep_create(ctx, peer, fds, &ep);
-    if (s != SHOAL_OK)
-        goto err_close_fds;
-    ep->list_idx = ctx->neps;
-    ctx->list[ctx->neps++] = ep;
-    *ep_p = &ep->base;
-    return SHOAL_OK;
-
-err_close_fds:
-    for (int i = 0; i < ctx->nsocks; i++)
-        close(fds[i]);
-    return s;
-}
-
-/* Everyone is connected: no more connections to take, so stop listening. */
-static shoal_status_t shoal_tcp_ready(shoal_tl_ctx_t *base)
-{
-    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    shoal_acceptor_destroy(ctx->acc);
-    ctx->acc = NULL;
-    close(ctx->listen_fd);
-    ctx->listen_fd = -1;
-    return SHOAL_OK;
-}
-
-/* Closing a socket with unread bytes makes the kernel reset the
- * connection and drop what it still had to send, messages that flush
- * already counted as delivered. So read what has arrived, and discard it. */
-static void shoal_tcp_drain(shoal_tcp_ep_t *ep)
-{
-    size_t budget = ep->nslots * ep->chunk;
-    for (int i = 0; i < ep->nsocks && !ep->err; i++) {
-        while (budget > 0) {
-            ssize_t r = recv(ep->fds[i], ep->rx_buf, ep->nslots * ep->chunk, MSG_DONTWAIT);
-            if (r <= 0 && !(r < 0 && errno == EINTR))
-                break;
-            budget -= (size_t)r < budget ? (size_t)r : budget;
-        }
-    }
-}
-
-static void shoal_tcp_disconnect(shoal_ep_t *base)
-{
-    shoal_tcp_ep_t *ep = (shoal_tcp_ep_t *)base;
-    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base->ctx;
-    shoal_tcp_unwatch(ep);
-    shoal_tcp_drain(ep);
-    for (int i = 0; i < ep->nsocks; i++)
-        close(ep->fds[i]);
-    ctx->list[ep->list_idx] = ctx->list[--ctx->neps];
-    ctx->list[ep->list_idx]->list_idx = ep->list_idx;
-    shoal_tcp_ep_free(ep);
-}
-
-static void shoal_tcp_close(shoal_tl_ctx_t *base)
-{
-    shoal_tcp_ctx_t *ctx = (shoal_tcp_ctx_t *)base;
-    /* Endpoints the caller did not disconnect (a failed wireup) go too. */
-    while (ctx->neps > 0)
-        shoal_tcp_disconnect(&ctx->list[ctx->neps - 1]->base);
-    shoal_tcp_ctx_free(ctx);
+    const shoal_tcp_ctx_t *ctx = (const shoal_tcp_ctx_t *)base;
+    size_t bytes = 0;
+    for (size_t i = 0; i < ctx->neps; i++)
+        bytes += 2 * ctx->list[i]->nslots * ctx->chunk;
+    return bytes;
 }
 
 const shoal_transport_ops_t shoal_tcp_ops = {
@@ -953,7 +549,7 @@ const shoal_transport_ops_t shoal_tcp_ops = {
     .recv_release = shoal_tcp_recv_release,
     .flush = shoal_tcp_flush,
     .progress = shoal_tcp_progress,
-    .sleep = shoal_tl_stub_sleep, /* polled: its sockets need progress calls */
+    .sleep = shoal_tcp_sleep,
     .mem_reg = shoal_tl_host_mem_reg,
     .mem_dereg = shoal_tl_host_mem_dereg,
     .rkey_pack = shoal_tl_stub_rkey_pack,

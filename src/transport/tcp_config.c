@@ -3,6 +3,18 @@
 #include "base/log.h"
 
 #include <stddef.h>
+#include <string.h>
+
+static int parse_connect(const char *text, void *field)
+{
+    if (!strcmp(text, "lazy"))
+        *(int *)field = 1;
+    else if (!strcmp(text, "eager"))
+        *(int *)field = 0;
+    else
+        return -1;
+    return 0;
+}
 
 /* NCCL_IB_HCA will alias the device list of the ibverbs transport's table. */
 static const shoal_config_entry_t tcp_entries[] = {
@@ -15,6 +27,15 @@ static const shoal_config_entry_t tcp_entries[] = {
     {.name = "SHOAL_TCP_NSLOTS", .def = "2",
      .doc = "slots of SHOAL_CHUNK_SIZE bytes buffered per peer and direction",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(tcp.nslots)},
+    {.name = "SHOAL_TCP_CONNECT", .def = "lazy",
+     .doc = "lazy: connect a peer the first time an operation moves data with it (the "
+            "listener stays open while the communicator lives); eager: every peer at init",
+     .parse = parse_connect, .offset = SHOAL_CONFIG_FIELD(tcp.lazy)},
+    {.name = "SHOAL_TCP_MEM", .def = "64M",
+     .doc = "slot memory per rank: the k-th peer connected gets SHOAL_TCP_NSLOTS slots per "
+            "direction while k x 2 x that x SHOAL_CHUNK_SIZE fits in it, fewer beyond, "
+            "and at least 1 (0: no limit)",
+     .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(tcp.mem)},
 };
 
 /* Two slots per direction keep one in flight while the next fills; the

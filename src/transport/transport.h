@@ -6,6 +6,7 @@
  * Lifecycle, driven by the communicator's wireup (core/wireup.c):
  *   open(params) -> addr_pack -> (bootstrap all-gather of address blobs)
  *   -> connect(peer) for every peer it reaches, in increasing peer order
+ *   (which may defer the sockets to the first use, as lazy tcp does)
  *   -> (bootstrap barrier) -> ready -> data ops and progress -> disconnect
  *   -> close.
  * A transport sees only the narrow shoal_tl_params_t it is opened with,
@@ -147,7 +148,11 @@ struct shoal_transport_ops {
     /* Bounded address blob (<= SHOAL_TL_ADDR_MAX) that peers connect with. */
     shoal_status_t (*addr_pack)(shoal_tl_ctx_t *ctx, void *blob, size_t *len_p);
     /* Called by every rank for each reachable peer in increasing peer order;
-     * may block until the deadline but must not deadlock under that order. */
+     * may block until the deadline but must not deadlock under that order.
+     * A transport may only make the endpoint here and connect it when an
+     * operation first asks it for a slot (lazy tcp): its send_slot and
+     * recv_slot then say SHOAL_INPROGRESS meanwhile, and its progress
+     * serves the peers that dial it. */
     shoal_status_t (*connect)(shoal_tl_ctx_t *ctx, int peer, const void *blob, size_t len,
                               uint64_t deadline_ns, shoal_ep_t **ep_p);
     /* All peers have connected (after a barrier): drop what wireup needed,
@@ -250,6 +255,17 @@ shoal_status_t shoal_tl_stub_flush(shoal_ep_t *ep);
 shoal_status_t shoal_tl_host_mem_reg(shoal_tl_ctx_t *ctx, void *addr, size_t len,
                                      shoal_mem_kind_t kind, shoal_mem_t **mem_p);
 shoal_status_t shoal_tl_host_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
+
+/* tcp's slot rule (SHOAL_TCP_MEM): the slots per direction of the k-th
+ * peer (k from 1) a rank connects, chunk bytes each, under a budget of mem
+ * bytes (0: no budget) and at most nslots (SHOAL_TCP_NSLOTS):
+ * min(nslots, mem / (2 x chunk x k)), at least 1. The simulator counts
+ * memory with it. */
+size_t shoal_tcp_slots_rule(size_t mem, size_t chunk, size_t nslots, size_t k);
+/* For tests and introspection: peers whose tcp sockets are connected now
+ * on ctx (a tcp context), and its slot bytes (both directions) in use. */
+size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *ctx);
+size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *ctx);
 
 extern const shoal_transport_ops_t shoal_shm_ops;
 extern const shoal_transport_ops_t shoal_tcp_ops;
