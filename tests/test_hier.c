@@ -207,6 +207,8 @@ static void run_layout(int nranks, const int *host_of, const char *algo, const c
     assert_int_equal(harness_run_ranks(nranks, rank_layout, &lay, 300), 0);
 }
 
+static const char *const pipes[] = {"1", "2", "3", "16"};
+
 #define LAYOUT_TEST(name, n, ...)                                             \
     static void test_##name(void **state)                                     \
     {                                                                         \
@@ -214,10 +216,14 @@ static void run_layout(int nranks, const int *host_of, const char *algo, const c
         static const int hosts[n] = {__VA_ARGS__};                            \
         run_layout(n, hosts, all_hier, NULL);                                 \
         run_layout(n, hosts, "auto", NULL);                                   \
-        /* The all-reduce's pipeline of 3 pieces: 2 of 16 elements for    \
-         * 17, 3 for the multi-piece count, and a short last one. */       \
-        run_layout(n, hosts, "allreduce:hier", "3");                          \
+        /* The pipelines of the all-reduce, reduce-scatter, all-gather and \
+         * broadcast: their phases one after the other (1), and 2, 3 and   \
+         * 16 pieces (for 17 elements 2 of 16, for the multi-piece count   \
+         * short last pieces, for 1 and 0 fewer pieces than asked). */     \
+        for (size_t p_ = 0; p_ < sizeof(pipes) / sizeof(pipes[0]); p_++)      \
+            run_layout(n, hosts, all_hier, pipes[p_]);                        \
     }
+LAYOUT_TEST(one_rank, 1, 0)
 LAYOUT_TEST(one_host_3, 3, 0, 0, 0)
 LAYOUT_TEST(hosts_2x2, 4, 0, 0, 1, 1)
 LAYOUT_TEST(hosts_1_3, 4, 0, 1, 1, 1)
@@ -352,7 +358,7 @@ static void test_bad_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_host_3),      cmocka_unit_test(test_hosts_2x2),
+        cmocka_unit_test(test_one_rank),        cmocka_unit_test(test_one_host_3),      cmocka_unit_test(test_hosts_2x2),
         cmocka_unit_test(test_hosts_1_3),       cmocka_unit_test(test_hosts_3_1_2),
         cmocka_unit_test(test_hosts_interleaved), cmocka_unit_test(test_hosts_1x2),
         cmocka_unit_test(test_hosts_4x2),       cmocka_unit_test(test_hosts_uneven_7),

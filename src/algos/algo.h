@@ -228,7 +228,8 @@ typedef struct shoal_plan {
     size_t stage_elems;   /* elements per piece of the plan's stage (a codec
                            * stage's wire must fit a slot); piece_elems for
                            * the plain stage */
-    int pipe;                 /* the hierarchical all-reduce: its pipeline pieces (hier.c) */
+    int pipe;                 /* the hierarchical collectives: their pipeline pieces
+                               * (hier_pipe.h) */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
     shoal_ring_t ring;        /* the ring algorithms' team */
