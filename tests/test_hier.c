@@ -233,6 +233,57 @@ LAYOUT_TEST(hosts_1x2, 2, 0, 1)
 LAYOUT_TEST(hosts_4x2, 8, 0, 0, 1, 1, 2, 2, 3, 3)
 LAYOUT_TEST(hosts_uneven_7, 7, 2, 0, 1, 0, 2, 0, 1)
 
+/* The flat ring all-reduce across hosts with SHOAL_TCP_NSLOTS=4 keeps
+ * three loops in flight (shoal_ring_allreduce_run_deep): counts 0, 1, 17,
+ * and several windows of loops with a short last one, in place and out of
+ * place, over shared memory and over tcp. */
+static int rank_ring_deep(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const int *host_of = arg;
+    char host[32];
+    snprintf(host, sizeof(host), "deep-host-%d", host_of[rank]);
+    harness_setenv("SHOAL_HOST_ID", host);
+    harness_setenv("SHOAL_ALGO", "allreduce:ring");
+    harness_setenv("SHOAL_TCP_NSLOTS", "4");
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    size_t counts[] = {0, 1, 17, 7 * (size_t)nranks * (TEST_CHUNK / 4) + 77};
+    size_t bytes = counts[3] * 8 + 64;
+    unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes),
+                  *tmp = malloc(bytes);
+    RANK_CHECK(a && b && want && tmp, fail, "out of memory");
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        for (int ip = 0; ip < 2; ip++) {
+            if (check_allreduce(comm, rank, nranks, SHOAL_FLOAT32, SHOAL_SUM, counts[c], ip, a,
+                                b, want, tmp) ||
+                check_allreduce(comm, rank, nranks, SHOAL_INT32, SHOAL_MAX, counts[c], ip, a, b,
+                                want, tmp))
+                return 1;
+        }
+    }
+    free(a);
+    free(b);
+    free(want);
+    free(tmp);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_ring_deep(void **state)
+{
+    (void)state;
+    static const int two[] = {0, 0, 1, 1}, three[] = {0, 1, 1, 2, 2};
+    harness_setenv("SHOAL_HOST_ID", NULL);
+    harness_use_transport("shm", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(4, rank_ring_deep, (void *)two, 300), 0);
+    assert_int_equal(harness_run_ranks(5, rank_ring_deep, (void *)three, 300), 0);
+    harness_use_transport("tcp", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(3, rank_ring_deep, (void *)three, 300), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+}
+
 /* Ranks bound to the NUMA nodes of a stand-in machine: the ring keeps a
  * host's ranks of one NUMA node together, and the link inside the host is
  * the cross-NUMA class. */
@@ -362,7 +413,7 @@ int main(void)
         cmocka_unit_test(test_hosts_1_3),       cmocka_unit_test(test_hosts_3_1_2),
         cmocka_unit_test(test_hosts_interleaved), cmocka_unit_test(test_hosts_1x2),
         cmocka_unit_test(test_hosts_4x2),       cmocka_unit_test(test_hosts_uneven_7),
-        cmocka_unit_test(test_numa_ring),       cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_ring_deep),       cmocka_unit_test(test_numa_ring),       cmocka_unit_test(test_cost_model_choice),
         cmocka_unit_test(test_bad_links),
     };
     return cmocka_run_group_tests_name("hier", tests, NULL, NULL);

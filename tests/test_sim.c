@@ -494,6 +494,30 @@ static void test_hier_pipe_no_slower(void **state)
     }
 }
 
+/* The flat ring all-reduce over hosts joined by links of 1 ms: with 4
+ * tcp slots it keeps three loops in flight and waits for the latency once
+ * for the three, so 64 MiB over 4 hosts takes less time than with the 2
+ * slots that keep one. */
+static void test_ring_deep(void **state)
+{
+    (void)state;
+    const size_t count = ((size_t)64 << 20) / 4;
+    const shoal_algo_ops_t *ring = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "ring");
+    double t[2];
+    static const char *const slots[] = {"2", "4"};
+    for (int i = 0; i < 2; i++) {
+        harness_setenv("SHOAL_TCP_NSLOTS", slots[i]);
+        shoal_sim_t *sim = make_sim(4, 1, 0, 0, "tcp:1ms:1200M,shm:0.5us:10G");
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, ring,
+                                       &t[i], NULL), SHOAL_OK);
+        shoal_sim_destroy(sim);
+    }
+    harness_setenv("SHOAL_TCP_NSLOTS", NULL);
+    if (t[1] >= t[0])
+        fail_msg("4 hosts, 1 ms links, 64 MiB: ring with 4 tcp slots %.1f us, with 2 %.1f us",
+                 t[1] * 1e6, t[0] * 1e6);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -525,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_hier_pipeline),
         cmocka_unit_test(test_hier_beats_ring),
         cmocka_unit_test(test_hier_pipe_no_slower),
+        cmocka_unit_test(test_ring_deep),
         cmocka_unit_test(test_bad_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
