@@ -15,11 +15,13 @@ static double rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
     if (team->nhosts == 1)
         return (n - 1) * (lat + block);
     /* Across hosts the ring order keeps each host's ranks together, so
-     * only one hop in a host's worth crosses hosts: a step waits for about
-     * half the link's latency (fitted to the simulator, 8 x 8 ranks), or,
-     * once a block takes longer than that on the wire, for the link, which
-     * then hides the latency (at 8 to 128 hosts of 8 ranks, 64 MiB). */
-    return (n - 1) * (block > lat / 2 ? block : lat / 2);
+     * only one hop in a host's worth crosses hosts: a step of a block that
+     * takes longer than the link's latency on the wire waits for the wire
+     * alone, which hides the latency; a shorter block's step takes about
+     * half the latency and most of the wire time besides (fitted to the
+     * simulator: 8 x 8 ranks at 32 KiB; 2 to 512 hosts of 8 ranks at 64
+     * MiB). */
+    return (n - 1) * (block >= lat ? block : lat / 2 + 0.6 * block);
 }
 
 /* The part of the plan shared by both: the flat ring and piece size. The
