@@ -5,8 +5,6 @@
 
 #include "base/config.h"
 
-#include <math.h>
-
 void shoal_hier_pipe_init(shoal_hier_pipe_t *pp, const shoal_plan_t *plan, size_t count,
                           size_t align)
 {

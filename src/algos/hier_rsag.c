@@ -77,10 +77,10 @@ static void rsag_piece_cost(const shoal_team_t *team, const void *ctx, int piece
     double move = pieces > 1 ? SHOAL_HIER_LOCAL_MOVE : (double)team->chunk_size;
     double loops = total / l > move ? ceil(total / l / move) : 1;
     *local_p = shoal_hier_local_cost(team, (l - 1) * loops, (l - 1) / l * total + total);
-    /* Beyond 8 hosts the blocks of a host's rails queue unevenly on its
+    /* Beyond 16 hosts the blocks of a host's rails queue unevenly on its
      * link, which the simulator shows idle about a tenth of the time (at
      * 32 and 128 hosts). */
-    double uneven = hs > 8 ? 1.09 : 1;
+    double uneven = hs > 16 ? 1.09 : 1;
     *cross_p = hs > 1 ? (hs - 1) * uneven * shoal_hier_rail_step(team, total) : 0;
     *fill_p = 0;
 }
