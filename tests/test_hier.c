@@ -207,6 +207,8 @@ static void run_layout(int nranks, const int *host_of, const char *algo, const c
     assert_int_equal(harness_run_ranks(nranks, rank_layout, &lay, 300), 0);
 }
 
+static const char *const pipes[] = {"1", "2", "3", "16"};
+
 #define LAYOUT_TEST(name, n, ...)                                             \
     static void test_##name(void **state)                                     \
     {                                                                         \
@@ -214,10 +216,14 @@ static void run_layout(int nranks, const int *host_of, const char *algo, const c
         static const int hosts[n] = {__VA_ARGS__};                            \
         run_layout(n, hosts, all_hier, NULL);                                 \
         run_layout(n, hosts, "auto", NULL);                                   \
-        /* The all-reduce's pipeline of 3 pieces: 2 of 16 elements for    \
-         * 17, 3 for the multi-piece count, and a short last one. */       \
-        run_layout(n, hosts, "allreduce:hier", "3");                          \
+        /* The pipelines of the all-reduce, reduce-scatter, all-gather and \
+         * broadcast: their phases one after the other (1), and 2, 3 and   \
+         * 16 pieces (for 17 elements 2 of 16, for the multi-piece count   \
+         * short last pieces, for 1 and 0 fewer pieces than asked). */     \
+        for (size_t p_ = 0; p_ < sizeof(pipes) / sizeof(pipes[0]); p_++)      \
+            run_layout(n, hosts, all_hier, pipes[p_]);                        \
     }
+LAYOUT_TEST(one_rank, 1, 0)
 LAYOUT_TEST(one_host_3, 3, 0, 0, 0)
 LAYOUT_TEST(hosts_2x2, 4, 0, 0, 1, 1)
 LAYOUT_TEST(hosts_1_3, 4, 0, 1, 1, 1)
@@ -226,6 +232,57 @@ LAYOUT_TEST(hosts_interleaved, 5, 0, 1, 0, 1, 0)
 LAYOUT_TEST(hosts_1x2, 2, 0, 1)
 LAYOUT_TEST(hosts_4x2, 8, 0, 0, 1, 1, 2, 2, 3, 3)
 LAYOUT_TEST(hosts_uneven_7, 7, 2, 0, 1, 0, 2, 0, 1)
+
+/* The flat ring all-reduce across hosts with SHOAL_TCP_NSLOTS=4 keeps
+ * three loops in flight (shoal_ring_allreduce_run_deep): counts 0, 1, 17,
+ * and several windows of loops with a short last one, in place and out of
+ * place, over shared memory and over tcp. */
+static int rank_ring_deep(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const int *host_of = arg;
+    char host[32];
+    snprintf(host, sizeof(host), "deep-host-%d", host_of[rank]);
+    harness_setenv("SHOAL_HOST_ID", host);
+    harness_setenv("SHOAL_ALGO", "allreduce:ring");
+    harness_setenv("SHOAL_TCP_NSLOTS", "4");
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    size_t counts[] = {0, 1, 17, 7 * (size_t)nranks * (TEST_CHUNK / 4) + 77};
+    size_t bytes = counts[3] * 8 + 64;
+    unsigned char *a = malloc(bytes), *b = malloc(bytes), *want = malloc(bytes),
+                  *tmp = malloc(bytes);
+    RANK_CHECK(a && b && want && tmp, fail, "out of memory");
+    for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+        for (int ip = 0; ip < 2; ip++) {
+            if (check_allreduce(comm, rank, nranks, SHOAL_FLOAT32, SHOAL_SUM, counts[c], ip, a,
+                                b, want, tmp) ||
+                check_allreduce(comm, rank, nranks, SHOAL_INT32, SHOAL_MAX, counts[c], ip, a, b,
+                                want, tmp))
+                return 1;
+        }
+    }
+    free(a);
+    free(b);
+    free(want);
+    free(tmp);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_ring_deep(void **state)
+{
+    (void)state;
+    static const int two[] = {0, 0, 1, 1}, three[] = {0, 1, 1, 2, 2};
+    harness_setenv("SHOAL_HOST_ID", NULL);
+    harness_use_transport("shm", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(4, rank_ring_deep, (void *)two, 300), 0);
+    assert_int_equal(harness_run_ranks(5, rank_ring_deep, (void *)three, 300), 0);
+    harness_use_transport("tcp", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(3, rank_ring_deep, (void *)three, 300), 0);
+    harness_setenv("SHOAL_SHM_ENABLE", NULL);
+}
 
 /* Ranks bound to the NUMA nodes of a stand-in machine: the ring keeps a
  * host's ranks of one NUMA node together, and the link inside the host is
@@ -352,11 +409,11 @@ static void test_bad_links(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_one_host_3),      cmocka_unit_test(test_hosts_2x2),
+        cmocka_unit_test(test_one_rank),        cmocka_unit_test(test_one_host_3),      cmocka_unit_test(test_hosts_2x2),
         cmocka_unit_test(test_hosts_1_3),       cmocka_unit_test(test_hosts_3_1_2),
         cmocka_unit_test(test_hosts_interleaved), cmocka_unit_test(test_hosts_1x2),
         cmocka_unit_test(test_hosts_4x2),       cmocka_unit_test(test_hosts_uneven_7),
-        cmocka_unit_test(test_numa_ring),       cmocka_unit_test(test_cost_model_choice),
+        cmocka_unit_test(test_ring_deep),       cmocka_unit_test(test_numa_ring),       cmocka_unit_test(test_cost_model_choice),
         cmocka_unit_test(test_bad_links),
     };
     return cmocka_run_group_tests_name("hier", tests, NULL, NULL);

@@ -373,7 +373,8 @@ static void test_codec_bytes(void **state)
 }
 
 /* The hierarchical all-reduce's pipeline, forced to 3 pieces and to 1
- * (its phases one after the other): plain and compressed (int8), on
+ * (its phases one after the other): plain and compressed (int8), and the
+ * reduce-scatter's, all-gather's and broadcast's, on
  * rank counts 1..8 with uneven hosts, counts 0, 1, odd and several pieces,
  * dry to its end. */
 static void test_hier_pipeline(void **state)
@@ -383,6 +384,8 @@ static void test_hier_pipeline(void **state)
                                     {2, 3, 0}, {3, 2, 0}, {2, 4, 2}, {4, 2, 0}};
     static const size_t counts[] = {0, 1, 19, 3 * TEST_CHUNK + 7};
     static const char *const pipes[] = {"3", "1"};
+    static const shoal_coll_kind_t others[] = {SHOAL_COLL_REDUCE_SCATTER, SHOAL_COLL_ALLGATHER,
+                                               SHOAL_COLL_BROADCAST};
     const shoal_algo_ops_t *hier = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "hier");
     assert_non_null(hier);
     for (size_t pi = 0; pi < 2; pi++) {
@@ -404,6 +407,22 @@ static void test_hier_pipeline(void **state)
                     if (s != SHOAL_OK || t < 0)
                         fail_msg("pipe %s, %d x %d ranks: %s count %zu: %s", pipes[pi],
                                  shapes[sh][0], shapes[sh][1], name, counts[k],
+                                 shoal_status_string(s));
+                }
+            }
+            /* The reduce-scatter, all-gather and broadcast share the
+             * pipeline. */
+            shoal_sim_set_codec(sim, NULL, SHOAL_COMPRESS_ALGO_AUTO);
+            for (size_t o = 0; o < sizeof(others) / sizeof(others[0]); o++) {
+                const shoal_algo_ops_t *a = shoal_algo_find(others[o], "hier");
+                for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+                    double t = -1;
+                    shoal_status_t s = shoal_sim_run(sim, others[o], counts[k], SHOAL_FLOAT32,
+                                                     a, &t, NULL);
+                    if (s != SHOAL_OK || t < 0)
+                        fail_msg("pipe %s, %d x %d ranks: hier %s count %zu: %s", pipes[pi],
+                                 shapes[sh][0], shapes[sh][1],
+                                 shoal_coll_kind_name(others[o]), counts[k],
                                  shoal_status_string(s));
                 }
             }
@@ -520,6 +539,63 @@ static void test_lazy_memory(void **state)
     run_memory(16, 4, SHOAL_COLL_ALLTOALL, "pairwise", 60);
 }
 
+/* 64 MiB over hosts of 8 ranks: the pipelined hierarchical reduce-scatter,
+ * all-gather and broadcast, in the pieces the cost model picks, are
+ * faster in the simulator than their phases one after the other
+ * (SHOAL_HIER_PIPE=1). */
+static void test_hier_pipe_no_slower(void **state)
+{
+    (void)state;
+    static const int hosts[] = {2, 8, 32};
+    static const shoal_coll_kind_t kinds[] = {SHOAL_COLL_REDUCE_SCATTER, SHOAL_COLL_ALLGATHER,
+                                              SHOAL_COLL_BROADCAST};
+    const size_t total = ((size_t)64 << 20) / 4;
+    for (size_t h = 0; h < sizeof(hosts) / sizeof(hosts[0]); h++) {
+        shoal_sim_t *sim = make_sim(hosts[h], 8, 0, 0, NULL);
+        int n = shoal_sim_nranks(sim);
+        for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+            const shoal_algo_ops_t *hier = shoal_algo_find(kinds[k], "hier");
+            size_t count = kinds[k] == SHOAL_COLL_BROADCAST ? total : total / (size_t)n;
+            double t1, tp;
+            harness_setenv("SHOAL_HIER_PIPE", "1");
+            assert_int_equal(shoal_sim_run(sim, kinds[k], count, SHOAL_FLOAT32, hier, &t1, NULL),
+                             SHOAL_OK);
+            harness_setenv("SHOAL_HIER_PIPE", NULL);
+            assert_int_equal(shoal_sim_run(sim, kinds[k], count, SHOAL_FLOAT32, hier, &tp, NULL),
+                             SHOAL_OK);
+            if (tp >= t1)
+                fail_msg("%d x 8 ranks, 64 MiB %s: pipelined hier %.1f us, its phases one "
+                         "after the other %.1f us", hosts[h],
+                         shoal_coll_kind_name(kinds[k]), tp * 1e6, t1 * 1e6);
+        }
+        shoal_sim_destroy(sim);
+    }
+}
+
+/* The flat ring all-reduce over hosts joined by links of 1 ms: with 4
+ * tcp slots it keeps three loops in flight and waits for the latency once
+ * for the three, so 64 MiB over 4 hosts takes less time than with the 2
+ * slots that keep one. */
+static void test_ring_deep(void **state)
+{
+    (void)state;
+    const size_t count = ((size_t)64 << 20) / 4;
+    const shoal_algo_ops_t *ring = shoal_algo_find(SHOAL_COLL_ALLREDUCE, "ring");
+    double t[2];
+    static const char *const slots[] = {"2", "4"};
+    for (int i = 0; i < 2; i++) {
+        harness_setenv("SHOAL_TCP_NSLOTS", slots[i]);
+        shoal_sim_t *sim = make_sim(4, 1, 0, 0, "tcp:1ms:1200M,shm:0.5us:10G");
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_ALLREDUCE, count, SHOAL_FLOAT32, ring,
+                                       &t[i], NULL), SHOAL_OK);
+        shoal_sim_destroy(sim);
+    }
+    harness_setenv("SHOAL_TCP_NSLOTS", NULL);
+    if (t[1] >= t[0])
+        fail_msg("4 hosts, 1 ms links, 64 MiB: ring with 4 tcp slots %.1f us, with 2 %.1f us",
+                 t[1] * 1e6, t[0] * 1e6);
+}
+
 static void test_bad_config(void **state)
 {
     (void)state;
@@ -550,6 +626,8 @@ int main(void)
         cmocka_unit_test(test_codec_bytes),
         cmocka_unit_test(test_hier_pipeline),
         cmocka_unit_test(test_hier_beats_ring),
+        cmocka_unit_test(test_hier_pipe_no_slower),
+        cmocka_unit_test(test_ring_deep),
         cmocka_unit_test(test_bad_config),
         cmocka_unit_test(test_tcp_slot_rule),
         cmocka_unit_test(test_lazy_memory),

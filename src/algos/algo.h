@@ -141,6 +141,17 @@ shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ri
                                         size_t piece_elems);
 shoal_status_t shoal_ring_rs_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
                                  char *dst, size_t piece_elems);
+/* The most loops shoal_ring_allreduce_run_deep keeps in flight. */
+#define SHOAL_RING_DEPTH_MAX 4
+/* The all-reduce with up to depth loops in flight at once (at most
+ * SHOAL_RING_DEPTH_MAX, and fewer than the slots of any FIFO it uses):
+ * loop d runs one move behind loop d-1, so that on a link of high latency
+ * a step waits for its pieces' latency once for depth loops instead of
+ * once per loop. The same result as shoal_ring_allreduce_run, which it is
+ * for depth 1. */
+shoal_status_t shoal_ring_allreduce_run_deep(shoal_prims_t *p, const shoal_ring_t *ring,
+                                             const char *src, char *dst, size_t count,
+                                             size_t first, size_t piece_elems, int depth);
 shoal_status_t shoal_ring_ag_run(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                  char *dst, size_t piece_elems);
 /* The same schedules one move at a time, for a pipeline that drives
@@ -228,7 +239,8 @@ typedef struct shoal_plan {
     size_t stage_elems;   /* elements per piece of the plan's stage (a codec
                            * stage's wire must fit a slot); piece_elems for
                            * the plain stage */
-    int pipe;                 /* the hierarchical all-reduce: its pipeline pieces (hier.c) */
+    int pipe;                 /* the hierarchical collectives: their pipeline pieces
+                               * (hier_pipe.h) */
     int nbr[SHOAL_PLAN_NBRS]; /* neighbours as the algorithm lays them out */
     int nnbr;
     shoal_ring_t ring;        /* the ring algorithms' team */

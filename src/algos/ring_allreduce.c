@@ -24,6 +24,7 @@
 #include "algo.h"
 
 #include "base/clock.h"
+#include "base/config.h"
 
 static double ring_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
@@ -33,13 +34,34 @@ static double ring_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
                                                      shoal_algo_bw(team));
 }
 
+/* Loops in flight: across hosts, where a step would otherwise wait for
+ * the link's latency once per loop, one fewer than the FIFOs have slots
+ * (tcp's and shared memory's alike, since the ring uses both): with every
+ * slot of every link full, each rank would wait for a free slot before it
+ * takes the piece that frees one. At most SHOAL_RING_DEPTH_MAX; inside a
+ * host, where latency is small, one. tcp's 2 slots by default keep one
+ * loop in flight; SHOAL_TCP_NSLOTS=4 keeps three. tcp gives a peer fewer
+ * slots the later it connects it (SHOAL_TCP_MEM), so the depth counts on
+ * the fewest any peer can get, the same on every rank. */
+static int ring_depth(const shoal_team_t *team)
+{
+    const shoal_config_t *c = shoal_config_get();
+    size_t tcp = shoal_tcp_slots_rule(c->tcp.mem, team->chunk_size, c->tcp.nslots,
+                                      (size_t)team->nranks);
+    size_t shm = c->shm.nslots ? c->shm.nslots : SHOAL_SHM_NSLOTS_DEFAULT;
+    size_t slots = tcp < shm ? tcp : shm;
+    if (team->nhosts < 2 || slots < 2)
+        return 1;
+    return slots - 1 < SHOAL_RING_DEPTH_MAX ? (int)slots - 1 : SHOAL_RING_DEPTH_MAX;
+}
+
 static shoal_status_t ring_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
     p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
-    return shoal_ring_allreduce_run(p, &plan->ring, a->sendbuf, a->recvbuf, a->count, 0,
-                                    plan->stage_elems);
+    return shoal_ring_allreduce_run_deep(p, &plan->ring, a->sendbuf, a->recvbuf, a->count, 0,
+                                         plan->stage_elems, ring_depth(p->team));
 }
 
 const shoal_algo_ops_t shoal_ring_allreduce_ops = {

@@ -195,6 +195,42 @@ shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ri
     RING_RUN(shoal_ring_allreduce_step(p, ring, src, dst, count, first, piece_elems, cur));
 }
 
+shoal_status_t shoal_ring_allreduce_run_deep(shoal_prims_t *p, const shoal_ring_t *ring,
+                                             const char *src, char *dst, size_t count,
+                                             size_t first, size_t piece_elems, int depth)
+{
+    int n = ring->n, moves = 2 * n - 1;
+    if (depth > SHOAL_RING_DEPTH_MAX)
+        depth = SHOAL_RING_DEPTH_MAX;
+    if (depth <= 1 || n == 1 || piece_elems == 0)
+        return shoal_ring_allreduce_run(p, ring, src, dst, count, first, piece_elems);
+    size_t loop = (size_t)n * piece_elems;
+    shoal_status_t s = SHOAL_OK;
+    for (size_t base = 0; base < count && s == SHOAL_OK; base += (size_t)depth * loop) {
+        shoal_ring_cur_t cur[SHOAL_RING_DEPTH_MAX];
+        int loops = 0;
+        for (int d = 0; d < depth && base + (size_t)d * loop < count; d++, loops++)
+            cur[d] = (shoal_ring_cur_t){.at = base + (size_t)d * loop};
+        /* Tick t makes move t - d of loop d: each loop one move behind the
+         * one before it, so that every link carries up to `depth` pieces
+         * and a step waits for its piece's latency once for all of them.
+         * Every rank makes the moves in the same order, so each FIFO's
+         * pieces come out in the order they went in. */
+        for (int t = 0; t < moves + loops - 1 && s == SHOAL_OK; t++) {
+            for (int d = 0; d < loops && s == SHOAL_OK; d++) {
+                if (t - d >= 0 && t - d < moves)
+                    s = shoal_ring_allreduce_step(p, ring, src, dst, count, first, piece_elems,
+                                                  &cur[d]);
+            }
+        }
+    }
+    if (s == SHOAL_OK) {
+        shoal_ring_bind(p, ring);
+        s = shoal_prim_flush(p);
+    }
+    return s;
+}
+
 /* The longest block of ring: how far the piece loops go. */
 static size_t ring_max_len(const shoal_ring_t *ring)
 {

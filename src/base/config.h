@@ -89,7 +89,7 @@ typedef struct {
     size_t bandwidth;                   /* SHOAL_ALGO_BANDWIDTH B/s, 0 = from the transports */
     int progress_thread;                /* SHOAL_PROGRESS: 1 thread, 0 caller */
     int hier_pipe;                      /* SHOAL_HIER_PIPE: pipeline pieces of the
-                                           hierarchical all-reduce; 0 = the cost model's */
+                                           hierarchical collectives; 0 = the cost model's */
 } shoal_algo_config_t;
 
 typedef struct {

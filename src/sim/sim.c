@@ -194,6 +194,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     sim->slots = calloc(nn * sim->depth, sizeof(*sim->slots));
     sim->clock = calloc((size_t)n, sizeof(double));
     sim->next_arrive = malloc((size_t)n * sizeof(double));
+    sim->poked = malloc((size_t)n * sizeof(double));
     sim->dry_bytes = calloc((size_t)n, sizeof(size_t));
     sim->out_free = calloc((size_t)cfg->nhosts, sizeof(double));
     sim->in_free = calloc((size_t)cfg->nhosts, sizeof(double));
@@ -207,7 +208,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
     if (sim->nomem == MAP_FAILED)
         sim->nomem = NULL;
     if (!sim->host_of || !places || !sim->ranks || !sim->ctxs || !sim->eps || !sim->ep_ptrs ||
-        !sim->posted || !sim->released || !sim->touched || !sim->slots || !sim->clock || !sim->next_arrive || !sim->dry_bytes || !sim->out_free ||
+        !sim->posted || !sim->released || !sim->touched || !sim->slots || !sim->clock || !sim->next_arrive || !sim->poked || !sim->dry_bytes || !sim->out_free ||
         !sim->in_free || !sim->state || !sim->active || !sim->heap || !sim->fibers ||
         !sim->nomem) {
         free(places);
@@ -216,7 +217,7 @@ shoal_status_t shoal_sim_create(const shoal_sim_config_t *cfg, shoal_sim_t **sim
         return SHOAL_ERR_NO_MEMORY;
     }
     for (int r = 0; r < n; r++)
-        sim->next_arrive[r] = SIM_NEVER;
+        sim->next_arrive[r] = sim->poked[r] = SIM_NEVER;
     int numa = cfg->numa_per_host > 1 ? cfg->numa_per_host : 0;
     for (int r = 0; r < n; r++) {
         int j = r % cfg->per_host;
@@ -257,6 +258,7 @@ void shoal_sim_destroy(shoal_sim_t *sim)
     free(sim->out_free);
     free(sim->clock);
     free(sim->next_arrive);
+    free(sim->poked);
     free(sim->dry_bytes);
     free(sim->slots);
     free(sim->released);
@@ -399,7 +401,7 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
         tasks[r] = (sim_task_t){.sim = sim, .algo = ops, .args = args, .rank = r};
         sim->clock[r] = t0;
         sim->active[r] = 0;
-        sim->next_arrive[r] = SIM_NEVER;
+        sim->next_arrive[r] = sim->poked[r] = SIM_NEVER;
         sim->dry_bytes[r] = 0;
         sim->ranks[r].cause[0] = '\0';
         shoal_fiber_start(sim->fibers, r, sim_rank_main, &tasks[r]);

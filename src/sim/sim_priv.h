@@ -60,6 +60,8 @@ struct shoal_sim {
 
     double *clock;                   /* per rank */
     double *next_arrive;             /* per rank: earliest piece seen on its way (SIM_NEVER) */
+    double *poked;                   /* per rank: earliest clock of a peer that posted to it or
+                                      * freed its slot while it waited (SIM_NEVER) */
     size_t *dry_bytes;               /* per rank: passes over memory not yet charged */
     double *out_free, *in_free;      /* per host: when its link out / in is idle */
 

@@ -92,6 +92,7 @@ static shoal_status_t sim_send_post(shoal_ep_t *ep, size_t len, const void *sig)
     sim->posted[ch] = seq + 1;
     atomic_fetch_add_explicit(&ep->tx_bytes, len, memory_order_relaxed);
     sim->active[a] = 1;
+    sim->poked[b] = sim->poked[b] < t ? sim->poked[b] : t;
     shoal_sim_wake(sim, b);
     return SHOAL_OK;
 }
@@ -136,6 +137,7 @@ static shoal_status_t sim_recv_release(shoal_ep_t *ep)
     sim->released[ch] = seq + 1;
     atomic_fetch_add_explicit(&ep->rx_bytes, slot->len, memory_order_relaxed);
     sim->active[b] = 1;
+    sim->poked[a] = sim->poked[a] < slot->freed ? sim->poked[a] : slot->freed;
     shoal_sim_wake(sim, a);
     return SHOAL_OK;
 }
@@ -153,11 +155,17 @@ static shoal_status_t sim_progress(shoal_tl_ctx_t *ctx)
             return SHOAL_OK;
         }
         /* Waiting for a piece on its way: the rank is idle until it
-         * arrives, and lets the ranks behind it in time run first. */
+         * arrives, and lets the ranks behind it in time run first. One of
+         * them may hand it something sooner (a piece or a slot of its
+         * other lane): then it wakes at that peer's time instead. */
         if (sim->next_arrive[r] < SIM_NEVER) {
-            sim->clock[r] = max2(sim->clock[r], sim->next_arrive[r]);
-            sim->next_arrive[r] = SIM_NEVER;
+            double was = sim->clock[r];
+            sim->clock[r] = max2(was, sim->next_arrive[r]);
+            sim->next_arrive[r] = sim->poked[r] = SIM_NEVER;
             shoal_sim_defer(sim, r);
+            if (sim->poked[r] < sim->clock[r])
+                sim->clock[r] = max2(was, sim->poked[r]);
+            sim->poked[r] = SIM_NEVER;
             return SHOAL_OK;
         }
         sim->state[r] = SIM_PARKED;
