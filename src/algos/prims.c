@@ -60,13 +60,12 @@ shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_
 {
     shoal_ep_t *ep = p->send_ep;
     shoal_idle_t wait = {0, 0};
-    uint64_t t0 = 0;
     for (;;) {
         size_t cap;
         shoal_status_t s = ep->ops->send_slot(ep, buf_p, &cap);
         if (s == SHOAL_OK) {
-            if (t0)
-                shoal_team_waited(p->team, ep->peer, 1, t0, shoal_now_ns());
+            if (wait.since_ns)
+                shoal_team_waited(p->team, ep->peer, 1, wait.since_ns, shoal_now_ns());
             if (cap < bytes) {
                 shoal_error(ALGO, "piece of %zu B exceeds the %zu B slot to rank %d", bytes,
                             cap, ep->peer);
@@ -76,8 +75,6 @@ shoal_status_t shoal_prims_wait_send(shoal_prims_t *p, size_t bytes, void **buf_
         }
         if (s == SHOAL_INPROGRESS && p->poll)
             return s;
-        if (!t0 && p->team->waited_ns)
-            t0 = shoal_now_ns();
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_team_cause(p->team, "rank %d waited for rank %d to make room for "
@@ -91,14 +88,13 @@ shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void 
 {
     shoal_ep_t *ep = p->recv_ep;
     shoal_idle_t wait = {0, 0};
-    uint64_t t0 = 0;
     for (;;) {
         size_t len;
         unsigned char hdr[SHOAL_TL_HDR_BYTES];
         shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len, hdr);
         if (s == SHOAL_OK) {
-            if (t0)
-                shoal_team_waited(p->team, ep->peer, 0, t0, shoal_now_ns());
+            if (wait.since_ns)
+                shoal_team_waited(p->team, ep->peer, 0, wait.since_ns, shoal_now_ns());
             /* Before a byte of it is read: a piece of another operation. */
             if (memcmp(hdr, p->team->hdr, sizeof(hdr)))
                 return shoal_team_mismatch(p->team, ep->peer, hdr);
@@ -112,8 +108,6 @@ shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void 
         }
         if (s == SHOAL_INPROGRESS && p->poll)
             return s;
-        if (!t0 && p->team->waited_ns)
-            t0 = shoal_now_ns();
         if (s != SHOAL_INPROGRESS || (s = prims_idle(p, &wait)) != SHOAL_OK) {
             if (s == SHOAL_ERR_TIMEOUT)
                 shoal_team_cause(p->team, "rank %d waited for data from rank %d until the "

@@ -98,8 +98,10 @@ typedef struct shoal_team {
     uint64_t tx_bytes, rx_bytes;
     /* How long this rank's blocking waits lasted, by peer: [2 * peer] for
      * data from it, [2 * peer + 1] for room in its slots (prims.c), and
-     * [2 * nranks] how many waits there were; NULL: not kept. Written by
-     * the one thread running the team's operations. */
+     * [2 * nranks] how many waits there were; NULL: not kept. A wait counts
+     * from the end of its first busy polls (shoal_idle_t.since_ns), so that
+     * the short ones read no clock. Written by the one thread running the
+     * team's operations. */
     _Atomic uint64_t *waited_ns;
     /* Set by an abort from any thread; every wait polls it. */
     atomic_int aborted;
