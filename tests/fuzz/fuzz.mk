@@ -4,8 +4,8 @@
 # Whatever CC and SANITIZE say, they are built with clang, ASan and UBSan,
 # from library objects of their own under $(BUILD)/fuzz.
 #
-# A target reaches the static parsers of one library source by including
-# it (#include "../../src/<dir>/<file>.c") and links every other library
+# A target reaches the static parsers of library sources by including
+# them (#include "../../src/<dir>/<file>.c") and links every other library
 # object, so that nothing is defined twice.
 ifndef SHOAL_FUZZ_MK
 SHOAL_FUZZ_MK := 1
@@ -19,7 +19,7 @@ FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZERS      := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_DIR)/%)
 FUZZ_LIB_OBJ := $(LIB_SRC:%.c=$(FUZZ_DIR)/%.o)
 
-# The library source that target $(1) includes: its object is left out.
+# The library sources that target $(1) includes: their objects are left out.
 fuzz_unit = $(shell sed -n 's|^.include "\.\./\.\./\(src/.*\)\.c"$$|\1|p' tests/fuzz/$(1).c)
 
 .PHONY: fuzz fuzz-corpus
@@ -31,7 +31,7 @@ $(FUZZ_LIB_OBJ) $(FUZZ_SRC:%.c=$(FUZZ_DIR)/%.o): $(FUZZ_DIR)/%.o: %.c
 
 $(FUZZERS): $(FUZZ_DIR)/%: $(FUZZ_DIR)/tests/fuzz/%.o $(FUZZ_LIB_OBJ)
 	$(FUZZ_CC) -fsanitize=fuzzer $(FUZZ_SAN) -o $@ $< \
-	    $(filter-out $(FUZZ_DIR)/$(call fuzz_unit,$*).o,$(FUZZ_LIB_OBJ)) $(LIBS)
+	    $(filter-out $(patsubst %,$(FUZZ_DIR)/%.o,$(call fuzz_unit,$*)),$(FUZZ_LIB_OBJ)) $(LIBS)
 
 # Writes each target's seeds into tests/fuzz/corpus/<name>/ as seed-*
 # files, replacing the old seeds; other files there (inputs that once

@@ -23,9 +23,8 @@ static void fuzz_ctx_init(shoal_shm_ctx_t *ctx, size_t nslots, size_t chunk, siz
     ctx->base.params = (shoal_tl_params_t){.rank = 1, .nranks = 2, .chunk_size = chunk,
                                            .pids = fuzz_pids, .tags = fuzz_tags};
     ctx->base.ops = &shoal_shm_ops;
-    ctx->nslots = nslots;
     ctx->chunk = chunk;
-    fuzz_assert(shoal_shm_layout(ctx, nfifo) == SHOAL_OK);
+    fuzz_assert(shoal_shm_layout(ctx, nfifo, nslots) == SHOAL_OK);
     shoal_shm_name(&ctx->base.params, 0, ctx->name);
 }
 

@@ -21,6 +21,7 @@
  * every connection ends with a reset from the test's side, so none is
  * left waiting in TIME_WAIT for the next inputs' ports. */
 #include "../../src/transport/tcp.c"
+#include "../../src/transport/tcp_conn.c"
 
 #include "core/sig.h"
 #include "fuzz.h"
@@ -65,12 +66,15 @@ static shoal_tcp_ctx_t *fuzz_ctx_create(int nsocks, size_t nslots)
     ctx->nslots = nslots;
     ctx->chunk = FUZZ_TCP_CHUNK;
     size_t nfds = (size_t)FUZZ_TCP_NRANKS * (size_t)nsocks;
-    ctx->nevents = (int)nfds;
+    ctx->nevents = (int)nfds + 1;
     ctx->stash = malloc(nfds * sizeof(*ctx->stash));
-    ctx->events = calloc(nfds, sizeof(*ctx->events));
+    ctx->events = calloc(nfds + 1, sizeof(*ctx->events));
     ctx->list = calloc(FUZZ_TCP_NRANKS, sizeof(*ctx->list));
+    ctx->peers = calloc(FUZZ_TCP_NRANKS, sizeof(*ctx->peers));
+    ctx->dialing = calloc(FUZZ_TCP_NRANKS, sizeof(*ctx->dialing));
     ctx->epfd = epoll_create1(EPOLL_CLOEXEC);
-    fuzz_assert(ctx->stash && ctx->events && ctx->list && ctx->epfd >= 0);
+    fuzz_assert(ctx->stash && ctx->events && ctx->list && ctx->peers && ctx->dialing &&
+                ctx->epfd >= 0);
     for (size_t i = 0; i < nfds; i++)
         ctx->stash[i] = -1;
     return ctx;
@@ -109,9 +113,10 @@ static shoal_tcp_ep_t *fuzz_ep_create(shoal_tcp_ctx_t *ctx, int *ours)
     for (int i = 0; i < ctx->nsocks; i++)
         fuzz_pair(&ours[i], &theirs[i]);
     shoal_tcp_ep_t *ep;
-    fuzz_assert(shoal_tcp_ep_create(ctx, 1, theirs, &ep) == SHOAL_OK);
-    ep->list_idx = ctx->neps;
-    ctx->list[ctx->neps++] = ep;
+    fuzz_assert(shoal_tcp_ep_alloc(ctx, 1, &ep) == SHOAL_OK);
+    fuzz_assert(shoal_tcp_up(ctx, ep, theirs) == SHOAL_OK);
+    ctx->peers[1] = ep;
+    ctx->npeers++;
     return ep;
 }
 
