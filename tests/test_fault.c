@@ -141,12 +141,15 @@ static int cmp_u64(const void *a, const void *b)
 
 static void kill_runs(int between)
 {
-    static const char *const transports[] = {"shm", "tcp"};
+    /* shm+cma: the put all-reduce reads the peers' private buffers by
+     * cross-memory attach, which finds the victim's process gone. */
+    static const char *const transports[] = {"shm", "tcp", "shm+cma"};
     /* A generous deadline: an error that came from it would be a timeout,
      * not the remote error the test wants. */
-    for (size_t t = 0; t < 2; t++) {
+    for (size_t t = 0; t < 3; t++) {
         for (int victim = 0; victim < 4; victim += 2) {
-            harness_use_transport(transports[t], 64 << 10);
+            harness_use_transport(t == 1 ? "tcp" : "shm", 64 << 10);
+            harness_setenv("SHOAL_CMA", t == 2 ? "on" : NULL);
             harness_setenv("SHOAL_TIMEOUT", "120s");
             shared_t *sh = shared_new();
             kill_case_t c = {sh, victim, between, transports[t]};
@@ -167,6 +170,7 @@ static void kill_runs(int between)
             fflush(stdout);
             munmap(sh, sizeof(*sh));
             harness_setenv("SHOAL_TIMEOUT", NULL);
+            harness_setenv("SHOAL_CMA", NULL);
             assert_int_equal(rc, 0);
         }
     }

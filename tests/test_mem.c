@@ -26,6 +26,10 @@
 #include "algos/algo.h"
 #include "core/comm.h"
 #include "core/reg.h"
+#include "transport/shm_rmem.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -590,6 +594,28 @@ static void test_cma_off(void **state)
 }
 
 /* Without cross-memory attach shareable memory keeps its mapped path. */
+/* A cross-memory copy with a rank whose process is gone is that rank's
+ * failure (SHOAL_ERR_PEER, naming it), not a failed system call here. */
+static void test_cma_dead_peer(void **state)
+{
+    (void)state;
+    static char cell[64];
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    char buf[sizeof(cell)];
+    uint64_t raddr = (uint64_t)(uintptr_t)cell;
+    assert_int_equal(shoal_shm_cma_read(3, (uint32_t)pid, raddr, buf, sizeof(buf)),
+                     SHOAL_ERR_PEER);
+    assert_int_equal(shoal_shm_cma_write(3, (uint32_t)pid, raddr, buf, sizeof(buf)),
+                     SHOAL_ERR_PEER);
+    /* A live process that reaches nothing at the address stays a local fault. */
+    assert_int_equal(shoal_shm_cma_read(3, (uint32_t)getpid(), 8, buf, sizeof(buf)),
+                     SHOAL_ERR_SYSTEM);
+}
+
 static void test_cma_probe_fails_shared(void **state)
 {
     (void)state;
@@ -617,6 +643,7 @@ int main(void)
         cmocka_unit_test(test_cma_off),
         cmocka_unit_test(test_cma_probe_fails),
         cmocka_unit_test(test_cma_probe_fails_shared),
+        cmocka_unit_test(test_cma_dead_peer),
     };
     (void)test_mixed_1, (void)test_mixed_5, (void)test_mixed_6, (void)test_mixed_7;
     return cmocka_run_group_tests_name("mem", tests, NULL, NULL);

@@ -75,6 +75,13 @@ static shoal_status_t cma_rw(int write, int peer, uint32_t pid, uint64_t raddr, 
                           : process_vm_readv((pid_t)pid, &l, 1, &r, 1, 0);
         if (n < 0 && errno == EINTR)
             continue;
+        if (n < 0 && errno == ESRCH) {
+            /* The peer's process is gone: a dead rank, not a local fault. */
+            shoal_error(SHM, "rank %d (pid %u) exited or was killed: its memory can no longer "
+                        "be reached (%s)", peer, (unsigned)pid,
+                        write ? "process_vm_writev" : "process_vm_readv");
+            return SHOAL_ERR_PEER;
+        }
         if (n <= 0) {
             shoal_error(SHM, "%s of %zu B at %#llx of rank %d (pid %u): %s",
                         write ? "process_vm_writev" : "process_vm_readv", len - done,
