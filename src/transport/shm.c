@@ -627,6 +627,7 @@ static shoal_status_t shoal_shm_tune(shoal_shm_ctx_t *ctx)
     shoal_shm_tune_cfg_t cfg = {.ring = ctx->ring,
                                 .depth = conf->shm.nslots,
                                 .pieces = ctx->tune_piece,
+                                .force_piece = conf->shm.test_piece,
                                 .deadline_ns = shoal_deadline_after(par->timeout_ns),
                                 .geometry = shoal_shm_geometry};
     shoal_shm_seg_t *hdr;
@@ -640,10 +641,6 @@ static shoal_status_t shoal_shm_tune(shoal_shm_ctx_t *ctx)
         shoal_shm_tune_t r;
         cfg.ep = &ctx->eps[second]->base;
         s = fail ? SHOAL_ERR_INTERNAL : shoal_shm_tune_lead(&cfg, &r);
-        if (s == SHOAL_OK && r.piece && shoal_shm_tune_valid(conf->shm.test_piece)) {
-            r.piece = conf->shm.test_piece;
-            r.depth = cfg.depth ? cfg.depth : cfg.ring / r.piece;
-        }
         if (s == SHOAL_OK) {
             hdr->tune_piece = r.piece;
             hdr->tune_depth = r.depth;

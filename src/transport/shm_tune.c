@@ -189,7 +189,7 @@ static int round_piece(int round, int i)
     return round % 2 ? SHOAL_SHM_TUNE_NPIECES - 1 - i : i;
 }
 
-int shoal_shm_tune_valid(size_t piece)
+static int tune_valid(size_t piece)
 {
     for (int k = 0; k < SHOAL_SHM_TUNE_NPIECES; k++) {
         if (piece == tune_piece(k))
@@ -237,6 +237,8 @@ shoal_status_t shoal_shm_tune_lead(const shoal_shm_tune_cfg_t *cfg, shoal_shm_tu
         if ((double)r.stream_ns[k] <= TIE * (double)best)
             r.piece = tune_piece(k);
     }
+    if (tune_valid(cfg->force_piece))
+        r.piece = cfg->force_piece;
     r.depth = tune_depth(cfg, r.piece);
     *out = r;
     return SHOAL_OK;

@@ -20,6 +20,7 @@ typedef struct {
     size_t ring;           /* bytes of slots in each FIFO */
     size_t depth;          /* SHOAL_SHM_NSLOTS when set, else 0: ring / piece */
     int pieces;            /* 1: time the pieces; 0: only the sleep */
+    size_t force_piece;    /* tests: the piece chosen whatever was measured, if tried */
     uint64_t deadline_ns;
     /* Lays both FIFOs of ep out as depth slots of piece bytes; called by
      * both ranks at the same point of the exchange, with both FIFOs empty. */
@@ -38,8 +39,6 @@ typedef struct {
 shoal_status_t shoal_shm_tune_lead(const shoal_shm_tune_cfg_t *cfg, shoal_shm_tune_t *out);
 /* The second rank's side: receives what the first one streams. */
 shoal_status_t shoal_shm_tune_follow(const shoal_shm_tune_cfg_t *cfg);
-/* Whether piece is one of the pieces tried. */
-int shoal_shm_tune_valid(size_t piece);
 /* The spin budget for a sleep and wake-up of wake_ns. */
 uint64_t shoal_shm_tune_spin(uint64_t wake_ns);
 
