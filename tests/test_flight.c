@@ -2,7 +2,8 @@
  * keeps the newest records and the running one; a running record lists the
  * bytes moved with each peer since it started, capped for thousands of
  * peers; the text is cut cleanly at any buffer size; depth 0 is a no-op;
- * queueing from several threads while another runs is safe; the dump goes
+ * queueing from several threads (one at a time, as under the executor's
+ * lock) while another runs and a third formats is safe; the dump goes
  * to the log. Also the text of every kind of operation signature. */
 #include "harness.h"
 
@@ -196,8 +197,8 @@ static void test_ring_wraps(void **state)
 }
 
 /* More operations queued than records: the newest queued are left out and
- * take a record when they start, displacing finished records first, then
- * the newest queued one. */
+ * one that starts takes the spare record, displacing an earlier one there
+ * but never a queued record. */
 static void test_ring_full_of_queued(void **state)
 {
     (void)state;
@@ -222,26 +223,37 @@ static void test_ring_full_of_queued(void **state)
     assert_true(starts_with(l.line[0], "#5 shoal_iallgather of 8 B: queued"));
     assert_true(starts_with(l.line[1], "#6 shoal_iallgather of 8 B: queued"));
 
-    /* #3 was left out and nothing has finished: it replaces #6. */
+    /* #3 was left out: it runs in the spare, beside the queued ones. */
     shoal_flight_start(f, 3, "ring", &sig_allreduce);
     l = format_lines(f);
-    assert_int_equal(l.n, 2);
+    assert_int_equal(l.n, 3);
     assert_true(starts_with(l.line[0], "#3 ?: allreduce #11 of 100 x float sum, ring, running"));
     assert_true(starts_with(l.line[1], "#5 shoal_iallgather of 8 B: queued"));
+    assert_true(starts_with(l.line[2], "#6 shoal_iallgather of 8 B: queued"));
     shoal_flight_finish(f, 3, SHOAL_ERR_PEER);
-    /* #4 replaces the finished #3. */
+    l = format_lines(f);
+    assert_int_equal(l.n, 3);
+    assert_has(l.line[0], "failed (");
+    /* #4 displaces the finished #3 from the spare. */
     shoal_flight_start(f, 4, "ring", &sig_allreduce);
     l = format_lines(f);
-    assert_int_equal(l.n, 2);
+    assert_int_equal(l.n, 3);
     assert_true(starts_with(l.line[0], "#4 ?: allreduce"));
     assert_has(l.line[0], "running");
     assert_true(starts_with(l.line[1], "#5 "));
-    /* Finishing one that was replaced changes nothing. */
-    shoal_flight_finish(f, 6, SHOAL_OK);
+    assert_true(starts_with(l.line[2], "#6 "));
+    /* Finishing one that was displaced changes nothing. */
+    shoal_flight_finish(f, 3, SHOAL_OK);
     l = format_lines(f);
-    assert_true(starts_with(l.line[0], "#4 "));
-    assert_true(starts_with(l.line[1], "#5 "));
+    assert_int_equal(l.n, 3);
+    assert_has(l.line[0], "running");
     assert_has(l.line[1], "queued");
+    assert_has(l.line[2], "queued");
+    /* A queued record that fails (an abort) is kept in its place. */
+    shoal_flight_finish(f, 6, SHOAL_ERR_ABORTED);
+    l = format_lines(f);
+    assert_true(starts_with(l.line[2], "#6 shoal_iallgather of 8 B: failed ("));
+    assert_has(l.line[2], "while queued");
     shoal_flight_destroy(f);
     fake_comm_free(comm);
 }
@@ -438,6 +450,7 @@ static void test_depth_zero(void **state)
 typedef struct {
     shoal_flight_t *f;
     struct shoal_comm *comm;
+    pthread_mutex_t order;           /* queue and finish: the executor's lock */
     atomic_uint queued;              /* queue calls returned */
     atomic_uchar seen[TOTAL + 1];    /* numbers handed out */
     atomic_int bad;
@@ -447,7 +460,9 @@ static void *queuer(void *arg)
 {
     threads_t *t = arg;
     for (int i = 0; i < PER_QUEUER; i++) {
+        pthread_mutex_lock(&t->order);
         uint64_t id = shoal_flight_queue(t->f, "shoal_iallreduce", 64);
+        pthread_mutex_unlock(&t->order);
         if (id == 0 || id > TOTAL ||
             atomic_fetch_add_explicit(&t->seen[id], 1, memory_order_relaxed) != 0)
             atomic_store(&t->bad, 1);
@@ -473,7 +488,9 @@ static void *executor(void *arg)
         atomic_fetch_add_explicit(&t->comm->team.eps[1]->rx_bytes, 64, memory_order_relaxed);
         if (id % 97 == 0 && shoal_flight_format(t->f, text, sizeof(text)) >= sizeof(text))
             atomic_store(&t->bad, 1);
+        pthread_mutex_lock(&t->order);
         shoal_flight_finish(t->f, id, SHOAL_OK);
+        pthread_mutex_unlock(&t->order);
     }
     return NULL;
 }
@@ -485,6 +502,7 @@ static void test_threads(void **state)
     threads_t *t = calloc(1, sizeof(*t));
     assert_non_null(t);
     t->comm = comm;
+    pthread_mutex_init(&t->order, NULL);
     assert_int_equal(shoal_flight_create(comm, 16, &t->f), SHOAL_OK);
     pthread_t q[QUEUERS], e;
     assert_int_equal(pthread_create(&e, NULL, executor, t), 0);
@@ -503,7 +521,7 @@ static void test_threads(void **state)
 
     /* Every record kept is done, in order, the last one included. */
     lines_t l = format_lines(t->f);
-    assert_true(l.n >= 1 && l.n <= 16);
+    assert_true(l.n >= 1 && l.n <= 17); /* 16 and the spare */
     uint64_t prev = 0;
     for (int i = 0; i < l.n; i++) {
         unsigned long long id;

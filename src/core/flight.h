@@ -6,17 +6,28 @@
  * it was still waiting for.
  *
  * A recorder holds a fixed number of records (its depth), all allocated at
- * create: queue, start and finish never allocate and take one mutex for a
- * short time (start also reads two counters per peer). Every function is
- * thread-safe. A NULL recorder (depth 0) is valid everywhere and makes every
- * call a no-op.
+ * create, and one spare. Queue, start and finish never allocate, never
+ * wait and take no lock: each publishes what it changes in its record
+ * under the record's sequence number, and format reads each record
+ * consistently (start also reads two counters per peer). They are safe
+ * together under this discipline, which the executor keeps (exec.c):
+ * calls to queue never overlap each other (the executor queues under its
+ * lock); one thread starts at a time (the one holding the executor's
+ * token); a record's start and finish never overlap, and a finish on
+ * another thread than the start's follows it through the executor's
+ * lock. Nothing else needs ordering, as queue fills only a free or a
+ * finished slot, never a live record's or the spare, and start and finish
+ * write only their own live record (or the spare, start). Format and dump
+ * may run at any time, from any thread. A NULL recorder (depth 0) is
+ * valid everywhere and makes every call a no-op.
  *
  * When all records are taken, a new one replaces the oldest finished
  * record; if none has finished (as many queued operations as the depth),
  * the newest queued ones are left out, and an operation left out that
- * starts then takes a record of its own (without its call name and queued
- * bytes). The running operation and the ones that finished last are what a
- * stall is found with; the tail of a long queue is not. */
+ * starts then takes the spare (without its call name and queued bytes),
+ * displacing an earlier one there. The running operation and the ones
+ * that finished last are what a stall is found with; the tail of a long
+ * queue is not. */
 #ifndef SHOAL_FLIGHT_H
 #define SHOAL_FLIGHT_H
 
@@ -58,7 +69,7 @@ void shoal_flight_destroy(shoal_flight_t *f);
 /* A new record in QUEUED state for a call named what (a static string, kept
  * by pointer; NULL prints as "?") that moves bytes from this rank. Returns
  * its number: 1, 2, ... in the order of the calls to queue on f, or 0 when
- * f is NULL. API threads queue while the executor runs. */
+ * f is NULL. Calls to queue never overlap (see the top). */
 uint64_t shoal_flight_queue(shoal_flight_t *f, const char *what, size_t bytes);
 
 /* Record id starts running with algorithm algo (a static string; NULL: none
