@@ -9,16 +9,21 @@
  * - pre-multiplied sums for every dtype on all-reduce, reduce-scatter,
  *   reduce;
  * - several threads per rank: independent communicators at once, and
- *   requests issued on one thread and completed on another. */
+ *   requests issued on one thread and completed on another;
+ * - a call queued on one thread behind a blocking call that runs on
+ *   another without the queue's lock is woken when that call ends. */
 #include "harness.h"
 
 #include "algos/reduce.h"
 #include "base/dtype.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TEST_CHUNK 4096
 
@@ -419,6 +424,73 @@ fail:
     return 1;
 }
 
+/* Rank 0 issues a blocking all-reduce on one thread (nothing is queued
+ * before it, so it runs there, holding the queue's token without its
+ * lock) and, once that is under way, a non-blocking one on this thread,
+ * which waits behind it: the first must wake the second (or the progress
+ * thread) when it ends. The others join late, so that the first is still
+ * running then. Naps and heartbeats here outlast the test's limit (run_wake),
+ * so a missed wake-up fails it. Both calls are alike, so that whichever
+ * goes first, the ranks agree. */
+#define WAKE_ROUNDS 4
+#define WAKE_HOLD_US 60000
+
+typedef struct {
+    shoal_comm_t comm;
+    int64_t in, out;
+    atomic_int started;
+    int failed;
+} wake_arg_t;
+
+static void *wake_blocking(void *p)
+{
+    wake_arg_t *w = p;
+    atomic_store(&w->started, 1);
+    w->failed = shoal_allreduce(&w->in, &w->out, 1, SHOAL_INT64, SHOAL_SUM, w->comm) != SHOAL_OK;
+    return NULL;
+}
+
+static int rank_wake(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    int64_t want = (int64_t)nranks * (nranks + 1) / 2;
+    for (int k = 0; k < WAKE_ROUNDS; k++) {
+        int64_t in = rank + 1, out = 0;
+        if (rank == 0) {
+            wake_arg_t w = {.comm = comm, .in = rank + 1};
+            atomic_init(&w.started, 0);
+            pthread_t th;
+            RANK_CHECK(pthread_create(&th, NULL, wake_blocking, &w) == 0, fail, "thread");
+            while (!atomic_load(&w.started))
+                sched_yield();
+            usleep(WAKE_HOLD_US / 3);
+            shoal_request_t req;
+            RANK_CHECK(shoal_iallreduce(&in, &out, 1, SHOAL_INT64, SHOAL_SUM, comm, &req) ==
+                           SHOAL_OK, fail, "iallreduce %d", k);
+            RANK_CHECK(shoal_wait(&req) == SHOAL_OK, fail, "wait %d", k);
+            pthread_join(th, NULL);
+            RANK_CHECK(!w.failed && w.out == want, fail, "blocking all-reduce %d: %lld", k,
+                       (long long)w.out);
+        } else {
+            usleep(WAKE_HOLD_US);
+            int64_t first = 0;
+            RANK_CHECK(shoal_allreduce(&in, &first, 1, SHOAL_INT64, SHOAL_SUM, comm) == SHOAL_OK,
+                       fail, "first all-reduce %d", k);
+            RANK_CHECK(first == want, fail, "first all-reduce %d: %lld", k, (long long)first);
+            RANK_CHECK(shoal_allreduce(&in, &out, 1, SHOAL_INT64, SHOAL_SUM, comm) == SHOAL_OK,
+                       fail, "second all-reduce %d", k);
+        }
+        RANK_CHECK(out == want, fail, "all-reduce behind the blocking one, %d: %lld", k,
+                   (long long)out);
+    }
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    (void)arg;
+    return 0;
+fail:
+    return 1;
+}
+
 #define BAD 0x77
 
 /* Bad calls: a clear status, nothing written, the communicator usable. */
@@ -524,6 +596,30 @@ static void run(harness_rank_fn_t fn, const char *transport, const char *progres
     assert_int_equal(harness_run_ranks(nranks, fn, NULL, 120), 0);
 }
 
+/* Naps of a minute, limit of 30 s: a wake-up missed is a failure. */
+static void run_wake(const char *progress, int nranks)
+{
+    set_transport("shm", progress);
+    harness_setenv("SHOAL_TEST_EXEC_NAP", "60s");
+    harness_setenv("SHOAL_HEARTBEAT", "60s");
+    int rc = harness_run_ranks(nranks, rank_wake, NULL, 30);
+    harness_setenv("SHOAL_TEST_EXEC_NAP", NULL);
+    harness_setenv("SHOAL_HEARTBEAT", NULL);
+    assert_int_equal(rc, 0);
+}
+
+static void test_wake_caller_2(void **state)
+{
+    (void)state;
+    run_wake("caller", 2);
+}
+
+static void test_wake_thread_3(void **state)
+{
+    (void)state;
+    run_wake("thread", 3);
+}
+
 #define CASE(name, fn, tl, prog, n)                                           \
     static void test_##name##_##tl##_##prog##_##n(void **state)               \
     {                                                                         \
@@ -559,6 +655,7 @@ int main(void)
         T(premul, tcp, thread, 4), T(threads, shm, thread, 2), T(threads, shm, caller, 3),
         T(bad, shm, thread, 1),   T(bad, shm, thread, 3),   T(abort, shm, thread, 2),
         T(abort, shm, caller, 2), T(abort, tcp, thread, 2),
+        cmocka_unit_test(test_wake_caller_2), cmocka_unit_test(test_wake_thread_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,6 +23,7 @@ typedef struct {
     int flight_depth;                     /* SHOAL_FLIGHT_DEPTH */
     char host_id[SHOAL_CONFIG_STR_MAX];   /* SHOAL_HOST_ID, "" = hostname+boot id */
     uint64_t test_wireup_delay_ns;        /* SHOAL_TEST_WIREUP_DELAY, tests only; 0 = off */
+    uint64_t test_exec_nap_ns;            /* SHOAL_TEST_EXEC_NAP, tests only */
 } shoal_core_config_t;
 
 /* SHOAL_AUTH: whether a launch with no secret that only the job knows may

@@ -39,6 +39,10 @@ static const shoal_config_entry_t core_entries[] = {
             "bootstrap, and rank r waits r times this long before it connects its transports, "
             "so that the listeners of init stay open and served while a test attacks them",
      .parse = shoal_config_field_time, .offset = SHOAL_CONFIG_FIELD(core.test_wireup_delay_ns)},
+    {.name = "SHOAL_TEST_EXEC_NAP", .def = "100ms",
+     .doc = "for tests only: the longest a thread waiting for an operation sleeps before it "
+            "looks again; a long one turns a wake-up that no path sends into a stall",
+     .parse = shoal_config_field_time, .offset = SHOAL_CONFIG_FIELD(core.test_exec_nap_ns)},
 };
 
 /* A finite deadline and a heartbeat TCP keepalive can express. */
@@ -52,6 +56,8 @@ static void core_sanitize(shoal_config_t *c)
     }
     if (c->core.flight_depth < 0)
         c->core.flight_depth = 0;
+    if (c->core.test_exec_nap_ns == 0)
+        c->core.test_exec_nap_ns = 100000000ull;
 }
 
 static void boot_sanitize(shoal_config_t *c)

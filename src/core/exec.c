@@ -18,7 +18,7 @@
  * communicator, and calls on different communicators never take the same
  * lock. A wait is always on one task, so it sleeps on that task's executor
  * (a wait on several requests waits for each in turn, shoal_wait_all); it
- * sleeps in slices of EXEC_NAP_NS and looks again after each, so that even
+ * sleeps in slices (SHOAL_TEST_EXEC_NAP, 100 ms) and looks again after each, so that even
  * a wake-up that no path sends would cost a slice, never the wait (the
  * operations themselves carry the deadlines). An executor outlives its
  * communicator while tasks refer to it: requests stay valid after destroy
@@ -41,14 +41,12 @@
 
 #include <errno.h>
 #include <sched.h>
+#include <stddef.h>
 #include <time.h>
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The longest a waiter sleeps before it looks at its task again. */
-#define EXEC_NAP_NS 100000000ull
 
 struct shoal_task {
     struct shoal_comm *comm;
@@ -63,7 +61,7 @@ struct shoal_task {
     uint64_t flight;          /* its flight recorder record */
     atomic_int done;          /* set, under the executor's lock, after status */
     shoal_status_t status;
-    shoal_call_t one;         /* storage for a single call */
+    shoal_call_t one;         /* storage for a single call; stays last (shoal_exec_run) */
 };
 
 #define REQ_LIVE 0x73686f616c726571ull /* "shoalreq" */
@@ -89,7 +87,11 @@ struct shoal_exec {
     atomic_int refs;          /* the communicator's, and one per heap task */
     shoal_task_t *head, *tail;
     xfer_list_t sends, recvs; /* the p2p session */
-    int running;              /* a thread is running a task of this queue */
+    /* A thread is running a task of this queue: set under the lock, and
+     * cleared under it too except by a blocking call's fast path
+     * (shoal_exec_run), which then wakes the nappers, if any. */
+    atomic_int running;
+    atomic_int nappers;       /* threads asleep (or about to be) until running clears */
     int thread_mode;          /* SHOAL_PROGRESS=thread; fixed at create */
     int has_thread;
     int stop;
@@ -111,7 +113,8 @@ static struct timespec nap_until(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t ns = (uint64_t)ts.tv_nsec + EXEC_NAP_NS;
+    /* The longest a waiter sleeps before it looks at its task again. */
+    uint64_t ns = (uint64_t)ts.tv_nsec + shoal_config_get()->core.test_exec_nap_ns;
     ts.tv_sec += (time_t)(ns / 1000000000ull);
     ts.tv_nsec = (long)(ns % 1000000000ull);
     return ts;
@@ -131,11 +134,19 @@ static void unbound_init(void)
     cond_init_monotonic(&unbound_cond);
 }
 
-/* Lock held: sleep until woken, or a nap passed. */
+/* Lock held, and the caller saw ex running: sleep until woken, or a nap
+ * passed. A fast path clears running without the lock: it stores, then
+ * looks for nappers; a napper counts itself, then looks at running (all
+ * seq_cst), so either the napper sees it clear and does not sleep, or the
+ * fast path sees the napper and wakes it. */
 static void exec_nap(struct shoal_exec *ex)
 {
-    struct timespec ts = nap_until();
-    pthread_cond_timedwait(&ex->done, &ex->lock, &ts);
+    atomic_fetch_add(&ex->nappers, 1);
+    if (atomic_load(&ex->running)) {
+        struct timespec ts = nap_until();
+        pthread_cond_timedwait(&ex->done, &ex->lock, &ts);
+    }
+    atomic_fetch_sub(&ex->nappers, 1);
 }
 
 /* Drop a reference to ex; the last frees it. The last is never dropped
@@ -213,12 +224,12 @@ static void exec_run_head(struct shoal_exec *ex)
     ex->head = t->next;
     if (!ex->head)
         ex->tail = NULL;
-    ex->running = 1;
+    atomic_store_explicit(&ex->running, 1, memory_order_relaxed);
     pthread_mutex_unlock(&ex->lock);
     t->comm->flight_cur = t->flight;
     shoal_status_t s = task_exec(t->comm, t);
     pthread_mutex_lock(&ex->lock);
-    ex->running = 0;
+    atomic_store_explicit(&ex->running, 0, memory_order_relaxed);
     task_complete(t, s);
     pthread_cond_broadcast(&ex->done);
     if (ex->head && ex->has_thread)
@@ -312,7 +323,7 @@ static void session_step(struct shoal_exec *ex)
 {
     struct shoal_comm *comm = ex->comm;
     shoal_status_t s = session_absorb(ex);
-    ex->running = 1;
+    atomic_store_explicit(&ex->running, 1, memory_order_relaxed);
     pthread_mutex_unlock(&ex->lock);
     int moved = 0;
     shoal_coll_begin_p2p(comm);
@@ -338,7 +349,7 @@ static void session_step(struct shoal_exec *ex)
         s = shoal_coll_failed(comm, s, "%zu sends and %zu receives", ex->sends.n, ex->recvs.n);
         pthread_mutex_lock(&ex->lock);
     }
-    ex->running = 0;
+    atomic_store_explicit(&ex->running, 0, memory_order_relaxed);
     if (s != SHOAL_OK) {
         list_reap(&ex->sends, 1, s);
         list_reap(&ex->recvs, 0, s);
@@ -358,7 +369,8 @@ static void session_step(struct shoal_exec *ex)
  * may do now. */
 static int exec_ready(const struct shoal_exec *ex)
 {
-    return !ex->running && (ex->head || session_active(ex));
+    return !atomic_load_explicit(&ex->running, memory_order_relaxed) &&
+           (ex->head || session_active(ex));
 }
 
 /* Lock held, exec_ready(ex): do the next piece of work of ex (a whole task,
@@ -386,8 +398,17 @@ static void *exec_thread(void *arg)
         uint64_t until = shoal_now_ns() + beat;
         struct timespec ts = {.tv_sec = (time_t)(until / 1000000000ull),
                               .tv_nsec = (long)(until % 1000000000ull)};
-        if (pthread_cond_timedwait(&ex->work, &ex->lock, &ts) == ETIMEDOUT && !ex->stop &&
-            !exec_ready(ex)) {
+        /* Work left while another thread runs: counted as a napper, as in
+         * exec_nap, so that a fast path that ends wakes this thread. */
+        int blocked = ex->head || session_active(ex);
+        int timed_out = 0;
+        if (blocked)
+            atomic_fetch_add(&ex->nappers, 1);
+        if (!blocked || atomic_load(&ex->running))
+            timed_out = pthread_cond_timedwait(&ex->work, &ex->lock, &ts) == ETIMEDOUT;
+        if (blocked)
+            atomic_fetch_sub(&ex->nappers, 1);
+        if (timed_out && !ex->stop && !exec_ready(ex)) {
             pthread_mutex_unlock(&ex->lock);
             shoal_fault_watch(ex->comm, 1);
             pthread_mutex_lock(&ex->lock);
@@ -422,7 +443,7 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     pthread_mutex_lock(&ex->lock);
     if (drain) {
         /* Run what is queued, here if nobody else does. */
-        while (ex->head || session_active(ex) || ex->running) {
+        while (ex->head || session_active(ex) || atomic_load(&ex->running)) {
             if (exec_ready(ex)) {
                 shoal_task_t *t = ex->head;
                 if (t)
@@ -440,7 +461,7 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     /* The thread running a task ends it by the task's deadline, or at its
      * next poll of the abort flag when comm was aborted; the naps are
      * bounded, the loop by that thread. */
-    while (ex->running)
+    while (atomic_load(&ex->running))
         exec_nap(ex);
     list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
     list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
@@ -455,7 +476,7 @@ shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
     pthread_cond_broadcast(&ex->done);
     /* An aborted run notices the flag at its next poll; wait for it so that
      * nobody touches comm once this returns. */
-    while (ex->running)
+    while (atomic_load(&ex->running))
         exec_nap(ex);
     int joined = ex->has_thread;
     pthread_mutex_unlock(&ex->lock);
@@ -485,7 +506,7 @@ void shoal_exec_stop(struct shoal_comm *comm)
         task_complete(t, SHOAL_ERR_ABORTED);
     }
     ex->tail = NULL;
-    if (!ex->running) {
+    if (!atomic_load(&ex->running)) {
         list_reap(&ex->sends, 1, SHOAL_ERR_ABORTED);
         list_reap(&ex->recvs, 0, SHOAL_ERR_ABORTED);
     }
@@ -602,13 +623,43 @@ shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls
      * has comm entered, so its executor lives throughout: the task takes no
      * reference to it. */
     struct shoal_exec *ex = comm->exec;
-    shoal_task_t t = {.comm = comm, .ex = ex, .calls = (shoal_call_t *)calls,
-                      .ncalls = ncalls, .refs = 1, .on_stack = 1};
+    shoal_task_t t;
+    /* Not the whole task: its storage for a copied call is large and
+     * unused here. */
+    memset(&t, 0, offsetof(shoal_task_t, one));
+    t.comm = comm;
+    t.ex = ex;
+    t.calls = (shoal_call_t *)calls;
+    t.ncalls = ncalls;
+    t.on_stack = 1;
+    atomic_init(&t.refs, 1);
+    atomic_init(&t.done, 0);
     pthread_mutex_lock(&ex->lock);
     exec_append(ex, &t);
-    exec_wait_locked(&t);
+    if (ex->head != &t || !exec_ready(ex) || task_is_p2p(&t)) {
+        exec_wait_locked(&t);
+        pthread_mutex_unlock(&ex->lock);
+        return t.status;
+    }
+    /* The fast path: nothing queued before it and nobody running. It takes
+     * the token and runs here, and since nobody else knows of the task,
+     * gives the token back without the lock, waking only the threads that
+     * came to wait meanwhile (exec_nap). */
+    ex->head = ex->tail = NULL;
+    atomic_store_explicit(&ex->running, 1, memory_order_relaxed);
     pthread_mutex_unlock(&ex->lock);
-    return t.status;
+    comm->flight_cur = t.flight;
+    shoal_status_t s = task_exec(comm, &t);
+    shoal_flight_finish(comm->flight, t.flight, s);
+    atomic_store(&ex->running, 0);
+    if (atomic_load(&ex->nappers) > 0) {
+        pthread_mutex_lock(&ex->lock);
+        pthread_cond_broadcast(&ex->done);
+        if (ex->has_thread)
+            pthread_cond_signal(&ex->work);
+        pthread_mutex_unlock(&ex->lock);
+    }
+    return s;
 }
 
 /* A request was bound or completed alone: wake the threads waiting for
