@@ -300,6 +300,8 @@ static int setup_small_chunks(void **state)
     harness_setenv("SHOAL_SHM_NSLOTS", NULL);
     harness_setenv("SHOAL_SHM_SPIN", NULL);
     harness_setenv("SHOAL_TIMEOUT", NULL);
+    harness_setenv("SHOAL_TCP_CONNECT", NULL);
+    harness_setenv("SHOAL_TEST_TCP_DROP", NULL);
     return 0;
 }
 
@@ -443,6 +445,70 @@ static void test_tcp_lazy(void **state)
     harness_setenv("SHOAL_TCP_CONNECT", NULL);
     harness_setenv("SHOAL_TCP_MEM", NULL);
     munmap(checked, sizeof(*checked));
+}
+
+/* Lazy dials whose handshake the peer drops midway (a peer away too long
+ * drops the handshakes it could not serve in time; SHOAL_TEST_TCP_DROP
+ * drops the first ones at once) are made again until they hold: a ring
+ * exchange and an all-reduce come out right, and the ranks made at least
+ * one dial again between them. */
+typedef struct {
+    atomic_int *redials; /* shared by the ranks */
+} redial_arg_t;
+
+static int rank_redial(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    const redial_arg_t *arg = varg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_tl_ctx_t *ctx = tcp_ctx_of(comm);
+    RANK_CHECK(ctx && shoal_tcp_peers_up(ctx) == 0, fail, "lazy tcp connected at init");
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+    int32_t out = rank, in = -1;
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+    shoal_send(&out, 1, SHOAL_INT32, right, comm);
+    shoal_recv(&in, 1, SHOAL_INT32, left, comm);
+    s = shoal_group_end();
+    RANK_CHECK(s == SHOAL_OK && in == left, fail, "exchange: %s, got %d from %d",
+               shoal_status_string(s), in, left);
+    int64_t sum = rank, total = (int64_t)nranks * (nranks - 1) / 2;
+    s = shoal_allreduce(&sum, &sum, 1, SHOAL_INT64, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_OK && sum == total, fail, "allreduce: %s, %lld want %lld",
+               shoal_status_string(s), (long long)sum, (long long)total);
+    atomic_fetch_add(arg->redials, (int)shoal_tcp_redials(ctx));
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_tcp_lazy_redial(void **state)
+{
+    harness_setenv("SHOAL_SHM_ENABLE", "n");
+    harness_setenv("SHOAL_TCP_CONNECT", "lazy");
+    atomic_int *redials = mmap(NULL, sizeof(*redials), PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(redials != MAP_FAILED);
+    static const struct {
+        int nranks;
+        const char *drops;
+    } cases[] = {{2, "1"}, {2, "3"}, {3, "1"}, {5, "2"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        harness_setenv("SHOAL_TEST_TCP_DROP", cases[i].drops);
+        atomic_store(redials, 0);
+        redial_arg_t arg = {.redials = redials};
+        int rc = harness_run_ranks(cases[i].nranks, rank_redial, &arg, TEST_TIMEOUT_S);
+        if (rc != 0 || atomic_load(redials) == 0)
+            fprintf(stderr, "# %d ranks dropping %s handshakes: rc %d, %d dials again\n",
+                    cases[i].nranks, cases[i].drops, rc, atomic_load(redials));
+        assert_int_equal(rc, 0);
+        assert_true(atomic_load(redials) > 0);
+    }
+    harness_setenv("SHOAL_TEST_TCP_DROP", NULL);
+    harness_setenv("SHOAL_TCP_CONNECT", NULL);
+    munmap(redials, sizeof(*redials));
 }
 
 /* Whether process pid has exited (gone, or a zombie nobody reaped yet). */
@@ -1000,6 +1066,7 @@ int main(void)
         cmocka_unit_test_setup(test_tcp_eager, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_one_slot, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_lazy, setup_small_chunks),
+        cmocka_unit_test_setup(test_tcp_lazy_redial, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_dies_before_connect, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_peer_stays_away, setup_small_chunks),
         cmocka_unit_test_setup(test_mixed_hosts, setup_small_chunks),

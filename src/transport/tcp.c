@@ -526,6 +526,11 @@ size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *base)
     return ((const shoal_tcp_ctx_t *)base)->neps;
 }
 
+size_t shoal_tcp_redials(const shoal_tl_ctx_t *base)
+{
+    return ((const shoal_tcp_ctx_t *)base)->redials;
+}
+
 size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *base)
 {
     const shoal_tcp_ctx_t *ctx = (const shoal_tcp_ctx_t *)base;

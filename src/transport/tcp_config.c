@@ -36,6 +36,10 @@ static const shoal_config_entry_t tcp_entries[] = {
             "direction while k x 2 x that x SHOAL_CHUNK_SIZE fits in it, fewer beyond, "
             "and at least 1 (0: no limit)",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(tcp.mem)},
+    {.name = "SHOAL_TEST_TCP_DROP", .def = "0",
+     .doc = "for tests only: the first this many handshakes of lazy connections that a "
+            "communicator accepts are dropped midway, as if they had taken too long",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(tcp.test_drop)},
 };
 
 /* Two slots per direction keep one in flight while the next fills; the

@@ -141,6 +141,8 @@ typedef struct {
     uint64_t round;          /* progress calls, to pull each endpoint once per call */
     int lazy;                /* SHOAL_TCP_CONNECT=lazy */
     size_t mem;              /* SHOAL_TCP_MEM */
+    int test_drop;           /* SHOAL_TEST_TCP_DROP: handshakes still to drop */
+    size_t redials;          /* dials made again after a dropped handshake */
     size_t nup;              /* connections made so far, for the slot rule */
     shoal_tcp_ep_t **peers;  /* lazy: the endpoint of each rank, or NULL */
     size_t npeers;

@@ -263,9 +263,11 @@ shoal_status_t shoal_tl_host_mem_dereg(shoal_tl_ctx_t *ctx, shoal_mem_t *mem);
  * memory with it. */
 size_t shoal_tcp_slots_rule(size_t mem, size_t chunk, size_t nslots, size_t k);
 /* For tests and introspection: peers whose tcp sockets are connected now
- * on ctx (a tcp context), and its slot bytes (both directions) in use. */
+ * on ctx (a tcp context), its slot bytes (both directions) in use, and
+ * the lazy dials it made again after the peer dropped their handshake. */
 size_t shoal_tcp_peers_up(const shoal_tl_ctx_t *ctx);
 size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *ctx);
+size_t shoal_tcp_redials(const shoal_tl_ctx_t *ctx);
 
 extern const shoal_transport_ops_t shoal_shm_ops;
 extern const shoal_transport_ops_t shoal_tcp_ops;
