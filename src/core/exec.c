@@ -369,7 +369,9 @@ static void session_step(struct shoal_exec *ex)
  * may do now. */
 static int exec_ready(const struct shoal_exec *ex)
 {
-    return !atomic_load_explicit(&ex->running, memory_order_relaxed) &&
+    /* Acquire: a fast path gives the token back without the lock, and
+     * whoever takes it next must see what that run wrote. */
+    return !atomic_load_explicit(&ex->running, memory_order_acquire) &&
            (ex->head || session_active(ex));
 }
 
