@@ -186,6 +186,12 @@ shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring,
                                      size_t first, size_t base, size_t real, size_t bs,
                                      int shift);
 
+/* The all-reduce's ring (shoal_ring_allreduce_step) over count elements in
+ * one loop (count <= n * piece_elems): the element range of the block
+ * that position me holds finished after move k (n-1 <= k <= 2n-2), the
+ * (k - n + 1)th it finishes: block (me + 1 - (k - n + 1)) mod n. */
+void shoal_ring_allreduce_finished(const shoal_prims_t *p, int n, int me, size_t count,
+                                   size_t piece_elems, int k, size_t *off_p, size_t *len_p);
 /* Element range [*off_p, *off_p + *len_p) of block b in a ring loop of
  * real elements cut into blocks of bs (the last ones may be short or empty). */
 void shoal_ring_loop_block(size_t real, size_t bs, int b, size_t *off_p, size_t *len_p);

@@ -23,7 +23,10 @@
  * (shoal_ring_*_step) with polling waits, so one thread keeps both kinds
  * of link busy. The number of pieces is what the cost model finds fastest
  * (hier_pipe): one where the rings across hosts would pay their latency
- * once per piece for too little data.
+ * once per piece for too little data. The last piece's all-gather inside
+ * the host follows its rails block by block where it can (hier_push_ok),
+ * so the run does not end with a whole piece's all-gather after the last
+ * byte has crossed hosts.
  *
  * Compressed all-reduce (a codec in the call; fp32 SUM or AVG): the same
  * three phases, with the rails running the ring with the plan's codec
@@ -70,6 +73,16 @@ static void hier_seg(const shoal_cluster_t *c, size_t count, int j, size_t align
 {
     *so_p = shoal_ring_seg_off(count, c->max_local, j, align);
     *sl_p = shoal_ring_seg_off(count, c->max_local, j + 1, align) - *so_p;
+}
+
+/* Every host holds max_local ranks: each rank owns one rail. */
+static int hier_hosts_even(const shoal_cluster_t *c)
+{
+    for (int h = 0; h < c->nhosts; h++) {
+        if (shoal_cluster_nlocal(c, h) != c->max_local)
+            return 0;
+    }
+    return 1;
 }
 
 /* What the all-reduce's cost reads: the tensor's bytes and the bytes
@@ -138,6 +151,121 @@ static void hier_codec_residual(shoal_prims_t *p, size_t qo, size_t ql, size_t o
     team->kern->zero(team, p->residual + qo + off + len, (ql - off - len) * sizeof(float));
 }
 
+/* The last piece's gather inside the host follows its rails (pp->push)
+ * where every rank owns one rail (hosts of equal size), the run is plain
+ * and the last piece's rails run their ring in one loop: a rank whose rail
+ * finishes a block of its segment sends it to every other rank of the
+ * host, which takes it straight into its output. Without this the
+ * all-gather of the last piece waits for its rails' last hop and then
+ * copies the whole piece around the host while the links between hosts
+ * stand idle; with it, only the last block's copies are left. All ranks
+ * of a host sit at one position of every rail, so their rails finish the
+ * blocks in one order, which every sender and receiver follows. A rank
+ * sends once its local lane has sent the all-gather before (its ring
+ * successor takes that from the same FIFO first). */
+static int hier_push_ok(const shoal_hier_pipe_t *pp, const shoal_coll_args_t *a)
+{
+    const shoal_cluster_t *c = &pp->plan->prims.team->cluster;
+    size_t qo, ql, so, sl;
+    if (a->codec || c->nhosts < 2 || c->max_local < 2 || !hier_hosts_even(c))
+        return 0;
+    /* Segment 0 is the longest: its ring over the hosts, one loop. */
+    shoal_hier_pipe_piece(pp, pp->pieces - 1, &qo, &ql);
+    hier_seg(c, ql, 0, pp->plan->ring.align, &so, &sl);
+    return sl <= (size_t)c->nhosts * pp->plan->stage_elems;
+}
+
+/* Block t, in the order the rails finish them, of rail j's segment of the
+ * last piece: elements [*at_p, *at_p + *len_p) of the output. */
+static void hier_push_block(const shoal_hier_pipe_t *pp, const shoal_prims_t *p, int j, int t,
+                            size_t *at_p, size_t *len_p)
+{
+    const shoal_plan_t *plan = pp->plan;
+    const shoal_cluster_t *c = &p->team->cluster;
+    size_t qo, ql, so, sl, off;
+    shoal_hier_pipe_piece(pp, pp->pieces - 1, &qo, &ql);
+    hier_seg(c, ql, j, plan->ring.align, &so, &sl);
+    shoal_ring_allreduce_finished(p, c->nhosts, c->host_of[p->team->rank], sl,
+                                  plan->stage_elems, c->nhosts - 1 + t, &off, len_p);
+    *at_p = qo + so + off;
+}
+
+/* The local lane's last step with pp->push: block after block, in the
+ * rails' order, each other rank's block of its segment taken into the
+ * output; cur.done once all are in. */
+static shoal_status_t ar_push_recv(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln)
+{
+    const shoal_ring_t *local = &pp->plan->ring;
+    const shoal_cluster_t *c = local->cluster;
+    char *dst = pp->plan->args.recvbuf;
+    size_t es = pp->plan->esize, at, len;
+    int first, end;
+    while (ln->push_t < c->nhosts) {
+        int q = ln->push_q;
+        if (q >= local->n) {
+            ln->push_t++;
+            ln->push_q = 0;
+            continue;
+        }
+        shoal_cluster_owned_rails(c, local->host, q, &first, &end);
+        hier_push_block(pp, &ln->p, first, ln->push_t, &at, &len);
+        if (q == local->me || len == 0) {
+            ln->push_q++;
+            continue;
+        }
+        ln->p.send_ep = NULL;
+        ln->p.recv_ep = shoal_team_ep(ln->p.team, local->ranks[q]);
+        shoal_status_t s = shoal_prim_recv(&ln->p, dst + at * es, len * es);
+        if (s == SHOAL_OK)
+            ln->push_q++;
+        return s;
+    }
+    ln->cur.done = 1;
+    return SHOAL_OK;
+}
+
+/* The rail lane's sends of the last piece with pp->push: the next of the
+ * finished blocks (the rail has finished that many) to the next rank of
+ * the host; after the last block, each of them flushed (*all_p then).
+ * SHOAL_INPROGRESS when no block is ready or a slot is not free. */
+static shoal_status_t ar_push_send(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                   int finished, int *all_p)
+{
+    const shoal_ring_t *local = &pp->plan->ring;
+    const shoal_cluster_t *c = local->cluster;
+    const char *src = pp->plan->args.recvbuf;
+    size_t es = pp->plan->esize, at, len;
+    *all_p = 0;
+    while (ln->push_t <= c->nhosts) {
+        int q = ln->push_q;
+        if (q >= local->n) {
+            ln->push_t++;
+            ln->push_q = 0;
+            continue;
+        }
+        if (q == local->me) {
+            ln->push_q++;
+            continue;
+        }
+        ln->p.recv_ep = NULL;
+        ln->p.send_ep = shoal_team_ep(ln->p.team, local->ranks[q]);
+        shoal_status_t s;
+        if (ln->push_t == c->nhosts) {
+            s = shoal_prim_flush(&ln->p);
+        } else {
+            if (ln->push_t >= finished)
+                return SHOAL_INPROGRESS;
+            hier_push_block(pp, &ln->p, pp->first, ln->push_t, &at, &len);
+            s = len ? shoal_prim_send(&ln->p, src + at * es, len * es) : SHOAL_OK;
+        }
+        if (s == SHOAL_OK)
+            ln->push_q++;
+        return s;
+    }
+    *all_p = 1;
+    return SHOAL_OK;
+}
+
 /* One move of the all-reduce's local lane: piece k's reduce-scatter
  * (the first part of shoal_hier_local_order) or all-gather (the second,
  * once its rails are done: rails_done > k). */
@@ -148,7 +276,8 @@ static shoal_status_t ar_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
     const shoal_coll_args_t *a = &plan->args;
     size_t es = plan->esize, qo, ql, off, len;
     int k, rs = shoal_hier_local_order(pp->pieces, ln->at, &k);
-    if (!rs && rails_done <= k)
+    int pushed = pp->push && !rs && k == pp->pieces - 1;
+    if (!rs && !pushed && rails_done <= k)
         return SHOAL_INPROGRESS;
     shoal_hier_pipe_piece(pp, k, &qo, &ql);
     ln->ring = plan->ring;
@@ -159,7 +288,9 @@ static shoal_status_t ar_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
      * it (the piece's moves count from the piece); the host sums hold it
      * from then on. */
     ln->p.addend = rs && pp->addend ? pp->addend + qo : NULL;
-    if (rs) {
+    if (pushed) {
+        s = ar_push_recv(pp, ln);
+    } else if (rs) {
         shoal_ring_block(&ln->ring, ln->ring.me, &off, &len);
         s = shoal_ring_rs_step(&ln->p, &ln->ring, (const char *)a->sendbuf + qo * es,
                                dst + off * es, pp->local_elems, &ln->cur);
@@ -170,15 +301,18 @@ static shoal_status_t ar_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
         if (rs)
             ln->done = k + 1;
         ln->cur = (shoal_ring_cur_t){0};
-        ln->at++;
+        /* With pp->push the rail lane's sends wait for every step but
+         * the last: done past the pieces says so. */
+        if (++ln->at == 2 * pp->pieces - 1 && pp->push)
+            ln->done = pp->pieces + 1;
     }
     return s;
 }
 
-/* One move of the all-reduce's rail lane (step i: piece i / nrails, its
+/* One step of the all-reduce's rails (step i: piece i / nrails, its
  * rail first + i % nrails), once the piece's local reduce-scatter is done
  * (rs_done > k). */
-static shoal_status_t ar_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+static shoal_status_t ar_rail_step(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
                                    int rs_done)
 {
     const shoal_plan_t *plan = pp->plan;
@@ -214,6 +348,31 @@ static shoal_status_t ar_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_
     return s;
 }
 
+/* One move of the all-reduce's rail lane: a step of its rails and, with
+ * pp->push, once the local lane allows (rs_done past the pieces), the
+ * sends of the last piece's finished blocks when the rails cannot move,
+ * then those left after them (one step more). */
+static shoal_status_t ar_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_t *ln,
+                                   int rs_done)
+{
+    int n = pp->plan->prims.team->cluster.nhosts, last = pp->pieces - 1, all = 0;
+    if (!pp->push)
+        return ar_rail_step(pp, ln, rs_done);
+    if (ln->at > last) {
+        shoal_status_t s = rs_done > pp->pieces ? ar_push_send(pp, ln, n, &all)
+                                                : SHOAL_INPROGRESS;
+        if (s == SHOAL_OK && all)
+            ln->at++;
+        return s;
+    }
+    shoal_status_t s = ar_rail_step(pp, ln, rs_done);
+    if (s != SHOAL_INPROGRESS || ln->at != last || rs_done <= pp->pieces)
+        return s;
+    /* The ring's move k >= n-1 finishes one block each (one loop). */
+    int finished = ln->cur.at ? n : ln->cur.k >= n ? ln->cur.k - n + 1 : 0;
+    return ar_push_send(pp, ln, finished, &all);
+}
+
 static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
@@ -227,6 +386,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     shoal_cluster_owned_rails(&team->cluster, local->host, local->me, &pp.first, &pp.end);
     pp.nrails = pp.end - pp.first;
     pp.addend = p->addend;
+    pp.push = hier_push_ok(&pp, a);
 
     /* The rails run the plan's stage (AVG finished there); the phases
      * inside the host move elements as they are. */
@@ -241,7 +401,7 @@ static shoal_status_t hier_allreduce_run(shoal_plan_t *plan)
     rail->p.avg_n = a->op == SHOAL_AVG ? team->nranks : 0;
     rail->p.addend = NULL;
     rail->move = ar_rail_move;
-    rail->steps = pp.pieces * pp.nrails;
+    rail->steps = pp.pieces * pp.nrails + pp.push;
     return shoal_hier_pipe_drive(&pp, lanes, "all-reduce");
 }
 

@@ -41,6 +41,7 @@ typedef struct shoal_hier_lane {
     shoal_ring_cur_t cur;
     int at, steps, done, begun;
     int stage_j, stage_g, stage_k;
+    int push_t, push_q; /* hier.c's last piece: finished blocks pushed or taken, the peer at */
     shoal_ring_t ring;
     shoal_hier_move_fn move;
 } shoal_hier_lane_t;
@@ -56,6 +57,7 @@ typedef struct shoal_hier_pipe {
     size_t local_elems; /* elements per move of the local lane */
     int pieces;
     int first, end, nrails; /* this rank's rails */
+    int push;               /* hier.c: the last piece's gather follows its rails (hier.c) */
     const float *addend;
     char *stage, *spare;
 } shoal_hier_pipe_t;

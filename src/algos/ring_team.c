@@ -188,6 +188,14 @@ shoal_status_t shoal_ring_allreduce_step(shoal_prims_t *p, const shoal_ring_t *r
     return s;
 }
 
+void shoal_ring_allreduce_finished(const shoal_prims_t *p, int n, int me, size_t count,
+                                   size_t piece_elems, int k, size_t *off_p, size_t *len_p)
+{
+    size_t bs = shoal_ring_loop_bs(count, n, p->st->align(p, RING_ALIGN_ELEMS), piece_elems);
+    int t = k - (n - 1);
+    shoal_ring_loop_block(count, bs, ((me + 1 - t) % n + n) % n, off_p, len_p);
+}
+
 shoal_status_t shoal_ring_allreduce_run(shoal_prims_t *p, const shoal_ring_t *ring,
                                         const char *src, char *dst, size_t count, size_t first,
                                         size_t piece_elems)

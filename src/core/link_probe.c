@@ -47,20 +47,31 @@ static void probe_pairs(const shoal_cluster_t *c, int pairs[PROBE_PAIRS][2])
 #define PROBE_BIG_REPS 4
 
 /* Round trips of `bytes` out and 8 B back between this rank and peer;
- * returns the mean seconds of one. */
-static shoal_status_t probe_rtt(struct shoal_comm *comm, int peer, int leader, char *buf,
-                                size_t bytes, int reps, double *rtt_p)
+ * returns the mean seconds of one. With both set, both ranks send `bytes`
+ * at once (from buf, into buf + bytes) and wait for each other's: the
+ * mean seconds of one such exchange. */
+static shoal_status_t probe_rtt(struct shoal_comm *comm, int peer, int leader, int both,
+                                char *buf, size_t bytes, int reps, double *rtt_p)
 {
     shoal_ep_t *ep = shoal_comm_ep(comm, peer);
     uint64_t t0 = 0;
     for (int i = -1; i < reps; i++) {
         if (i == 0)
             t0 = shoal_now_ns();
+        uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
+        shoal_status_t s;
+        if (both) {
+            shoal_xfer_t out = {.ep = ep, .buf = buf, .bytes = bytes};
+            shoal_xfer_t in = {.ep = ep, .buf = buf + bytes, .bytes = bytes};
+            s = shoal_xfer_run(&comm->team, &out, 1, &in, 1, deadline);
+            if (s != SHOAL_OK)
+                return s;
+            continue;
+        }
         shoal_xfer_t out = {.ep = ep, .buf = buf, .bytes = leader ? bytes : 8};
         shoal_xfer_t in = {.ep = ep, .buf = buf, .bytes = leader ? 8 : bytes};
-        uint64_t deadline = shoal_deadline_after(comm->team.timeout_ns);
-        shoal_status_t s = leader ? shoal_xfer_run(&comm->team, &out, 1, NULL, 0, deadline)
-                                  : shoal_xfer_run(&comm->team, NULL, 0, &in, 1, deadline);
+        s = leader ? shoal_xfer_run(&comm->team, &out, 1, NULL, 0, deadline)
+                   : shoal_xfer_run(&comm->team, NULL, 0, &in, 1, deadline);
         if (s == SHOAL_OK)
             s = leader ? shoal_xfer_run(&comm->team, NULL, 0, &in, 1, deadline)
                        : shoal_xfer_run(&comm->team, &out, 1, NULL, 0, deadline);
@@ -83,7 +94,7 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
     int pairs[PROBE_PAIRS][2];
     probe_pairs(&comm->team.cluster, pairs);
     probe_card_t *cards = calloc((size_t)comm->team.nranks, sizeof(*cards));
-    char *buf = malloc(PROBE_BIG_BYTES);
+    char *buf = malloc(2 * PROBE_BIG_BYTES);
     shoal_status_t s = cards && buf ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
     shoal_comm_set_sig(comm, (shoal_sig_t){.count = SHOAL_SIG_COUNT_ANY, .kind = SHOAL_SIG_P2P,
                                             .root = -1});
@@ -93,16 +104,25 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
         if (a < 0 || (comm->team.rank != a && comm->team.rank != b))
             continue;
         int peer = comm->team.rank == a ? b : a;
+        shoal_link_class_t cls = shoal_links_class(&comm->team.cluster, a, b);
+        /* Between hosts the large transfers go both ways at once: the
+         * simulator and the cost model give a host's link in and its link
+         * out the class's bandwidth at the same time (sim.h), and a
+         * collective loads both; where the two directions share one
+         * resource (a software bridge, the kernel's network stack on few
+         * cores) that is what each direction gets. Inside a host a
+         * transfer is copies, one each way charged apart: one direction. */
+        int both = comm->team.cluster.host_of[a] != comm->team.cluster.host_of[b];
         double small, big;
-        memset(buf, 0, PROBE_BIG_BYTES);
-        s = probe_rtt(comm, peer, comm->team.rank == a, buf, 8, PROBE_SMALL_REPS, &small);
+        memset(buf, 0, 2 * PROBE_BIG_BYTES);
+        s = probe_rtt(comm, peer, comm->team.rank == a, 0, buf, 8, PROBE_SMALL_REPS, &small);
         if (s == SHOAL_OK)
-            s = probe_rtt(comm, peer, comm->team.rank == a, buf, PROBE_BIG_BYTES, PROBE_BIG_REPS,
-                          &big);
+            s = probe_rtt(comm, peer, comm->team.rank == a, both, buf, PROBE_BIG_BYTES,
+                          PROBE_BIG_REPS, &big);
         if (s != SHOAL_OK || comm->team.rank != a)
             continue;
-        shoal_link_class_t cls = shoal_links_class(&comm->team.cluster, a, b);
-        double lat = small / 2, t = big - small;
+        /* An exchange costs one latency, a round trip two. */
+        double lat = small / 2, t = big - (both ? lat : small);
         mine->lat_s[cls] = lat;
         mine->bw_Bps[cls] = PROBE_BIG_BYTES / (t > 1e-9 ? t : 1e-9);
         mine->measured[cls] = 1;
