@@ -897,6 +897,71 @@ static void test_simd_matches_scalar(void **state)
                             0, wide);
 }
 
+/* The packed wire's bytes themselves: after a ring of 1..7 ranks, byte j
+ * holds the 8-bit wire's codes 2j (low half) and 2j + 1 (high half) in
+ * 4-bit two's complement, a lone last code with a high half of 0; and
+ * every one of the 256 bytes
+ * decodes to its two halves, sign-extended, times the scale. Counts start
+ * at every offset of a 16-value run, odd and even, so that vector loops
+ * meet their tails. */
+static void test_packed_bytes(void **state)
+{
+    (void)state;
+    size_t most = 4099;
+    float *x = malloc(most * sizeof(float)), *d = malloc(512 * sizeof(float));
+    unsigned char *w8 = malloc(most), *w4 = malloc(most / 2 + 1);
+    assert_true(x && d && w8 && w4);
+    for (size_t count = 1; count <= most; count += count < 40 ? 1 : 511) {
+        scales_t sc;
+        scales_init(&sc, 0, count, 32, 0);
+        shoal_codec_t c8 = make_codec(32, 0, SHOAL_ROUND_NEAREST, 3, count, sc.scales);
+        shoal_codec_t c4 = c8;
+        c4.packed = 1;
+        for (int n = 1; n <= 7; n++) {
+            for (int r = 0; r < n; r++) {
+                fill_input(x, count, 0);
+                if (r == 0) {
+                    c8.ops->encode(&c8, w8, x, NULL, NULL, count, 0);
+                    c4.ops->encode(&c4, w4, x, NULL, NULL, count, 0);
+                } else {
+                    c8.ops->add_encode(&c8, w8, w8, x, NULL, NULL, count, 0);
+                    c4.ops->add_encode(&c4, w4, w4, x, NULL, NULL, count, 0);
+                }
+            }
+            for (size_t j = 0; j < (count + 1) / 2; j++) {
+                int lo = (int8_t)w8[2 * j];
+                int hi = 2 * j + 1 < count ? (int8_t)w8[2 * j + 1] : 0;
+                assert_int_equal(w4[j], (unsigned)((lo & 0xf) | (hi & 0xf) << 4));
+            }
+        }
+        scales_free(&sc);
+    }
+    /* Every byte: 512 values (16 blocks of 32) of one scale. */
+    float scales[16];
+    for (size_t b = 0; b < 16; b++)
+        scales[b] = 0.25f;
+    shoal_codec_t c4 = make_codec(32, 0, SHOAL_ROUND_NEAREST, 0, 0, scales);
+    c4.packed = 1;
+    for (int simd = 0; simd < 2; simd++) {
+        shoal_codec_simd_enable(simd);
+        for (int v = 0; v < 256; v++)
+            w4[v] = (unsigned char)v;
+        for (size_t cnt = 511; cnt <= 512; cnt++) {
+            c4.ops->decode(&c4, d, w4, cnt, 0);
+            for (size_t i = 0; i < cnt; i++) {
+                int b = w4[i / 2], h = i % 2 ? b >> 4 : b & 0xf;
+                int code = h >= 8 ? h - 16 : h;
+                assert_true(d[i] == (float)code * 0.25f);
+            }
+        }
+    }
+    shoal_codec_simd_enable(1);
+    free(x);
+    free(d);
+    free(w8);
+    free(w4);
+}
+
 /* A failing case leaves by longjmp: restore the default for the next. */
 static int simd_default(void **state)
 {
@@ -920,6 +985,7 @@ int main(void)
         cmocka_unit_test_teardown(test_simd_matches_scalar, simd_default),
         cmocka_unit_test_teardown(test_addend, simd_default),
         cmocka_unit_test_teardown(test_packed, simd_default),
+        cmocka_unit_test_teardown(test_packed_bytes, simd_default),
     };
     return cmocka_run_group_tests_name("codec_ternary", tests, NULL, NULL);
 }

@@ -16,7 +16,9 @@
  * And what belongs to one schedule or to the choice between them:
  * - the choice (shoal_codec_algo_select): AUTO is the ring on up to 8
  *   ranks of one host and the two-shot beyond, the ring for the ternary
- *   codec whatever the rank count, the hierarchical one across hosts, and
+ *   codec whatever the rank count, the hierarchical one across hosts
+ *   (where some host holds several ranks; with one rank per host, what
+ *   one host would get), and
  *   never the tree; a requested schedule is served on any shape; end to
  *   end, AUTO gives bitwise the result of the schedule it names on 3 and 9
  *   ranks;
@@ -42,13 +44,15 @@
 #define TEST_CHUNK 4096
 
 /* The name of the schedule algo picks for codec ops on nranks ranks of
- * nhosts hosts (NULL for none); only the fields the choice reads are set. */
+ * nhosts hosts, spread as evenly as they go (NULL for none); only the
+ * fields the choice reads are set. */
 static const char *chosen(const shoal_codec_ops_t *ops, int algo, int nranks, int nhosts)
 {
     static shoal_team_t team;
     shoal_codec_t c = {.ops = ops, .block = 64};
     team.nranks = nranks;
     team.nhosts = nhosts;
+    team.cluster.max_local = (nranks + nhosts - 1) / nhosts;
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1000,
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &c,
                               .codec_algo = algo};
@@ -159,6 +163,13 @@ static void test_select(void **state)
     assert_string_equal(chosen(tern, autoa, 64, 1), "ring-codec");
     assert_string_equal(chosen(i8, autoa, 4, 2), "hier-codec");
     assert_string_equal(chosen(tern, autoa, 16, 4), "hier-codec");
+    assert_string_equal(chosen(i8, autoa, 5, 3), "hier-codec");
+    /* One rank per host: the rails are the flat ring, chosen as on one
+     * host. */
+    assert_string_equal(chosen(i8, autoa, 2, 2), "ring-codec");
+    assert_string_equal(chosen(i8, autoa, 8, 8), "ring-codec");
+    assert_string_equal(chosen(i8, autoa, 9, 9), "twoshot-codec");
+    assert_string_equal(chosen(tern, autoa, 16, 16), "ring-codec");
     assert_string_equal(chosen(i8, ring, 64, 4), "ring-codec");
     assert_string_equal(chosen(i8, two, 2, 1), "twoshot-codec");
     assert_string_equal(chosen(i8, two, 16, 4), "twoshot-codec");

@@ -12,7 +12,8 @@
  *
  * Compressed all-reduces (core/compress_call.h) on two hosts of 1, 2 and
  * 3 ranks each, and 1 + 3: AUTO picks the hierarchical schedule
- * (hier-codec: full precision inside a host, the codec ring across), with
+ * (hier-codec: full precision inside a host, the codec ring across), or
+ * with one rank on each host the flat ring (ring-codec), with
  * int8 and ternary codecs, blocks of 32 and 128, nearest and stochastic
  * rounding, counts 0, 1, 1001 and several pipeline pieces of every rail,
  * each through the reference check of compress_ref.h (bitwise the same on
@@ -434,8 +435,12 @@ static int run_codec(rank_t *r, int nhosts)
                               .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &probe,
                               .codec_algo = SHOAL_COMPRESS_ALGO_AUTO};
     const shoal_algo_ops_t *a = shoal_codec_algo_select(&r->comm->team, &args);
-    RANK_CHECK(a && !strcmp(a->name, "hier-codec"), fail, "rank %d: AUTO picks %s across hosts",
-               r->rank, a ? a->name : "nothing");
+    /* With one rank on every host the rails are the flat ring, which AUTO
+     * takes itself. */
+    int hier = r->comm->team.cluster.max_local > 1;
+    const char *want = hier ? "hier-codec" : "ring-codec";
+    RANK_CHECK(a && !strcmp(a->name, want), fail, "rank %d: AUTO picks %s across hosts, not %s",
+               r->rank, a ? a->name : "nothing", want);
     cref_bufs_t b;
     RANK_CHECK(cref_alloc(&b, BIG * (size_t)r->n, r->n), fail, "out of memory");
     for (size_t k = 0; k < sizeof(ccounts) / sizeof(ccounts[0]); k++) {
@@ -445,7 +450,7 @@ static int run_codec(rank_t *r, int nhosts)
                 for (int rd = 0; rd < 2; rd++) {
                     shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
                     if (cref_check(r->comm, r->rank, &b, &c, SHOAL_COMPRESS_ALGO_AUTO,
-                                   CREF_HIER, nhosts))
+                                   hier ? CREF_HIER : CREF_RING, nhosts))
                         return 1;
                 }
             }
@@ -457,10 +462,10 @@ fail:
     return 1;
 }
 
-/* The compressor API across hosts (hier-codec under it): int8 and ternary
- * with error feedback, 3 steps: every rank gets the same bytes, and the
- * residuals summed over the ranks are the exact sum of the inputs minus
- * the sum of the results. */
+/* The compressor API across hosts (hier-codec under it, or ring-codec
+ * with one rank per host): int8 and ternary with error feedback, 3 steps:
+ * every rank gets the same bytes, and the residuals summed over the ranks
+ * are the exact sum of the inputs minus the sum of the results. */
 static int run_compressor(rank_t *r)
 {
     const size_t count = 70001;

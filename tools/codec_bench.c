@@ -1,5 +1,6 @@
-/* codec_bench: speed of the int8 codec on one core, set against memcpy of
- * the same fp32 input in the same run.
+/* codec_bench: speed of the int8 codec (-t: the ternary one, with its
+ * 4-bit wire) on one core, set against memcpy of the same fp32 input in
+ * the same run.
  *
  * For each size (bytes of fp32 input, -b to -e by a factor -f), every
  * repetition times, one after the other: memcpy of the input, encode
@@ -12,6 +13,8 @@
  * input of encode and add_encode as error feedback does, fused into the
  * codec's pass (its addend); -U adds it the way it was added before the
  * fusion, in a pass of its own into a fourth array, timed with the codec.
+ * The ternary codec's shared scales are the block maxima of the input
+ * (shoal_codec_block_absmax), computed before the clock runs.
  * Single-threaded; pin it (taskset) for steadier figures. */
 #include "compress/codec.h"
 #include "base/config.h"
@@ -34,6 +37,7 @@ typedef struct {
     int residual;
     int scalar;
     int ef; /* error feedback: 0 none, CODEC_BENCH_EF_FUSED or _UNFUSED */
+    int ternary; /* -t: the ternary codec, 4-bit wire */
 } codec_bench_opts_t;
 
 enum { CODEC_BENCH_EF_FUSED = 1, CODEC_BENCH_EF_UNFUSED };
@@ -70,7 +74,7 @@ static void codec_bench_usage(FILE *out, const char *prog)
 {
     fprintf(out,
             "usage: %s [-b min] [-e max] [-f factor] [-n runs] [-B block] [-r] [-E|-U] [-s] "
-            "[-h]\n"
+            "[-t] [-h]\n"
             "  -b min     smallest input, bytes of fp32 (default 1M)\n"
             "  -e max     largest input (default 64M)\n"
             "  -f factor  size step, multiplicative (default 4)\n"
@@ -82,6 +86,8 @@ static void codec_bench_usage(FILE *out, const char *prog)
             "  -U         error feedback unfused: input + last residual summed in a\n"
             "             pass of its own first, timed with the codec (implies -r)\n"
             "  -s         scalar references instead of the kernels\n"
+            "  -t         the ternary codec (4-bit wire, shared scales: the input's\n"
+            "             block maxima) instead of int8\n"
             "  -h         this text\n",
             prog);
 }
@@ -113,7 +119,7 @@ static int codec_bench_parse_bytes(int flag, const char *text, size_t *out_p)
 static int codec_bench_parse(int argc, char **argv, codec_bench_opts_t *o)
 {
     int opt;
-    while ((opt = getopt(argc, argv, "b:e:f:n:B:rEUsh")) != -1) {
+    while ((opt = getopt(argc, argv, "b:e:f:n:B:rEUsth")) != -1) {
         switch (opt) {
         case 'b':
             if (codec_bench_parse_bytes(opt, optarg, &o->min_bytes))
@@ -142,6 +148,7 @@ static int codec_bench_parse(int argc, char **argv, codec_bench_opts_t *o)
         case 'E': o->residual = 1; o->ef = CODEC_BENCH_EF_FUSED; break;
         case 'U': o->residual = 1; o->ef = CODEC_BENCH_EF_UNFUSED; break;
         case 's': o->scalar = 1; break;
+        case 't': o->ternary = 1; break;
         case 'h': codec_bench_usage(stdout, argv[0]); exit(0);
         default: codec_bench_usage(stderr, argv[0]); return -1;
         }
@@ -257,9 +264,24 @@ static int codec_bench_size(const codec_bench_opts_t *o, size_t bytes)
 {
     size_t count = bytes / sizeof(float);
     shoal_codec_t c = {.ops = &shoal_codec_int8, .block = (size_t)o->block, .seed = 42};
+    float *scales = NULL;
+    if (o->ternary) {
+        c.ops = &shoal_codec_ternary;
+        c.packed = 1;
+        scales = malloc(((count + c.block - 1) / c.block + 1) * sizeof(float));
+        if (!scales) {
+            fprintf(stderr, "codec_bench: out of memory for %zu scales\n", count / c.block);
+            return -1;
+        }
+        c.scales = scales;
+    }
     codec_bench_bufs_t b;
-    if (codec_bench_alloc(&b, count, c.ops->wire_bytes(&c, count)))
+    if (codec_bench_alloc(&b, count, c.ops->wire_bytes(&c, count))) {
+        free(scales);
         return -1;
+    }
+    if (scales)
+        shoal_codec_block_absmax(scales, b.src, count, c.block);
     float *res = o->residual ? b.res : NULL;
     static double times[CODEC_BENCH_COLS][CODEC_BENCH_MAX_RUNS];
     for (int col = 0; col < CODEC_BENCH_COLS; col++) /* warm up */
@@ -282,6 +304,7 @@ static int codec_bench_size(const codec_bench_opts_t *o, size_t bytes)
     printf("\n");
     fflush(stdout);
     codec_bench_free(&b);
+    free(scales);
     return 0;
 }
 
@@ -309,9 +332,9 @@ int main(int argc, char **argv)
         return 2;
     shoal_codec_simd_enable(!o.scalar);
     static const char *const ef_names[] = {"none", "fused", "unfused (a pass of its own)"};
-    printf("# codec_bench: int8, block %ld, %s, residuals %s, error feedback %s, 1 thread, "
+    printf("# codec_bench: %s, block %ld, %s, residuals %s, error feedback %s, 1 thread, "
            "median of %ld runs\n",
-           o.block, codec_bench_kernels(o.scalar), o.residual ? "on" : "off", ef_names[o.ef],
+           o.ternary ? "ternary (4-bit wire)" : "int8", o.block, codec_bench_kernels(o.scalar), o.residual ? "on" : "off", ef_names[o.ef],
            o.runs);
     printf("# GB/s of fp32 input (decode: output), and the ratio to memcpy of the same bytes\n");
     printf("#    bytes   %s", codec_bench_col_names[0]);

@@ -1,8 +1,8 @@
 /* Which schedule a compressed all-reduce runs. The cost model does not
  * choose: the schedules differ in how often a value is quantised, which
  * is the caller's trade (shoal_compress_algo_t), not only in time. Every
- * input of the choice (the request, the rank and host counts, the codec)
- * is the same on every rank, so all ranks run the same schedule. */
+ * input of the choice (the request, the rank and host counts, the most
+ * ranks on a host, the codec) is the same on every rank, so all ranks run the same schedule. */
 #include "algo.h"
 
 #include "base/log.h"
@@ -28,7 +28,11 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
         algo = &shoal_tree_codec_allreduce_ops;
         break;
     case SHOAL_COMPRESS_ALGO_AUTO:
-        if (team->nhosts > 1) {
+        /* With one rank on every host the hierarchy has nothing to do
+         * inside a host: its rail is the flat ring, which it would only
+         * precede with a copy of the input (plus the residual) into the
+         * output, a pass over the tensor before the wire. */
+        if (team->nhosts > 1 && team->cluster.max_local > 1) {
             algo = &shoal_hier_codec_allreduce_ops;
             why = "several hosts";
         } else if (c->ops == &shoal_codec_ternary) {

@@ -11,7 +11,13 @@
  * addend to it first, piece by piece, each sum rounded once as a pass of
  * its own over the whole tensor would round it. So the wire starts with
  * the first piece, and the results are bitwise those of adding the
- * residual to the input beforehand. */
+ * residual to the input beforehand.
+ *
+ * A decode of a wire that this rank sends (the reduction's last hop, the
+ * gather's hops, a final copy-send) reads it back from the send slot after
+ * the slot is posted: posted bytes are read-only to both ends, and the
+ * slot stays this rank's until it asks for one again, so the decode runs
+ * while the piece is on its way instead of before it leaves. */
 #include "stage.h"
 
 #include "algo.h"
@@ -103,7 +109,7 @@ static void codec_alone(shoal_prims_t *p, const void *src, void *dst, size_t fir
 }
 
 /* src encoded into the send slot and sent; with dst, also dst = decode of
- * that wire, read back from the slot before it is posted. */
+ * that wire, read back from the slot after it is posted (see the top). */
 static shoal_status_t enc_send(shoal_prims_t *p, const void *src, void *dst, size_t first,
                                size_t n)
 {
@@ -113,9 +119,10 @@ static shoal_status_t enc_send(shoal_prims_t *p, const void *src, void *dst, siz
     if (s != SHOAL_OK)
         return s;
     codec_encode(p, out, src, first, n);
-    if (dst)
+    s = shoal_prims_post(p, bytes);
+    if (s == SHOAL_OK && dst)
         codec_decode(p, dst, out, first, n);
-    return shoal_prims_post(p, bytes);
+    return s;
 }
 
 static shoal_status_t codec_send(shoal_prims_t *p, const void *src, size_t first, size_t n)
@@ -134,7 +141,7 @@ static shoal_status_t codec_recv(shoal_prims_t *p, void *dst, size_t first, size
 }
 
 /* Received (+) src encoded into the send slot and sent on; with dst, also
- * dst = decode of that wire, read back from the slot before it is posted
+ * dst = decode of that wire, read back from the slot after it is posted
  * (the gather phase's first send then needs no copy of it). The wire needs
  * a send slot: a last hop that sends nothing on has no place for it. */
 static shoal_status_t recv_addenc(shoal_prims_t *p, const void *src, void *dst, size_t first,
@@ -149,9 +156,10 @@ static shoal_status_t recv_addenc(shoal_prims_t *p, const void *src, void *dst, 
     if (s != SHOAL_OK)
         return s;
     codec_add_encode(p, out, in, src, first, n);
-    if (dst)
+    s = shoal_prims_pass_on(p, bytes, out);
+    if (s == SHOAL_OK && dst)
         codec_decode(p, dst, out, first, n);
-    return shoal_prims_pass_on(p, bytes, out);
+    return s;
 }
 
 static shoal_status_t codec_recv_reduce_send(shoal_prims_t *p, const void *src, size_t first,
@@ -167,7 +175,7 @@ static shoal_status_t codec_recv_reduce_copy_send(shoal_prims_t *p, const void *
 }
 
 /* dst = the decoded wire, forwarded unchanged (and kept in wire when it is
- * not NULL). */
+ * not NULL); decoded from the copy sent on, after it is posted. */
 static shoal_status_t codec_recv_copy_keep_send(shoal_prims_t *p, void *dst, void *wire,
                                                 size_t first, size_t n)
 {
@@ -177,12 +185,16 @@ static shoal_status_t codec_recv_copy_keep_send(shoal_prims_t *p, void *dst, voi
     shoal_status_t s = shoal_prims_wait_pair(p, bytes, &in, &out);
     if (s != SHOAL_OK)
         return s;
-    codec_decode(p, dst, in, first, n);
-    if (out)
+    if (!out)
+        codec_decode(p, dst, in, first, n);
+    else
         shoal_move(p->team, out, in, bytes);
     if (wire)
         shoal_move(p->team, wire, in, bytes);
-    return shoal_prims_pass_on(p, bytes, out);
+    s = shoal_prims_pass_on(p, bytes, out);
+    if (s == SHOAL_OK && out)
+        codec_decode(p, dst, out, first, n);
+    return s;
 }
 
 static shoal_status_t codec_recv_copy_send(shoal_prims_t *p, void *dst, size_t first, size_t n)

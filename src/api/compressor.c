@@ -417,7 +417,8 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
             return s;
         /* Across hosts (hier-codec) each host compresses the sum of its
          * ranks, up to max_local times a rank's largest value: scales that
-         * cover it, so that no host's sum is clipped. */
+         * cover it, so that no host's sum is clipped. (With one rank per
+         * host AUTO runs the flat ring, and the factor is 1.) */
         if (comm->team.nhosts > 1 && c->opt.algo == SHOAL_COMPRESS_ALGO_AUTO) {
             for (size_t b = 0; b < c->nblocks; b++)
                 c->scales[b] *= (float)comm->team.cluster.max_local;

@@ -49,8 +49,8 @@
  *
  * Kernels. Each operation has a scalar reference, written value by value
  * as above, that runs when shoal_codec_simd_enabled() is 0, and kernels
- * made of plain loops that the compiler vectorises (built for AVX2 and the
- * baseline, as in algos/reduce.c). The kernels walk a run in segments in
+ * made of plain loops that the compiler vectorises (built for AVX-512,
+ * AVX2 and the baseline). The kernels walk a run in segments in
  * which the scale and the top 32 bits of the value's index are constant,
  * so that the random numbers come from 32-bit vector arithmetic. Both do
  * the same IEEE operations on each value (one division, one compare, one
@@ -91,8 +91,10 @@
 #define SHOAL_TERNARY_VEC_LOOP
 #endif
 
-/* Each kernel is built for AVX2 and for the baseline and picked at load
- * time; ThreadSanitizer builds go without (see algos/reduce.c). */
+/* Each kernel is built for AVX-512, AVX2 and the baseline and picked at
+ * load time (the AVX-512 build by its x86-64 level under gcc, by feature
+ * under clang, as in int8.c); ThreadSanitizer builds go without (see
+ * algos/reduce.c). */
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
 #define SHOAL_TERNARY_NO_IFUNC 1
@@ -101,8 +103,11 @@
 #if defined(__SANITIZE_THREAD__)
 #define SHOAL_TERNARY_NO_IFUNC 1
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(SHOAL_TERNARY_NO_IFUNC)
-#define SHOAL_TERNARY_KERNEL __attribute__((target_clones("avx2", "default")))
+#if defined(__x86_64__) && defined(__clang__) && !defined(SHOAL_TERNARY_NO_IFUNC)
+#define SHOAL_TERNARY_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#elif defined(__x86_64__) && defined(__GNUC__) && !defined(SHOAL_TERNARY_NO_IFUNC)
+#define SHOAL_TERNARY_KERNEL                                                               \
+    __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define SHOAL_TERNARY_KERNEL
 #endif
@@ -136,6 +141,19 @@ SHOAL_TERNARY_INLINE void shoal_ternary_store(unsigned char *w, size_t i, int32_
     } else {
         w[i] = (unsigned char)(int8_t)v;
     }
+}
+
+/* Whether a 16-bit word keeps its low byte first in memory. */
+SHOAL_TERNARY_INLINE int shoal_ternary_little_endian(void)
+{
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__)
+    return __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
+#else
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+#endif
 }
 
 /* ---- scalar reference ---- */
@@ -464,26 +482,84 @@ SHOAL_TERNARY_KERNEL static void shoal_ternary_absmax_add(float *out, const floa
  * wire whenever the sums fit 4 bits, and both kernels (SIMD or reference)
  * agree as theirs do. A sum beyond +-7 (more than 7 ranks) saturates at the
  * packing, after the residual was computed for the unsaturated code: the
- * caller must not let that happen. */
+ * caller must not let that happen. The packing and unpacking are kernels
+ * too: done a byte at a time they cost as much as the codec itself. */
 #define SHOAL_TERNARY_RUN 1024
 
-static void shoal_ternary_pack(unsigned char *w, const int8_t *codes, size_t n)
+/* Both directions go through pairs of codes read or written as one 16-bit
+ * word (code 2j in the low byte: the packed wire's order on a
+ * little-endian host; memcpy keeps it in the host's order elsewhere), so
+ * that the loops are contiguous and vectorise; an odd count's last code
+ * is handled alone. The clamp to +-7 is a loop of its own over the bytes,
+ * for the same reason. */
+SHOAL_TERNARY_INLINE uint16_t shoal_ternary_pair_get(const int8_t *codes, size_t j)
 {
-    for (size_t j = 0; j < n; j += 2) {
-        int lo = codes[j], hi = j + 1 < n ? codes[j + 1] : 0;
-        lo = lo > 7 ? 7 : lo < -7 ? -7 : lo;
-        hi = hi > 7 ? 7 : hi < -7 ? -7 : hi;
-        w[j / 2] = (unsigned char)((lo & 0xf) | (hi & 0xf) << 4);
-    }
+    uint16_t v;
+    memcpy(&v, codes + 2 * j, sizeof(v));
+    return v;
 }
 
-static void shoal_ternary_unpack(int8_t *codes, const unsigned char *w, size_t n)
+SHOAL_TERNARY_INLINE void shoal_ternary_pair_set(int8_t *codes, size_t j, uint16_t v)
 {
-    for (size_t j = 0; j < n; j += 2) {
-        codes[j] = (int8_t)((int8_t)(w[j / 2] << 4) >> 4);
-        if (j + 1 < n)
-            codes[j + 1] = (int8_t)((int8_t)w[j / 2] >> 4);
+    memcpy(codes + 2 * j, &v, sizeof(v));
+}
+
+/* The byte of a pair's codes, low code first: each its low 4 bits. */
+SHOAL_TERNARY_INLINE unsigned char shoal_ternary_nibbles(int lo, int hi)
+{
+    return (unsigned char)((lo & 0xf) | (hi & 0xf) << 4);
+}
+
+/* The codes of a pair's byte, sign-extended from 4 bits to 8, as a
+ * 16-bit word of two codes. */
+SHOAL_TERNARY_INLINE uint16_t shoal_ternary_unnibble(unsigned char b)
+{
+    uint16_t lo = (uint16_t)(((b & 0xf) ^ 8) - 8) & 0xff;
+    uint16_t hi = (uint16_t)(((b >> 4) ^ 8) - 8) & 0xff;
+    return (uint16_t)(lo | hi << 8);
+}
+
+SHOAL_TERNARY_KERNEL static void shoal_ternary_pack(unsigned char *w, int8_t *codes, size_t n)
+{
+    /* The codes are this call's scratch: clamped in place. */
+    SHOAL_TERNARY_VEC_LOOP
+    for (size_t j = 0; j < n; j++) {
+        int8_t v = codes[j];
+        v = v > 7 ? 7 : v;
+        codes[j] = v < -7 ? -7 : v;
     }
+    size_t pairs = n / 2;
+    if (shoal_ternary_little_endian()) {
+        SHOAL_TERNARY_VEC_LOOP
+        for (size_t j = 0; j < pairs; j++) {
+            uint16_t v = shoal_ternary_pair_get(codes, j);
+            w[j] = (unsigned char)((v & 0xf) | (v >> 4 & 0xf0));
+        }
+    } else {
+        for (size_t j = 0; j < pairs; j++)
+            w[j] = shoal_ternary_nibbles(codes[2 * j], codes[2 * j + 1]);
+    }
+    if (n % 2)
+        w[pairs] = shoal_ternary_nibbles(codes[n - 1], 0);
+}
+
+SHOAL_TERNARY_KERNEL static void shoal_ternary_unpack(int8_t *codes, const unsigned char *w,
+                                                      size_t n)
+{
+    size_t pairs = n / 2;
+    if (shoal_ternary_little_endian()) {
+        SHOAL_TERNARY_VEC_LOOP
+        for (size_t j = 0; j < pairs; j++)
+            shoal_ternary_pair_set(codes, j, shoal_ternary_unnibble(w[j]));
+    } else {
+        for (size_t j = 0; j < pairs; j++) {
+            uint16_t v = shoal_ternary_unnibble(w[j]);
+            codes[2 * j] = (int8_t)(v & 0xff);
+            codes[2 * j + 1] = (int8_t)(v >> 8);
+        }
+    }
+    if (n % 2)
+        codes[n - 1] = (int8_t)(shoal_ternary_unnibble(w[pairs]) & 0xff);
 }
 
 static void shoal_ternary_encode(const shoal_codec_t *c, void *wire, const float *src,
