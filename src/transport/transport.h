@@ -161,7 +161,9 @@ struct shoal_transport_ops {
 
     shoal_status_t (*send_slot)(shoal_ep_t *ep, void **buf_p, size_t *cap_p);
     /* Post the slot's first len bytes, with the SHOAL_TL_HDR_BYTES header
-     * at hdr (NULL: all zero). */
+     * at hdr (NULL: all zero). Posted bytes are read-only to both ends: the
+     * sender may still read them, unchanged, until its next send_slot on
+     * ep (the codec stage decodes what it sent from there). */
     shoal_status_t (*send_post)(shoal_ep_t *ep, size_t len, const void *hdr);
     /* The oldest arrived message; hdr_p (when not NULL) gets its
      * SHOAL_TL_HDR_BYTES header. */
