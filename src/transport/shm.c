@@ -802,8 +802,14 @@ static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, 
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
     if (ep->rx_tail == ep->rx_head) {
         ep->rx_head = atomic_load_explicit(&ep->rx->head, memory_order_acquire);
-        if (ep->rx_tail == ep->rx_head)
+        if (ep->rx_tail == ep->rx_head) {
+            /* Keep fetching the next slot's metadata and first bytes while
+             * the head is polled: when it moves, they are on their way
+             * already rather than two transfers behind it. */
+            __builtin_prefetch(&ep->rx_meta[ep->rx_idx]);
+            __builtin_prefetch(ep->rx_data + ep->rx_idx * ep->chunk);
             return SHOAL_INPROGRESS;
+        }
     }
     const shoal_shm_meta_t *meta = &ep->rx_meta[ep->rx_idx];
     uint64_t len = meta->len;
