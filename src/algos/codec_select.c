@@ -2,7 +2,8 @@
  * choose: the schedules differ in how often a value is quantised, which
  * is the caller's trade (shoal_compress_algo_t), not only in time. Every
  * input of the choice (the request, the rank and host counts, the most
- * ranks on a host, the codec) is the same on every rank, so all ranks run the same schedule. */
+ * ranks on a host, the codec) is the same on every rank, so all ranks run
+ * the same schedule. */
 #include "algo.h"
 
 #include "base/log.h"

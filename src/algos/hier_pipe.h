@@ -57,7 +57,7 @@ typedef struct shoal_hier_pipe {
     size_t local_elems; /* elements per move of the local lane */
     int pieces;
     int first, end, nrails; /* this rank's rails */
-    int push;               /* hier.c: the last piece's gather follows its rails (hier.c) */
+    int push;               /* hier.c: the last piece's gather follows its rails */
     const float *addend;
     char *stage, *spare;
 } shoal_hier_pipe_t;

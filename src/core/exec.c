@@ -18,8 +18,9 @@
  * communicator, and calls on different communicators never take the same
  * lock. A wait is always on one task, so it sleeps on that task's executor
  * (a wait on several requests waits for each in turn, shoal_wait_all); it
- * sleeps in slices (SHOAL_TEST_EXEC_NAP, 100 ms) and looks again after each, so that even
- * a wake-up that no path sends would cost a slice, never the wait (the
+ * sleeps in slices (100 ms; SHOAL_TEST_EXEC_NAP) and looks again after
+ * each, so that even a wake-up that no path sends would cost a slice,
+ * never the wait (the
  * operations themselves carry the deadlines). An executor outlives its
  * communicator while tasks refer to it: requests stay valid after destroy
  * and abort, and their waits take its lock.
@@ -216,18 +217,25 @@ static shoal_status_t task_exec(struct shoal_comm *comm, shoal_task_t *t)
     return shoal_calls_run(comm, t->calls, t->ncalls);
 }
 
-/* Lock held; returns with it held. Runs the head task of ex, which is not a
- * lone send or receive, with the p2p session empty. */
-static void exec_run_head(struct shoal_exec *ex)
+/* Lock held, t the head of ex: take t and the running token, then run t
+ * with the lock released; returns t's status, the lock still released. */
+static shoal_status_t exec_take_run(struct shoal_exec *ex, shoal_task_t *t)
 {
-    shoal_task_t *t = ex->head;
     ex->head = t->next;
     if (!ex->head)
         ex->tail = NULL;
     atomic_store_explicit(&ex->running, 1, memory_order_relaxed);
     pthread_mutex_unlock(&ex->lock);
     t->comm->flight_cur = t->flight;
-    shoal_status_t s = task_exec(t->comm, t);
+    return task_exec(t->comm, t);
+}
+
+/* Lock held; returns with it held. Runs the head task of ex, which is not a
+ * lone send or receive, with the p2p session empty. */
+static void exec_run_head(struct shoal_exec *ex)
+{
+    shoal_task_t *t = ex->head;
+    shoal_status_t s = exec_take_run(ex, t);
     pthread_mutex_lock(&ex->lock);
     atomic_store_explicit(&ex->running, 0, memory_order_relaxed);
     task_complete(t, s);
@@ -647,11 +655,7 @@ shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls
      * the token and runs here, and since nobody else knows of the task,
      * gives the token back without the lock, waking only the threads that
      * came to wait meanwhile (exec_nap). */
-    ex->head = ex->tail = NULL;
-    atomic_store_explicit(&ex->running, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&ex->lock);
-    comm->flight_cur = t.flight;
-    shoal_status_t s = task_exec(comm, &t);
+    shoal_status_t s = exec_take_run(ex, &t);
     shoal_flight_finish(comm->flight, t.flight, s);
     atomic_store(&ex->running, 0);
     if (atomic_load(&ex->nappers) > 0) {
