@@ -10,13 +10,16 @@
  * without blocking (base/auth.c's client state machine, stepped by
  * progress), and the accepting end proves the dialer exactly as at init.
  * When both ends dial at once, the lower rank's connection wins: an
- * acceptor answers a complete set of sockets with one byte on socket 0
- * (taken) or closes them (refused); the lower rank refuses the higher
+ * acceptor answers a complete set of sockets with one byte on socket 0,
+ * taken or refused (then closes them); the lower rank refuses the higher
  * one's set while its own dial is out, and the higher rank takes the
  * lower one's, its own dial running on to its refusal. A dialer sends
  * nothing before that byte, so no message rides on a set that loses, and
  * a refused higher rank waits for the lower one's set, which is on its
- * way.
+ * way. A set closed without a byte was dropped by the peer's acceptor
+ * (a handshake it could not serve in time) or lost to a connection
+ * already up: its dialer dials again until the endpoint's deadline, and
+ * a peer that exited refuses the new dial.
  *
  * Slot memory (SHOAL_TCP_MEM). The k-th peer a context connects gets
  * min(SHOAL_TCP_NSLOTS, SHOAL_TCP_MEM / (2 x chunk x k)) slots per
@@ -186,14 +189,18 @@ static shoal_status_t shoal_tcp_dial_advance(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_
         }
         return SHOAL_OK;
     }
-    if (r == 1)
+    if (r == 1 && (b != SHOAL_TCP_REFUSED || ep->base.peer > par->rank))
         return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "it answered our connection with %#x", b);
-    /* Closed: refused. Only a lower rank refuses, and only while its own
-     * dial is out, which this rank will take. */
     shoal_tcp_dial_drop(ctx, ep);
-    if (ep->base.peer > par->rank)
-        return shoal_tcp_fail(ep, SHOAL_ERR_PEER, "it closed our connection before taking "
-                              "it (has it exited?)");
+    if (r != 1) {
+        /* Closed without an answer: dropped (see the top). */
+        shoal_debug(TCP, "rank %d: rank %d closed our dial unanswered; dialing again",
+                    par->rank, ep->base.peer);
+        ctx->redials++;
+        return shoal_tcp_dial_start(ctx, ep);
+    }
+    /* Refused: only a lower rank refuses, and only while its own dial is
+     * out, which this rank will take. */
     shoal_debug(TCP, "rank %d: rank %d refused our dial; its own comes", par->rank,
                 ep->base.peer);
     ep->state = SHOAL_TCP_WAIT_PEER;
@@ -220,6 +227,10 @@ static shoal_status_t shoal_tcp_decide(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep)
     int *set = &ctx->stash[(size_t)peer * (size_t)ctx->nsocks];
     if (ep->dial_phase != 0 && peer > par->rank) {
         shoal_debug(TCP, "rank %d: refusing rank %d's dial, ours is out", par->rank, peer);
+        /* One byte into an empty socket; should it not go, the dialer
+         * reads a bare close and dials again, to be refused again. */
+        unsigned char no = SHOAL_TCP_REFUSED;
+        (void)!send(set[0], &no, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
         shoal_tcp_stash_clear(ctx, peer);
         return SHOAL_OK;
     }
@@ -318,11 +329,13 @@ shoal_status_t shoal_tcp_lazy_step(shoal_tcp_ctx_t *ctx, int all_acc)
     if (!ctx->acc)
         return SHOAL_OK;
     size_t pending = shoal_acceptor_pending(ctx->acc);
-    if (pending > 0) {
-        /* The tests' drops take handshakes under way as too old at once. */
-        shoal_acceptor_expire(ctx->acc, ctx->test_drop > 0 ? 0 : SHOAL_TCP_HANDSHAKE_NS);
+    if (pending > 0 && ctx->test_drop > 0) {
+        /* The tests' drops: handshakes under way are too old at once. */
+        shoal_acceptor_expire(ctx->acc, 0);
         size_t dropped = pending - shoal_acceptor_pending(ctx->acc);
-        ctx->test_drop -= ctx->test_drop > (int)dropped ? (int)dropped : ctx->test_drop;
+        ctx->test_drop = dropped >= (size_t)ctx->test_drop ? 0 : ctx->test_drop - (int)dropped;
+    } else if (pending > 0) {
+        shoal_acceptor_expire(ctx->acc, SHOAL_TCP_HANDSHAKE_NS);
     }
     if (all_acc || shoal_acceptor_pending(ctx->acc) > 0) {
         shoal_status_t s = shoal_tcp_accept_lazy(ctx);

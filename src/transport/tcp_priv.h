@@ -28,8 +28,10 @@
 #define SHOAL_TCP_HANDSHAKE_NS (2ull * 1000000000ull)
 /* How long a wait polls before it sleeps while connections are made. */
 #define SHOAL_TCP_SPIN_NS 50000u
-/* The byte with which an acceptor takes a lazy connection's sockets. */
+/* The bytes with which an acceptor takes a lazy connection's sockets, or
+ * refuses them (then closes them) because its own dial wins. */
 #define SHOAL_TCP_TAKEN 0x5a
+#define SHOAL_TCP_REFUSED 0xa5
 
 /* States of an endpoint's connection. */
 enum {
