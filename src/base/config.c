@@ -98,6 +98,18 @@ int shoal_config_field_bool(const char *text, void *field)
     return shoal_config_parse_bool(text, field);
 }
 
+int shoal_config_field_auto(const char *text, void *field)
+{
+    int on;
+    if (!strcasecmp(text, "auto"))
+        *(int *)field = SHOAL_AUTO;
+    else if (shoal_config_parse_bool(text, &on) == 0)
+        *(int *)field = on ? SHOAL_ON : SHOAL_OFF;
+    else
+        return -1;
+    return 0;
+}
+
 int shoal_config_field_int(const char *text, void *field)
 {
     char *end;

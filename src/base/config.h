@@ -48,12 +48,19 @@ typedef struct {
     int local_rank;                           /* SHOAL_LOCAL_RANK, -1 = unset */
 } shoal_boot_config_t;
 
+/* A setting that is auto, on or off (shoal_config_field_auto). */
+enum {
+    SHOAL_AUTO = 0,
+    SHOAL_ON = 1,
+    SHOAL_OFF = 2,
+};
+
 /* SHOAL_CMA: whether shm moves private host memory by cross-memory attach
  * (transport/shm_cma.c). */
 enum {
-    SHOAL_CMA_AUTO = 0, /* where the probe at init measured it faster than two copies */
-    SHOAL_CMA_ON = 1,   /* at every size, where the probe found it permitted */
-    SHOAL_CMA_OFF = 2,  /* never */
+    SHOAL_CMA_AUTO = SHOAL_AUTO, /* where the probe at init measured it faster than two copies */
+    SHOAL_CMA_ON = SHOAL_ON,     /* at every size, where the probe found it permitted */
+    SHOAL_CMA_OFF = SHOAL_OFF,   /* never */
 };
 
 /* SHOAL_SHM_SPIN=auto: the probe at init measures it (the default until
@@ -100,7 +107,15 @@ typedef struct {
     char cpus[SHOAL_CONFIG_STR_MAX];      /* SHOAL_TOPO_CPUS: binding in a stand-in, "" = all */
     char links[SHOAL_CONFIG_STR_MAX];     /* SHOAL_TOPO_LINKS: class:latency:bandwidth,... */
     int probe;                            /* SHOAL_TOPO_PROBE: measure links at init */
+    int bind;                             /* SHOAL_CPU_BIND: SHOAL_BIND_AUTO... */
 } shoal_topo_config_t;
+
+/* SHOAL_CPU_BIND: whether init binds a rank nothing bound to one CPU. */
+enum {
+    SHOAL_BIND_AUTO = SHOAL_AUTO, /* where the host's ranks outnumber its CPUs */
+    SHOAL_BIND_ON = SHOAL_ON,     /* always */
+    SHOAL_BIND_OFF = SHOAL_OFF,   /* never */
+};
 
 /* Compression of the NCCL door's all-reduces (shoal.h's API takes its
  * options from the caller, not from here). */
@@ -183,6 +198,8 @@ typedef struct {
 int shoal_config_field_size(const char *text, void *field);    /* size_t: 8k, 1M */
 int shoal_config_field_time(const char *text, void *field);    /* uint64_t ns: 10ms */
 int shoal_config_field_bool(const char *text, void *field);    /* int: y/n */
+/* int: "auto" SHOAL_AUTO, or a y/n word: SHOAL_ON, SHOAL_OFF */
+int shoal_config_field_auto(const char *text, void *field);
 int shoal_config_field_int(const char *text, void *field);     /* int */
 int shoal_config_field_string(const char *text, void *field);  /* char[STR_MAX] */
 /* A string that shoal_config_print never shows. */

@@ -373,6 +373,21 @@ out_free_cards:
     return s;
 }
 
+/* SHOAL_CPU_BIND, for a rank alone in its process: several ranks of one
+ * process (threads, or the NCCL door's one-process communicators) would
+ * all be bound where the first one goes. */
+static void comm_bind(struct shoal_comm *comm)
+{
+    const shoal_cluster_t *c = &comm->team.cluster;
+    int me = comm->team.rank, h = comm->host_of[me];
+    for (int j = 0; j < shoal_cluster_nlocal(c, h); j++) {
+        int r = shoal_cluster_rank_at(c, h, j);
+        if (r != me && comm->pids[r] == comm->pids[me])
+            return;
+    }
+    comm->bound = shoal_place_bind(me, c->local_of[me], shoal_cluster_nlocal(c, h));
+}
+
 static void comm_free(struct shoal_comm *comm)
 {
     shoal_exec_destroy(comm, 0);
@@ -391,6 +406,8 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->team.waited_ns);
     free(comm->host_ids);
     shoal_cluster_free(&comm->team.cluster);
+    if (comm->bound)
+        shoal_place_unbind();
     free(comm->host_of);
     free(comm->pids);
     free(comm->tags);
@@ -449,6 +466,8 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
+    /* Before wireup, whose probes should see the ranks where they run. */
+    comm_bind(comm);
     comm->team.chunk_size = shoal_config_chunk(cfg, comm->team.nhosts > 1 || !cfg->shm.enable);
     comm->stream_min = shoal_config_stream_min(
         cfg, shoal_cluster_nlocal(&comm->team.cluster, comm->host_of[comm->team.rank]));

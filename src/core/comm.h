@@ -44,6 +44,7 @@ struct shoal_comm {
      * its wireup finished. */
     uint32_t *pids;
     uint8_t (*tags)[SHOAL_TAG_BYTES];
+    int bound; /* holds shoal's CPU binding of this process (shoal_place_bind) */
 
     /* Pre-multiplied sums: op SHOAL_OP_COUNT + i is premul[i] while used. */
     struct shoal_premul *premul;

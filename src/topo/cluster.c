@@ -14,6 +14,11 @@
  * only when the settings name another stand-in (tests change them). */
 static pthread_mutex_t place_lock = PTHREAD_MUTEX_INITIALIZER;
 static shoal_topo_t *place_topo;
+/* shoal's binding of this process: the topology that set it, how many
+ * communicators hold it, and the binding it replaced (under place_lock). */
+static shoal_topo_t *bind_topo;
+static int bind_holds;
+static hwloc_bitmap_t bind_saved;
 static char place_key[3 * SHOAL_CONFIG_STR_MAX + 3];
 static int place_warned;
 
@@ -26,7 +31,8 @@ void shoal_place_self(shoal_place_t *place_p)
 
     pthread_mutex_lock(&place_lock);
     if (place_topo && strcmp(key, place_key)) {
-        shoal_topo_destroy(place_topo);
+        if (place_topo != bind_topo) /* else shoal_place_unbind frees it */
+            shoal_topo_destroy(place_topo);
         place_topo = NULL;
     }
     if (!place_topo) {
@@ -43,6 +49,57 @@ void shoal_place_self(shoal_place_t *place_p)
         place_p->numa = shoal_topo_binding_numa(place_topo);
         place_p->gpu = shoal_topo_nearest_gpu_of_cpuset(place_topo, bind, NULL);
         place_p->nic = shoal_topo_nearest_nic_of_cpuset(place_topo, bind, NULL);
+    }
+    pthread_mutex_unlock(&place_lock);
+}
+
+int shoal_place_bind(int rank, int pos, int nlocal)
+{
+    int mode = shoal_config_get()->topo.bind;
+    shoal_place_t unused;
+    if (mode == SHOAL_BIND_OFF)
+        return 0;
+    shoal_place_self(&unused); /* loads the topology */
+    pthread_mutex_lock(&place_lock);
+    int held = 0;
+    if (bind_holds > 0) {
+        held = ++bind_holds;
+    } else if (place_topo) {
+        hwloc_bitmap_t saved = hwloc_bitmap_alloc(), now = hwloc_bitmap_alloc();
+        int r = saved && now ? shoal_topo_bind_self(place_topo, mode, pos, nlocal, saved, now)
+                             : -1;
+        if (r == 1) {
+            char *text = NULL;
+            hwloc_bitmap_list_asprintf(&text, now);
+            shoal_info(TOPO, "rank %d: local rank %d of %d on this host, bound to CPU %s "
+                       "(SHOAL_CPU_BIND=off leaves ranks where they are)", rank, pos, nlocal,
+                       text ? text : "?");
+            free(text);
+            bind_saved = saved;
+            bind_topo = place_topo;
+            saved = NULL;
+            held = bind_holds = 1;
+        } else if (r < 0) {
+            shoal_warn(TOPO, "rank %d: cannot read or set this process's CPU binding; "
+                       "left as it is", rank);
+        }
+        hwloc_bitmap_free(saved);
+        hwloc_bitmap_free(now);
+    }
+    pthread_mutex_unlock(&place_lock);
+    return held > 0;
+}
+
+void shoal_place_unbind(void)
+{
+    pthread_mutex_lock(&place_lock);
+    if (bind_holds > 0 && --bind_holds == 0) {
+        shoal_topo_unbind_self(bind_topo, bind_saved);
+        if (bind_topo != place_topo)
+            shoal_topo_destroy(bind_topo);
+        hwloc_bitmap_free(bind_saved);
+        bind_saved = NULL;
+        bind_topo = NULL;
     }
     pthread_mutex_unlock(&place_lock);
 }

@@ -28,6 +28,18 @@ typedef struct {
  * is -1 and a warning is logged once. Thread-safe. */
 void shoal_place_self(shoal_place_t *place_p);
 
+/* Bind this process for a communicator where it is rank, at local
+ * position pos of the nlocal ranks on its host, each in a process of its
+ * own: SHOAL_CPU_BIND and shoal_topo_bind_pick say whether and where. A
+ * process that shoal bound already stays as it is. Returns 1 when the
+ * communicator holds shoal's binding and must give it back with
+ * shoal_place_unbind when it ends, 0 otherwise. A binding that cannot be
+ * read or set is logged and the process left unbound: never an error.
+ * Thread-safe. */
+int shoal_place_bind(int rank, int pos, int nlocal);
+/* Gives back one hold; the last puts back the binding from before. */
+void shoal_place_unbind(void);
+
 typedef struct {
     int nranks;
     int nhosts;

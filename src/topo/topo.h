@@ -132,6 +132,26 @@ hwloc_const_cpuset_t shoal_topo_binding(const shoal_topo_t *topo);
  * several. */
 int shoal_topo_binding_numa(const shoal_topo_t *topo);
 
+/* Where SHOAL_CPU_BIND mode (SHOAL_BIND_AUTO...) binds the rank at local
+ * position pos of the nlocal ranks of its host, whose process is bound to
+ * cur now. Returns 1 with the one PU in out: the PUs the topology allows,
+ * one of each core in turn before any core's second, taken in turn by
+ * position, so that ranks next to each other in the ring sit on different
+ * cores. Returns 0 to leave the process as it is: mode off, cur narrower
+ * than the allowed PUs (someone bound it already), or, under auto, no
+ * more ranks than PUs. -1 when out of memory. */
+int shoal_topo_bind_pick(const shoal_topo_t *topo, int mode, hwloc_const_cpuset_t cur, int pos,
+                         int nlocal, hwloc_bitmap_t out);
+/* On the live machine: every thread of this process bound as
+ * shoal_topo_bind_pick says, from the binding of the process and of the
+ * calling thread. Returns 1 when it bound them, with the process's binding
+ * before in saved and after in now; 0 when it left them (always for a
+ * stand-in topology); -1 when reading or setting the binding failed or
+ * memory ran out. shoal_topo_unbind_self puts saved back. */
+int shoal_topo_bind_self(const shoal_topo_t *topo, int mode, int pos, int nlocal,
+                         hwloc_bitmap_t saved, hwloc_bitmap_t now);
+void shoal_topo_unbind_self(const shoal_topo_t *topo, hwloc_const_cpuset_t saved);
+
 /* NUMA latency from node i to node j (logical indexes) in *value_p;
  * returns 0, or -1 when the topology has no such matrix or i, j are out of
  * range. */

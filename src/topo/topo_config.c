@@ -26,6 +26,11 @@ static const shoal_config_entry_t topo_entries[] = {
      .doc = "measure the latency and bandwidth of each link class at init (a few ms) instead "
             "of the defaults; SHOAL_TOPO_LINKS still wins",
      .parse = shoal_config_field_bool, .offset = SHOAL_CONFIG_FIELD(topo.probe)},
+    {.name = "SHOAL_CPU_BIND", .def = "auto",
+     .doc = "bind each rank that nothing bound to one CPU at init, spreading a host's ranks "
+            "over its cores in turn, until the communicator that bound it is destroyed: "
+            "auto (where the host's ranks outnumber its CPUs), on, off",
+     .parse = shoal_config_field_auto, .offset = SHOAL_CONFIG_FIELD(topo.bind)},
 };
 
 static void topo_sanitize(shoal_config_t *c)

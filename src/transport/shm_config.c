@@ -5,20 +5,6 @@
 #include <stdint.h>
 #include <strings.h>
 
-static int shm_field_cma(const char *text, void *field)
-{
-    static const char *const names[] = {"auto", "on", "y", "off", "n"};
-    static const int values[] = {SHOAL_CMA_AUTO, SHOAL_CMA_ON, SHOAL_CMA_ON, SHOAL_CMA_OFF,
-                                 SHOAL_CMA_OFF};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        if (!strcasecmp(text, names[i])) {
-            *(int *)field = values[i];
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static int shm_field_spin(const char *text, void *field)
 {
     if (!strcasecmp(text, "auto")) {
@@ -47,7 +33,7 @@ static const shoal_config_entry_t shm_entries[] = {
             "copy faster than the two of the slots; on = at every size; off = never. Needs "
             "ptrace permission between the ranks (same user and kernel.yama.ptrace_scope 0, "
             "or CAP_SYS_PTRACE); without it every rank uses slots",
-     .parse = shm_field_cma, .offset = SHOAL_CONFIG_FIELD(shm.cma)},
+     .parse = shoal_config_field_auto, .offset = SHOAL_CONFIG_FIELD(shm.cma)},
     {.name = "SHOAL_TEST_CMA_FAIL", .def = "-1",
      .doc = "tests only: the rank whose cross-memory probe fails as if ptrace were denied",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(shm.test_cma_fail)},
