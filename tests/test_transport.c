@@ -38,12 +38,13 @@ static unsigned char pattern(int src, int dst, uint64_t seq, size_t i)
     return (unsigned char)(x >> 56);
 }
 
-/* Every size class: empty, tiny, odd, around the stripe and chunk bounds. */
+/* Every size class: empty, tiny, odd, around shm's inline bound (32 B),
+ * the stripe and chunk bounds. */
 static size_t msg_size(const struct shoal_comm *comm, int src, int dst, uint64_t seq)
 {
     size_t c = comm->team.chunk_size;
-    const size_t sizes[] = {0, 1, 7, 63, 64, 65, 1000, 1023, 1024, 1025, 2047, 2049,
-                            c / 3 + 1, c / 2 - 1, c / 2, c - 1, c};
+    const size_t sizes[] = {0, 1, 7, 31, 32, 33, 63, 64, 65, 1000, 1023, 1024, 1025, 2047,
+                            2049, c / 3 + 1, c / 2 - 1, c / 2, c - 1, c};
     size_t n = sizeof(sizes) / sizeof(sizes[0]);
     return sizes[(seq + (uint64_t)src * 5 + (uint64_t)dst * 3) % n];
 }
@@ -1036,6 +1037,65 @@ static void test_shm_segment_lifetime(void **state)
 }
 
 /* Registration on copy transports only records the region. */
+/* shm carries a message of at most 32 B in its slot's metadata line: it
+ * is copied there when posted, so bytes written into the slot after the
+ * post (which the contract does not allow; here it shows the copy) do not
+ * reach the receiver. A 33-B message is read from the slot itself. The
+ * receiver takes both only after a barrier that follows the writes. */
+static int rank_inline(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
+{
+    (void)varg;
+    shoal_comm_t comm = NULL;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_ep_t *ep = comm->team.eps[1 - rank];
+    const size_t lens[] = {1, 32, 33, 0, 31};
+    const size_t nlens = sizeof(lens) / sizeof(lens[0]);
+    for (uint64_t round = 0; round < 12; round++) {
+        size_t len = lens[round % nlens];
+        if (rank == 0) {
+            void *buf;
+            size_t cap;
+            s = wait_send(comm, ep, &buf, &cap, shoal_deadline_after(WAIT_NS));
+            RANK_CHECK(s == SHOAL_OK, fail, "send_slot: %s", shoal_status_string(s));
+            fill(buf, len, 0, 1, round);
+            s = ep->ops->send_post(ep, len, NULL);
+            RANK_CHECK(s == SHOAL_OK, fail, "send_post: %s", shoal_status_string(s));
+            memset(buf, 0xee, len);
+        }
+        s = shoal_bootstrap_barrier(comm->bootstrap);
+        RANK_CHECK(s == SHOAL_OK, fail, "barrier: %s", shoal_status_string(s));
+        if (rank == 1) {
+            const void *buf;
+            size_t got;
+            s = wait_recv(comm, ep, &buf, &got, shoal_deadline_after(WAIT_NS));
+            RANK_CHECK(s == SHOAL_OK, fail, "recv_slot: %s", shoal_status_string(s));
+            RANK_CHECK(got == len, fail, "%zu B, expected %zu", got, len);
+            const unsigned char *p = buf;
+            for (size_t i = 0; i < len; i++) {
+                unsigned char want = len <= 32 ? pattern(0, 1, round, i) : 0xee;
+                RANK_CHECK(p[i] == want, fail, "message %llu of %zu B: byte %zu is %u, "
+                           "expected %u", (unsigned long long)round, len, i, p[i], want);
+            }
+            s = ep->ops->recv_release(ep);
+            RANK_CHECK(s == SHOAL_OK, fail, "recv_release: %s", shoal_status_string(s));
+        }
+    }
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
+    return 0;
+fail:
+    if (comm)
+        shoal_comm_abort(comm);
+    return 1;
+}
+
+static void test_shm_inline(void **state)
+{
+    (void)state;
+    assert_int_equal(harness_run_ranks(2, rank_inline, NULL, TEST_TIMEOUT_S), 0);
+}
+
 static void test_host_mem_reg(void **state)
 {
     char buf[64];
@@ -1061,6 +1121,7 @@ int main(void)
         cmocka_unit_test_setup(test_host_mem_reg, setup_small_chunks),
         cmocka_unit_test_setup(test_shm_segment_lifetime, setup_small_chunks),
         cmocka_unit_test_setup(test_shm, setup_small_chunks),
+        cmocka_unit_test_setup(test_shm_inline, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_one_socket, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_three_sockets, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_eager, setup_small_chunks),

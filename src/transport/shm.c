@@ -60,11 +60,26 @@
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2,
                "shared-memory counters need lock-free 64-bit atomics");
 
-/* What the sender writes about each slot before it publishes it. */
+/* A message of at most this many bytes travels whole in its slot's
+ * metadata line. */
+#define SHOAL_SHM_INLINE 32
+
+/* What the sender writes about each slot, one cache line per slot. seq,
+ * stored last (release), is the count of slots posted once this one is,
+ * modulo 2^32: the receiver polls it, so that the line that tells it a
+ * message came also brings its length, header and, up to
+ * SHOAL_SHM_INLINE bytes, a copy of the message itself; a small message
+ * costs the receiver one transfer of a line instead of three (head,
+ * metadata, data). A stale seq is at most the count already received, so
+ * it never reads as the next one. */
 typedef struct {
-    uint64_t len;
+    _Alignas(64) atomic_uint seq;
+    uint32_t len;
     unsigned char hdr[SHOAL_TL_HDR_BYTES];
+    unsigned char bytes[SHOAL_SHM_INLINE];
 } shoal_shm_meta_t;
+
+_Static_assert(sizeof(shoal_shm_meta_t) == 64, "slot metadata must fill one cache line");
 
 /* Control block at the start of each FIFO; the slots follow it, page
  * aligned. What each process writes sits apart from what the other writes;
@@ -79,12 +94,13 @@ typedef struct {
     uint64_t chunk_size;
     /* Slots released, written by the receiver only. */
     _Alignas(SHOAL_SHM_LINE) atomic_ullong tail;
-    /* Slots posted, written by the sender only, followed by the nslots
-     * slots' metadata (written before the head that publishes them). */
+    /* Slots posted, written by the sender only, after each slot's seq:
+     * what a sleeping receiver and flush look at. The nslots slots'
+     * metadata follows, from the next pair of lines on. */
     _Alignas(SHOAL_SHM_LINE) atomic_ullong head;
 } shoal_shm_fifo_t;
 
-#define SHOAL_SHM_META_OFF (offsetof(shoal_shm_fifo_t, head) + sizeof(atomic_ullong))
+#define SHOAL_SHM_META_OFF (offsetof(shoal_shm_fifo_t, head) + SHOAL_SHM_LINE)
 
 /* First page of a segment. */
 typedef struct {
@@ -172,7 +188,7 @@ typedef struct shoal_shm_ep {
     const shoal_shm_meta_t *rx_meta;
     const unsigned char *rx_data;
     uint64_t rx_tail;      /* slots we released (rx->tail mirrors it) */
-    uint64_t rx_head;      /* last rx->head we read */
+    uint64_t rx_head;      /* slots we know were posted (from their seq) */
     size_t rx_idx;         /* rx_tail % nslots */
 
     /* Peer memory attached for zero-copy writes (shm_rmem.c). */
@@ -226,6 +242,9 @@ static shoal_status_t shoal_shm_layout(shoal_shm_ctx_t *ctx, size_t nfifo, size_
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t meta, slots, stride, fifos, seg;
+    /* A slot's length travels in 32 bits (shoal_shm_meta_t). */
+    if (ctx->chunk > UINT32_MAX)
+        goto err_too_big;
     if (ctx->tune_piece && !forced) {
         slots = SHOAL_SHM_RING_BYTES;
         ctx->nslots = slots / SHOAL_SHM_PIECE_MIN;
@@ -781,14 +800,18 @@ static shoal_status_t shoal_shm_send_post(shoal_ep_t *base, size_t len, const vo
         return SHOAL_ERR_INTERNAL;
     }
     shoal_shm_meta_t *meta = &ep->tx_meta[ep->tx_idx];
-    meta->len = len;
+    meta->len = (uint32_t)len;
     if (hdr)
         memcpy(meta->hdr, hdr, SHOAL_TL_HDR_BYTES);
     else
         memset(meta->hdr, 0, SHOAL_TL_HDR_BYTES);
+    if (len <= SHOAL_SHM_INLINE)
+        memcpy(meta->bytes, ep->tx_data + ep->tx_idx * ep->chunk, len);
     atomic_store_explicit(&base->tx_bytes, base->tx_bytes + len, memory_order_relaxed);
-    /* Release: the slot's bytes and metadata are visible before the count;
-     * sequentially consistent for the doorbell (shoal_shm_ring). */
+    /* Release: the slot's bytes and metadata are visible before its seq;
+     * the count after it, sequentially consistent for the doorbell
+     * (shoal_shm_ring). */
+    atomic_store_explicit(&meta->seq, (unsigned)(ep->tx_head + 1), memory_order_release);
     atomic_store_explicit(&ep->tx->head, ++ep->tx_head, memory_order_seq_cst);
     if (++ep->tx_idx == ep->nslots)
         ep->tx_idx = 0;
@@ -800,25 +823,22 @@ static shoal_status_t shoal_shm_recv_slot(shoal_ep_t *base, const void **buf_p, 
                                           void *hdr_p)
 {
     shoal_shm_ep_t *ep = (shoal_shm_ep_t *)base;
+    const shoal_shm_meta_t *meta = &ep->rx_meta[ep->rx_idx];
     if (ep->rx_tail == ep->rx_head) {
-        ep->rx_head = atomic_load_explicit(&ep->rx->head, memory_order_acquire);
-        if (ep->rx_tail == ep->rx_head) {
-            /* Keep fetching the next slot's metadata and first bytes while
-             * the head is polled: when it moves, they are on their way
-             * already rather than two transfers behind it. */
-            __builtin_prefetch(&ep->rx_meta[ep->rx_idx]);
-            __builtin_prefetch(ep->rx_data + ep->rx_idx * ep->chunk);
+        /* Acquire: the slot's bytes and metadata, written before. */
+        if (atomic_load_explicit(&meta->seq, memory_order_acquire) !=
+            (unsigned)(ep->rx_tail + 1)) {
             return SHOAL_INPROGRESS;
         }
+        ep->rx_head = ep->rx_tail + 1;
     }
-    const shoal_shm_meta_t *meta = &ep->rx_meta[ep->rx_idx];
     uint64_t len = meta->len;
     if (len > ep->chunk) {
         shoal_error(SHM, "rank %d posted a %llu-B message into a %zu-B slot", base->peer,
                     (unsigned long long)len, ep->chunk);
         return SHOAL_ERR_PEER;
     }
-    *buf_p = ep->rx_data + ep->rx_idx * ep->chunk;
+    *buf_p = len <= SHOAL_SHM_INLINE ? meta->bytes : ep->rx_data + ep->rx_idx * ep->chunk;
     *len_p = (size_t)len;
     if (hdr_p)
         memcpy(hdr_p, meta->hdr, SHOAL_TL_HDR_BYTES);
