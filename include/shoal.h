@@ -451,8 +451,8 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
  *   the sum once.
  * - TERNARY: a scale per block shared by all ranks (a max all-reduce of the
  *   blocks' largest values first, optionally clipped at clip_sigma standard
- *   deviations), stochastic rounding to {-1, 0, +1} x scale, exact integer
- *   sums on the wire.
+ *   deviations, each rounded up to bf16 for it), stochastic rounding to
+ *   {-1, 0, +1} x scale, exact integer sums on the wire.
  * - POWERSGD: each matrix of the layout (rows x cols > 1) becomes P Q^T of
  *   rank min(rank, rows, cols) (two all-reduces of P and Q); vectors, and
  *   matrices that would not shrink, are reduced in full precision. Q is

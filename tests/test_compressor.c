@@ -17,6 +17,8 @@
  *   other options is refused and changes nothing; reset equals new;
  * - the non-blocking call gives what the blocking one does;
  * - info counts bytes and gives int8 and ternary ratios above 3;
+ * - ternary's shared scales are bf16, rounded up from the largest value of
+ *   each block over the ranks: every result is a whole multiple of one;
  * - float16 and bfloat16 buffers, AVG, count 0, the stateless int8 call,
  *   PowerSGD's warm-up of plain all-reduces;
  * - options that differ across ranks, or are invalid on one, fail create
@@ -439,6 +441,79 @@ fail:
     return 1;
 }
 
+/* The ternary scales travel as bf16 rounded up: every result is a whole
+ * number (at most n in size) of its block's shared scale, the bf16 just at
+ * or above the largest value of the block over the ranks. A scale that
+ * kept fp32 bits would leave most results off those multiples. */
+static uint16_t bf16_at_or_above(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    uint16_t h = (uint16_t)(u >> 16);
+    return (u & 0xffffu) ? (uint16_t)(h + 1) : h;
+}
+
+static int rank_ternary_scales(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    enum { COUNT = 1001, BLOCK = 32 };
+    shoal_comm_t comm = NULL;
+    shoal_compressor_t c = NULL;
+    float x[COUNT], y[COUNT];
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    shoal_compress_options_t o;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
+    o.block = BLOCK;
+    o.error_feedback = 0;
+    RANK_CHECK(shoal_compressor_create(comm, &o, COUNT, SHOAL_FLOAT32, NULL, &c) == SHOAL_OK,
+               fail, "create: %s", shoal_comm_last_error(comm));
+    for (size_t i = 0; i < COUNT; i++)
+        x[i] = input(rank, i, 0);
+    RANK_CHECK(shoal_allreduce_compressed(c, x, y, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+               "allreduce: %s", shoal_comm_last_error(comm));
+    int nonzero = 0;
+    for (size_t b0 = 0; b0 < COUNT; b0 += BLOCK) {
+        size_t end = b0 + BLOCK < COUNT ? b0 + BLOCK : COUNT;
+        float amax = 0;
+        for (int r = 0; r < n; r++) {
+            for (size_t i = b0; i < end; i++)
+                amax = fmaxf(amax, fabsf(input(r, i, 0)));
+        }
+        uint32_t bits = (uint32_t)bf16_at_or_above(amax) << 16;
+        float scale;
+        memcpy(&scale, &bits, sizeof(scale));
+        for (size_t i = b0; i < end; i++) {
+            float k = y[i] / scale;
+            RANK_CHECK(k == rintf(k) && fabsf(k) <= (float)n && k * scale == y[i], fail,
+                       "value %zu: %g is %g times the block's scale %g (largest value %g)", i,
+                       (double)y[i], (double)k, (double)scale, (double)amax);
+            nonzero += y[i] != 0;
+        }
+    }
+    RANK_CHECK(nonzero > COUNT / 4, fail, "only %d of %d results are not 0", nonzero, COUNT);
+    shoal_compressor_destroy(c);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    if (c)
+        shoal_compressor_destroy(c);
+    if (comm)
+        shoal_comm_abort(comm);
+    return 1;
+}
+
+static void test_ternary_scales(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    /* (A rank alone keeps its input exactly.) */
+    const int ns[] = {2, 3, 5};
+    for (size_t k = 0; k < sizeof(ns) / sizeof(ns[0]); k++)
+        assert_int_equal(harness_run_ranks(ns[k], rank_ternary_scales, NULL, 300), 0);
+    harness_use_transport("tcp", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(2, rank_ternary_scales, NULL, 300), 0);
+}
+
 static void test_dtypes(void **state)
 {
     (void)state;
@@ -584,7 +659,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad),      cmocka_unit_test(test_mismatch),
-        cmocka_unit_test(test_dtypes),   cmocka_unit_test(test_shm_1),
+        cmocka_unit_test(test_dtypes),   cmocka_unit_test(test_ternary_scales),
+        cmocka_unit_test(test_shm_1),
         cmocka_unit_test(test_shm_2),    cmocka_unit_test(test_shm_3),
         cmocka_unit_test(test_shm_4),    cmocka_unit_test(test_shm_5),
         cmocka_unit_test(test_shm_6),    cmocka_unit_test(test_shm_7),

@@ -30,6 +30,7 @@ struct shoal_compressor {
                         * residual; NULL when sendbuf serves */
     float *out;        /* fp32 result, when recvbuf is not fp32 */
     float *scales;     /* TERNARY: one per block */
+    uint16_t *scales16; /* TERNARY: the same as bf16, for their all-reduce */
     size_t nblocks;
     shoal_psgd_t *psgd;
     float *buf1, *buf2;
@@ -143,6 +144,7 @@ static void comp_free(shoal_compressor_t c)
     free(c->x);
     free(c->out);
     free(c->scales);
+    free(c->scales16);
     free(c->buf1);
     free(c->buf2);
     if (c->psgd)
@@ -184,6 +186,7 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     if (o->kind == SHOAL_COMPRESS_TERNARY) {
         c->nblocks = (count + o->block - 1) / o->block;
         ok &= (c->scales = floats(c->nblocks)) != NULL;
+        ok &= (c->scales16 = calloc(c->nblocks ? c->nblocks : 1, sizeof(uint16_t))) != NULL;
     }
     if (ok && o->kind == SHOAL_COMPRESS_POWERSGD) {
         /* Without a layout: one vector, which PowerSGD reduces plainly. */
@@ -370,19 +373,58 @@ static void narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype)
 
 /* One inner all-reduce of fp32 values; a codec's adds res_in to send as
  * it encodes it and writes the new residual into residual. */
-static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, const void *send,
-                            void *recv, size_t count, shoal_op_t op, const shoal_codec_t *codec,
-                            const float *res_in, float *residual)
+static shoal_status_t inner_typed(struct shoal_comm *comm, const shoal_call_t *call,
+                                  const void *send, void *recv, size_t count,
+                                  shoal_dtype_t dtype, shoal_op_t op,
+                                  const shoal_codec_t *codec, const float *res_in,
+                                  float *residual)
 {
     shoal_call_t c = {
         .what = call->what,
         .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = send, .recvbuf = recv,
-                 .count = count, .dtype = SHOAL_FLOAT32, .op = op, .codec = codec,
+                 .count = count, .dtype = dtype, .op = op, .codec = codec,
                  .residual = residual, .residual_in = res_in,
                  .codec_algo = call->comp->opt.algo},
         .sig_kind = codec ? 0 : SHOAL_SIG_COMPRESSOR,
     };
     return shoal_call_run(comm, &c);
+}
+
+static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, const void *send,
+                            void *recv, size_t count, shoal_op_t op, const shoal_codec_t *codec,
+                            const float *res_in, float *residual)
+{
+    return inner_typed(comm, call, send, recv, count, SHOAL_FLOAT32, op, codec, res_in,
+                       residual);
+}
+
+/* A scale as bf16, rounded up: never below f (f >= 0), so that a shared
+ * scale still covers every value of its block; a finite f stays finite
+ * (the largest finite bf16, a hair below the largest floats, where the
+ * rounding would reach infinity; the codec clips what lies beyond). */
+static uint16_t scale_bf16_up(float f)
+{
+    uint32_t u = shoal_f32_bits(f);
+    if ((u & 0x7fffffffu) >= 0x7f800000u)
+        return shoal_f32_to_bf16(f);
+    uint32_t up = (u + 0xffffu) >> 16;
+    return (uint16_t)((up & 0x7f80u) == 0x7f80u ? 0x7f7fu : up);
+}
+
+/* c->scales (this rank's block maxima) becomes the shared scales: their
+ * max over the ranks, travelling as bf16 rounded up, so the all-reduce
+ * that holds the wire back moves half the bytes of fp32 scales. A scale
+ * grows by less than 2^-7 of itself, which leaves the codec unbiased. */
+static shoal_status_t share_scales(struct shoal_comm *comm, const shoal_call_t *call,
+                                   shoal_compressor_t c)
+{
+    for (size_t b = 0; b < c->nblocks; b++)
+        c->scales16[b] = scale_bf16_up(c->scales[b]);
+    shoal_status_t s = inner_typed(comm, call, c->scales16, c->scales16, c->nblocks,
+                                   SHOAL_BFLOAT16, SHOAL_MAX, NULL, NULL, NULL);
+    for (size_t b = 0; s == SHOAL_OK && b < c->nblocks; b++)
+        c->scales[b] = shoal_bf16_to_f32(c->scales16[b]);
+    return s;
 }
 
 /* This rank's stream of stochastic rounding: the seed mixed with the rank,
@@ -406,13 +448,12 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
     };
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
-         * ranks. */
+         * ranks, as bf16 rounded up. */
         shoal_codec_block_absmax_sum(c->scales, x, res_in, c->count, c->opt.block);
         float bound = shoal_codec_clip_bound_sum(x, res_in, c->count, c->opt.clip_sigma);
         for (size_t b = 0; bound > 0 && b < c->nblocks; b++)
             c->scales[b] = fminf(c->scales[b], bound);
-        shoal_status_t s = inner(comm, call, c->scales, c->scales, c->nblocks, SHOAL_MAX,
-                                 NULL, NULL, NULL);
+        shoal_status_t s = share_scales(comm, call, c);
         if (s != SHOAL_OK)
             return s;
         /* Across hosts (hier-codec) each host compresses the sum of its

@@ -6,7 +6,8 @@
  * shoal_compressor_run carries it out as inner calls on the same
  * communicator, every rank making the same ones:
  * - INT8: one codec all-reduce (compress_call.h's kind of call);
- * - TERNARY: a max all-reduce of the block scales, then the codec one;
+ * - TERNARY: a max all-reduce of the block scales (bf16, rounded up),
+ *   then the codec one;
  * - POWERSGD: two sum all-reduces, of every P (with the vectors) and of
  *   every Q (compress/powersgd.h); during warm-up one plain all-reduce.
  * The inner full-precision all-reduces carry the signature kind
