@@ -52,7 +52,7 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TEST_LIB := $(BUILD)/tests/harness.o
 TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 
-.PHONY: all test install clean check-layers
+.PHONY: all test test-rdma install clean check-layers
 all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(NCCL_LIB) $(TOOLS) $(TESTS)
 
 $(BUILD)/%.o: %.c
@@ -152,6 +152,12 @@ test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 	BENCH=$(TOOLS_DIR)/allreduce_bench INFO=$(TOOLS_DIR)/shoal_info \
 	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) FUZZ_DIR=$(FUZZ_DIR) \
 	prove -f $(TESTS) $(TEST_SCRIPTS)
+
+# The RDMA rig alone: a qemu guest with Soft-RoCE (tests/rdma/guest.sh;
+# its kernel and initramfs are cached in /var/tmp/shoal-guest). make test
+# runs it too, through tests/test_rdma_guest.sh.
+test-rdma: all
+	tests/rdma/guest.sh tests/rdma/verbs_check.sh
 
 # No file includes or calls upward across the layers that
 # docs/architecture.md lists (scripts/layers_allow.txt: the arrows still

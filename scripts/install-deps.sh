@@ -4,11 +4,15 @@
 # tools/plot_bench (shoal against MPI and Gloo; tests/test_compare.sh);
 # iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline);
 # python3-sklearn holds the digits data set of tests/test_train_digits;
-# procps gives pgrep to tests/test_bench.sh. CI (.ci/run, SHOAL_CI=1) fails
+# procps gives pgrep to tests/test_bench.sh. qemu-system-x86,
+# busybox-static, kmod, cpio and xz-utils build and boot the RDMA test
+# guest (tests/rdma/guest.sh), whose userspace is this machine's: rdma-core
+# (the rdma tool), ibverbs-providers (rxe's), libibverbs-dev and
+# ibverbs-utils (ibv_devices, ibv_rc_pingpong) serve it there. CI (.ci/run, SHOAL_CI=1) fails
 # a test whose tool is missing, so every tool a test looks for is here.
 # python3-torch is large (about 170 packages with its dependencies).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-providers libibverbs-dev ibverbs-utils"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""

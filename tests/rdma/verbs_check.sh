@@ -1,0 +1,46 @@
+#!/bin/bash
+# verbs_check.sh: inside the guest (tests/rdma/guest.sh), TAP checks that
+# the RDMA stack the ib tests stand on works: the two rxe devices with
+# their RoCE v2 GIDs (rxe_setup.sh), libibverbs sees both, and reliable-
+# connection traffic crosses between them both ways (ibv_rc_pingpong,
+# rdma-core's own example).
+here=$(cd "$(dirname "$0")" && pwd)
+n=0
+failed=0
+ok() { n=$((n + 1)); echo "ok $n - $1"; }
+notok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
+echo "1..4"
+# shellcheck source=tests/rdma/rxe_setup.sh
+if . "$here/rxe_setup.sh"; then
+    ok "rxe0 and rxe1 on a veth pair, RoCE v2 GIDs $RXE_GID0 and $RXE_GID1"
+else
+    notok "rxe0 and rxe1 on a veth pair"
+    exit 1
+fi
+devs=$(ibv_devices 2>&1)
+if grep -qw rxe0 <<<"$devs" && grep -qw rxe1 <<<"$devs"; then
+    ok "libibverbs lists rxe0 and rxe1"
+else
+    notok "libibverbs lists rxe0 and rxe1: $devs"
+fi
+pingpong() { # SERVER_DEV SERVER_GID CLIENT_DEV CLIENT_GID SERVER_ADDR PORT
+    ibv_rc_pingpong -d "$1" -g "$2" -p "$6" -n 200 -s 65536 >"$GUEST_OUT/pp_server_$1" 2>&1 &
+    local server=$! _
+    for _ in $(seq 50); do
+        ibv_rc_pingpong -d "$3" -g "$4" -p "$6" -n 200 -s 65536 "$5" \
+            >"$GUEST_OUT/pp_client_$3" 2>&1 && break
+        sleep 0.2
+    done
+    wait "$server" && grep -q "bytes in" "$GUEST_OUT/pp_client_$3"
+}
+if pingpong rxe1 "$RXE_GID1" rxe0 "$RXE_GID0" "$RXE_ADDR1" 18515; then
+    ok "RC traffic rxe0 -> rxe1: $(grep 'bytes in' "$GUEST_OUT/pp_client_rxe0" | head -1)"
+else
+    notok "RC traffic rxe0 -> rxe1: $(tail -3 "$GUEST_OUT/pp_client_rxe0" "$GUEST_OUT/pp_server_rxe1" | tr '\n' ' ')"
+fi
+if pingpong rxe0 "$RXE_GID0" rxe1 "$RXE_GID1" "$RXE_ADDR0" 18516; then
+    ok "RC traffic rxe1 -> rxe0: $(grep 'bytes in' "$GUEST_OUT/pp_client_rxe1" | head -1)"
+else
+    notok "RC traffic rxe1 -> rxe0: $(tail -3 "$GUEST_OUT/pp_client_rxe1" "$GUEST_OUT/pp_server_rxe0" | tr '\n' ' ')"
+fi
+exit "$failed"
