@@ -81,6 +81,11 @@ typedef struct {
 } shoal_shm_config_t;
 
 typedef struct {
+    char hca[SHOAL_CONFIG_STR_MAX]; /* SHOAL_IB_HCA: devices and ports, NCCL's syntax */
+    int gid_index;                  /* SHOAL_IB_GID_INDEX; -1: the RoCE v2 IPv4 entry */
+} shoal_ib_config_t;
+
+typedef struct {
     int enable;      /* SHOAL_TCP_ENABLE */
     int nsocks;      /* SHOAL_TCP_NSOCKS */
     size_t nslots;   /* SHOAL_TCP_NSLOTS */
@@ -129,6 +134,7 @@ typedef struct {
     shoal_boot_config_t boot;
     shoal_shm_config_t shm;
     shoal_tcp_config_t tcp;
+    shoal_ib_config_t ib;
     shoal_algo_config_t algo;
     shoal_topo_config_t topo;
     shoal_compress_config_t compress;

@@ -4,6 +4,8 @@
  * fails with SHOAL_ERR_ABORTED once the scope's flag is set. */
 #include "sock.h"
 
+#include "namelist.h"
+
 #include "cancel.h"
 #include "clock.h"
 #include "config.h"
@@ -66,33 +68,11 @@ const char *shoal_sock_str(const shoal_sockaddr_t *addr, char *buf)
 
 /* ---- choosing an interface ---------------------------------------------- */
 
-/* NCCL's syntax, which SHOAL_SOCKET_IFNAME shares so that NCCL_SOCKET_IFNAME
- * can stand for it: a comma list of name prefixes; a leading "=" makes every
- * name exact, "^" before it turns the list into names to avoid ("=eth0",
- * "^docker,lo", "^=eth1", "eth,ib"). A "=" before a later name makes that
- * one exact too, so "eth,=ib0" mixes both. */
+/* SHOAL_SOCKET_IFNAME takes NCCL's list syntax (namelist.h), so that
+ * NCCL_SOCKET_IFNAME can stand for it. */
 int shoal_sock_ifname_selects(const char *spec, const char *name)
 {
-    if (!spec[0])
-        return 1;
-    int exclude = spec[0] == '^';
-    spec += exclude;
-    int all_exact = spec[0] == '=';
-    spec += all_exact;
-    char buf[SHOAL_CONFIG_STR_MAX];
-    snprintf(buf, sizeof(buf), "%s", spec);
-    int listed = 0;
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok && !listed;
-         tok = strtok_r(NULL, ",", &save)) {
-        int exact = all_exact || tok[0] == '=';
-        if (tok[0] == '=')
-            tok++;
-        if (exact)
-            listed = !strcmp(tok, name);
-        else
-            listed = tok[0] && !strncmp(tok, name, strlen(tok));
-    }
-    return exclude ? !listed : listed;
+    return shoal_namelist_selects(spec, name, 0);
 }
 
 /* Whether an interface may carry shoal's sockets. Without a setting or with

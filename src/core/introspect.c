@@ -9,6 +9,7 @@
 #include "base/sock.h"
 #include "topo/links.h"
 #include "topo/topo.h"
+#include "transport/ib_dev.h"
 #include "transport/transport.h"
 
 #include <ifaddrs.h>
@@ -83,6 +84,15 @@ void shoal_introspect_transports(FILE *out)
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
         fprintf(out, "  %-8s %s (%s)\n", list[i].ops->name, list[i].enabled ? "enabled" : "disabled",
                list[i].setting);
+    /* The RDMA ports the ib transport will use (it is not built yet). */
+    shoal_ib_list_t ib;
+    fprintf(out, "  %-8s not built yet; RDMA ports (SHOAL_IB_HCA, SHOAL_IB_GID_INDEX):\n", "ib");
+    if (shoal_ib_ports_find(&ib) == SHOAL_OK) {
+        shoal_ib_ports_print(&ib, out);
+        shoal_ib_ports_free(&ib);
+    } else {
+        fprintf(out, "    out of memory\n");
+    }
 }
 
 void shoal_introspect_algos(FILE *out)

@@ -11,6 +11,8 @@
 # binaries built here run unchanged. A second 9p share, read-write, is a
 # fresh directory that SCRIPT sees as $GUEST_OUT (and this script prints
 # the path of, as "# guest out: DIR"): the status comes back through it.
+# SCRIPT starts in this script's working directory, with BUILD and the
+# SHOAL_* settings of its environment.
 # The guest has no network card; tests/rdma/rxe_setup.sh gives it two rxe
 # devices on a veth pair.
 #
@@ -116,6 +118,10 @@ echo "# guest out: $out"
     printf 'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n'
     printf 'HOME=/tmp\nGUEST_OUT=%q\nexport PATH HOME GUEST_OUT\n' "$out"
     printf 'cd %q\n' "$PWD"
+    # The build folder of the tests, and shoal's settings, pass through.
+    env | grep -E '^(BUILD|SHOAL_[A-Z0-9_]*)=' | while IFS= read -r kv; do
+        printf 'export %q\n' "$kv"
+    done
     printf '%q ' /bin/bash "$script" "$@"
     printf '>%q 2>&1\n' "$out/log"
     printf 'echo $? >%q\n' "$out/status"

@@ -3,13 +3,14 @@
 # the RDMA stack the ib tests stand on works: the two rxe devices with
 # their RoCE v2 GIDs (rxe_setup.sh), libibverbs sees both, and reliable-
 # connection traffic crosses between them both ways (ibv_rc_pingpong,
-# rdma-core's own example).
+# rdma-core's own example); then shoal's view of them (tests/test_ib_dev
+# with SHOAL_TEST_RXE=1, from the build folder $BUILD, default build).
 here=$(cd "$(dirname "$0")" && pwd)
 n=0
 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
-echo "1..4"
+echo "1..5"
 # shellcheck source=tests/rdma/rxe_setup.sh
 if . "$here/rxe_setup.sh"; then
     ok "rxe0 and rxe1 on a veth pair, RoCE v2 GIDs $RXE_GID0 and $RXE_GID1"
@@ -42,5 +43,13 @@ if pingpong rxe0 "$RXE_GID0" rxe1 "$RXE_GID1" "$RXE_ADDR0" 18516; then
     ok "RC traffic rxe1 -> rxe0: $(grep 'bytes in' "$GUEST_OUT/pp_client_rxe1" | head -1)"
 else
     notok "RC traffic rxe1 -> rxe0: $(tail -3 "$GUEST_OUT/pp_client_rxe1" "$GUEST_OUT/pp_server_rxe0" | tr '\n' ' ')"
+fi
+ibdev=${BUILD:-build}/tests/test_ib_dev
+if SHOAL_TEST_RXE=1 "$ibdev" >"$GUEST_OUT/ib_dev" 2>&1; then
+    ok "shoal finds rxe0 and rxe1, their RoCE v2 GIDs and SHOAL_IB_HCA's choices ($ibdev)"
+    grep "rxe[01]:" "$GUEST_OUT/ib_dev" | sed 's/^ */# /'
+else
+    notok "shoal finds rxe0 and rxe1 ($ibdev)"
+    sed 's/^/# /' "$GUEST_OUT/ib_dev"
 fi
 exit "$failed"
