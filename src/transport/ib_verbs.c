@@ -41,6 +41,15 @@ static void ibv_load(void)
     IBV_SYM(query_device, "ibv_query_device");
     IBV_SYM(query_port, "ibv_query_port");
     IBV_SYM(query_gid, "ibv_query_gid");
+    IBV_SYM(alloc_pd, "ibv_alloc_pd");
+    IBV_SYM(dealloc_pd, "ibv_dealloc_pd");
+    IBV_SYM(reg_mr, "ibv_reg_mr");
+    IBV_SYM(dereg_mr, "ibv_dereg_mr");
+    IBV_SYM(create_cq, "ibv_create_cq");
+    IBV_SYM(destroy_cq, "ibv_destroy_cq");
+    IBV_SYM(create_qp, "ibv_create_qp");
+    IBV_SYM(modify_qp, "ibv_modify_qp");
+    IBV_SYM(destroy_qp, "ibv_destroy_qp");
     ibv_loaded = &ibv_table;
     return;
 missing:

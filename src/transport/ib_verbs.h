@@ -21,6 +21,16 @@ typedef struct {
     /* The exported symbol, for providers without the extended call. */
     int (*query_port)(struct ibv_context *ctx, uint8_t port, struct _compat_ibv_port_attr *attr);
     int (*query_gid)(struct ibv_context *ctx, uint8_t port, int index, union ibv_gid *gid);
+    struct ibv_pd *(*alloc_pd)(struct ibv_context *ctx);
+    int (*dealloc_pd)(struct ibv_pd *pd);
+    struct ibv_mr *(*reg_mr)(struct ibv_pd *pd, void *addr, size_t len, int access);
+    int (*dereg_mr)(struct ibv_mr *mr);
+    struct ibv_cq *(*create_cq)(struct ibv_context *ctx, int cqe, void *cq_context,
+                                struct ibv_comp_channel *channel, int comp_vector);
+    int (*destroy_cq)(struct ibv_cq *cq);
+    struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
+    int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
+    int (*destroy_qp)(struct ibv_qp *qp);
 } shoal_ibv_t;
 
 /* The table, loaded once per process (thread-safe). NULL when

@@ -3,14 +3,15 @@
 # the RDMA stack the ib tests stand on works: the two rxe devices with
 # their RoCE v2 GIDs (rxe_setup.sh), libibverbs sees both, and reliable-
 # connection traffic crosses between them both ways (ibv_rc_pingpong,
-# rdma-core's own example); then shoal's view of them (tests/test_ib_dev
-# with SHOAL_TEST_RXE=1, from the build folder $BUILD, default build).
+# rdma-core's own example); then shoal's view of them and its queue pairs
+# over them (tests/test_ib_dev and tests/test_ib_qp with SHOAL_TEST_RXE=1,
+# from the build folder $BUILD, default build).
 here=$(cd "$(dirname "$0")" && pwd)
 n=0
 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
-echo "1..5"
+echo "1..6"
 # shellcheck source=tests/rdma/rxe_setup.sh
 if . "$here/rxe_setup.sh"; then
     ok "rxe0 and rxe1 on a veth pair, RoCE v2 GIDs $RXE_GID0 and $RXE_GID1"
@@ -51,5 +52,13 @@ if SHOAL_TEST_RXE=1 "$ibdev" >"$GUEST_OUT/ib_dev" 2>&1; then
 else
     notok "shoal finds rxe0 and rxe1 ($ibdev)"
     sed 's/^/# /' "$GUEST_OUT/ib_dev"
+fi
+ibqp=${BUILD:-build}/tests/test_ib_qp
+if SHOAL_TEST_RXE=1 "$ibqp" >"$GUEST_OUT/ib_qp" 2>&1; then
+    ok "shoal's queue pairs on rxe0 and rxe1 connect and RDMA-write both ways ($ibqp)"
+    grep "^# " "$GUEST_OUT/ib_qp"
+else
+    notok "shoal's queue pairs on rxe0 and rxe1 ($ibqp)"
+    sed 's/^/# /' "$GUEST_OUT/ib_qp"
 fi
 exit "$failed"
