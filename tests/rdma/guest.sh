@@ -58,7 +58,7 @@ bb=$(command -v busybox)
     unavailable "$bb is not statically linked (install busybox-static)"
 
 # The modules the guest loads, in this order after their dependencies.
-MODULES="virtio_pci 9pnet_virtio 9p veth crc32_generic rdma_rxe ib_uverbs rdma_ucm"
+MODULES="virtio_pci 9pnet_virtio 9p overlay veth crc32_generic rdma_rxe ib_uverbs rdma_ucm"
 
 pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
     awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
@@ -108,8 +108,8 @@ if [ ! -f "$kdir/ready" ]; then
     [ -f "$kdir/ready" ] || { echo "guest.sh: preparing the guest in $kdir failed" >&2; exit 1; }
 fi
 
-# Under /tmp, which the guest mounts a tmpfs over: the share needs a
-# mount point there.
+# Under /tmp, which the guest makes writable: the share's mount point
+# must exist there.
 out=$(mktemp -d /tmp/shoal-guest.XXXXXX)
 echo "# guest out: $out"
 # What the guest's init runs: the script, its arguments, and where the

@@ -1,7 +1,8 @@
 #!/bin/sh
 # /init of the guest's initramfs (tests/rdma/guest.sh), run by busybox:
 # load the modules in the order guest.sh wrote, mount the host's / (9p,
-# read-only) with fresh proc, sys, dev, /dev/shm, /run and /tmp over it,
+# read-only) with fresh proc, sys, dev, /dev/shm and /run over it, /tmp and
+# /var/tmp made writable over the host's (overlayfs),
 # the read-write share at the path the kernel command line names
 # (shoal_out=), run its run.sh there as root, and power off.
 PATH=/bin
@@ -24,8 +25,15 @@ if mount -t 9p -o "$nine,ro" hostroot /newroot; then
     mount -t devtmpfs dev /newroot/dev
     mount -t tmpfs shm /newroot/dev/shm
     mount -t tmpfs run /newroot/run
-    mount -t tmpfs tmp /newroot/tmp
-    mount -t tmpfs vartmp /newroot/var/tmp
+    # /tmp and /var/tmp writable, still showing the host's files (a
+    # checkout under /tmp): a tmpfs over each through overlayfs.
+    mkdir -p /upper
+    mount -t tmpfs upper /upper
+    for d in tmp var/tmp; do
+        mkdir -p "/upper/$d/u" "/upper/$d/w"
+        mount -t overlay overlay -o "lowerdir=/newroot/$d,upperdir=/upper/$d/u,workdir=/upper/$d/w" \
+            "/newroot/$d" || mount -t tmpfs tmp "/newroot/$d"
+    done
     mkdir -p "/newroot$out"
     if mount -t 9p -o "$nine,rw" guestout "/newroot$out"; then
         chroot /newroot /bin/sh "$out/run.sh"
