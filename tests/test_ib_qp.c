@@ -8,10 +8,16 @@
  *   other's registered buffer, both ways, at 0, 1, 4097 and 1 MiB bytes:
  *   every write completes, the receiver sees the immediate and the length,
  *   and the bytes are the sender's; a write with a wrong key completes in
- *   error (on the sender, within the deadline) instead of hanging. */
+ *   error (on the sender, within the deadline) instead of hanging;
+ * - with SHOAL_TEST_RXE=1: a FIFO of 4 slots each way (transport/ib_fifo.c)
+ *   between the same two processes carries 300 messages each way at once,
+ *   of sizes around the slot's (0, 1, 31, 32, 33, 1000, 4095, 4096 B),
+ *   each with its header, in order, many times around the rings, and
+ *   flushes. */
 #include "harness.h"
 
 #include "base/clock.h"
+#include "transport/ib_fifo.h"
 #include "transport/ib_qp.h"
 
 #include <arpa/inet.h>
@@ -208,13 +214,119 @@ out_list:
 out:
     return rc;
 }
+
+#define FIFO_SLOTS 4
+#define FIFO_CHUNK 4096
+#define FIFO_MSGS 300
+
+static size_t fifo_len(int side, uint64_t n)
+{
+    static const size_t sizes[] = {0, 1, 31, 32, 33, 1000, 4095, 4096};
+    return sizes[(n + (uint64_t)side * 3) % (sizeof(sizes) / sizeof(sizes[0]))];
+}
+
+/* Both directions at once: send the next message when a slot is free,
+ * take the next one when it came, until both are done. */
+static int fifo_stream(shoal_ib_fifo_t *f, int side)
+{
+    uint64_t sent = 0, got = 0, deadline = shoal_deadline_after(POLL_NS);
+    while (sent < FIFO_MSGS || got < FIFO_MSGS) {
+        RANK_CHECK(!shoal_deadline_passed(deadline), fail, "stuck: sent %llu, got %llu",
+                   (unsigned long long)sent, (unsigned long long)got);
+        void *out;
+        size_t cap;
+        shoal_status_t s;
+        if (sent < FIFO_MSGS && (s = shoal_ib_fifo_send_slot(f, &out, &cap)) != SHOAL_INPROGRESS) {
+            RANK_CHECK(s == SHOAL_OK && cap == FIFO_CHUNK, fail, "send_slot: %d", s);
+            size_t len = fifo_len(side, sent);
+            unsigned char hdr[24];
+            for (size_t i = 0; i < len; i++)
+                ((unsigned char *)out)[i] = pattern(side, (int)sent, i);
+            for (int i = 0; i < 24; i++)
+                hdr[i] = pattern(side + 2, (int)sent, (size_t)i);
+            RANK_CHECK(shoal_ib_fifo_send_post(f, len, hdr) == SHOAL_OK, fail, "send_post");
+            sent++;
+        }
+        const void *in;
+        size_t len;
+        unsigned char hdr[24];
+        if (got < FIFO_MSGS &&
+            (s = shoal_ib_fifo_recv_slot(f, &in, &len, hdr)) != SHOAL_INPROGRESS) {
+            RANK_CHECK(s == SHOAL_OK, fail, "recv_slot: %d", s);
+            RANK_CHECK(len == fifo_len(1 - side, got), fail, "message %llu: %zu B",
+                       (unsigned long long)got, len);
+            for (size_t i = 0; i < len; i++)
+                RANK_CHECK(((const unsigned char *)in)[i] == pattern(1 - side, (int)got, i),
+                           fail, "message %llu byte %zu", (unsigned long long)got, i);
+            for (int i = 0; i < 24; i++)
+                RANK_CHECK(hdr[i] == pattern(3 - side, (int)got, (size_t)i), fail,
+                           "message %llu header byte %d", (unsigned long long)got, i);
+            RANK_CHECK(shoal_ib_fifo_recv_release(f) == SHOAL_OK, fail, "recv_release");
+            got++;
+        }
+    }
+    for (;;) {
+        shoal_status_t s = shoal_ib_fifo_flush(f);
+        if (s == SHOAL_OK)
+            return 0;
+        RANK_CHECK(s == SHOAL_INPROGRESS && !shoal_deadline_passed(deadline), fail,
+                   "flush: %d", s);
+    }
+fail:
+    return 1;
+}
+
+static int fifo_side(int side, int fd)
+{
+    const char *name = side ? "rxe1" : "rxe0";
+    shoal_ib_list_t list;
+    shoal_ib_dev_t dev = {0};
+    shoal_ib_qp_t qp = {0};
+    shoal_ib_fifo_t fifo = {0};
+    int rc = 1;
+    RANK_CHECK(shoal_ib_ports_find(&list) == SHOAL_OK, out, "find");
+    const shoal_ib_port_t *port = NULL;
+    for (int i = 0; i < list.nports; i++)
+        port = !strcmp(list.ports[i].dev, name) ? &list.ports[i] : port;
+    RANK_CHECK(port, out_list, "%s not found", name);
+    RANK_CHECK(shoal_ib_dev_open(port, &dev) == SHOAL_OK, out_list, "open %s", name);
+    RANK_CHECK(shoal_ib_qp_create(&dev, shoal_ib_fifo_depth(FIFO_SLOTS), &qp) == SHOAL_OK,
+               out_dev, "qp");
+    struct {
+        uint8_t addr[SHOAL_IB_ADDR_BYTES];
+        shoal_ib_fifo_remote_t fifo;
+    } mine, theirs;
+    RANK_CHECK(shoal_ib_fifo_create(&qp, FIFO_SLOTS, FIFO_CHUNK, &fifo, &mine.fifo) == SHOAL_OK,
+               out_qp, "fifo");
+    shoal_ib_addr_pack(&qp.local, mine.addr);
+    RANK_CHECK(xfer(fd, &mine, sizeof(mine), 1) == 0 && xfer(fd, &theirs, sizeof(theirs), 0) == 0,
+               out_fifo, "exchange");
+    shoal_ib_addr_t remote;
+    RANK_CHECK(shoal_ib_addr_unpack(theirs.addr, sizeof(theirs.addr), &remote) == SHOAL_OK,
+               out_fifo, "unpack");
+    RANK_CHECK(shoal_ib_qp_connect(&qp, &remote) == SHOAL_OK, out_fifo, "connect");
+    shoal_ib_fifo_attach(&fifo, &theirs.fifo);
+    char go = 1;
+    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_fifo, "ready");
+    rc = fifo_stream(&fifo, side);
+    /* Neither side tears down while the other may still write. */
+    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_fifo, "done");
+out_fifo:
+    shoal_ib_fifo_destroy(&fifo);
+out_qp:
+    shoal_ib_qp_destroy(&qp);
+out_dev:
+    shoal_ib_dev_close(&dev);
+out_list:
+    shoal_ib_ports_free(&list);
+out:
+    return rc;
+}
 #endif
 
-static void test_rxe_pair(void **state)
+/* Runs side(0) here and side(1) in a child, joined by a socketpair. */
+static void run_pair(int (*side_fn)(int, int))
 {
-    (void)state;
-    if (!getenv("SHOAL_TEST_RXE") || strcmp(getenv("SHOAL_TEST_RXE"), "1"))
-        return; /* needs the RDMA guest; test_no_such_port covers this host */
 #if SHOAL_HAVE_IBVERBS
     int sv[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
@@ -223,16 +335,42 @@ static void test_rxe_pair(void **state)
     assert_true(pid >= 0);
     if (pid == 0) {
         close(sv[0]);
-        _exit(run_side(1, sv[1]));
+        _exit(side_fn(1, sv[1]));
     }
     close(sv[1]);
-    int mine = run_side(0, sv[0]);
+    int mine = side_fn(0, sv[0]);
     close(sv[0]);
     int st = harness_wait(pid, 60);
     assert_int_equal(mine, 0);
     assert_int_equal(st, 0);
 #else
+    (void)side_fn;
     fail_msg("built without rdma-core's headers");
+#endif
+}
+
+static int in_guest(void)
+{
+    return getenv("SHOAL_TEST_RXE") && !strcmp(getenv("SHOAL_TEST_RXE"), "1");
+}
+
+static void test_rxe_fifo(void **state)
+{
+    (void)state;
+    if (!in_guest())
+        return; /* needs the RDMA guest */
+#if SHOAL_HAVE_IBVERBS
+    run_pair(fifo_side);
+#endif
+}
+
+static void test_rxe_pair(void **state)
+{
+    (void)state;
+    if (!in_guest())
+        return; /* needs the RDMA guest; test_no_such_port covers this host */
+#if SHOAL_HAVE_IBVERBS
+    run_pair(run_side);
 #endif
 }
 
@@ -242,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_addr),
         cmocka_unit_test(test_no_such_port),
         cmocka_unit_test(test_rxe_pair),
+        cmocka_unit_test(test_rxe_fifo),
     };
     return cmocka_run_group_tests_name("ib_qp", tests, NULL, NULL);
 }

@@ -55,7 +55,7 @@ else
 fi
 ibqp=${BUILD:-build}/tests/test_ib_qp
 if SHOAL_TEST_RXE=1 "$ibqp" >"$GUEST_OUT/ib_qp" 2>&1; then
-    ok "shoal's queue pairs on rxe0 and rxe1 connect and RDMA-write both ways ($ibqp)"
+    ok "shoal's queue pairs on rxe0 and rxe1 connect, RDMA-write both ways and carry a FIFO of slots both ways ($ibqp)"
     grep "^# " "$GUEST_OUT/ib_qp"
 else
     notok "shoal's queue pairs on rxe0 and rxe1 ($ibqp)"

@@ -1,0 +1,78 @@
+/* A FIFO of slots over one connected RC queue pair (ib_fifo.c): the ib
+ * transport's data path, each direction of an endpoint.
+ *
+ * Each side has a ring of nslots receive slots that the peer RDMA-writes
+ * into, and as many send slots, its own, that the messages are built in.
+ * A message is one RDMA write with immediate of a slot (a 32-byte head
+ * with the length and the transport header, then the payload) into the
+ * peer's receive slot of the same index. The receiver's completion of the
+ * immediate says the slot is whole (RC delivers in order). Credits: each
+ * side RDMA-writes the count of slots it released into a word of the
+ * other's memory, and a sender takes a slot only while fewer than nslots
+ * are unreleased, so a write never finds its slot busy and every write
+ * finds a posted receive (receiver-not-ready never happens).
+ *
+ * The calls mirror the transport interface's (transport.h): send_slot,
+ * send_post, recv_slot, recv_release, flush, and progress, which reaps
+ * completions; a completion in error is SHOAL_ERR_PEER, logged with the
+ * device and the status. One thread per FIFO. */
+#ifndef SHOAL_IB_FIFO_H
+#define SHOAL_IB_FIFO_H
+
+#include "ib_qp.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHOAL_IB_SLOT_HEAD 32
+
+/* What the peer needs to write into this side: its receive ring and its
+ * credit word. */
+typedef struct {
+    uint64_t ring;
+    uint64_t credit;
+    uint32_t rkey;
+} shoal_ib_fifo_remote_t;
+
+#if SHOAL_HAVE_IBVERBS
+typedef struct {
+    shoal_ib_qp_t *qp;
+    size_t nslots;
+    size_t chunk;          /* payload bytes of a slot */
+    size_t stride;         /* bytes of a slot: head and payload, 64-aligned */
+    unsigned char *mem;    /* send ring, receive ring, credit words */
+    struct ibv_mr *mr;
+    shoal_ib_fifo_remote_t peer;
+    /* Sending. */
+    uint64_t tx_head;      /* messages posted */
+    uint64_t tx_done;      /* their writes completed */
+    volatile uint64_t *freed; /* the peer's released count, written by the peer */
+    /* Receiving. */
+    uint64_t rx_arrived;   /* messages whose immediate came */
+    uint64_t rx_tail;      /* messages released */
+    uint64_t *credit_src;  /* rx_tail as the credit write reads it */
+    size_t sq_used;        /* send work requests not yet completed */
+    size_t sq_depth;
+} shoal_ib_fifo_t;
+
+/* A FIFO on qp (created with depth at least shoal_ib_fifo_depth(nslots)),
+ * its receives posted; f's remote description of itself in *self. */
+shoal_status_t shoal_ib_fifo_create(shoal_ib_qp_t *qp, size_t nslots, size_t chunk,
+                                    shoal_ib_fifo_t *f, shoal_ib_fifo_remote_t *self);
+/* The queue depth a FIFO of nslots needs. */
+int shoal_ib_fifo_depth(size_t nslots);
+/* The peer's description, once its queue pair is connected. */
+void shoal_ib_fifo_attach(shoal_ib_fifo_t *f, const shoal_ib_fifo_remote_t *peer);
+void shoal_ib_fifo_destroy(shoal_ib_fifo_t *f);
+
+shoal_status_t shoal_ib_fifo_send_slot(shoal_ib_fifo_t *f, void **buf_p, size_t *cap_p);
+shoal_status_t shoal_ib_fifo_send_post(shoal_ib_fifo_t *f, size_t len, const void *hdr);
+shoal_status_t shoal_ib_fifo_recv_slot(shoal_ib_fifo_t *f, const void **buf_p, size_t *len_p,
+                                       void *hdr_p);
+shoal_status_t shoal_ib_fifo_recv_release(shoal_ib_fifo_t *f);
+/* SHOAL_OK once every posted message's write completed. */
+shoal_status_t shoal_ib_fifo_flush(shoal_ib_fifo_t *f);
+shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f);
+#endif
+
+#endif
