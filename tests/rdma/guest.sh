@@ -64,13 +64,11 @@ pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
     awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
 [ -n "$pkg" ] || unavailable "apt-cache knows no kernel that linux-image-amd64 depends on"
 kver=${pkg#linux-image-}
-# A new init or module list makes a new initramfs.
-key=$({ cat "$(dirname "$0")/guest_init.sh"; echo "$MODULES"; } | md5sum | cut -c1-8)
-kdir=$CACHE/$pkg-$key
 
 # Kernel, modules and initramfs, once per kernel package.
 prepare() {
-    rm -rf "$kdir"
+    # Older initramfs versions of this kernel go.
+    rm -rf "$CACHE/$pkg"-*
     mkdir -p "$kdir/deb" || return 1
     (cd "$kdir/deb" && apt-get download -q "$pkg" >/dev/null 2>&1) ||
         { echo "guest.sh: apt-get download $pkg failed" >&2; return 77; }
@@ -88,7 +86,15 @@ prepare() {
     for m in $MODULES; do
         modprobe -d "$kdir/root" -S "$kver" --show-depends "$m" || return 1
     done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r path; do
-        cp "$path" "$init/modules/" && basename "$path" >>"$order"
+        # busybox's insmod takes plain modules: unpack compressed ones.
+        local ko
+        ko=$(basename "$path")
+        case $ko in
+        *.ko.xz) ko=${ko%.xz}; xz -dc "$path" >"$init/modules/$ko" ;;
+        *.ko.gz) ko=${ko%.gz}; gzip -dc "$path" >"$init/modules/$ko" ;;
+        *.ko.zst) ko=${ko%.zst}; zstd -qdc "$path" >"$init/modules/$ko" ;;
+        *) cp "$path" "$init/modules/$ko" ;;
+        esac && echo "$ko" >>"$order"
     done
     [ -s "$order" ] || return 1
     cp "$(dirname "$0")/guest_init.sh" "$init/init" && chmod +x "$init/init" || return 1
@@ -97,6 +103,10 @@ prepare() {
     rm -rf "$kdir/deb" "$kdir/root"
     touch "$kdir/ready"
 }
+# A new init, module list or way of preparing makes a new initramfs.
+key=$({ cat "$(dirname "$0")/guest_init.sh"; echo "$MODULES"; declare -f prepare; } |
+    md5sum | cut -c1-8)
+kdir=$CACHE/$pkg-$key
 if [ ! -f "$kdir/ready" ]; then
     mkdir -p "$CACHE" || unavailable "cannot create $CACHE"
     (
