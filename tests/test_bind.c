@@ -85,11 +85,6 @@ typedef struct {
     int split;    /* hold a second communicator past the first's destroy */
 } live_arg_t;
 
-static int cpu_count(const cpu_set_t *set)
-{
-    return CPU_COUNT(set);
-}
-
 static int rank_live(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
 {
     const live_arg_t *arg = varg;
@@ -112,7 +107,7 @@ static int rank_live(int rank, int nranks, const shoal_unique_id_t *id, void *va
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     RANK_CHECK(sched_getaffinity(0, sizeof(after), &after) == 0, fail, "getaffinity");
     if (arg->expect) {
-        RANK_CHECK(cpu_count(&after) == 1, fail, "bound to %d CPUs", cpu_count(&after));
+        RANK_CHECK(CPU_COUNT(&after) == 1, fail, "bound to %d CPUs", CPU_COUNT(&after));
         /* Every rank's CPU to every rank: neighbours apart, and as many
          * distinct CPUs as ranks or CPUs allow. */
         int mine = -1;
@@ -129,8 +124,8 @@ static int rank_live(int rank, int nranks, const shoal_unique_id_t *id, void *va
                 seen |= cpus[q] == cpus[r];
             distinct += !seen;
         }
-        int want = nranks < cpu_count(&before) ? nranks : cpu_count(&before);
-        int apart = nranks < 2 || cpu_count(&before) < 2 || cpus[0] != cpus[1];
+        int want = nranks < CPU_COUNT(&before) ? nranks : CPU_COUNT(&before);
+        int apart = nranks < 2 || CPU_COUNT(&before) < 2 || cpus[0] != cpus[1];
         free(cpus);
         RANK_CHECK(s == SHOAL_OK, fail, "allreduce: %s", shoal_status_string(s));
         RANK_CHECK(distinct == want, fail, "%d distinct CPUs for %d ranks, want %d", distinct,
@@ -138,7 +133,7 @@ static int rank_live(int rank, int nranks, const shoal_unique_id_t *id, void *va
         RANK_CHECK(apart, fail, "local ranks 0 and 1 share a CPU");
     } else {
         RANK_CHECK(CPU_EQUAL(&after, &before), fail, "binding changed: %d CPUs, was %d",
-                   cpu_count(&after), cpu_count(&before));
+                   CPU_COUNT(&after), CPU_COUNT(&before));
     }
     if (arg->split) {
         s = shoal_comm_split(comm, rank % 2, rank, &sub);
@@ -156,7 +151,7 @@ static int rank_live(int rank, int nranks, const shoal_unique_id_t *id, void *va
     }
     RANK_CHECK(sched_getaffinity(0, sizeof(after), &after) == 0, fail, "getaffinity");
     RANK_CHECK(CPU_EQUAL(&after, &before), fail, "binding not put back: %d CPUs, was %d",
-               cpu_count(&after), cpu_count(&before));
+               CPU_COUNT(&after), CPU_COUNT(&before));
     return 0;
 fail:
     if (sub)

@@ -129,23 +129,55 @@ static int post_write(struct ibv_qp *qp, struct ibv_mr *mr, size_t len, const ca
     return ibv_post_send(qp, &wr, &bad);
 }
 
-/* Side 0 (rxe0) writes first each round; side 1 (rxe1) answers. */
-static int run_side(int side, int fd)
+/* Opens rxe0 (side 0) or rxe1 (side 1); 0 on success. */
+static int open_rxe(int side, shoal_ib_dev_t *dev)
 {
     const char *name = side ? "rxe1" : "rxe0";
     shoal_ib_list_t list;
-    shoal_ib_dev_t dev = {0};
-    shoal_ib_qp_t qp = {0};
-    struct ibv_mr *mr = NULL;
-    unsigned char *buf = NULL;
     int rc = 1;
     RANK_CHECK(shoal_ib_ports_find(&list) == SHOAL_OK, out, "find");
     const shoal_ib_port_t *port = NULL;
     for (int i = 0; i < list.nports; i++)
         port = !strcmp(list.ports[i].dev, name) ? &list.ports[i] : port;
     RANK_CHECK(port, out_list, "%s not found", name);
-    RANK_CHECK(shoal_ib_dev_open(port, &dev) == SHOAL_OK, out_list, "open %s", name);
-    RANK_CHECK(shoal_ib_qp_create(&dev, DEPTH, &qp) == SHOAL_OK, out_dev, "qp on %s", name);
+    RANK_CHECK(shoal_ib_dev_open(port, dev) == SHOAL_OK, out_list, "open %s", name);
+    rc = 0;
+out_list:
+    shoal_ib_ports_free(&list);
+out:
+    return rc;
+}
+
+/* Connects qp to the peer whose packed address is blob; 0 on success. */
+static int connect_to(shoal_ib_qp_t *qp, const uint8_t *blob)
+{
+    shoal_ib_addr_t remote;
+    RANK_CHECK(shoal_ib_addr_unpack(blob, SHOAL_IB_ADDR_BYTES, &remote) == SHOAL_OK, fail,
+               "unpack");
+    RANK_CHECK(shoal_ib_qp_connect(qp, &remote) == SHOAL_OK, fail, "connect");
+    return 0;
+fail:
+    return 1;
+}
+
+/* Both sides got here: a byte each way. */
+static int meet(int fd)
+{
+    char go = 1;
+    return xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0 ? 0 : -1;
+}
+
+/* Side 0 (rxe0) writes first each round; side 1 (rxe1) answers. */
+static int run_side(int side, int fd)
+{
+    shoal_ib_dev_t dev = {0};
+    shoal_ib_qp_t qp = {0};
+    struct ibv_mr *mr = NULL;
+    unsigned char *buf = NULL;
+    int rc = 1;
+    if (open_rxe(side, &dev) != 0)
+        return 1;
+    RANK_CHECK(shoal_ib_qp_create(&dev, DEPTH, &qp) == SHOAL_OK, out_dev, "qp");
     buf = calloc(1, BUF_BYTES);
     RANK_CHECK(buf, out_qp, "out of memory");
     mr = shoal_ib_mr_reg(&dev, buf, BUF_BYTES);
@@ -156,13 +188,9 @@ static int run_side(int side, int fd)
     shoal_ib_addr_pack(&qp.local, mine.addr);
     RANK_CHECK(xfer(fd, &mine, sizeof(mine), 1) == 0 && xfer(fd, &theirs, sizeof(theirs), 0) == 0,
                out_qp, "exchange");
-    shoal_ib_addr_t remote;
-    RANK_CHECK(shoal_ib_addr_unpack(theirs.addr, sizeof(theirs.addr), &remote) == SHOAL_OK,
-               out_qp, "unpack");
-    RANK_CHECK(shoal_ib_qp_connect(&qp, &remote) == SHOAL_OK, out_qp, "connect %s", name);
+    RANK_CHECK(connect_to(&qp, theirs.addr) == 0, out_qp, "connect");
     /* Both sides are ready to receive before either writes. */
-    char go = 1;
-    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_qp, "ready");
+    RANK_CHECK(meet(fd) == 0, out_qp, "ready");
     const size_t sizes[] = {0, 1, 4097, BUF_BYTES};
     for (int round = 0; round < 4; round++) {
         size_t len = sizes[round];
@@ -201,7 +229,7 @@ static int run_side(int side, int fd)
         RANK_CHECK(wc.status != IBV_WC_SUCCESS, out_qp, "a write with a wrong key succeeded");
         printf("# a wrong key: completion status %d\n", (int)wc.status);
     }
-    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_qp, "done");
+    RANK_CHECK(meet(fd) == 0, out_qp, "done");
     rc = 0;
 out_qp:
     shoal_ib_mr_dereg(&dev, mr);
@@ -209,9 +237,6 @@ out_qp:
     shoal_ib_qp_destroy(&qp);
 out_dev:
     shoal_ib_dev_close(&dev);
-out_list:
-    shoal_ib_ports_free(&list);
-out:
     return rc;
 }
 
@@ -278,18 +303,12 @@ fail:
 
 static int fifo_side(int side, int fd)
 {
-    const char *name = side ? "rxe1" : "rxe0";
-    shoal_ib_list_t list;
     shoal_ib_dev_t dev = {0};
     shoal_ib_qp_t qp = {0};
     shoal_ib_fifo_t fifo = {0};
     int rc = 1;
-    RANK_CHECK(shoal_ib_ports_find(&list) == SHOAL_OK, out, "find");
-    const shoal_ib_port_t *port = NULL;
-    for (int i = 0; i < list.nports; i++)
-        port = !strcmp(list.ports[i].dev, name) ? &list.ports[i] : port;
-    RANK_CHECK(port, out_list, "%s not found", name);
-    RANK_CHECK(shoal_ib_dev_open(port, &dev) == SHOAL_OK, out_list, "open %s", name);
+    if (open_rxe(side, &dev) != 0)
+        return 1;
     RANK_CHECK(shoal_ib_qp_create(&dev, shoal_ib_fifo_depth(FIFO_SLOTS), &qp) == SHOAL_OK,
                out_dev, "qp");
     struct {
@@ -301,25 +320,18 @@ static int fifo_side(int side, int fd)
     shoal_ib_addr_pack(&qp.local, mine.addr);
     RANK_CHECK(xfer(fd, &mine, sizeof(mine), 1) == 0 && xfer(fd, &theirs, sizeof(theirs), 0) == 0,
                out_fifo, "exchange");
-    shoal_ib_addr_t remote;
-    RANK_CHECK(shoal_ib_addr_unpack(theirs.addr, sizeof(theirs.addr), &remote) == SHOAL_OK,
-               out_fifo, "unpack");
-    RANK_CHECK(shoal_ib_qp_connect(&qp, &remote) == SHOAL_OK, out_fifo, "connect");
+    RANK_CHECK(connect_to(&qp, theirs.addr) == 0, out_fifo, "connect");
     shoal_ib_fifo_attach(&fifo, &theirs.fifo);
-    char go = 1;
-    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_fifo, "ready");
+    RANK_CHECK(meet(fd) == 0, out_fifo, "ready");
     rc = fifo_stream(&fifo, side);
     /* Neither side tears down while the other may still write. */
-    RANK_CHECK(xfer(fd, &go, 1, 1) == 0 && xfer(fd, &go, 1, 0) == 0, out_fifo, "done");
+    RANK_CHECK(meet(fd) == 0, out_fifo, "done");
 out_fifo:
     shoal_ib_fifo_destroy(&fifo);
 out_qp:
     shoal_ib_qp_destroy(&qp);
 out_dev:
     shoal_ib_dev_close(&dev);
-out_list:
-    shoal_ib_ports_free(&list);
-out:
     return rc;
 }
 #endif

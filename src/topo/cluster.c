@@ -22,14 +22,13 @@ static hwloc_bitmap_t bind_saved;
 static char place_key[3 * SHOAL_CONFIG_STR_MAX + 3];
 static int place_warned;
 
-void shoal_place_self(shoal_place_t *place_p)
+/* The topology the settings name, loaded when they changed (under
+ * place_lock); NULL when none can be read. */
+static shoal_topo_t *place_topo_locked(void)
 {
     const shoal_topo_config_t *cfg = &shoal_config_get()->topo;
     char key[sizeof(place_key)];
     snprintf(key, sizeof(key), "%s|%s|%s", cfg->file, cfg->synthetic, cfg->cpus);
-    place_p->numa = place_p->gpu = place_p->nic = -1;
-
-    pthread_mutex_lock(&place_lock);
     if (place_topo && strcmp(key, place_key)) {
         if (place_topo != bind_topo) /* else shoal_place_unbind frees it */
             shoal_topo_destroy(place_topo);
@@ -44,6 +43,14 @@ void shoal_place_self(shoal_place_t *place_p)
                        "GPUs or NICs");
         }
     }
+    return place_topo;
+}
+
+void shoal_place_self(shoal_place_t *place_p)
+{
+    place_p->numa = place_p->gpu = place_p->nic = -1;
+    pthread_mutex_lock(&place_lock);
+    place_topo_locked();
     if (place_topo) {
         hwloc_const_cpuset_t bind = shoal_topo_binding(place_topo);
         place_p->numa = shoal_topo_binding_numa(place_topo);
@@ -56,15 +63,13 @@ void shoal_place_self(shoal_place_t *place_p)
 int shoal_place_bind(int rank, int pos, int nlocal)
 {
     int mode = shoal_config_get()->topo.bind;
-    shoal_place_t unused;
     if (mode == SHOAL_BIND_OFF)
         return 0;
-    shoal_place_self(&unused); /* loads the topology */
     pthread_mutex_lock(&place_lock);
     int held = 0;
     if (bind_holds > 0) {
         held = ++bind_holds;
-    } else if (place_topo) {
+    } else if (place_topo_locked()) {
         hwloc_bitmap_t saved = hwloc_bitmap_alloc(), now = hwloc_bitmap_alloc();
         int r = saved && now ? shoal_topo_bind_self(place_topo, mode, pos, nlocal, saved, now)
                              : -1;

@@ -152,21 +152,25 @@ shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f)
     return send_credit(f);
 }
 
+/* The peer's slot is free, and ours: its last write completed. */
+static int slot_free(const shoal_ib_fifo_t *f)
+{
+    return f->tx_head - *f->freed < f->nslots && f->tx_head - f->tx_done < f->nslots &&
+           f->sq_used < f->sq_depth;
+}
+
 shoal_status_t shoal_ib_fifo_send_slot(shoal_ib_fifo_t *f, void **buf_p, size_t *cap_p)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        /* The peer's slot is free, and ours: its last write completed. */
-        if (f->tx_head - *f->freed < f->nslots && f->tx_head - f->tx_done < f->nslots &&
-            f->sq_used < f->sq_depth) {
-            *buf_p = tx_slot(f, f->tx_head) + SHOAL_IB_SLOT_HEAD;
-            *cap_p = f->chunk;
-            return SHOAL_OK;
-        }
-        shoal_status_t s = pass ? SHOAL_OK : shoal_ib_fifo_progress(f);
+    if (!slot_free(f)) {
+        shoal_status_t s = shoal_ib_fifo_progress(f);
         if (s != SHOAL_OK)
             return s;
+        if (!slot_free(f))
+            return SHOAL_INPROGRESS;
     }
-    return SHOAL_INPROGRESS;
+    *buf_p = tx_slot(f, f->tx_head) + SHOAL_IB_SLOT_HEAD;
+    *cap_p = f->chunk;
+    return SHOAL_OK;
 }
 
 shoal_status_t shoal_ib_fifo_send_post(shoal_ib_fifo_t *f, size_t len, const void *hdr)
