@@ -80,9 +80,15 @@ typedef struct {
     int test_probe_fail; /* SHOAL_TEST_SHM_PROBE_FAIL, tests only: this rank's part fails */
 } shoal_shm_config_t;
 
+/* Queue pairs per ib peer at most (SHOAL_IB_QPS_PER_CONN). */
+#define SHOAL_IB_QPS_MAX 8
+
 typedef struct {
+    int enable;                     /* SHOAL_IB_ENABLE */
     char hca[SHOAL_CONFIG_STR_MAX]; /* SHOAL_IB_HCA: devices and ports, NCCL's syntax */
     int gid_index;                  /* SHOAL_IB_GID_INDEX; -1: the RoCE v2 IPv4 entry */
+    int qps;                        /* SHOAL_IB_QPS_PER_CONN */
+    size_t nslots;                  /* SHOAL_IB_NSLOTS: slots per direction and peer */
 } shoal_ib_config_t;
 
 typedef struct {

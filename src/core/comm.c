@@ -405,6 +405,7 @@ static void comm_free(struct shoal_comm *comm)
     free(comm->team.eps);
     free(comm->team.waited_ns);
     free(comm->host_ids);
+    free(comm->rdma_devs);
     shoal_cluster_free(&comm->team.cluster);
     if (comm->bound)
         shoal_place_unbind();

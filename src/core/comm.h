@@ -37,6 +37,10 @@ struct shoal_comm {
     /* Host identity of every rank, from the bootstrap exchange. */
     char (*host_ids)[SHOAL_HOST_ID_MAX];
     int *host_of;             /* dense host index of each rank */
+    /* The RDMA device and port each rank reaches other hosts through
+     * ("" where it uses none), from the link setup's exchange; NULL on a
+     * communicator of one host. For introspection. */
+    char (*rdma_devs)[SHOAL_TL_NIC_MAX];
     /* Every rank's process id (for messages) and a random tag of its own
      * for this communicator, also from the init exchange: transports name
      * what they create in the file system after it, so that the other

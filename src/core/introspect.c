@@ -79,14 +79,16 @@ void shoal_introspect_transports(FILE *out)
         const char *setting;
     } list[] = {
         {&shoal_shm_ops, cfg->shm.enable, "SHOAL_SHM_ENABLE"},
+        {&shoal_ib_ops, cfg->ib.enable, "SHOAL_IB_ENABLE"},
         {&shoal_tcp_ops, cfg->tcp.enable, "SHOAL_TCP_ENABLE"},
     };
     for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++)
         fprintf(out, "  %-8s %s (%s)\n", list[i].ops->name, list[i].enabled ? "enabled" : "disabled",
                list[i].setting);
-    /* The RDMA ports the ib transport will use (it is not built yet). */
+    /* The RDMA ports ib may use; a rank takes the one on the NIC nearest
+     * it (shoal_info -T -C shows each rank's). */
     shoal_ib_list_t ib;
-    fprintf(out, "  %-8s not built yet; RDMA ports (SHOAL_IB_HCA, SHOAL_IB_GID_INDEX):\n", "ib");
+    fprintf(out, "  ib's RDMA ports (SHOAL_IB_HCA, SHOAL_IB_GID_INDEX):\n");
     if (shoal_ib_ports_find(&ib) == SHOAL_OK) {
         shoal_ib_ports_print(&ib, out);
         shoal_ib_ports_free(&ib);
@@ -132,6 +134,11 @@ void shoal_introspect_cluster(shoal_comm_t comm, FILE *out)
                                                            : comm->host_ids[r];
     shoal_cluster_print(c, names, out);
     shoal_links_print(&comm->team.cost.links, out);
+    if (comm->rdma_devs) {
+        fprintf(out, "RDMA device of each rank (\"-\": none, tcp between hosts):\n");
+        for (int r = 0; r < comm->team.nranks; r++)
+            fprintf(out, "  rank %d: %s\n", r, comm->rdma_devs[r][0] ? comm->rdma_devs[r] : "-");
+    }
     free(names);
 }
 

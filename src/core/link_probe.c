@@ -104,7 +104,7 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
         if (a < 0 || (comm->team.rank != a && comm->team.rank != b))
             continue;
         int peer = comm->team.rank == a ? b : a;
-        shoal_link_class_t cls = shoal_links_class(&comm->team.cluster, a, b);
+        shoal_link_class_t cls = shoal_links_class(links, &comm->team.cluster, a, b);
         /* Between hosts the large transfers go both ways at once: the
          * simulator and the cost model give a host's link in and its link
          * out the class's bandwidth at the same time (sim.h), and a
@@ -143,15 +143,75 @@ static shoal_status_t links_probe(struct shoal_comm *comm, shoal_links_t *links)
     return s;
 }
 
+/* What each rank's endpoints to other hosts are: whether it has any, and
+ * whether all of them are RDMA (ib) and the slowest port rate they run at. */
+typedef struct {
+    int32_t remote;
+    int32_t rdma;
+    double Bps;
+    char dev[SHOAL_TL_NIC_MAX];
+} inter_card_t;
+
+/* The class between hosts: rdma where every rank reaches the ranks of the
+ * other hosts over ib, at the slowest port's rate; tcp otherwise. Every
+ * rank takes the same answer from one all-gather. */
+static shoal_status_t links_inter(struct shoal_comm *comm, shoal_links_t *l)
+{
+    l->inter = SHOAL_LINK_TCP;
+    if (comm->team.nhosts < 2)
+        return SHOAL_OK;
+    inter_card_t *cards = calloc((size_t)comm->team.nranks, sizeof(*cards));
+    if (!cards)
+        return SHOAL_ERR_NO_MEMORY;
+    inter_card_t *mine = &cards[comm->team.rank];
+    mine->rdma = 1;
+    for (int peer = 0; peer < comm->team.nranks; peer++) {
+        shoal_ep_t *ep = comm->team.eps[peer];
+        if (peer == comm->team.rank ||
+            comm->team.cluster.host_of[peer] == comm->team.cluster.host_of[comm->team.rank])
+            continue;
+        mine->remote = 1;
+        if (!ep || ep->ops != &shoal_ib_ops) {
+            mine->rdma = 0;
+        } else {
+            memcpy(mine->dev, ep->ctx->dev, sizeof(mine->dev));
+            if (ep->ctx->link_Bps > 0 && (mine->Bps == 0 || ep->ctx->link_Bps < mine->Bps))
+                mine->Bps = ep->ctx->link_Bps;
+        }
+    }
+    shoal_status_t s = shoal_bootstrap_allgather(comm->bootstrap, cards, sizeof(*cards));
+    comm->rdma_devs = s == SHOAL_OK ? calloc((size_t)comm->team.nranks,
+                                             sizeof(*comm->rdma_devs)) : NULL;
+    for (int r = 0; comm->rdma_devs && r < comm->team.nranks; r++) {
+        memcpy(comm->rdma_devs[r], cards[r].dev, sizeof(cards[r].dev));
+        comm->rdma_devs[r][SHOAL_TL_NIC_MAX - 1] = '\0';
+    }
+    int rdma = s == SHOAL_OK;
+    double Bps = 0;
+    for (int r = 0; r < comm->team.nranks && rdma; r++) {
+        if (!cards[r].remote)
+            continue;
+        rdma = cards[r].rdma;
+        if (cards[r].Bps > 0 && (Bps == 0 || cards[r].Bps < Bps))
+            Bps = cards[r].Bps;
+    }
+    free(cards);
+    if (rdma) {
+        l->inter = SHOAL_LINK_RDMA;
+        if (Bps > 0)
+            l->cls[SHOAL_LINK_RDMA].bw_Bps = Bps;
+    }
+    return s;
+}
+
 shoal_status_t shoal_links_setup(struct shoal_comm *comm)
 {
     const shoal_config_t *cfg = shoal_config_get();
     shoal_links_t *l = &comm->team.cost.links;
     shoal_links_defaults(l);
     l->intra = comm->team.cluster.cross_numa ? SHOAL_LINK_SHM_CROSS_NUMA : SHOAL_LINK_SHM_SAME_NUMA;
-    l->inter = SHOAL_LINK_TCP;
-    shoal_status_t s = SHOAL_OK;
-    if (cfg->topo.probe)
+    shoal_status_t s = links_inter(comm, l);
+    if (s == SHOAL_OK && cfg->topo.probe)
         s = links_probe(comm, l);
     if (s == SHOAL_OK)
         s = shoal_links_parse(cfg->topo.links, l);

@@ -51,6 +51,8 @@ static void wireup_params(struct shoal_comm *comm, shoal_tl_params_t *par)
                  .secret = wireup_secret},
         .timeout_ns = comm->team.timeout_ns,
     };
+    shoal_place_nic_name(comm->team.cluster.place[comm->team.rank].nic, par->nic,
+                         sizeof(par->nic));
 }
 
 typedef struct {
@@ -100,13 +102,18 @@ static shoal_status_t wireup_peer(struct shoal_comm *comm, const shoal_tl_params
             continue;
         s = shoal_transports[t]->connect(comm->team.tl_ctx[t], peer, theirs->blob, theirs->len, deadline,
                                    &comm->team.eps[peer]);
+        /* Both ends see both blobs, so both turn away from a transport
+         * whose two ends cannot meet (ib ports of two link layers) alike. */
+        if (s == SHOAL_ERR_UNSUPPORTED)
+            continue;
         if (s != SHOAL_OK)
             return s;
         shoal_debug(INIT, "rank %d -> %d over %s", comm->team.rank, peer, shoal_transports[t]->name);
         return SHOAL_OK;
     }
-    shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s)", comm->team.rank, peer,
-                comm->host_ids[peer]);
+    shoal_error(INIT, "rank %d: no transport reaches rank %d (host %s): ib needs an active "
+                "RDMA port on both hosts (SHOAL_DEBUG=info says why it is unavailable), tcp "
+                "SHOAL_TCP_ENABLE=y", comm->team.rank, peer, comm->host_ids[peer]);
     return SHOAL_ERR_UNSUPPORTED;
 }
 

@@ -65,6 +65,16 @@ static int nccl_same_text(const char *nccl_text, char *out, char *note, size_t n
     return 0;
 }
 
+/* NCCL_IB_DISABLE=1 turns ib off: SHOAL_IB_ENABLE is its opposite. */
+static int nccl_ib_disable(const char *nccl_text, char *out, char *note, size_t note_cap)
+{
+    if (!strcmp(nccl_text, "0") || !strcmp(nccl_text, "1")) {
+        strcpy(out, nccl_text[0] == '1' ? "n" : "y");
+        return 0;
+    }
+    return -1;
+}
+
 /* NCCL_DEBUG: NCCL's levels onto shoal's. VERSION, NCCL's version line
  * alone, becomes warn, the quietest level that still reports trouble;
  * ABORT becomes error. */
@@ -311,5 +321,7 @@ SHOAL_CONFIG_ALIAS(NCCL_DEBUG_FILE, nccl_same_text);
 SHOAL_CONFIG_ALIAS(NCCL_SOCKET_IFNAME, nccl_same_text);
 SHOAL_CONFIG_ALIAS(NCCL_IB_HCA, nccl_same_text);
 SHOAL_CONFIG_ALIAS(NCCL_IB_GID_INDEX, nccl_same_text);
+SHOAL_CONFIG_ALIAS(NCCL_IB_DISABLE, nccl_ib_disable);
+SHOAL_CONFIG_ALIAS(NCCL_IB_QPS_PER_CONNECTION, nccl_same_text);
 SHOAL_CONFIG_ALIAS(NCCL_COMM_ID, nccl_same_text);
 SHOAL_CONFIG_ALIAS(NCCL_ALGO, nccl_algo);

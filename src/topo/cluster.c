@@ -60,6 +60,16 @@ void shoal_place_self(shoal_place_t *place_p)
     pthread_mutex_unlock(&place_lock);
 }
 
+void shoal_place_nic_name(int nic, char *name, size_t cap)
+{
+    name[0] = '\0';
+    pthread_mutex_lock(&place_lock);
+    const shoal_topo_nic_t *n = place_topo ? shoal_topo_nic(place_topo, nic) : NULL;
+    if (n && n->has_verbs && n->nnames > 0)
+        snprintf(name, cap, "%s", n->names[0]);
+    pthread_mutex_unlock(&place_lock);
+}
+
 int shoal_place_bind(int rank, int pos, int nlocal)
 {
     int mode = shoal_config_get()->topo.bind;

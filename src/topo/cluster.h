@@ -27,6 +27,9 @@ typedef struct {
  * SHOAL_TOPO_SYNTHETIC change). When no topology can be read, every field
  * is -1 and a warning is logged once. Thread-safe. */
 void shoal_place_self(shoal_place_t *place_p);
+/* The OpenFabrics device name of NIC nic of this host's topology (a
+ * place's nic), or "" when it has none or nic is -1. Thread-safe. */
+void shoal_place_nic_name(int nic, char *name, size_t cap);
 
 /* Bind this process for a communicator where it is rank, at local
  * position pos of the nlocal ranks on its host, each in a process of its

@@ -77,14 +77,15 @@ err_bad:
     return SHOAL_ERR_INVALID_ARG;
 }
 
-shoal_link_class_t shoal_links_class(const shoal_cluster_t *c, int a, int b)
+shoal_link_class_t shoal_links_class(const shoal_links_t *l, const shoal_cluster_t *c, int a,
+                                     int b)
 {
     if (c->host_of[a] == c->host_of[b]) {
         int na = c->place[a].numa, nb = c->place[b].numa;
         return na >= 0 && nb >= 0 && na != nb ? SHOAL_LINK_SHM_CROSS_NUMA
                                               : SHOAL_LINK_SHM_SAME_NUMA;
     }
-    return SHOAL_LINK_TCP;
+    return l->inter;
 }
 
 void shoal_links_print(const shoal_links_t *links, FILE *out)

@@ -32,8 +32,10 @@ void shoal_links_defaults(shoal_links_t *links_p);
  * is then unchanged. */
 shoal_status_t shoal_links_parse(const char *text, shoal_links_t *links_p);
 
-/* The class between ranks a and b of a cluster view. */
-shoal_link_class_t shoal_links_class(const shoal_cluster_t *c, int a, int b);
+/* The class between ranks a and b of a cluster view: l->inter between
+ * hosts. */
+shoal_link_class_t shoal_links_class(const shoal_links_t *l, const shoal_cluster_t *c, int a,
+                                     int b);
 
 /* Print the classes with their figures (shoal_info -T). */
 void shoal_links_print(const shoal_links_t *links, FILE *out);

@@ -12,7 +12,7 @@ _Static_assert(SHOAL_IB_SLOT_HEAD == 8 + SHOAL_TL_HDR_BYTES,
                "a slot's head is its length and the transport header");
 
 #if SHOAL_HAVE_IBVERBS
-enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3 };
+enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3, WR_PUT = 4 };
 
 /* Where the credit words sit: after both rings, a line apart. */
 static size_t credit_off(const shoal_ib_fifo_t *f)
@@ -32,8 +32,9 @@ static unsigned char *rx_slot(const shoal_ib_fifo_t *f, uint64_t n)
 
 int shoal_ib_fifo_depth(size_t nslots)
 {
-    /* nslots data writes and as many credit writes in flight, at most. */
-    return (int)(2 * nslots + 2);
+    /* nslots data writes and as many credit writes in flight, at most,
+     * and room for a put beside its signal. */
+    return (int)(2 * nslots + 4);
 }
 
 static shoal_status_t post_recv(shoal_ib_fifo_t *f)
@@ -55,6 +56,7 @@ shoal_status_t shoal_ib_fifo_create(shoal_ib_qp_t *qp, size_t nslots, size_t chu
     f->chunk = chunk;
     f->stride = (SHOAL_IB_SLOT_HEAD + chunk + 63) & ~(size_t)63;
     f->sq_depth = (size_t)shoal_ib_fifo_depth(nslots);
+    f->max_inline = qp->max_inline;
     size_t bytes = credit_off(f) + 128;
     if (posix_memalign((void **)&f->mem, 4096, bytes) != 0) {
         f->mem = NULL;
@@ -94,22 +96,45 @@ void shoal_ib_fifo_destroy(shoal_ib_fifo_t *f)
     memset(f, 0, sizeof(*f));
 }
 
-static shoal_status_t post_write(shoal_ib_fifo_t *f, uint64_t kind, void *src, size_t len,
-                                 uint64_t remote, int imm, uint32_t imm_data)
+static shoal_status_t post_write_key(shoal_ib_fifo_t *f, uint64_t kind, const void *src,
+                                     uint32_t lkey, size_t len, uint64_t remote, uint32_t rkey,
+                                     int imm, uint32_t imm_data)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = f->mr->lkey};
+    struct ibv_sge sge = {.addr = (uintptr_t)src, .length = (uint32_t)len, .lkey = lkey};
     struct ibv_send_wr wr = {
-        .wr_id = kind, .sg_list = &sge, .num_sge = 1,
+        .wr_id = kind, .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
         .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
         .send_flags = IBV_SEND_SIGNALED, .imm_data = imm_data,
-        .wr = {.rdma = {.remote_addr = remote, .rkey = f->peer.rkey}},
+        .wr = {.rdma = {.remote_addr = remote, .rkey = rkey}},
     }, *bad;
+    /* Small writes go inline: the device copies them at post time. */
+    if (len <= f->max_inline)
+        wr.send_flags |= IBV_SEND_INLINE;
     if (ibv_post_send(f->qp->qp, &wr, &bad) != 0) {
         shoal_error(IBV, "ibv_post_send on %s: %s", f->qp->dev->port.dev, strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
     f->sq_used++;
     return SHOAL_OK;
+}
+
+static shoal_status_t post_write(shoal_ib_fifo_t *f, uint64_t kind, void *src, size_t len,
+                                 uint64_t remote, int imm, uint32_t imm_data)
+{
+    return post_write_key(f, kind, src, f->mr->lkey, len, remote, f->peer.rkey, imm, imm_data);
+}
+
+int shoal_ib_fifo_put_room(const shoal_ib_fifo_t *f)
+{
+    return f->sq_used + 2 <= f->sq_depth;
+}
+
+shoal_status_t shoal_ib_fifo_put(shoal_ib_fifo_t *f, const void *src, uint32_t lkey,
+                                 uint64_t remote, uint32_t rkey, size_t len)
+{
+    if (len > SHOAL_IB_PUT_MAX || !shoal_ib_fifo_put_room(f))
+        return SHOAL_ERR_INTERNAL;
+    return post_write_key(f, WR_PUT, src, lkey, len, remote, rkey, 0, 0);
 }
 
 /* Tells the peer how many of its slots this side released, when the send

@@ -53,6 +53,7 @@ typedef struct {
     uint64_t *credit_src;  /* rx_tail as the credit write reads it */
     size_t sq_used;        /* send work requests not yet completed */
     size_t sq_depth;
+    size_t max_inline;     /* writes up to this many bytes go inline */
 } shoal_ib_fifo_t;
 
 /* A FIFO on qp (created with depth at least shoal_ib_fifo_depth(nslots)),
@@ -73,6 +74,14 @@ shoal_status_t shoal_ib_fifo_recv_release(shoal_ib_fifo_t *f);
 /* SHOAL_OK once every posted message's write completed. */
 shoal_status_t shoal_ib_fifo_flush(shoal_ib_fifo_t *f);
 shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f);
+/* Zero-copy: an RDMA write of len bytes (at most SHOAL_IB_PUT_MAX) from
+ * src, registered with lkey, to remote under rkey, on the FIFO's queue pair,
+ * so the next message posted arrives behind it. Only while put_room says
+ * the send queue has room for it and its signal. */
+#define SHOAL_IB_PUT_MAX ((size_t)1 << 30)
+int shoal_ib_fifo_put_room(const shoal_ib_fifo_t *f);
+shoal_status_t shoal_ib_fifo_put(shoal_ib_fifo_t *f, const void *src, uint32_t lkey,
+                                 uint64_t remote, uint32_t rkey, size_t len);
 #endif
 
 #endif

@@ -4,8 +4,28 @@
 #include "base/auth.h"
 #include "base/log.h"
 
+#include "base/clock.h"
+
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
+
+static atomic_size_t ib_live;
+
+size_t shoal_ib_live_objects(void)
+{
+    return atomic_load(&ib_live);
+}
+
+static void live_add(size_t n)
+{
+    atomic_fetch_add(&ib_live, n);
+}
+
+static void live_sub(size_t n)
+{
+    atomic_fetch_sub(&ib_live, n);
+}
 
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
@@ -86,6 +106,7 @@ shoal_status_t shoal_ib_dev_open(const shoal_ib_port_t *port, shoal_ib_dev_t *de
         v->close_device(ctx);
         return SHOAL_ERR_SYSTEM;
     }
+    live_add(2);
     dev->v = v;
     dev->ctx = ctx;
     dev->pd = pd;
@@ -99,8 +120,10 @@ void shoal_ib_dev_close(shoal_ib_dev_t *dev)
 {
     if (dev->pd && dev->v->dealloc_pd(dev->pd) != 0)
         shoal_warn(IBV, "ibv_dealloc_pd on %s: %s", dev->port.dev, strerror(errno));
-    if (dev->ctx)
+    if (dev->ctx) {
         dev->v->close_device(dev->ctx);
+        live_sub(2);
+    }
     memset(dev, 0, sizeof(*dev));
 }
 
@@ -115,17 +138,25 @@ shoal_status_t shoal_ib_qp_create(shoal_ib_dev_t *dev, int depth, shoal_ib_qp_t 
                     strerror(errno));
         return SHOAL_ERR_SYSTEM;
     }
+    live_add(1);
     struct ibv_qp_init_attr init = {
         .send_cq = qp->cq, .recv_cq = qp->cq, .qp_type = IBV_QPT_RC,
         .cap = {.max_send_wr = (uint32_t)depth, .max_recv_wr = (uint32_t)depth,
-                .max_send_sge = 1, .max_recv_sge = 1},
+                .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = 64},
     };
     qp->qp = v->create_qp(dev->pd, &init);
+    if (!qp->qp) {
+        /* A device without inline writes: every write reads memory. */
+        init.cap.max_inline_data = 0;
+        qp->qp = v->create_qp(dev->pd, &init);
+    }
     if (!qp->qp) {
         shoal_error(IBV, "ibv_create_qp on %s: %s", dev->port.dev, strerror(errno));
         shoal_ib_qp_destroy(qp);
         return SHOAL_ERR_SYSTEM;
     }
+    live_add(1);
+    qp->max_inline = init.cap.max_inline_data;
     struct ibv_qp_attr a = {
         .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = (uint8_t)dev->port.port,
         .qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
@@ -199,13 +230,42 @@ shoal_status_t shoal_ib_qp_connect(shoal_ib_qp_t *qp, const shoal_ib_addr_t *rem
     return SHOAL_OK;
 }
 
+void shoal_ib_qp_drain(shoal_ib_qp_t *qp, uint64_t deadline_ns)
+{
+    if (!qp->qp)
+        return;
+    struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+    if (qp->dev->v->modify_qp(qp->qp, &a, IBV_QP_STATE) != 0) {
+        shoal_warn(IBV, "queue pair to ERR on %s: %s", qp->dev->port.dev, strerror(errno));
+        return;
+    }
+    /* Flushed work requests complete in error at once; a request the
+     * device is still working on completes when it is done with it. Quiet
+     * for a while means nothing is left. */
+    struct ibv_wc wc[16];
+    uint64_t quiet = shoal_deadline_after(2000000);
+    while (!shoal_deadline_passed(quiet) && !shoal_deadline_passed(deadline_ns)) {
+        int n = ibv_poll_cq(qp->cq, 16, wc);
+        if (n < 0)
+            break;
+        if (n > 0)
+            quiet = shoal_deadline_after(2000000);
+    }
+}
+
 void shoal_ib_qp_destroy(shoal_ib_qp_t *qp)
 {
     const shoal_ibv_t *v = qp->dev ? qp->dev->v : NULL;
-    if (qp->qp && v->destroy_qp(qp->qp) != 0)
-        shoal_warn(IBV, "ibv_destroy_qp on %s: %s", qp->dev->port.dev, strerror(errno));
-    if (qp->cq && v->destroy_cq(qp->cq) != 0)
-        shoal_warn(IBV, "ibv_destroy_cq on %s: %s", qp->dev->port.dev, strerror(errno));
+    if (qp->qp) {
+        if (v->destroy_qp(qp->qp) != 0)
+            shoal_warn(IBV, "ibv_destroy_qp on %s: %s", qp->dev->port.dev, strerror(errno));
+        live_sub(1);
+    }
+    if (qp->cq) {
+        if (v->destroy_cq(qp->cq) != 0)
+            shoal_warn(IBV, "ibv_destroy_cq on %s: %s", qp->dev->port.dev, strerror(errno));
+        live_sub(1);
+    }
     memset(qp, 0, sizeof(*qp));
 }
 
@@ -216,12 +276,17 @@ struct ibv_mr *shoal_ib_mr_reg(shoal_ib_dev_t *dev, void *addr, size_t len)
                                            IBV_ACCESS_REMOTE_READ);
     if (!mr)
         shoal_error(IBV, "ibv_reg_mr of %zu B on %s: %s", len, dev->port.dev, strerror(errno));
+    else
+        live_add(1);
     return mr;
 }
 
 void shoal_ib_mr_dereg(shoal_ib_dev_t *dev, struct ibv_mr *mr)
 {
-    if (mr && dev->v->dereg_mr(mr) != 0)
+    if (!mr)
+        return;
+    if (dev->v->dereg_mr(mr) != 0)
         shoal_warn(IBV, "ibv_dereg_mr on %s: %s", dev->port.dev, strerror(errno));
+    live_sub(1);
 }
 #endif

@@ -32,6 +32,11 @@ void shoal_ib_addr_pack(const shoal_ib_addr_t *a, uint8_t out[SHOAL_IB_ADDR_BYTE
  * layer, an MTU out of range or a PSN wider than 24 bits. */
 shoal_status_t shoal_ib_addr_unpack(const uint8_t *in, size_t len, shoal_ib_addr_t *a);
 
+/* Verbs objects this process holds now (device contexts, protection
+ * domains, completion queues, queue pairs, memory regions): what a test of
+ * teardown expects to be 0 once every communicator is gone. */
+size_t shoal_ib_live_objects(void);
+
 #if SHOAL_HAVE_IBVERBS
 typedef struct {
     const shoal_ibv_t *v;
@@ -52,6 +57,7 @@ typedef struct {
     shoal_ib_dev_t *dev;
     struct ibv_cq *cq;    /* sends' and receives' completions */
     struct ibv_qp *qp;
+    size_t max_inline;    /* bytes a write may carry inline */
     shoal_ib_addr_t local;
 } shoal_ib_qp_t;
 
@@ -62,6 +68,10 @@ shoal_status_t shoal_ib_qp_create(shoal_ib_dev_t *dev, int depth, shoal_ib_qp_t 
  * a retry: the transport grants its sends with credits. SHOAL_ERR_PEER
  * for an address of another link layer. */
 shoal_status_t shoal_ib_qp_connect(shoal_ib_qp_t *qp, const shoal_ib_addr_t *remote);
+/* Moves the queue pair to the error state and reaps its completions (the
+ * ones flushed in error included) until none is left or deadline_ns:
+ * before destroy, so nothing of it is in flight in the device. */
+void shoal_ib_qp_drain(shoal_ib_qp_t *qp, uint64_t deadline_ns);
 void shoal_ib_qp_destroy(shoal_ib_qp_t *qp);
 
 /* Registers [addr, addr + len) for local access and remote reads and

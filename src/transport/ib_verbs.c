@@ -50,6 +50,10 @@ static void ibv_load(void)
     IBV_SYM(create_qp, "ibv_create_qp");
     IBV_SYM(modify_qp, "ibv_modify_qp");
     IBV_SYM(destroy_qp, "ibv_destroy_qp");
+    IBV_SYM(get_async_event, "ibv_get_async_event");
+    IBV_SYM(ack_async_event, "ibv_ack_async_event");
+    IBV_SYM(event_type_str, "ibv_event_type_str");
+    IBV_SYM(wc_status_str, "ibv_wc_status_str");
     ibv_loaded = &ibv_table;
     return;
 missing:

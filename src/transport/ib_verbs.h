@@ -31,6 +31,10 @@ typedef struct {
     struct ibv_qp *(*create_qp)(struct ibv_pd *pd, struct ibv_qp_init_attr *attr);
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask);
     int (*destroy_qp)(struct ibv_qp *qp);
+    int (*get_async_event)(struct ibv_context *ctx, struct ibv_async_event *event);
+    void (*ack_async_event)(struct ibv_async_event *event);
+    const char *(*event_type_str)(enum ibv_event_type type);
+    const char *(*wc_status_str)(enum ibv_wc_status status);
 } shoal_ibv_t;
 
 /* The table, loaded once per process (thread-safe). NULL when

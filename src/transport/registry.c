@@ -4,5 +4,6 @@
 
 const shoal_transport_ops_t *const shoal_transports[SHOAL_NTRANSPORTS] = {
     &shoal_shm_ops,
+    &shoal_ib_ops,
     &shoal_tcp_ops,
 };

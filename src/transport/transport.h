@@ -48,6 +48,8 @@ typedef struct shoal_transport_ops shoal_transport_ops_t;
 #define SHOAL_TL_HDR_BYTES 24
 /* Bytes of a remote key at most. */
 #define SHOAL_TL_RKEY_MAX 64
+/* Bytes of a device name in shoal_tl_params_t, with its NUL. */
+#define SHOAL_TL_NIC_MAX 64
 /* Bytes of a rank's random tag (see shoal_tl_params_t). */
 #define SHOAL_TL_TAG_BYTES 16
 
@@ -82,6 +84,9 @@ typedef struct {
     const uint8_t (*tags)[SHOAL_TL_TAG_BYTES];
     shoal_tl_boot_t boot;
     uint64_t timeout_ns;      /* how long a wait on peers at ready may last */
+    /* The OpenFabrics device of the NIC nearest this rank in its host's
+     * topology; "" when none is known. */
+    char nic[SHOAL_TL_NIC_MAX];
 } shoal_tl_params_t;
 
 /* Base of every transport context; transports embed it first. */
@@ -93,6 +98,12 @@ typedef struct shoal_tl_ctx {
      * rank of the communicator is to use (no larger than params.chunk_size);
      * 0: no opinion. */
     size_t piece;
+    /* Set by open where the transport knows the rate its link runs at
+     * (bytes per second of data; an RDMA port's); 0: unknown. */
+    double link_Bps;
+    /* The device (and port) it moves data through, for introspection:
+     * "rxe0:1"; "" for none. */
+    char dev[SHOAL_TL_NIC_MAX];
 } shoal_tl_ctx_t;
 
 /* Base of every endpoint (one per connected peer); embedded first. */
@@ -272,11 +283,13 @@ size_t shoal_tcp_slot_bytes(const shoal_tl_ctx_t *ctx);
 size_t shoal_tcp_redials(const shoal_tl_ctx_t *ctx);
 
 extern const shoal_transport_ops_t shoal_shm_ops;
+extern const shoal_transport_ops_t shoal_ib_ops;
 extern const shoal_transport_ops_t shoal_tcp_ops;
 
 /* The transports in order of preference (shared memory wherever it
- * reaches, tcp elsewhere): SHOAL_NTRANSPORTS of them. */
-#define SHOAL_NTRANSPORTS 2
+ * reaches, RDMA verbs between hosts whose ports can, tcp elsewhere):
+ * SHOAL_NTRANSPORTS of them. */
+#define SHOAL_NTRANSPORTS 3
 extern const shoal_transport_ops_t *const shoal_transports[SHOAL_NTRANSPORTS];
 
 #endif
