@@ -192,6 +192,11 @@ static int run_side(int side, int fd)
     /* Both sides are ready to receive before either writes. */
     RANK_CHECK(meet(fd) == 0, out_qp, "ready");
     const size_t sizes[] = {0, 1, 4097, BUF_BYTES};
+    /* The peer's answer may complete here before our write's own
+     * completion (the device reaps acknowledgements and arrivals apart):
+     * kept for the next turn. */
+    struct ibv_wc early;
+    int have_early = 0;
     for (int round = 0; round < 4; round++) {
         size_t len = sizes[round];
         for (int turn = 0; turn < 2; turn++) {
@@ -202,12 +207,23 @@ static int run_side(int side, int fd)
                 RANK_CHECK(post_write(qp.qp, mr, len, &theirs, theirs.rkey,
                                       (uint32_t)(round * 2 + side)) == 0, out_qp, "post_send");
                 RANK_CHECK(poll_one(qp.cq, &wc) == 0, out_qp, "no send completion");
+                if (!have_early && wc.status == IBV_WC_SUCCESS &&
+                    wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+                    early = wc;
+                    have_early = 1;
+                    RANK_CHECK(poll_one(qp.cq, &wc) == 0, out_qp, "no send completion");
+                }
                 RANK_CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RDMA_WRITE, out_qp,
                            "send completion: status %d opcode %d", wc.status, wc.opcode);
                 /* The other side's answer lands in our buffer only after it
                  * saw this one, so the buffer is free again. */
+            } else if (have_early) {
+                wc = early;
+                have_early = 0;
             } else {
                 RANK_CHECK(poll_one(qp.cq, &wc) == 0, out_qp, "no receive completion");
+            }
+            if (turn != side) {
                 RANK_CHECK(wc.status == IBV_WC_SUCCESS && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM,
                            out_qp, "receive: status %d opcode %d", wc.status, wc.opcode);
                 RANK_CHECK(ntohl(wc.imm_data) == (uint32_t)(round * 2 + 1 - side), out_qp,
@@ -250,18 +266,48 @@ static size_t fifo_len(int side, uint64_t n)
     return sizes[(n + (uint64_t)side * 3) % (sizeof(sizes) / sizeof(sizes[0]))];
 }
 
-/* Both directions at once: send the next message when a slot is free,
- * take the next one when it came, until both are done. */
-static int fifo_stream(shoal_ib_fifo_t *f, int side)
+/* Send nsend messages and take nrecv at once: the next message when a
+ * slot is free, the next one in when it came, until both are done; with
+ * pace_us, a pause after each message sent. */
+static int fifo_stream(shoal_ib_fifo_t *f, int side, uint64_t nsend, uint64_t nrecv,
+                       unsigned pace_us);
+
+/* Credits pile up on a side that only sends: side 0 fills side 1's slots
+ * and sees its writes complete; side 1 sends FIFO_SLOTS messages that side
+ * 0 leaves unread, and releases side 0's, one credit each; side 0 then
+ * sends FIFO_SLOTS more, each released at once. A sender that counted the
+ * credit word instead of the credits it reaped would send those without
+ * reaping anything, and the third round of credits would find side 0's
+ * receives all used: receiver-not-ready, a failed write on side 1. */
+static int fifo_credit_flood(shoal_ib_fifo_t *f, int side, int fd)
+{
+    if (side == 0) {
+        RANK_CHECK(fifo_stream(f, 0, FIFO_SLOTS, 0, 0) == 0, fail, "first messages");
+        RANK_CHECK(meet(fd) == 0 && meet(fd) == 0, fail, "meet");
+        RANK_CHECK(fifo_stream(f, 0, FIFO_SLOTS, 0, 2000) == 0, fail, "second messages");
+        RANK_CHECK(meet(fd) == 0, fail, "meet");
+        return fifo_stream(f, 0, 0, FIFO_SLOTS, 0);
+    }
+    RANK_CHECK(meet(fd) == 0, fail, "meet");
+    RANK_CHECK(fifo_stream(f, 1, FIFO_SLOTS, FIFO_SLOTS, 0) == 0, fail, "exchange");
+    RANK_CHECK(meet(fd) == 0, fail, "meet");
+    RANK_CHECK(fifo_stream(f, 1, 0, FIFO_SLOTS, 0) == 0, fail, "second messages");
+    return meet(fd);
+fail:
+    return 1;
+}
+
+static int fifo_stream(shoal_ib_fifo_t *f, int side, uint64_t nsend, uint64_t nrecv,
+                       unsigned pace_us)
 {
     uint64_t sent = 0, got = 0, deadline = shoal_deadline_after(POLL_NS);
-    while (sent < FIFO_MSGS || got < FIFO_MSGS) {
+    while (sent < nsend || got < nrecv) {
         RANK_CHECK(!shoal_deadline_passed(deadline), fail, "stuck: sent %llu, got %llu",
                    (unsigned long long)sent, (unsigned long long)got);
         void *out;
         size_t cap;
         shoal_status_t s;
-        if (sent < FIFO_MSGS && (s = shoal_ib_fifo_send_slot(f, &out, &cap)) != SHOAL_INPROGRESS) {
+        if (sent < nsend && (s = shoal_ib_fifo_send_slot(f, &out, &cap)) != SHOAL_INPROGRESS) {
             RANK_CHECK(s == SHOAL_OK && cap == FIFO_CHUNK, fail, "send_slot: %d", s);
             size_t len = fifo_len(side, sent);
             unsigned char hdr[24];
@@ -271,11 +317,13 @@ static int fifo_stream(shoal_ib_fifo_t *f, int side)
                 hdr[i] = pattern(side + 2, (int)sent, (size_t)i);
             RANK_CHECK(shoal_ib_fifo_send_post(f, len, hdr) == SHOAL_OK, fail, "send_post");
             sent++;
+            if (pace_us)
+                usleep(pace_us);
         }
         const void *in;
         size_t len;
         unsigned char hdr[24];
-        if (got < FIFO_MSGS &&
+        if (got < nrecv &&
             (s = shoal_ib_fifo_recv_slot(f, &in, &len, hdr)) != SHOAL_INPROGRESS) {
             RANK_CHECK(s == SHOAL_OK, fail, "recv_slot: %d", s);
             RANK_CHECK(len == fifo_len(1 - side, got), fail, "message %llu: %zu B",
@@ -323,7 +371,11 @@ static int fifo_side(int side, int fd)
     RANK_CHECK(connect_to(&qp, theirs.addr) == 0, out_fifo, "connect");
     shoal_ib_fifo_attach(&fifo, &theirs.fifo);
     RANK_CHECK(meet(fd) == 0, out_fifo, "ready");
-    rc = fifo_stream(&fifo, side);
+    rc = fifo_stream(&fifo, side, FIFO_MSGS, FIFO_MSGS, 0);
+    if (rc == 0)
+        rc = meet(fd);
+    if (rc == 0)
+        rc = fifo_credit_flood(&fifo, side, fd);
     /* Neither side tears down while the other may still write. */
     RANK_CHECK(meet(fd) == 0, out_fifo, "done");
 out_fifo:

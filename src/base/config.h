@@ -89,6 +89,7 @@ typedef struct {
     int gid_index;                  /* SHOAL_IB_GID_INDEX; -1: the RoCE v2 IPv4 entry */
     int qps;                        /* SHOAL_IB_QPS_PER_CONN */
     size_t nslots;                  /* SHOAL_IB_NSLOTS: slots per direction and peer */
+    char test_lib[SHOAL_CONFIG_STR_MAX]; /* SHOAL_TEST_IB_LIB, tests only: the library to load */
 } shoal_ib_config_t;
 
 typedef struct {

@@ -230,6 +230,55 @@ static shoal_status_t shoal_ib_progress(shoal_tl_ctx_t *base)
     return out;
 }
 
+/* Completions reaped on every endpoint so far. */
+static uint64_t reaped(const shoal_ib_ctx_t *ctx)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < ctx->neps; i++) {
+        for (int q = 0; q < ctx->list[i]->nqps; q++)
+            n += ctx->list[i]->fifo[q].reaped;
+    }
+    return n;
+}
+
+/* Sleep on the completion channel (every queue's completions, armed
+ * first), the peers' sockets and the device's events, after a wait has
+ * polled for SHOAL_IB_SPIN_NS. */
+static shoal_status_t shoal_ib_sleep(shoal_tl_ctx_t *base, uint64_t waited_ns,
+                                     uint64_t timeout_ns)
+{
+    shoal_ib_ctx_t *ctx = (shoal_ib_ctx_t *)base;
+    if (waited_ns < SHOAL_IB_SPIN_NS)
+        return SHOAL_INPROGRESS;
+    for (size_t i = 0; i < ctx->neps; i++) {
+        for (int q = 0; q < ctx->list[i]->nqps; q++) {
+            if (ibv_req_notify_cq(ctx->list[i]->qp[q].cq, 0) != 0)
+                return SHOAL_ERR_UNSUPPORTED;
+        }
+    }
+    /* What completed before the queues were armed raises no event. */
+    uint64_t before = reaped(ctx);
+    shoal_ib_progress(base);
+    if (reaped(ctx) != before)
+        return SHOAL_OK;
+    size_t n = ctx->neps;
+    for (size_t i = 0; i < n; i++)
+        ctx->pfds[i] = (struct pollfd){.fd = ctx->list[i]->gone ? -1 : ctx->list[i]->fd,
+                                       .events = POLLIN};
+    ctx->pfds[n] = (struct pollfd){.fd = ctx->dev.ctx->async_fd, .events = POLLIN};
+    ctx->pfds[n + 1] = (struct pollfd){.fd = ctx->dev.chan->fd, .events = POLLIN};
+    int ms = (int)((timeout_ns + 999999) / 1000000);
+    if (poll(ctx->pfds, n + 2, ms) > 0 && ctx->pfds[n + 1].revents) {
+        struct ibv_cq *cq;
+        void *cq_ctx;
+        while (ctx->dev.v->get_cq_event(ctx->dev.chan, &cq, &cq_ctx) == 0)
+            ctx->dev.v->ack_cq_events(cq, 1);
+    }
+    /* The next progress looks at the sockets and the events. */
+    ctx->watch_ns = 0;
+    return SHOAL_OK;
+}
+
 /* ---- memory ----------------------------------------------------------- */
 
 /* The key names the region's remote key and the range inside it. */
@@ -289,7 +338,9 @@ static shoal_status_t shoal_ib_put_signal(shoal_ep_t *base, const void *src,
     struct ibv_mr *mr = local ? shoal_ib_mem_mr(local) : NULL;
     if (ep->err)
         return ep->err;
-    if (!mr || !remote || remote_off > remote->len || len > remote->len - remote_off)
+    if (!mr || !remote || remote_off > remote->len || len > remote->len - remote_off ||
+        len > SHOAL_IB_PUT_MAX || (const char *)src < (const char *)local->addr ||
+        (const char *)src + len > (const char *)local->addr + local->len)
         return SHOAL_ERR_UNSUPPORTED;
     const shoal_ib_rmem_t *r = (const shoal_ib_rmem_t *)remote;
     /* The write and its signal go on one queue pair, which delivers them
@@ -329,7 +380,7 @@ const shoal_transport_ops_t shoal_ib_ops = {
     .recv_release = shoal_ib_recv_release,
     .flush = shoal_ib_flush,
     .progress = shoal_ib_progress,
-    .sleep = shoal_tl_stub_sleep,
+    .sleep = shoal_ib_sleep,
     .mem_reg = shoal_ib_mem_reg,
     .mem_dereg = shoal_ib_mem_dereg,
     .rkey_pack = shoal_ib_rkey_pack,

@@ -29,6 +29,10 @@ static const shoal_config_entry_t ib_entries[] = {
      .doc = "slots of one piece each that a peer may write into ahead of this rank's "
             "reading, per direction (at least 2 per queue pair)",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(ib.nslots)},
+    {.name = "SHOAL_TEST_IB_LIB", .def = "libibverbs.so.1",
+     .doc = "tests only: the verbs library ib loads (a name that is not there stands for "
+            "a machine without rdma-core)",
+     .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(ib.test_lib)},
 };
 
 static void ib_sanitize(shoal_config_t *c)

@@ -133,7 +133,7 @@ shoal_status_t shoal_ib_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx_
     size_t n = (size_t)par->nranks;
     ctx->stash = malloc(n * sizeof(*ctx->stash));
     ctx->list = calloc(n, sizeof(*ctx->list));
-    ctx->pfds = calloc(n + 1, sizeof(*ctx->pfds));
+    ctx->pfds = calloc(n + 2, sizeof(*ctx->pfds));
     s = SHOAL_ERR_NO_MEMORY;
     if (!ctx->stash || !ctx->list || !ctx->pfds)
         goto err_free_ctx;

@@ -4,6 +4,7 @@
 #include "base/log.h"
 #include "transport.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,10 @@ _Static_assert(SHOAL_IB_SLOT_HEAD == 8 + SHOAL_TL_HDR_BYTES,
 
 #if SHOAL_HAVE_IBVERBS
 enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3, WR_PUT = 4 };
+/* The immediate of a credit write: this bit, and the released count's low
+ * 31 bits; a message's carries its number's low 31 bits. */
+#define IB_IMM_CREDIT 0x80000000u
+#define IB_IMM_COUNT 0x7fffffffu
 
 /* Where the credit words sit: after both rings, a line apart. */
 static size_t credit_off(const shoal_ib_fifo_t *f)
@@ -33,7 +38,7 @@ static unsigned char *rx_slot(const shoal_ib_fifo_t *f, uint64_t n)
 int shoal_ib_fifo_depth(size_t nslots)
 {
     /* nslots data writes and as many credit writes in flight, at most,
-     * and room for a put beside its signal. */
+     * and room for a put beside its signal; as many receives. */
     return (int)(2 * nslots + 4);
 }
 
@@ -70,7 +75,9 @@ shoal_status_t shoal_ib_fifo_create(shoal_ib_qp_t *qp, size_t nslots, size_t chu
         shoal_ib_fifo_destroy(f);
         return SHOAL_ERR_SYSTEM;
     }
-    for (size_t i = 0; i < nslots; i++) {
+    /* A receive for every write with immediate that may be in flight:
+     * nslots messages and as many credits. */
+    for (size_t i = 0; i < 2 * nslots + 2; i++) {
         shoal_status_t s = post_recv(f);
         if (s != SHOAL_OK) {
             shoal_ib_fifo_destroy(f);
@@ -104,7 +111,7 @@ static shoal_status_t post_write_key(shoal_ib_fifo_t *f, uint64_t kind, const vo
     struct ibv_send_wr wr = {
         .wr_id = kind, .sg_list = len ? &sge : NULL, .num_sge = len ? 1 : 0,
         .opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
-        .send_flags = IBV_SEND_SIGNALED, .imm_data = imm_data,
+        .send_flags = IBV_SEND_SIGNALED, .imm_data = htonl(imm_data),
         .wr = {.rdma = {.remote_addr = remote, .rkey = rkey}},
     }, *bad;
     /* Small writes go inline: the device copies them at post time. */
@@ -144,7 +151,10 @@ static shoal_status_t send_credit(shoal_ib_fifo_t *f)
     if (*f->credit_src == f->rx_tail || f->sq_used >= f->sq_depth)
         return SHOAL_OK;
     *f->credit_src = f->rx_tail;
-    return post_write(f, WR_CREDIT, f->credit_src, sizeof(uint64_t), f->peer.credit, 0, 0);
+    /* With an immediate, so that a sender asleep on its completion
+     * channel for want of credit wakes. */
+    return post_write(f, WR_CREDIT, f->credit_src, sizeof(uint64_t), f->peer.credit, 1,
+                      IB_IMM_CREDIT | ((uint32_t)f->rx_tail & IB_IMM_COUNT));
 }
 
 shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f)
@@ -159,8 +169,14 @@ shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f)
                             (int)wc[i].status, wc[i].vendor_err);
                 return SHOAL_ERR_PEER;
             }
+            f->reaped++;
             if (wc[i].wr_id == WR_RECV) {
-                f->rx_arrived++;
+                uint32_t imm = ntohl(wc[i].imm_data);
+                if (imm & IB_IMM_CREDIT)
+                    f->peer_freed += ((imm & IB_IMM_COUNT) - (uint32_t)f->peer_freed) &
+                                     IB_IMM_COUNT;
+                else
+                    f->rx_arrived++;
                 shoal_status_t s = post_recv(f);
                 if (s != SHOAL_OK)
                     return s;
@@ -180,7 +196,7 @@ shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f)
 /* The peer's slot is free, and ours: its last write completed. */
 static int slot_free(const shoal_ib_fifo_t *f)
 {
-    return f->tx_head - *f->freed < f->nslots && f->tx_head - f->tx_done < f->nslots &&
+    return f->tx_head - f->peer_freed < f->nslots && f->tx_head - f->tx_done < f->nslots &&
            f->sq_used < f->sq_depth;
 }
 
@@ -214,7 +230,7 @@ shoal_status_t shoal_ib_fifo_send_post(shoal_ib_fifo_t *f, size_t len, const voi
         memset(slot + 8, 0, SHOAL_IB_SLOT_HEAD - 8);
     uint64_t remote = f->peer.ring + (uint64_t)(f->tx_head % f->nslots) * f->stride;
     shoal_status_t s = post_write(f, WR_DATA, slot, SHOAL_IB_SLOT_HEAD + len, remote, 1,
-                                  (uint32_t)f->tx_head);
+                                  (uint32_t)f->tx_head & IB_IMM_COUNT);
     if (s == SHOAL_OK)
         f->tx_head++;
     return s;

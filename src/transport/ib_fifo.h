@@ -8,9 +8,14 @@
  * peer's receive slot of the same index. The receiver's completion of the
  * immediate says the slot is whole (RC delivers in order). Credits: each
  * side RDMA-writes the count of slots it released into a word of the
- * other's memory, and a sender takes a slot only while fewer than nslots
- * are unreleased, so a write never finds its slot busy and every write
- * finds a posted receive (receiver-not-ready never happens).
+ * other's memory with an immediate that carries the count, and a sender
+ * counts a credit only when it reaps that immediate's completion (never
+ * from the word alone), taking a slot only while fewer than nslots are
+ * unreleased: a write never finds its slot busy, and a sender that only
+ * sends still reaps the credits it lives on. So at most nslots messages
+ * and nslots credits (each credit carries a count the sender has not yet
+ * used) wait unreaped on a side, which keeps 2 nslots + 2 receives posted:
+ * receiver-not-ready never happens.
  *
  * The calls mirror the transport interface's (transport.h): send_slot,
  * send_post, recv_slot, recv_release, flush, and progress, which reaps
@@ -47,6 +52,7 @@ typedef struct {
     uint64_t tx_head;      /* messages posted */
     uint64_t tx_done;      /* their writes completed */
     volatile uint64_t *freed; /* the peer's released count, written by the peer */
+    uint64_t peer_freed;   /* that count, as the credits reaped so far give it */
     /* Receiving. */
     uint64_t rx_arrived;   /* messages whose immediate came */
     uint64_t rx_tail;      /* messages released */
@@ -54,6 +60,7 @@ typedef struct {
     size_t sq_used;        /* send work requests not yet completed */
     size_t sq_depth;
     size_t max_inline;     /* writes up to this many bytes go inline */
+    uint64_t reaped;       /* completions reaped: what a sleeper compares */
 } shoal_ib_fifo_t;
 
 /* A FIFO on qp (created with depth at least shoal_ib_fifo_depth(nslots)),

@@ -30,6 +30,8 @@
 /* How often progress looks at the peers' sockets and the device's
  * events: a dead peer is noticed within this, at the cost of one poll(2). */
 #define SHOAL_IB_WATCH_NS 1000000u
+/* How long a wait polls before it sleeps on the completion channel. */
+#define SHOAL_IB_SPIN_NS 50000u
 /* Remote keys an endpoint keeps attached. */
 #define SHOAL_IB_RKEYS 8
 
@@ -96,7 +98,8 @@ typedef struct {
     int *stash;              /* nranks accepted sockets waiting for their turn */
     shoal_ib_ep_t **list;    /* connected endpoints */
     size_t neps;
-    struct pollfd *pfds;     /* the endpoints' sockets and the device's event fd */
+    struct pollfd *pfds;     /* the endpoints' sockets, the device's event fd and
+                              * its completion channel's */
     uint64_t watch_ns;       /* when progress looks at them next */
     uint64_t timeout_ns;     /* SHOAL_TIMEOUT */
     shoal_ib_reg_t *regs;    /* the registration cache (ib_rcache.c) */

@@ -7,6 +7,7 @@
 #include "base/clock.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -106,10 +107,21 @@ shoal_status_t shoal_ib_dev_open(const shoal_ib_port_t *port, shoal_ib_dev_t *de
         v->close_device(ctx);
         return SHOAL_ERR_SYSTEM;
     }
-    live_add(2);
+    struct ibv_comp_channel *chan = v->create_comp_channel(ctx);
+    int fl = chan ? fcntl(chan->fd, F_GETFL) : -1;
+    if (!chan || fl < 0 || fcntl(chan->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        shoal_error(IBV, "a completion channel on %s: %s", port->dev, strerror(errno));
+        if (chan)
+            v->destroy_comp_channel(chan);
+        v->dealloc_pd(pd);
+        v->close_device(ctx);
+        return SHOAL_ERR_SYSTEM;
+    }
+    live_add(3);
     dev->v = v;
     dev->ctx = ctx;
     dev->pd = pd;
+    dev->chan = chan;
     dev->port = *port;
     dev->mtu = pattr.active_mtu;
     dev->max_rd_atomic = dattr.max_qp_rd_atom < 16 ? dattr.max_qp_rd_atom : 16;
@@ -120,9 +132,11 @@ void shoal_ib_dev_close(shoal_ib_dev_t *dev)
 {
     if (dev->pd && dev->v->dealloc_pd(dev->pd) != 0)
         shoal_warn(IBV, "ibv_dealloc_pd on %s: %s", dev->port.dev, strerror(errno));
+    if (dev->chan && dev->v->destroy_comp_channel(dev->chan) != 0)
+        shoal_warn(IBV, "ibv_destroy_comp_channel on %s: %s", dev->port.dev, strerror(errno));
     if (dev->ctx) {
         dev->v->close_device(dev->ctx);
-        live_sub(2);
+        live_sub(3);
     }
     memset(dev, 0, sizeof(*dev));
 }
@@ -132,7 +146,7 @@ shoal_status_t shoal_ib_qp_create(shoal_ib_dev_t *dev, int depth, shoal_ib_qp_t 
     const shoal_ibv_t *v = dev->v;
     memset(qp, 0, sizeof(*qp));
     qp->dev = dev;
-    qp->cq = v->create_cq(dev->ctx, 2 * depth, NULL, NULL, 0);
+    qp->cq = v->create_cq(dev->ctx, 2 * depth, NULL, dev->chan, 0);
     if (!qp->cq) {
         shoal_error(IBV, "ibv_create_cq of %d entries on %s: %s", 2 * depth, dev->port.dev,
                     strerror(errno));

@@ -43,6 +43,7 @@ typedef struct {
     struct ibv_context *ctx;
     struct ibv_pd *pd;
     shoal_ib_port_t port;
+    struct ibv_comp_channel *chan; /* every completion queue's, for sleeping */
     int mtu;          /* the port's active MTU, enum ibv_mtu */
     int max_rd_atomic; /* RDMA reads a queue pair may have outstanding */
 } shoal_ib_dev_t;

@@ -2,6 +2,8 @@
 #include "ib_verbs.h"
 
 #if SHOAL_HAVE_IBVERBS
+#include "base/config.h"
+
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -10,7 +12,7 @@
 static pthread_once_t ibv_once = PTHREAD_ONCE_INIT;
 static shoal_ibv_t ibv_table;
 static const shoal_ibv_t *ibv_loaded;
-static char ibv_why[256];
+static char ibv_why[512];
 
 /* dlsym's result into a function pointer: the two are of one size on
  * every platform with dlsym, which is what POSIX asks for. */
@@ -26,10 +28,11 @@ static char ibv_why[256];
 
 static void ibv_load(void)
 {
-    void *lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *name = shoal_config_get()->ib.test_lib;
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
         const char *e = dlerror();
-        snprintf(ibv_why, sizeof(ibv_why), "cannot load libibverbs.so.1 (rdma-core): %s",
+        snprintf(ibv_why, sizeof(ibv_why), "cannot load %s (rdma-core): %s", name,
                  e ? e : "unknown error");
         return;
     }
@@ -54,6 +57,10 @@ static void ibv_load(void)
     IBV_SYM(ack_async_event, "ibv_ack_async_event");
     IBV_SYM(event_type_str, "ibv_event_type_str");
     IBV_SYM(wc_status_str, "ibv_wc_status_str");
+    IBV_SYM(create_comp_channel, "ibv_create_comp_channel");
+    IBV_SYM(destroy_comp_channel, "ibv_destroy_comp_channel");
+    IBV_SYM(get_cq_event, "ibv_get_cq_event");
+    IBV_SYM(ack_cq_events, "ibv_ack_cq_events");
     ibv_loaded = &ibv_table;
     return;
 missing:

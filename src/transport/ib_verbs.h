@@ -35,6 +35,10 @@ typedef struct {
     void (*ack_async_event)(struct ibv_async_event *event);
     const char *(*event_type_str)(enum ibv_event_type type);
     const char *(*wc_status_str)(enum ibv_wc_status status);
+    struct ibv_comp_channel *(*create_comp_channel)(struct ibv_context *ctx);
+    int (*destroy_comp_channel)(struct ibv_comp_channel *channel);
+    int (*get_cq_event)(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context);
+    void (*ack_cq_events)(struct ibv_cq *cq, unsigned int nevents);
 } shoal_ibv_t;
 
 /* The table, loaded once per process (thread-safe). NULL when
