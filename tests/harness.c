@@ -38,6 +38,20 @@ void harness_setenv(const char *name, const char *value)
     shoal_config_reload();
 }
 
+int harness_split_hosts(int rank, int nranks, int nhosts)
+{
+    int h = (int)((long)rank * nhosts / nranks);
+    char text[32];
+    snprintf(text, sizeof(text), "ibhost%d", h);
+    harness_setenv("SHOAL_HOST_ID", text);
+    const char *rxe = getenv("SHOAL_TEST_RXE");
+    if (rxe && !strcmp(rxe, "1")) {
+        snprintf(text, sizeof(text), "=rxe%d", h);
+        harness_setenv("SHOAL_IB_HCA", text);
+    }
+    return h;
+}
+
 void harness_require_root(const char *why)
 {
     if (geteuid() == 0)

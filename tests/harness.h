@@ -32,6 +32,16 @@ int harness_wait(int pid, int timeout_s);
  * settings. */
 void harness_setenv(const char *name, const char *value);
 
+/* Inside a rank, before it creates a communicator: place it on one of
+ * nhosts "hosts" of this machine, ranks in blocks (host h holds the ranks
+ * with rank * nhosts / nranks == h), named by SHOAL_HOST_ID=ibhost<h>, so
+ * that ranks of other hosts are reached through the inter-host transport
+ * (tcp where there is no RDMA port) and only ranks of one host share
+ * memory. Inside the RDMA test guest (SHOAL_TEST_RXE=1), host h also gets
+ * the Soft-RoCE device rxe<h> alone (SHOAL_IB_HCA==rxe<h>, whose leading
+ * '=' asks for that exact name). Re-reads shoal's settings; returns h. */
+int harness_split_hosts(int rank, int nranks, int nhosts);
+
 /* A relay: a process listening on 127.0.0.1, which takes one connection,
  * connects it to 127.0.0.1:target_port and passes the bytes both ways,
  * recording them all (up to HARNESS_RELAY_LOG bytes, in memory this

@@ -33,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -182,6 +183,7 @@ typedef struct {
     const char *json_path; /* -J: rank 0 writes the results there as JSON */
     shoal_bench_mem_t mem; /* --mem: where the send and receive buffers come from */
     int waits;             /* --waits: each rank prints how long it waited for whom */
+    int cpu;               /* --cpu: each rank prints the CPU time of an operation */
     /* --compress, --compress-opts and --shape as given, and what they set. */
     const char *comp_kind;
     const char *comp_opts;
@@ -455,6 +457,9 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "  --waits <0/1>            each rank prints at the end how long its waits\n"
             "                           lasted, for each peer's data and for room in\n"
             "                           each peer's slots (default 0)\n"
+            "  --cpu <0/1>              each rank prints at the end the CPU time (user and\n"
+            "                           system, every thread) one operation of each timed\n"
+            "                           row took, and per byte (default 0)\n"
             "  --compress <kind>        time the compressed all-reduce: int8, ternary,\n"
             "                           powersgd or powersgd:RANK (error feedback on);\n"
             "                           float, half or bfloat16, sum or avg, no -m. The\n"
@@ -577,7 +582,7 @@ static const shoal_bench_flag_t shoal_bench_flags[] = {
     {'d', 1, "datatype"}, {'r', 1, "root"},      {'z', 1, "blocking"},
     {'K', 0, "coll"},     {'J', 1, "json"},      {'h', 1, "help"},
     {'X', 0, "compress"}, {'Y', 0, "compress-opts"}, {'S', 0, "shape"},
-    {'M', 0, "mem"},      {'W', 0, "waits"},
+    {'M', 0, "mem"},      {'W', 0, "waits"},   {'U', 0, "cpu"},
 };
 
 #define SHOAL_BENCH_NFLAGS (sizeof(shoal_bench_flags) / sizeof(shoal_bench_flags[0]))
@@ -639,6 +644,11 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
         if (shoal_bench_parse_long("--waits", val, 0, &v))
             return -1;
         o->waits = v != 0;
+        return 0;
+    case 'U':
+        if (shoal_bench_parse_long("--cpu", val, 0, &v))
+            return -1;
+        o->cpu = v != 0;
         return 0;
     }
     return -1;
@@ -1103,6 +1113,24 @@ static shoal_status_t shoal_bench_ops(shoal_comm_t comm, const shoal_bench_opts_
     return s != SHOAL_OK ? s : end;
 }
 
+/* --cpu: this process's CPU time over each timed loop, kept for the end. */
+#define SHOAL_BENCH_CPU_ROWS 256
+static struct {
+    size_t bytes;
+    int in_place;
+    double us; /* CPU microseconds of one operation */
+} shoal_bench_cpu_log[SHOAL_BENCH_CPU_ROWS];
+static int shoal_bench_cpu_rows;
+
+static double shoal_bench_cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
 /* Warm-up, then the mean time of one operation over the timed iterations,
  * in microseconds on this rank. */
 static shoal_status_t shoal_bench_time(shoal_comm_t comm, const shoal_bench_opts_t *o,
@@ -1121,13 +1149,19 @@ static shoal_status_t shoal_bench_time(shoal_comm_t comm, const shoal_bench_opts
     s = shoal_bench_barrier(comm, row->rank);
     if (s != SHOAL_OK)
         return s;
-    double t0 = shoal_bench_now_s();
+    double t0 = shoal_bench_now_s(), c0 = o->cpu ? shoal_bench_cpu_s() : 0;
     for (int it = 0; it < o->iters; it++) {
         s = shoal_bench_ops(comm, o, row, b, in_place, (size_t)o->agg_iters, slices);
         if (s != SHOAL_OK)
             return shoal_bench_fail(row->rank, row->coll->call_name, s, comm);
     }
-    *us_p = (shoal_bench_now_s() - t0) * 1e6 / ((double)o->iters * (double)o->agg_iters);
+    double nops = (double)o->iters * (double)o->agg_iters;
+    *us_p = (shoal_bench_now_s() - t0) * 1e6 / nops;
+    if (o->cpu && shoal_bench_cpu_rows < SHOAL_BENCH_CPU_ROWS) {
+        shoal_bench_cpu_log[shoal_bench_cpu_rows].bytes = row->total_bytes;
+        shoal_bench_cpu_log[shoal_bench_cpu_rows].in_place = in_place;
+        shoal_bench_cpu_log[shoal_bench_cpu_rows++].us = (shoal_bench_cpu_s() - c0) * 1e6 / nops;
+    }
     return SHOAL_OK;
 }
 
@@ -1665,11 +1699,34 @@ static void shoal_bench_print_waits(shoal_comm_t comm)
     }
 }
 
+/* Each rank's CPU time per operation of every timed row, in rank order. */
+static void shoal_bench_print_cpu(shoal_comm_t comm)
+{
+    int rank, nranks;
+    if (shoal_comm_rank(comm, &rank) != SHOAL_OK || shoal_comm_size(comm, &nranks) != SHOAL_OK)
+        return;
+    fflush(stdout);
+    for (int r = 0; r < nranks; r++) {
+        for (int i = 0; r == rank && i < shoal_bench_cpu_rows; i++) {
+            size_t bytes = shoal_bench_cpu_log[i].bytes;
+            printf("# cpu of rank %d: %zu B %s: %.1f us per operation, %.3f ns per byte\n",
+                   rank, bytes, shoal_bench_cpu_log[i].in_place ? "in-place" : "out-of-place",
+                   shoal_bench_cpu_log[i].us,
+                   bytes ? shoal_bench_cpu_log[i].us * 1e3 / (double)bytes : 0.0);
+        }
+        fflush(stdout);
+        if (shoal_barrier(comm) != SHOAL_OK)
+            return;
+    }
+}
+
 static int shoal_bench_run_comm(shoal_comm_t comm, const shoal_bench_opts_t *o)
 {
     int code = shoal_bench_rank(comm, o);
     if (code == SHOAL_BENCH_EXIT_OK && o->waits)
         shoal_bench_print_waits(comm);
+    if (code == SHOAL_BENCH_EXIT_OK && o->cpu)
+        shoal_bench_print_cpu(comm);
     shoal_status_t s = code == SHOAL_BENCH_EXIT_ERROR ? shoal_comm_abort(comm)
                                                       : shoal_comm_destroy(comm);
     if (s != SHOAL_OK && code == SHOAL_BENCH_EXIT_OK)

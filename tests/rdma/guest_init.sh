@@ -23,6 +23,7 @@ if mount -t 9p -o "$nine,ro" hostroot /newroot; then
     mount -t proc proc /newroot/proc
     mount -t sysfs sys /newroot/sys
     mount -t devtmpfs dev /newroot/dev
+    mkdir -p /newroot/dev/shm
     mount -t tmpfs shm /newroot/dev/shm
     mount -t tmpfs run /newroot/run
     # /tmp and /var/tmp writable, still showing the host's files (a

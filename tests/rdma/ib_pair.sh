@@ -5,8 +5,11 @@
 # (SHOAL_RANK, SHOAL_SIZE, SHOAL_ADDR); rank 0's table on stdout, each
 # rank's log in $GUEST_OUT/pair_rank<r>. Exit status: rank 0's, or 1.
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=tests/rdma/rxe_setup.sh
-. "$here/rxe_setup.sh" || exit 1
+# rxe0 and rxe1, unless a caller set them up already.
+if [ -z "${RXE_GID0:-}" ]; then
+    # shellcheck source=tests/rdma/rxe_setup.sh
+    . "$here/rxe_setup.sh" || exit 1
+fi
 bench=${BUILD:-build}/bin/allreduce_bench
 [ -x "$bench" ] || bench=tools/allreduce_bench
 port=$((29600 + RANDOM % 300))

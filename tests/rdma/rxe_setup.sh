@@ -34,6 +34,7 @@ rxe_setup() {
         ip link add vethA type veth peer name vethB &&
         ip addr add "$RXE_ADDR0/24" dev vethA &&
         ip addr add "$RXE_ADDR1/24" dev vethB &&
+        ip link set vethA mtu 9000 && ip link set vethB mtu 9000 &&
         ip link set vethA up && ip link set vethB up || return 1
     local k
     for k in all default vethA vethB; do

@@ -11,7 +11,7 @@ n=0
 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
-echo "1..6"
+echo "1..9"
 # shellcheck source=tests/rdma/rxe_setup.sh
 if . "$here/rxe_setup.sh"; then
     ok "rxe0 and rxe1 on a veth pair, RoCE v2 GIDs $RXE_GID0 and $RXE_GID1"
@@ -61,4 +61,48 @@ else
     notok "shoal's queue pairs on rxe0 and rxe1 ($ibqp)"
     sed 's/^/# /' "$GUEST_OUT/ib_qp"
 fi
+# Collectives over ib: every one of them, 2 to 4 ranks as two hosts on
+# rxe0 and rxe1 (tests/test_ib_coll with SHOAL_TEST_RXE=1).
+ibcoll=${BUILD:-build}/tests/test_ib_coll
+if SHOAL_TEST_RXE=1 CMOCKA_MESSAGE_OUTPUT=TAP "$ibcoll" >"$GUEST_OUT/ib_coll" 2>&1; then
+    ok "collectives over ib between rxe0 and rxe1, results checked ($ibcoll: $(grep -c '^ok' "$GUEST_OUT/ib_coll") cases)"
+else
+    notok "collectives over ib between rxe0 and rxe1 ($ibcoll)"
+    grep -v '^ok' "$GUEST_OUT/ib_coll" | tail -40 | sed 's/^/# /'
+fi
+# ib against tcp on the same veth pair: figures, never a verdict.
+if "$here/ib_bench.sh" "${SHOAL_IB_BENCH_ROUNDS:-1}" >"$GUEST_OUT/ib_bench" 2>&1; then
+    ok "all-reduce of two hosts over ib and over tcp (tests/rdma/ib_bench.sh)"
+    grep '^#' "$GUEST_OUT/ib_bench"
+else
+    notok "all-reduce of two hosts over ib and over tcp (tests/rdma/ib_bench.sh)"
+    sed 's/^/# /' "$GUEST_OUT/ib_bench"
+fi
+# A port that goes down mid-transfer: both ranks end with the peer error,
+# naming the port's event or the lost peer, well within their deadline.
+rm -f "$GUEST_OUT"/pair_rank*
+SHOAL_TIMEOUT=30s "$here/ib_pair.sh" -b 4M -e 4M -n 5000 -w 0 -c 0 >"$GUEST_OUT/port_down" 2>&1 &
+pair=$!
+for _ in $(seq 100); do
+    grep -q "float" "$GUEST_OUT/pair_rank0" 2>/dev/null && break
+    sleep 0.2
+done
+sleep 1
+ip link set vethB down
+t0=$(date +%s)
+for _ in $(seq 200); do kill -0 "$pair" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$pair" 2>/dev/null; then
+    kill -9 "$pair" 2>/dev/null
+    notok "rxe1's port down mid-transfer: the ranks still run after 40 s"
+elif wait "$pair"; then
+    notok "rxe1's port down mid-transfer: the pair exited 0"
+elif grep -q "rank 1: connection to rank 0 lost: rxe1 port 1: port error" "$GUEST_OUT/pair_rank1" &&
+    grep -q "rank 0: connection to rank 1 lost" "$GUEST_OUT/pair_rank0"; then
+    ok "rxe1's port down mid-transfer: both ranks end with the peer error in $(($(date +%s) - t0)) s"
+    grep -h "connection to rank" "$GUEST_OUT/pair_rank0" "$GUEST_OUT/pair_rank1" | sed 's/^/# /'
+else
+    notok "rxe1's port down mid-transfer: not the errors expected"
+    tail -5 "$GUEST_OUT/pair_rank0" "$GUEST_OUT/pair_rank1" | sed 's/^/# /'
+fi
+ip link set vethB up
 exit "$failed"
