@@ -162,7 +162,8 @@ test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 # The RDMA rig alone: a qemu guest with Soft-RoCE (tests/rdma/guest.sh;
 # its kernel and initramfs are cached in /var/tmp/shoal-guest). make test
 # runs it too, through tests/test_rdma_guest.sh.
-test-rdma: all $(BUILD)/tests/test_ib_dev $(BUILD)/tests/test_ib_qp $(BUILD)/tests/test_ib_coll
+test-rdma: all $(BUILD)/tests/test_ib_dev $(BUILD)/tests/test_ib_qp $(BUILD)/tests/test_ib_coll \
+           $(BUILD)/tests/test_ib_select $(BUILD)/tests/test_ib_mem
 	BUILD=$(BUILD) tests/rdma/guest.sh tests/rdma/verbs_check.sh
 
 # No file includes or calls upward across the layers that

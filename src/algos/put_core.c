@@ -45,17 +45,21 @@ static const shoal_algo_ops_t *put_fallback(const shoal_team_t *team,
 double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
                       const shoal_algo_ops_t *self, double speedup)
 {
-    if (team->nranks < 2 || team->nhosts != 1 || args->codec)
+    if (team->nranks < 2 || args->codec)
         return -1;
-    /* Only a transport that writes into peers' memory (shm) can serve it;
-     * one whose put_signal is the shared stub (tcp, the simulator's) never
-     * could, and its control messages would be wasted. */
+    /* Only a transport that writes into peers' memory (shm, ib) can serve
+     * it; one whose put_signal is the shared stub (tcp, the simulator's)
+     * never could, and its control messages would be wasted. */
     if (!team->tl_sole || team->tl_sole->ops->put_signal == shoal_tl_stub_put_signal)
         return -1;
     double fb_cost;
     if (!put_fallback(team, args, self, &fb_cost))
         return -1;
-    if (shoal_algo_bytes(args, args->count) < SHOAL_PUT_MIN_BYTES)
+    /* Between hosts (ib, one rank per host) only registered buffers can be
+     * written, and whether a rank registered its buffers is its own
+     * business, which the model, the same on every rank, cannot know: the
+     * zero-copy schedules there are SHOAL_ALGO's to force. */
+    if (team->nhosts != 1 || shoal_algo_bytes(args, args->count) < SHOAL_PUT_MIN_BYTES)
         return SHOAL_PUT_UNPICKED;
     return fb_cost * speedup;
 }
@@ -127,6 +131,17 @@ static shoal_status_t put_take(shoal_team_t *team, shoal_put_peer_t *p, uint32_t
     return p->ep->ops->recv_release(p->ep);
 }
 
+/* The registration of p's source on the sole transport, for transports
+ * that write only from registered memory; NULL when it has none. */
+static const shoal_mem_t *put_local(shoal_team_t *team, const shoal_put_peer_t *p)
+{
+    for (int t = 0; t < team->ntl; t++) {
+        if (team->tl_ctx[t] == team->tl_sole)
+            return p->bytes ? team->hooks->mem_of(team, t, p->src, p->bytes) : NULL;
+    }
+    return NULL;
+}
+
 /* One pass over peer p's sending side; *moved_p set when anything moved. */
 static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int *moved_p)
 {
@@ -141,12 +156,18 @@ static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int
     switch (p->send_state) {
     case SHOAL_PUT_ST_IDLE:
         if (p->rmem) {
-            s = p->ep->ops->put_signal(p->ep, p->src, NULL, p->rmem, p->off, p->bytes);
+            s = p->ep->ops->put_signal(p->ep, p->src, put_local(team, p), p->rmem, p->off,
+                                       p->bytes);
             if (s == SHOAL_OK) {
                 p->send_state = SHOAL_PUT_ST_DONE;
                 *moved_p = 1;
             }
-            break;
+            if (s != SHOAL_ERR_UNSUPPORTED)
+                break;
+            /* A source the transport cannot write from (ib: not
+             * registered): the block goes through slots, which the peer
+             * takes as from a writer without its key. */
+            p->rmem = NULL;
         }
         s = shoal_put_post_ctrl(team, p->ep, SHOAL_PUT_DATA);
         if (s == SHOAL_OK) {
