@@ -262,6 +262,7 @@ static const char *const alias_vars[] = {
     "SHOAL_DEBUG",      "NCCL_DEBUG",      "SHOAL_DEBUG_SUBSYS",  "NCCL_DEBUG_SUBSYS",
     "SHOAL_DEBUG_FILE", "NCCL_DEBUG_FILE", "SHOAL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",
     "SHOAL_COMM_ID",    "NCCL_COMM_ID",    "SHOAL_ALGO",          "NCCL_ALGO",
+    "SHOAL_IB_ENABLE",  "NCCL_IB_DISABLE", "SHOAL_IB_QPS_PER_CONN", "NCCL_IB_QPS_PER_CONNECTION",
 };
 
 static char child_log[256];
@@ -323,8 +324,12 @@ static int aliases_ignored_before_use(void)
     setenv("NCCL_ALGO", "Tree", 1);
     setenv("NCCL_SOCKET_IFNAME", "=eth0", 1);
     setenv("NCCL_COMM_ID", "10.1.2.3:4567", 1);
+    setenv("NCCL_IB_DISABLE", "1", 1);
+    setenv("NCCL_IB_QPS_PER_CONNECTION", "4", 1);
     shoal_config_reload();
     const shoal_config_t *c = shoal_config_get();
+    RANK_CHECK(c->ib.enable == 1 && c->ib.qps == 1, fail, "ib %d, %d queue pairs", c->ib.enable,
+               c->ib.qps);
     RANK_CHECK(c->core.log_level == SHOAL_LOG_WARN, fail, "level %d", c->core.log_level);
     RANK_CHECK(c->core.log_subsys == SHOAL_SUBSYS_ALL, fail, "subsys %#x", c->core.log_subsys);
     RANK_CHECK(!strcmp(c->algo.algo, "auto"), fail, "algo %s", c->algo.algo);
@@ -338,6 +343,8 @@ static int aliases_ignored_before_use(void)
     RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), fail, "algo %s", c->algo.algo);
     RANK_CHECK(!strcmp(c->boot.socket_ifname, "=eth0"), fail, "ifname %s", c->boot.socket_ifname);
     RANK_CHECK(!strcmp(c->boot.comm_id, "10.1.2.3:4567"), fail, "comm id %s", c->boot.comm_id);
+    RANK_CHECK(c->ib.enable == 0 && c->ib.qps == 4, fail, "NCCL_IB_DISABLE=1 gave ib %d, "
+               "NCCL_IB_QPS_PER_CONNECTION=4 %d queue pairs", c->ib.enable, c->ib.qps);
     /* Still on after a reload. */
     shoal_config_reload();
     RANK_CHECK(!strcmp(c->algo.algo, "allreduce:tree"), fail, "algo %s after reload", c->algo.algo);

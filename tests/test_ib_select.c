@@ -9,11 +9,14 @@
  * - inside the RDMA guest (SHOAL_TEST_RXE=1), SHOAL_TCP_ENABLE=n: ib
  *   alone joins the hosts, the class between them is rdma, and every rank
  *   knows each rank's device (rxe0:1, rxe1:1). Elsewhere, with no RDMA
- *   port, the same settings fail init as above. */
+ *   port, the same settings fail init as above;
+ * - SHOAL_IB_QPS_PER_CONN=3: an all-reduce of many pieces right over 3
+ *   queue pairs per peer (in the guest; over tcp elsewhere). */
 #include "harness.h"
 
 #include "core/comm.h"
 #include "topo/links.h"
+#include "transport/ib_priv.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include <unistd.h>
 
 #define COUNT 10001
+#define COUNT_QPS 300001 /* 19 pieces of 64 KiB: every queue pair carries several */
 
 typedef enum {
     EXPECT_TCP,     /* init works; the hosts meet over tcp */
@@ -32,6 +36,8 @@ typedef enum {
 typedef struct {
     expect_t expect;
     const char *log_has; /* in the rank's log (stderr), when not NULL */
+    int qps;             /* queue pairs per ib peer to check (0: any) */
+    size_t count;        /* floats of the all-reduce (0: COUNT) */
 } sel_case_t;
 
 static int rxe_run(void)
@@ -62,16 +68,16 @@ static char *log_read(int rank)
     return text;
 }
 
-static int check_allreduce(shoal_comm_t comm, int rank, int nranks)
+static int check_allreduce(shoal_comm_t comm, int rank, int nranks, size_t count)
 {
-    float *buf = malloc(COUNT * sizeof(float));
+    float *buf = malloc(count * sizeof(float));
     RANK_CHECK(buf, fail, "out of memory");
-    for (size_t i = 0; i < COUNT; i++)
+    for (size_t i = 0; i < count; i++)
         buf[i] = (float)(rank + 1) * (float)(i % 7);
-    shoal_status_t s = shoal_allreduce(buf, buf, COUNT, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    shoal_status_t s = shoal_allreduce(buf, buf, count, SHOAL_FLOAT32, SHOAL_SUM, comm);
     RANK_CHECK(s == SHOAL_OK, fail_free, "all-reduce: %s", shoal_status_string(s));
     float sum = (float)(nranks * (nranks + 1) / 2);
-    for (size_t i = 0; i < COUNT; i++)
+    for (size_t i = 0; i < count; i++)
         RANK_CHECK(buf[i] == sum * (float)(i % 7), fail_free, "element %zu: %g", i, buf[i]);
     free(buf);
     return 0;
@@ -82,7 +88,7 @@ fail:
 }
 
 /* The transport of every peer of the other host, and what init settled. */
-static int check_joined(shoal_comm_t comm, int rank, expect_t expect)
+static int check_joined(shoal_comm_t comm, int rank, expect_t expect, int qps)
 {
     const char *want = expect == EXPECT_IB ? "ib" : "tcp";
     for (int p = 0; p < comm->team.nranks; p++) {
@@ -91,6 +97,11 @@ static int check_joined(shoal_comm_t comm, int rank, expect_t expect)
         const char *name = shoal_comm_ep(comm, p)->ops->name;
         RANK_CHECK(!strcmp(name, want), fail, "rank %d reaches rank %d over %s, want %s", rank,
                    p, name, want);
+#if SHOAL_HAVE_IBVERBS
+        const shoal_ib_ep_t *ep = (const shoal_ib_ep_t *)shoal_comm_ep(comm, p);
+        RANK_CHECK(expect != EXPECT_IB || !qps || ep->nqps == qps, fail,
+                   "rank %d has %d queue pairs to rank %d, want %d", rank, ep->nqps, p, qps);
+#endif
     }
     shoal_link_class_t inter = comm->team.cost.links.inter;
     RANK_CHECK(inter == (expect == EXPECT_IB ? SHOAL_LINK_RDMA : SHOAL_LINK_TCP), fail,
@@ -129,7 +140,8 @@ static int sel_rank(int rank, int nranks, const shoal_unique_id_t *id, void *arg
     }
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d: init: %s (%s)", rank, shoal_status_string(s),
                shoal_comm_last_error(NULL));
-    int rc = check_joined(comm, rank, c->expect) || check_allreduce(comm, rank, nranks);
+    int rc = check_joined(comm, rank, c->expect, c->qps) ||
+             check_allreduce(comm, rank, nranks, c->count ? c->count : COUNT);
     s = shoal_comm_destroy(comm);
     RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
     return rc;
@@ -166,10 +178,11 @@ static void test_no_rdma_core(void **state)
     harness_setenv("SHOAL_TEST_IB_LIB", "libshoal-no-such-verbs.so.1");
     harness_setenv("SHOAL_DEBUG", "info");
     harness_setenv("SHOAL_DEBUG_SUBSYS", "IBV");
-    const sel_case_t c = {EXPECT_TCP, "ib unavailable: cannot load libshoal-no-such-verbs.so.1"};
+    const sel_case_t c = {EXPECT_TCP, "ib unavailable: cannot load libshoal-no-such-verbs.so.1",
+                          0, 0};
     run_sel(&c, "no libibverbs: ib says why, tcp joins the hosts");
     harness_setenv("SHOAL_TCP_ENABLE", "n");
-    const sel_case_t none = {EXPECT_NO_INIT, NULL};
+    const sel_case_t none = {EXPECT_NO_INIT, NULL, 0, 0};
     run_sel(&none, "no libibverbs and SHOAL_TCP_ENABLE=n: init fails naming the peer");
 }
 
@@ -177,7 +190,7 @@ static void test_ib_disabled(void **state)
 {
     (void)state;
     harness_setenv("SHOAL_IB_ENABLE", "n");
-    const sel_case_t c = {EXPECT_TCP, NULL};
+    const sel_case_t c = {EXPECT_TCP, NULL, 0, 0};
     run_sel(&c, "SHOAL_IB_ENABLE=n: tcp joins the hosts");
 }
 
@@ -185,18 +198,31 @@ static void test_tcp_disabled(void **state)
 {
     (void)state;
     harness_setenv("SHOAL_TCP_ENABLE", "n");
-    const sel_case_t ib = {EXPECT_IB, NULL};
-    const sel_case_t none = {EXPECT_NO_INIT, NULL};
+    const sel_case_t ib = {EXPECT_IB, NULL, 0, 0};
+    const sel_case_t none = {EXPECT_NO_INIT, NULL, 0, 0};
     run_sel(rxe_run() ? &ib : &none, rxe_run() ? "SHOAL_TCP_ENABLE=n: ib alone joins the hosts"
                                                : "SHOAL_TCP_ENABLE=n, no RDMA port: init fails");
+}
+
+/* Messages take the queue pairs in turn: an all-reduce of many pieces
+ * over 3 of them per peer, each with 2 of SHOAL_IB_NSLOTS=6. */
+static void test_queue_pairs(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_IB_QPS_PER_CONN", "3");
+    harness_setenv("SHOAL_IB_NSLOTS", "6");
+    const sel_case_t c = {rxe_run() ? EXPECT_IB : EXPECT_TCP, NULL, 3, COUNT_QPS};
+    run_sel(&c, "SHOAL_IB_QPS_PER_CONN=3: an all-reduce of 19 pieces");
 }
 
 /* Every case starts from the same settings, whatever the last one left. */
 static int reset(void **state)
 {
     (void)state;
-    static const char *const names[] = {"SHOAL_TCP_ENABLE", "SHOAL_IB_ENABLE", "SHOAL_TEST_IB_LIB",
-                                        "SHOAL_DEBUG", "SHOAL_DEBUG_SUBSYS"};
+    static const char *const names[] = {"SHOAL_TCP_ENABLE",    "SHOAL_IB_ENABLE",
+                                        "SHOAL_TEST_IB_LIB",   "SHOAL_DEBUG",
+                                        "SHOAL_DEBUG_SUBSYS",  "SHOAL_IB_QPS_PER_CONN",
+                                        "SHOAL_IB_NSLOTS"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         harness_setenv(names[i], NULL);
     return 0;
@@ -212,6 +238,7 @@ int main(void)
         cmocka_unit_test_teardown(test_no_rdma_core, reset),
         cmocka_unit_test_teardown(test_ib_disabled, reset),
         cmocka_unit_test_teardown(test_tcp_disabled, reset),
+        cmocka_unit_test_teardown(test_queue_pairs, reset),
     };
     int rc = cmocka_run_group_tests_name("ib_select", tests, NULL, NULL);
     for (int r = 0; r < 2; r++) {
