@@ -31,6 +31,7 @@ static int rxe_run(void)
     return v && !strcmp(v, "1");
 }
 
+#if SHOAL_HAVE_IBVERBS
 /* The ib context of comm; NULL outside the guest. */
 static shoal_tl_ctx_t *ib_ctx(shoal_comm_t comm)
 {
@@ -40,6 +41,7 @@ static shoal_tl_ctx_t *ib_ctx(shoal_comm_t comm)
     }
     return NULL;
 }
+#endif
 
 static int check_regions(shoal_comm_t comm, size_t regions, size_t misses, const char *when)
 {

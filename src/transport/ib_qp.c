@@ -18,16 +18,6 @@ size_t shoal_ib_live_objects(void)
     return atomic_load(&ib_live);
 }
 
-static void live_add(size_t n)
-{
-    atomic_fetch_add(&ib_live, n);
-}
-
-static void live_sub(size_t n)
-{
-    atomic_fetch_sub(&ib_live, n);
-}
-
 static void put_le(uint8_t *p, uint64_t v, int bytes)
 {
     for (int i = 0; i < bytes; i++)
@@ -69,6 +59,16 @@ shoal_status_t shoal_ib_addr_unpack(const uint8_t *in, size_t len, shoal_ib_addr
 }
 
 #if SHOAL_HAVE_IBVERBS
+static void live_add(size_t n)
+{
+    atomic_fetch_add(&ib_live, n);
+}
+
+static void live_sub(size_t n)
+{
+    atomic_fetch_sub(&ib_live, n);
+}
+
 shoal_status_t shoal_ib_dev_open(const shoal_ib_port_t *port, shoal_ib_dev_t *dev)
 {
     memset(dev, 0, sizeof(*dev));
