@@ -10,6 +10,10 @@
  *   endpoint counts one put of the block's bytes per call, and the result
  *   is right; of unregistered buffers the blocks go through slots (no
  *   put) and the result is right too.
+ * - every put schedule (all-reduce, reduce-scatter, broadcast, all-to-all,
+ *   gather, scatter) forced on registered buffers: right results, blocks
+ *   written by RDMA writes, and read by RDMA reads where a schedule reads
+ *   the peer's memory.
  * The counts are checked inside the RDMA guest (SHOAL_TEST_RXE=1);
  * elsewhere tcp joins the hosts, which cannot put, and only the results
  * are checked. */
@@ -137,6 +141,74 @@ fail:
     return 1;
 }
 
+/* Every put schedule forced, on registered buffers of two ranks: right
+ * results, whether a block went by RDMA write or was read by RDMA read. */
+#define PC 80000 /* floats per block: past the put's minimum */
+
+static float v_allreduce(int r, size_t i) { return (float)(r + 1 + (int)(i % 5)); }
+static float v_block(int r, int k, size_t i) { return (float)(r * 1000 + k * 100 + (int)(i % 13)); }
+
+static int check_floats(const float *got, size_t n, float (*want)(size_t, int), int arg,
+                        const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        RANK_CHECK(got[i] == want(i, arg), fail, "%s: element %zu is %g, want %g", what, i,
+                   got[i], want(i, arg));
+    return 0;
+fail:
+    return 1;
+}
+
+static float w_allreduce(size_t i, int unused) { return v_allreduce(0, i) + v_allreduce(1, i); }
+static float w_rs(size_t i, int rank) { return v_block(0, rank, i) + v_block(1, rank, i); }
+static float w_bcast(size_t i, int unused) { return v_block(1, 0, i); }
+static float w_a2a(size_t j, int rank) { return v_block((int)(j / PC), rank, j % PC); }
+static float w_gather(size_t j, int unused) { return v_block((int)(j / PC), 0, j % PC); }
+static float w_scatter(size_t i, int rank) { return v_block(1, rank, i); }
+
+static int body_every_put(shoal_comm_t comm, int rank)
+{
+    size_t bytes = 2 * PC * sizeof(float);
+    float *in = malloc(bytes), *out = malloc(bytes);
+    void *hin, *hout;
+    RANK_CHECK(in && out, fail, "out of memory");
+    RANK_CHECK(shoal_comm_register(comm, in, bytes, &hin) == SHOAL_OK &&
+                   shoal_comm_register(comm, out, bytes, &hout) == SHOAL_OK, fail, "register");
+    shoal_ep_t *ep = shoal_comm_ep(comm, 1 - rank);
+    unsigned long long puts0 = atomic_load(&ep->puts);
+    for (size_t i = 0; i < PC; i++)
+        in[i] = v_allreduce(rank, i);
+    RANK_CHECK(shoal_allreduce(in, out, PC, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK, fail,
+               "all-reduce");
+    RANK_CHECK(!check_floats(out, PC, w_allreduce, 0, "all-reduce"), fail, "all-reduce");
+    for (size_t j = 0; j < 2 * PC; j++)
+        in[j] = v_block(rank, (int)(j / PC), j % PC);
+    RANK_CHECK(shoal_reduce_scatter(in, out, PC, SHOAL_FLOAT32, SHOAL_SUM, comm) == SHOAL_OK,
+               fail, "reduce-scatter");
+    RANK_CHECK(!check_floats(out, PC, w_rs, rank, "reduce-scatter"), fail, "reduce-scatter");
+    RANK_CHECK(shoal_alltoall(in, out, PC, SHOAL_FLOAT32, comm) == SHOAL_OK, fail, "all-to-all");
+    RANK_CHECK(!check_floats(out, 2 * PC, w_a2a, rank, "all-to-all"), fail, "all-to-all");
+    RANK_CHECK(shoal_scatter(in, out, PC, SHOAL_FLOAT32, 1, comm) == SHOAL_OK, fail, "scatter");
+    RANK_CHECK(!check_floats(out, PC, w_scatter, rank, "scatter"), fail, "scatter");
+    for (size_t i = 0; i < PC; i++)
+        in[i] = v_block(rank, 0, i);
+    RANK_CHECK(shoal_broadcast(in, out, PC, SHOAL_FLOAT32, 1, comm) == SHOAL_OK, fail,
+               "broadcast");
+    RANK_CHECK(!check_floats(out, PC, w_bcast, 0, "broadcast"), fail, "broadcast");
+    RANK_CHECK(shoal_gather(in, out, PC, SHOAL_FLOAT32, 0, comm) == SHOAL_OK, fail, "gather");
+    RANK_CHECK(rank != 0 || !check_floats(out, 2 * PC, w_gather, 0, "gather"), fail, "gather");
+    unsigned long long puts = atomic_load(&ep->puts) - puts0;
+    printf("# rank %d, every put schedule: %llu puts to rank %d\n", rank, puts, 1 - rank);
+    RANK_CHECK(!rxe_run() || puts > 0, fail, "no put over ib");
+    RANK_CHECK(shoal_comm_deregister(comm, hin) == SHOAL_OK &&
+                   shoal_comm_deregister(comm, hout) == SHOAL_OK, fail, "deregister");
+    free(in);
+    free(out);
+    return 0;
+fail:
+    return 1;
+}
+
 typedef int (*mem_body_t)(shoal_comm_t comm, int rank);
 
 static int body_puts(shoal_comm_t comm, int rank)
@@ -182,11 +254,21 @@ static void test_allgather_puts_registered(void **state)
     harness_setenv("SHOAL_ALGO", NULL);
 }
 
+static void test_every_put_schedule(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_ALGO", "allreduce:put,reducescatter:put,broadcast:put,alltoall:put,"
+                                 "gather:put,scatter:put");
+    run_mem(body_every_put);
+    harness_setenv("SHOAL_ALGO", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registrations_share_regions),
         cmocka_unit_test(test_allgather_puts_registered),
+        cmocka_unit_test(test_every_put_schedule),
     };
     return cmocka_run_group_tests_name("ib_mem", tests, NULL, NULL);
 }

@@ -233,6 +233,9 @@ static void ep_free(shoal_ib_ep_t *ep, uint64_t deadline_ns)
             shoal_ib_fifo_destroy(&ep->fifo[q]);
         shoal_ib_qp_destroy(&ep->qp[q]);
     }
+    if (ep->bounce_mr)
+        shoal_ib_mr_dereg(&((shoal_ib_ctx_t *)ep->base.ctx)->dev, ep->bounce_mr);
+    free(ep->bounce);
     if (ep->fd >= 0)
         close(ep->fd);
     free(ep);

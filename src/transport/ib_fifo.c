@@ -13,7 +13,7 @@ _Static_assert(SHOAL_IB_SLOT_HEAD == 8 + SHOAL_TL_HDR_BYTES,
                "a slot's head is its length and the transport header");
 
 #if SHOAL_HAVE_IBVERBS
-enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3, WR_PUT = 4 };
+enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3, WR_PUT = 4, WR_READ = 5 };
 /* The immediate of a credit write: this bit, and the released count's low
  * 31 bits; a message's carries its number's low 31 bits. */
 #define IB_IMM_CREDIT 0x80000000u
@@ -136,6 +136,26 @@ int shoal_ib_fifo_put_room(const shoal_ib_fifo_t *f)
     return f->sq_used + 2 <= f->sq_depth;
 }
 
+shoal_status_t shoal_ib_fifo_read(shoal_ib_fifo_t *f, void *dst, uint32_t lkey, uint64_t remote,
+                                  uint32_t rkey, size_t len)
+{
+    if (len > SHOAL_IB_PUT_MAX || !shoal_ib_fifo_put_room(f))
+        return SHOAL_ERR_INTERNAL;
+    struct ibv_sge sge = {.addr = (uintptr_t)dst, .length = (uint32_t)len, .lkey = lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = WR_READ, .sg_list = &sge, .num_sge = 1, .opcode = IBV_WR_RDMA_READ,
+        .send_flags = IBV_SEND_SIGNALED,
+        .wr = {.rdma = {.remote_addr = remote, .rkey = rkey}},
+    }, *bad;
+    if (ibv_post_send(f->qp->qp, &wr, &bad) != 0) {
+        shoal_error(IBV, "ibv_post_send (read) on %s: %s", f->qp->dev->port.dev,
+                    strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    f->sq_used++;
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_ib_fifo_put(shoal_ib_fifo_t *f, const void *src, uint32_t lkey,
                                  uint64_t remote, uint32_t rkey, size_t len)
 {
@@ -183,6 +203,7 @@ shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f)
             } else {
                 f->sq_used--;
                 f->tx_done += wc[i].wr_id == WR_DATA;
+                f->reads_done += wc[i].wr_id == WR_READ;
             }
         }
     }

@@ -61,6 +61,7 @@ typedef struct {
     size_t sq_depth;
     size_t max_inline;     /* writes up to this many bytes go inline */
     uint64_t reaped;       /* completions reaped: what a sleeper compares */
+    uint64_t reads_done;   /* RDMA reads completed */
 } shoal_ib_fifo_t;
 
 /* A FIFO on qp (created with depth at least shoal_ib_fifo_depth(nslots)),
@@ -87,6 +88,11 @@ shoal_status_t shoal_ib_fifo_progress(shoal_ib_fifo_t *f);
  * the send queue has room for it and its signal. */
 #define SHOAL_IB_PUT_MAX ((size_t)1 << 30)
 int shoal_ib_fifo_put_room(const shoal_ib_fifo_t *f);
+/* An RDMA read of len bytes (at most SHOAL_IB_PUT_MAX) from remote under
+ * rkey into dst, registered with lkey; reads_done counts it once it
+ * completed. Only while put_room says there is room. */
+shoal_status_t shoal_ib_fifo_read(shoal_ib_fifo_t *f, void *dst, uint32_t lkey, uint64_t remote,
+                                  uint32_t rkey, size_t len);
 shoal_status_t shoal_ib_fifo_put(shoal_ib_fifo_t *f, const void *src, uint32_t lkey,
                                  uint64_t remote, uint32_t rkey, size_t len);
 #endif

@@ -30,6 +30,8 @@
 /* How often progress looks at the peers' sockets and the device's
  * events: a dead peer is noticed within this, at the cost of one poll(2). */
 #define SHOAL_IB_WATCH_NS 1000000u
+/* Bytes of an endpoint's bounce buffer for reads. */
+#define SHOAL_IB_BOUNCE (256u * 1024)
 /* How long a wait polls before it sleeps on the completion channel. */
 #define SHOAL_IB_SPIN_NS 50000u
 /* Remote keys an endpoint keeps attached. */
@@ -76,6 +78,10 @@ typedef struct shoal_ib_ep {
     size_t list_idx;        /* place in the context's endpoint list */
     shoal_ib_rmem_t rkeys[SHOAL_IB_RKEYS];
     unsigned rkey_next;
+    /* get: the registered buffer reads land in before they are copied
+     * out (made on the first get). */
+    unsigned char *bounce;
+    struct ibv_mr *bounce_mr;
 } shoal_ib_ep_t;
 
 /* A registration: a memory region of the device (ib_rcache.c). */
