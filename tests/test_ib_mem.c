@@ -4,8 +4,9 @@
  *   inside a registered one takes its region, and the last deregistration
  *   of a region deregisters it (no region left, no verbs object left
  *   after the communicator);
- * - zero-copy: an all-gather forced onto the put schedule
- *   (SHOAL_ALGO=allgather:put) of registered buffers RDMA-writes each
+ * - zero-copy: an all-gather on the put schedule (forced with
+ *   SHOAL_ALGO=allgather:put, and as the model picks it) of registered
+ *   buffers RDMA-writes each
  *   rank's block straight into the peer's registered output: the
  *   endpoint counts one put of the block's bytes per call, and the result
  *   is right; of unregistered buffers the blocks go through slots (no
@@ -254,6 +255,16 @@ static void test_allgather_puts_registered(void **state)
     harness_setenv("SHOAL_ALGO", NULL);
 }
 
+/* Chosen by the model: the all-gather that writes is picked between hosts
+ * over ib, and moves registered buffers by RDMA writes; unregistered ones
+ * make it fall back, right all the same. */
+static void test_allgather_puts_by_choice(void **state)
+{
+    (void)state;
+    harness_setenv("SHOAL_ALGO", NULL);
+    run_mem(body_puts);
+}
+
 static void test_every_put_schedule(void **state)
 {
     (void)state;
@@ -268,6 +279,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registrations_share_regions),
         cmocka_unit_test(test_allgather_puts_registered),
+        cmocka_unit_test(test_allgather_puts_by_choice),
         cmocka_unit_test(test_every_put_schedule),
     };
     return cmocka_run_group_tests_name("ib_mem", tests, NULL, NULL);

@@ -108,9 +108,12 @@ typedef struct {
 /* The cost of self, a put algorithm, for args on team: the cheapest slot
  * algorithm's times speedup from SHOAL_PUT_MIN_BYTES of output per rank
  * (count elements), SHOAL_PUT_UNPICKED below; < 0 where it cannot run
- * (one rank, several hosts, a transport that cannot put, no fallback). */
+ * (one rank, a transport that cannot put, several transports, no
+ * fallback). Between hosts (one transport joining every pair: ib, one rank
+ * per host) a schedule that reads peers' memory (reads set) is
+ * SHOAL_PUT_UNPICKED: its reads wait one by one on the network. */
 double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
-                      const shoal_algo_ops_t *self, double speedup);
+                      const shoal_algo_ops_t *self, double speedup, int reads);
 /* Key of [buf, buf + len) into key (SHOAL_TL_RKEY_MAX bytes) and its
  * length; 0 when peers cannot reach it (no key). */
 uint32_t shoal_put_own_key(shoal_team_t *team, void *buf, size_t len, unsigned char *key);

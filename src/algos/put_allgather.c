@@ -73,14 +73,14 @@ static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args
 
 static double put_allgather_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_put_cost(team, args, &shoal_put_allgather_ops, PUT_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_allgather_ops, PUT_SPEEDUP, 0);
 }
 
 static double put_alltoall_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     if (args->kind != SHOAL_COLL_ALLTOALL)
         return -1;
-    return shoal_put_cost(team, args, &shoal_put_alltoall_ops, PUT_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_alltoall_ops, PUT_SPEEDUP, 0);
 }
 
 static shoal_status_t put_allgather_run(shoal_plan_t *plan)

@@ -119,7 +119,7 @@ static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args
  * faster everywhere, so the model still leaves it to SHOAL_ALGO. */
 static double put_broadcast_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    double c = shoal_put_cost(team, args, &shoal_put_broadcast_ops, 1);
+    double c = shoal_put_cost(team, args, &shoal_put_broadcast_ops, 1, 1);
     return c < 0 ? c : SHOAL_PUT_UNPICKED;
 }
 

@@ -43,7 +43,7 @@ static const shoal_algo_ops_t *put_fallback(const shoal_team_t *team,
 }
 
 double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
-                      const shoal_algo_ops_t *self, double speedup)
+                      const shoal_algo_ops_t *self, double speedup, int reads)
 {
     if (team->nranks < 2 || args->codec)
         return -1;
@@ -55,11 +55,15 @@ double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
     double fb_cost;
     if (!put_fallback(team, args, self, &fb_cost))
         return -1;
-    /* Between hosts (ib, one rank per host) only registered buffers can be
-     * written, and whether a rank registered its buffers is its own
-     * business, which the model, the same on every rank, cannot know: the
-     * zero-copy schedules there are SHOAL_ALGO's to force. */
-    if (team->nhosts != 1 || shoal_algo_bytes(args, args->count) < SHOAL_PUT_MIN_BYTES)
+    /* Between hosts (ib, one rank per host) only registered buffers are
+     * written or read. The choice does not depend on whether they are (it
+     * must be the same on every rank): where a rank offers no key, the
+     * schedules that write fall back together and back off (put_declined),
+     * so unregistered buffers cost one exchange of keys now and then.
+     * Reads wait one by one on the network: those schedules are only
+     * SHOAL_ALGO's to force there. */
+    if ((team->nhosts != 1 && reads) ||
+        shoal_algo_bytes(args, args->count) < SHOAL_PUT_MIN_BYTES)
         return SHOAL_PUT_UNPICKED;
     return fb_cost * speedup;
 }

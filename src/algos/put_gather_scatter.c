@@ -119,12 +119,12 @@ static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args
 
 static double put_gather_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_put_cost(team, args, &shoal_put_gather_ops, PUT_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_gather_ops, PUT_SPEEDUP, 0);
 }
 
 static double put_scatter_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_put_cost(team, args, &shoal_put_scatter_ops, PUT_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_scatter_ops, PUT_SPEEDUP, 1);
 }
 
 static shoal_status_t put_gather_run(shoal_plan_t *plan)

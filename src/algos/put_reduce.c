@@ -210,12 +210,12 @@ static shoal_status_t put_plan(shoal_team_t *team, const shoal_coll_args_t *args
 
 static double put_reduce_scatter_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_put_cost(team, args, &shoal_put_reduce_scatter_ops, PUT_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_reduce_scatter_ops, PUT_SPEEDUP, 1);
 }
 
 static double put_allreduce_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    return shoal_put_cost(team, args, &shoal_put_allreduce_ops, PUT_AR_SPEEDUP);
+    return shoal_put_cost(team, args, &shoal_put_allreduce_ops, PUT_AR_SPEEDUP, 1);
 }
 
 static shoal_status_t put_reduce_scatter_run(shoal_plan_t *plan)
