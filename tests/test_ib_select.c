@@ -11,9 +11,12 @@
  *   knows each rank's device (rxe0:1, rxe1:1). Elsewhere, with no RDMA
  *   port, the same settings fail init as above;
  * - SHOAL_IB_QPS_PER_CONN=3: an all-reduce of many pieces right over 3
- *   queue pairs per peer (in the guest; over tcp elsewhere). */
+ *   queue pairs per peer (in the guest; over tcp elsewhere);
+ * - in the guest, rxe1's port taken down while rank 1 waits with nothing
+ *   in flight: the device's event ends its wait with the peer error. */
 #include "harness.h"
 
+#include "base/clock.h"
 #include "core/comm.h"
 #include "topo/links.h"
 #include "transport/ib_priv.h"
@@ -215,6 +218,109 @@ static void test_queue_pairs(void **state)
     run_sel(&c, "SHOAL_IB_QPS_PER_CONN=3: an all-reduce of 19 pieces");
 }
 
+/* ---- a port that goes down while a rank waits ---------------------------
+ * Rank 1 waits in an all-reduce for rank 0, which holds back; nothing of
+ * rank 1's is in flight, so only the device's event can tell it that its
+ * port went down (vethB, under rxe1, taken down by this process): it must
+ * end with the peer error naming the port, within its deadline. Rank 0,
+ * let go once the port is back, gets the peer error too. Inside the RDMA
+ * guest only. */
+static int port_pipe[2];
+static int port_done[2];
+
+static int port_rank(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    harness_split_hosts(rank, nranks, 2);
+    char path[128];
+    log_path(rank, path, sizeof(path));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    RANK_CHECK(fd >= 0 && dup2(fd, 2) == 2, fail, "cannot log to %s", path);
+    close(fd);
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    float v[64] = {0};
+    char byte = 1;
+    if (rank == 0) {
+        RANK_CHECK(write(port_done[1], &byte, 1) == 1 && read(port_pipe[0], &byte, 1) == 1,
+                   fail, "pipe");
+    } else {
+        RANK_CHECK(write(port_done[1], &byte, 1) == 1, fail, "pipe");
+    }
+    uint64_t t0 = shoal_now_ns();
+    s = shoal_allreduce(v, v, 64, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_ERR_PEER, fail, "rank %d: the all-reduce ended with %s", rank,
+               shoal_status_string(s));
+    fprintf(stderr, "# rank %d: peer error after %.2f s\n", rank,
+            (double)(shoal_now_ns() - t0) * 1e-9);
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static int sysfs_active(const char *dev)
+{
+    char path[128], text[64] = "";
+    snprintf(path, sizeof(path), "/sys/class/infiniband/%s/ports/1/state", dev);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    int ok = fgets(text, sizeof(text), f) && strstr(text, "ACTIVE");
+    fclose(f);
+    return ok;
+}
+
+static void test_port_down_while_waiting(void **state)
+{
+    (void)state;
+    if (!rxe_run())
+        return; /* needs the RDMA guest's rxe devices */
+    harness_setenv("SHOAL_TIMEOUT", "30s");
+    assert_int_equal(pipe(port_pipe), 0);
+    assert_int_equal(pipe(port_done), 0);
+    harness_use_transport("shm", 1 << 16);
+    harness_setenv("SHOAL_TIMEOUT", "30s");
+    fflush(NULL);
+    int pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(harness_run_ranks(2, port_rank, NULL, 60) == 0 ? 0 : 1);
+    char byte;
+    assert_int_equal(read(port_done[0], &byte, 1), 1);
+    assert_int_equal(read(port_done[0], &byte, 1), 1);
+    usleep(500000); /* rank 1 is inside its all-reduce by now */
+    assert_int_equal(system("ip link set vethB down"), 0);
+    usleep(3000000);
+    assert_int_equal(system("ip link set vethB up"), 0);
+    for (int i = 0; i < 100 && !(sysfs_active("rxe0") && sysfs_active("rxe1")); i++)
+        usleep(100000);
+    byte = 1;
+    assert_int_equal(write(port_pipe[1], &byte, 1), 1);
+    int st = harness_wait(pid, 60);
+    int lacks = 0;
+    for (int r = 0; r < 2; r++) {
+        char *text = log_read(r);
+        assert_non_null(text);
+        int want = r == 0 || strstr(text, "rank 1: connection to rank 0 lost: rxe1 port 1: "
+                                          "port error");
+        for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+            if (!want || st != 0 || strstr(line, "lost") || strstr(line, "peer error after"))
+                printf("#   rank %d: %s\n", r, line);
+        }
+        lacks |= !want;
+        free(text);
+    }
+    close(port_pipe[0]);
+    close(port_pipe[1]);
+    close(port_done[0]);
+    close(port_done[1]);
+    assert_int_equal(st, 0);
+    assert_int_equal(lacks, 0);
+    assert_true(sysfs_active("rxe1"));
+}
+
 /* Every case starts from the same settings, whatever the last one left. */
 static int reset(void **state)
 {
@@ -222,7 +328,7 @@ static int reset(void **state)
     static const char *const names[] = {"SHOAL_TCP_ENABLE",    "SHOAL_IB_ENABLE",
                                         "SHOAL_TEST_IB_LIB",   "SHOAL_DEBUG",
                                         "SHOAL_DEBUG_SUBSYS",  "SHOAL_IB_QPS_PER_CONN",
-                                        "SHOAL_IB_NSLOTS"};
+                                        "SHOAL_IB_NSLOTS",     "SHOAL_TIMEOUT"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         harness_setenv(names[i], NULL);
     return 0;
@@ -239,6 +345,7 @@ int main(void)
         cmocka_unit_test_teardown(test_ib_disabled, reset),
         cmocka_unit_test_teardown(test_tcp_disabled, reset),
         cmocka_unit_test_teardown(test_queue_pairs, reset),
+        cmocka_unit_test_teardown(test_port_down_while_waiting, reset),
     };
     int rc = cmocka_run_group_tests_name("ib_select", tests, NULL, NULL);
     for (int r = 0; r < 2; r++) {

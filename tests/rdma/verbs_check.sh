@@ -91,7 +91,8 @@ else
     sed 's/^/# /' "$GUEST_OUT/ib_bench"
 fi
 # A port that goes down mid-transfer: both ranks end with the peer error,
-# naming the port's event or the lost peer, well within their deadline.
+# well within their deadline (from the device's event or from a write that
+# failed, whichever comes first; test_ib_select checks the event alone).
 rm -f "$GUEST_OUT"/pair_rank*
 SHOAL_TIMEOUT=30s "$here/ib_pair.sh" -b 4M -e 4M -n 5000 -w 0 -c 0 >"$GUEST_OUT/port_down" 2>&1 &
 pair=$!
@@ -108,13 +109,13 @@ if kill -0 "$pair" 2>/dev/null; then
     notok "rxe1's port down mid-transfer: the ranks still run after 40 s"
 elif wait "$pair"; then
     notok "rxe1's port down mid-transfer: the pair exited 0"
-elif grep -q "rank 1: connection to rank 0 lost: rxe1 port 1: port error" "$GUEST_OUT/pair_rank1" &&
+elif grep -q "rank 1: connection to rank 0 lost" "$GUEST_OUT/pair_rank1" &&
     grep -q "rank 0: connection to rank 1 lost" "$GUEST_OUT/pair_rank0"; then
     ok "rxe1's port down mid-transfer: both ranks end with the peer error in $(($(date +%s) - t0)) s"
     grep -h "connection to rank" "$GUEST_OUT/pair_rank0" "$GUEST_OUT/pair_rank1" | sed 's/^/# /'
 else
     notok "rxe1's port down mid-transfer: not the errors expected"
-    tail -5 "$GUEST_OUT/pair_rank0" "$GUEST_OUT/pair_rank1" | sed 's/^/# /'
+    tail -n 5 "$GUEST_OUT/pair_rank0" "$GUEST_OUT/pair_rank1" | sed 's/^/# /'
 fi
 ip link set vethB up
 exit "$failed"
