@@ -504,63 +504,6 @@ static void ib_no_close(shoal_tl_ctx_t *ctx)
 {
 }
 
-/* RDMA reads into the endpoint's bounce buffer, a piece at a time, each
- * copied out once it completed; the wait polls the endpoint's queues (what
- * else completes meanwhile is taken as progress would) until SHOAL_TIMEOUT. */
-static shoal_status_t shoal_ib_get(shoal_ep_t *base, void *dst, const shoal_rmem_t *remote,
-                                   size_t remote_off, size_t len)
-{
-    shoal_ib_ep_t *ep = (shoal_ib_ep_t *)base;
-    shoal_ib_ctx_t *ctx = (shoal_ib_ctx_t *)base->ctx;
-    if (ep->err)
-        return ep->err;
-    if (!remote || remote_off > remote->len || len > remote->len - remote_off)
-        return SHOAL_ERR_UNSUPPORTED;
-    if (!ep->bounce) {
-        if (posix_memalign((void **)&ep->bounce, 4096, SHOAL_IB_BOUNCE) != 0) {
-            ep->bounce = NULL;
-            return SHOAL_ERR_NO_MEMORY;
-        }
-        ep->bounce_mr = shoal_ib_mr_reg(&ctx->dev, ep->bounce, SHOAL_IB_BOUNCE);
-        if (!ep->bounce_mr) {
-            free(ep->bounce);
-            ep->bounce = NULL;
-            return SHOAL_ERR_SYSTEM;
-        }
-    }
-    const shoal_ib_rmem_t *r = (const shoal_ib_rmem_t *)remote;
-    int q = (int)(ep->tx_msgs % (uint64_t)ep->nqps);
-    shoal_ib_fifo_t *f = &ep->fifo[q];
-    uint64_t deadline = shoal_deadline_after(ctx->timeout_ns);
-    for (size_t at = 0; at < len; at += SHOAL_IB_BOUNCE) {
-        size_t n = len - at < SHOAL_IB_BOUNCE ? len - at : SHOAL_IB_BOUNCE;
-        while (!shoal_ib_fifo_put_room(f)) {
-            shoal_status_t s = ep_fifos_progress(ep);
-            if (s != SHOAL_OK)
-                return s;
-            if (shoal_deadline_passed(deadline))
-                return shoal_ib_fail(ep, SHOAL_ERR_TIMEOUT, "no room for a read");
-        }
-        uint64_t want = f->reads_done + 1;
-        shoal_status_t s = shoal_ib_fifo_read(f, ep->bounce, ep->bounce_mr->lkey,
-                                              r->raddr + remote_off + at, r->rkey, n);
-        if (s != SHOAL_OK)
-            return ep_result(ep, s, q);
-        while (f->reads_done < want) {
-            s = ep_fifos_progress(ep);
-            if (s != SHOAL_OK)
-                return s;
-            if (shoal_deadline_passed(deadline))
-                return shoal_ib_fail(ep, SHOAL_ERR_TIMEOUT, "a read of %zu B did not complete "
-                                     "within SHOAL_TIMEOUT", n);
-        }
-        memcpy((char *)dst + at, ep->bounce, n);
-    }
-    atomic_fetch_add_explicit(&base->gets, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&base->get_bytes, len, memory_order_relaxed);
-    return SHOAL_OK;
-}
-
 const shoal_transport_ops_t shoal_ib_ops = {
     .size = sizeof(shoal_transport_ops_t),
     .name = "ib",
