@@ -71,6 +71,19 @@ static char *log_read(int rank)
     return text;
 }
 
+/* A rank's start: its host, and its log (stderr) into its file. */
+static int rank_start(int rank, int nranks)
+{
+    harness_split_hosts(rank, nranks, 2);
+    char path[128];
+    log_path(rank, path, sizeof(path));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 2) != 2)
+        return -1;
+    close(fd);
+    return 0;
+}
+
 static int check_allreduce(shoal_comm_t comm, int rank, int nranks, size_t count)
 {
     float *buf = malloc(count * sizeof(float));
@@ -125,12 +138,7 @@ fail:
 static int sel_rank(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     const sel_case_t *c = arg;
-    harness_split_hosts(rank, nranks, 2);
-    char path[128];
-    log_path(rank, path, sizeof(path));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    RANK_CHECK(fd >= 0 && dup2(fd, 2) == 2, fail, "cannot log to %s", path);
-    close(fd);
+    RANK_CHECK(rank_start(rank, nranks) == 0, fail, "rank %d: no log", rank);
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     if (c->expect == EXPECT_NO_INIT) {
@@ -235,12 +243,7 @@ static int port_done[2];
 static int port_rank(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     (void)arg;
-    harness_split_hosts(rank, nranks, 2);
-    char path[128];
-    log_path(rank, path, sizeof(path));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    RANK_CHECK(fd >= 0 && dup2(fd, 2) == 2, fail, "cannot log to %s", path);
-    close(fd);
+    RANK_CHECK(rank_start(rank, nranks) == 0, fail, "rank %d: no log", rank);
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
