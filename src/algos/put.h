@@ -114,6 +114,12 @@ typedef struct {
  * SHOAL_PUT_UNPICKED: its reads wait one by one on the network. */
 double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
                       const shoal_algo_ops_t *self, double speedup, int reads);
+/* ep's get of len bytes at off of rmem into dst. A read that fails
+ * otherwise than unsupported or the peer's error first waits a little for
+ * news of a failed rank (a peer that saw one may have freed what it
+ * offered) and returns that rank's error when it comes. */
+shoal_status_t shoal_put_get(shoal_team_t *team, shoal_ep_t *ep, void *dst,
+                             const shoal_rmem_t *rmem, size_t off, size_t len);
 /* Key of [buf, buf + len) into key (SHOAL_TL_RKEY_MAX bytes) and its
  * length; 0 when peers cannot reach it (no key). */
 uint32_t shoal_put_own_key(shoal_team_t *team, void *buf, size_t len, unsigned char *key);

@@ -13,6 +13,7 @@
 #include "base/dtype.h"
 #include "base/log.h"
 
+#include <sched.h>
 #include <string.h>
 
 #define PUT_SKIP_MIN 16u
@@ -203,14 +204,38 @@ static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int
     return s == SHOAL_INPROGRESS ? SHOAL_OK : s;
 }
 
+/* How long a read that failed waits for news of a failed rank. */
+#define PUT_GET_NEWS_NS 100000000ull
+
+shoal_status_t shoal_put_get(shoal_team_t *team, shoal_ep_t *ep, void *dst,
+                             const shoal_rmem_t *rmem, size_t off, size_t len)
+{
+    shoal_status_t s = ep->ops->get(ep, dst, rmem, off, len);
+    if (s == SHOAL_OK || s == SHOAL_ERR_UNSUPPORTED || s == SHOAL_ERR_PEER)
+        return s;
+    /* A peer that saw a rank fail leaves the operation and may free the
+     * memory it offered while this rank still reads it: the read then
+     * fails here, and the failure to report is that rank's, which the
+     * watch learns within its interval. */
+    uint64_t until = shoal_deadline_after(PUT_GET_NEWS_NS);
+    do {
+        shoal_status_t w = shoal_team_watch(team);
+        if (w != SHOAL_OK)
+            return w;
+        sched_yield();
+    } while (!shoal_deadline_passed(until));
+    return s;
+}
+
 /* A non-root reads the root's input itself; UNSUPPORTED when this
  * endpoint cannot reach it. */
-static shoal_status_t put_pull(shoal_put_peer_t *p, const shoal_put_ctrl_t *c)
+static shoal_status_t put_pull(shoal_team_t *team, shoal_put_peer_t *p,
+                               const shoal_put_ctrl_t *c)
 {
     const shoal_rmem_t *rmem;
     shoal_status_t s = p->ep->ops->rkey_attach(p->ep, c->key, c->keylen, &rmem);
     if (s == SHOAL_OK)
-        s = p->ep->ops->get(p->ep, p->dst, rmem, p->roff, p->rbytes);
+        s = shoal_put_get(team, p->ep, p->dst, rmem, p->roff, p->rbytes);
     return s;
 }
 
@@ -264,7 +289,7 @@ static shoal_status_t put_recv_step(shoal_team_t *team, shoal_put_peer_t *p, int
             p->recv_state = SHOAL_PUT_ST_DONE;
         } else if (type == SHOAL_PUT_PULL && p->role == SHOAL_PUT_ROLE_BCAST_PEER &&
                    c.keylen <= sizeof(c.key)) {
-            s = put_pull(p, &c);
+            s = put_pull(team, p, &c);
             if (s == SHOAL_OK) {
                 p->reply = &shoal_put_done_msg;
                 p->recv_state = SHOAL_PUT_ST_DONE;

@@ -93,7 +93,7 @@ static shoal_status_t put_rooted(shoal_plan_t *plan, const shoal_algo_ops_t *sel
         p->recv_state = SHOAL_PUT_ST_DONE;
         return shoal_put_drive(team, peers, 1, deadline, NULL);
     }
-    s = rmem ? p->ep->ops->get(p->ep, out, rmem, (size_t)r * bytes, bytes)
+    s = rmem ? shoal_put_get(team, p->ep, out, rmem, (size_t)r * bytes, bytes)
              : SHOAL_ERR_UNSUPPORTED;
     p->send_state = SHOAL_PUT_ST_CTRL;
     if (s == SHOAL_OK) {

@@ -91,7 +91,7 @@ static shoal_status_t put_sum_block(shoal_plan_t *plan, shoal_put_peer_t *peers,
             shoal_put_peer_t *p = &peers[(j - r + n) % n - 1];
             if (p->need_data)
                 continue;
-            shoal_status_t s = p->ep->ops->get(p->ep, tmp, p->rmem, off + at, b);
+            shoal_status_t s = shoal_put_get(team, p->ep, tmp, p->rmem, off + at, b);
             if (s != SHOAL_OK)
                 return s;
             shoal_combine(team, plan->prims.reduce, dst + at, acc, tmp, b / es, es);

@@ -97,7 +97,11 @@ static shoal_status_t shoal_ib_recv_slot(shoal_ep_t *base, const void **buf_p, s
     if (ep->err)
         return ep->err;
     int q = (int)(ep->rx_msgs % (uint64_t)ep->nqps);
-    return ep_result(ep, shoal_ib_fifo_recv_slot(&ep->fifo[q], buf_p, len_p, hdr_p), q);
+    shoal_status_t s = ep_result(ep, shoal_ib_fifo_recv_slot(&ep->fifo[q], buf_p, len_p, hdr_p),
+                                 q);
+    if (s == SHOAL_OK)
+        ep->rx_len = *len_p;
+    return s;
 }
 
 static shoal_status_t shoal_ib_recv_release(shoal_ep_t *base)
@@ -106,15 +110,10 @@ static shoal_status_t shoal_ib_recv_release(shoal_ep_t *base)
     if (ep->err)
         return ep->err;
     int q = (int)(ep->rx_msgs % (uint64_t)ep->nqps);
-    shoal_ib_fifo_t *f = &ep->fifo[q];
-    uint64_t len = 0;
-    if (f->rx_tail < f->rx_arrived)
-        memcpy(&len, f->mem + (f->nslots + (size_t)(f->rx_tail % f->nslots)) * f->stride,
-               sizeof(len));
-    shoal_status_t s = ep_result(ep, shoal_ib_fifo_recv_release(f), q);
+    shoal_status_t s = ep_result(ep, shoal_ib_fifo_recv_release(&ep->fifo[q]), q);
     if (s == SHOAL_OK) {
         ep->rx_msgs++;
-        atomic_fetch_add_explicit(&base->rx_bytes, len, memory_order_relaxed);
+        atomic_fetch_add_explicit(&base->rx_bytes, ep->rx_len, memory_order_relaxed);
     }
     return s;
 }

@@ -72,6 +72,7 @@ typedef struct shoal_ib_ep {
     shoal_ib_fifo_t fifo[SHOAL_IB_QPS_MAX];
     uint64_t tx_msgs;       /* messages posted: the next goes on fifo[tx_msgs % nqps] */
     uint64_t rx_msgs;       /* messages released */
+    size_t rx_len;          /* the length of the message recv_slot gave last */
     int fd;                 /* the connection socket, watched for the peer's end */
     int gone;               /* that socket ended: the peer's process closed or died */
     shoal_status_t err;     /* sticky: once lost, every call reports it */
