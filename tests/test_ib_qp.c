@@ -275,8 +275,9 @@ static int fifo_stream(shoal_ib_fifo_t *f, int side, uint64_t nsend, uint64_t nr
 /* Credits pile up on a side that only sends: side 0 fills side 1's slots
  * and sees its writes complete; side 1 sends FIFO_SLOTS messages that side
  * 0 leaves unread, and releases side 0's, one credit each; side 0 then
- * sends FIFO_SLOTS more, each released at once. A sender that counted the
- * credit word instead of the credits it reaped would send those without
+ * sends FIFO_SLOTS more, each released at once. A sender that learned its
+ * credits from a word the peer writes, not from the credits it reaped,
+ * would send those without
  * reaping anything, and the third round of credits would find side 0's
  * receives all used: receiver-not-ready, a failed write on side 1. */
 static int fifo_credit_flood(shoal_ib_fifo_t *f, int side, int fd)

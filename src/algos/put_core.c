@@ -72,19 +72,25 @@ double shoal_put_cost(const shoal_team_t *team, const shoal_coll_args_t *args,
 /* A key for [buf, buf + len) when the transport lets peers reach it,
  * whether it is registered (shareable blocks are, on first use) or private
  * memory it reaches without. */
+/* The registration of [buf, buf + len) on the sole transport, for the
+ * transports that reach only registered memory; NULL when none. */
+static shoal_mem_t *put_sole_mem(shoal_team_t *team, const void *buf, size_t len)
+{
+    for (int t = 0; buf && len && t < team->ntl; t++) {
+        if (team->tl_ctx[t] == team->tl_sole)
+            return team->hooks->mem_of(team, t, buf, len);
+    }
+    return NULL;
+}
+
 uint32_t shoal_put_own_key(shoal_team_t *team, void *buf, size_t len, unsigned char *key)
 {
     shoal_tl_ctx_t *ctx = team->tl_sole;
     if (!ctx || !buf || len == 0)
         return 0;
-    int t = 0;
-    while (t < team->ntl && team->tl_ctx[t] != ctx)
-        t++;
-    if (t == team->ntl)
-        return 0;
-    shoal_mem_t *mem = team->hooks->mem_of(team, t, buf, len);
     size_t klen = SHOAL_TL_RKEY_MAX;
-    if (ctx->ops->rkey_pack(ctx, mem, buf, len, key, &klen) != SHOAL_OK)
+    if (ctx->ops->rkey_pack(ctx, put_sole_mem(team, buf, len), buf, len, key, &klen) !=
+        SHOAL_OK)
         return 0;
     return (uint32_t)klen;
 }
@@ -136,17 +142,6 @@ static shoal_status_t put_take(shoal_team_t *team, shoal_put_peer_t *p, uint32_t
     return p->ep->ops->recv_release(p->ep);
 }
 
-/* The registration of p's source on the sole transport, for transports
- * that write only from registered memory; NULL when it has none. */
-static const shoal_mem_t *put_local(shoal_team_t *team, const shoal_put_peer_t *p)
-{
-    for (int t = 0; t < team->ntl; t++) {
-        if (team->tl_ctx[t] == team->tl_sole)
-            return p->bytes ? team->hooks->mem_of(team, t, p->src, p->bytes) : NULL;
-    }
-    return NULL;
-}
-
 /* One pass over peer p's sending side; *moved_p set when anything moved. */
 static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int *moved_p)
 {
@@ -161,8 +156,8 @@ static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int
     switch (p->send_state) {
     case SHOAL_PUT_ST_IDLE:
         if (p->rmem) {
-            s = p->ep->ops->put_signal(p->ep, p->src, put_local(team, p), p->rmem, p->off,
-                                       p->bytes);
+            s = p->ep->ops->put_signal(p->ep, p->src, put_sole_mem(team, p->src, p->bytes),
+                                       p->rmem, p->off, p->bytes);
             if (s == SHOAL_OK) {
                 p->send_state = SHOAL_PUT_ST_DONE;
                 *moved_p = 1;

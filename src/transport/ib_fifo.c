@@ -19,7 +19,7 @@ enum { WR_DATA = 1, WR_CREDIT = 2, WR_RECV = 3, WR_PUT = 4, WR_READ = 5 };
 #define IB_IMM_CREDIT 0x80000000u
 #define IB_IMM_COUNT 0x7fffffffu
 
-/* Where the credit words sit: after both rings, a line apart. */
+/* The credit address: after both rings. */
 static size_t credit_off(const shoal_ib_fifo_t *f)
 {
     return 2 * f->nslots * f->stride;
@@ -62,14 +62,12 @@ shoal_status_t shoal_ib_fifo_create(shoal_ib_qp_t *qp, size_t nslots, size_t chu
     f->stride = (SHOAL_IB_SLOT_HEAD + chunk + 63) & ~(size_t)63;
     f->sq_depth = (size_t)shoal_ib_fifo_depth(nslots);
     f->max_inline = qp->max_inline;
-    size_t bytes = credit_off(f) + 128;
+    size_t bytes = credit_off(f) + 64;
     if (posix_memalign((void **)&f->mem, 4096, bytes) != 0) {
         f->mem = NULL;
         return SHOAL_ERR_NO_MEMORY;
     }
     memset(f->mem, 0, bytes);
-    f->freed = (volatile uint64_t *)(f->mem + credit_off(f));
-    f->credit_src = (uint64_t *)(f->mem + credit_off(f) + 64);
     f->mr = shoal_ib_mr_reg(qp->dev, f->mem, bytes);
     if (!f->mr) {
         shoal_ib_fifo_destroy(f);
@@ -85,7 +83,7 @@ shoal_status_t shoal_ib_fifo_create(shoal_ib_qp_t *qp, size_t nslots, size_t chu
         }
     }
     self->ring = (uintptr_t)rx_slot(f, 0);
-    self->credit = (uintptr_t)f->freed;
+    self->credit = (uintptr_t)(f->mem + credit_off(f));
     self->rkey = f->mr->rkey;
     return SHOAL_OK;
 }
@@ -168,12 +166,12 @@ shoal_status_t shoal_ib_fifo_put(shoal_ib_fifo_t *f, const void *src, uint32_t l
  * queue has room (else the next progress does). */
 static shoal_status_t send_credit(shoal_ib_fifo_t *f)
 {
-    if (*f->credit_src == f->rx_tail || f->sq_used >= f->sq_depth)
+    if (f->credit_sent == f->rx_tail || f->sq_used >= f->sq_depth)
         return SHOAL_OK;
-    *f->credit_src = f->rx_tail;
-    /* With an immediate, so that a sender asleep on its completion
+    f->credit_sent = f->rx_tail;
+    /* A completion on the peer, so that a sender asleep on its completion
      * channel for want of credit wakes. */
-    return post_write(f, WR_CREDIT, f->credit_src, sizeof(uint64_t), f->peer.credit, 1,
+    return post_write(f, WR_CREDIT, NULL, 0, f->peer.credit, 1,
                       IB_IMM_CREDIT | ((uint32_t)f->rx_tail & IB_IMM_COUNT));
 }
 

@@ -7,10 +7,10 @@
  * with the length and the transport header, then the payload) into the
  * peer's receive slot of the same index. The receiver's completion of the
  * immediate says the slot is whole (RC delivers in order). Credits: each
- * side RDMA-writes the count of slots it released into a word of the
- * other's memory with an immediate that carries the count, and a sender
- * counts a credit only when it reaps that immediate's completion (never
- * from the word alone), taking a slot only while fewer than nslots are
+ * side sends the count of slots it released as the immediate of an empty
+ * RDMA write (at the credit address of the other's region, where nothing
+ * lands), and a sender counts a credit when it reaps that immediate's
+ * completion, taking a slot only while fewer than nslots are
  * unreleased: a write never finds its slot busy, and a sender that only
  * sends still reaps the credits it lives on. So at most nslots messages
  * and nslots credits (each credit carries a count the sender has not yet
@@ -31,8 +31,8 @@
 
 #define SHOAL_IB_SLOT_HEAD 32
 
-/* What the peer needs to write into this side: its receive ring and its
- * credit word. */
+/* What the peer needs to write into this side: its receive ring and the
+ * address its credits' empty writes name. */
 typedef struct {
     uint64_t ring;
     uint64_t credit;
@@ -45,18 +45,17 @@ typedef struct {
     size_t nslots;
     size_t chunk;          /* payload bytes of a slot */
     size_t stride;         /* bytes of a slot: head and payload, 64-aligned */
-    unsigned char *mem;    /* send ring, receive ring, credit words */
+    unsigned char *mem;    /* send ring, receive ring, credit address */
     struct ibv_mr *mr;
     shoal_ib_fifo_remote_t peer;
     /* Sending. */
     uint64_t tx_head;      /* messages posted */
     uint64_t tx_done;      /* their writes completed */
-    volatile uint64_t *freed; /* the peer's released count, written by the peer */
-    uint64_t peer_freed;   /* that count, as the credits reaped so far give it */
+    uint64_t peer_freed;   /* slots the peer released, as the credits reaped give it */
     /* Receiving. */
     uint64_t rx_arrived;   /* messages whose immediate came */
     uint64_t rx_tail;      /* messages released */
-    uint64_t *credit_src;  /* rx_tail as the credit write reads it */
+    uint64_t credit_sent;  /* rx_tail as the last credit sent gave it */
     size_t sq_used;        /* send work requests not yet completed */
     size_t sq_depth;
     size_t max_inline;     /* writes up to this many bytes go inline */
