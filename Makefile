@@ -3,9 +3,12 @@ CC       ?= cc
 PREFIX   ?= /usr/local
 BUILD    ?= build
 SANITIZE ?=
-# NVIDIA's CUDA toolkit, whose nccl.h and libnccl.so.2 the NCCL door's tests
-# are built against (never linked into shoal).
-CUDA_HOME ?= /usr/local/cuda
+# NVIDIA's CUDA toolkit: the folder above the nvcc on the PATH, else
+# /usr/local/cuda. Its nvcc and headers build the CUDA module
+# (src/cuda/cuda.mk); its nccl.h and libnccl.so.2 are what the NCCL door's
+# tests are built against (never linked into shoal).
+NVCC_ON_PATH := $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(if $(NVCC_ON_PATH),$(patsubst %/bin/nvcc,%,$(realpath $(NVCC_ON_PATH))),/usr/local/cuda)
 
 PKGS     := libcrypto pmix hwloc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
@@ -149,6 +152,7 @@ $(BUILD)/tests/nccl_vendor_test: $(VENDOR_SRC) tests/nccl/vendor.h
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcmocka -ldl -lm -lpthread -o $@
 
 include tests/fuzz/fuzz.mk
+include src/cuda/cuda.mk
 
 # Every test binary prints TAP; prove runs them and prints the summary.
 # The fuzz targets are built unless SHOAL_FUZZ_SECONDS=0 turns them off.
@@ -157,6 +161,8 @@ test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	BENCH=$(TOOLS_DIR)/allreduce_bench INFO=$(TOOLS_DIR)/shoal_info \
 	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) FUZZ_DIR=$(FUZZ_DIR) \
+	$(if $(CUDA_LIB),SHOAL_CUDA_MODULE=$(CURDIR)/$(CUDA_LIB)) \
+	$(if $(STANDIN_LIB),SHOAL_CUDA_DRIVER=$(CURDIR)/$(STANDIN_LIB)) \
 	prove -f $(TESTS) $(TEST_SCRIPTS)
 
 # The RDMA rig alone: a qemu guest with Soft-RoCE (tests/rdma/guest.sh;
@@ -184,6 +190,8 @@ install: all
 	install -m 644 include/nccl.h $(DESTDIR)$(PREFIX)/include/shoal/
 	install -m 755 $(NCCL_LIB) $(DESTDIR)$(PREFIX)/lib/shoal/
 	ln -sf libnccl.so.2 $(DESTDIR)$(PREFIX)/lib/shoal/libnccl.so
+	$(if $(CUDA_LIB),install -m 755 $(CUDA_LIB) $(DESTDIR)$(PREFIX)/lib/)
+	$(if $(CUDA_LIB),ln -sf ../libshoal_cuda.so $(DESTDIR)$(PREFIX)/lib/shoal/libshoal_cuda.so)
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
 	    -e 's|@PKGS@|$(PKGS)|' shoal.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shoal.pc
 

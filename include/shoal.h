@@ -436,6 +436,54 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
                            shoal_comm_t comm, shoal_request_t *req_p);
 
 /*
+ * Stream-ordered forms, for buffers in GPU memory (CUDA). Each takes the
+ * arguments of its blocking form and a CUDA stream (a cudaStream_t or
+ * CUstream, passed as void *; NULL is the legacy default stream) and
+ * follows NCCL's semantics: the call queues its work on the stream and
+ * returns without waiting; the stream's later work sees the result; the
+ * host does not wait (inside shoal_group_start/end the group's work is
+ * queued at the outermost shoal_group_end, which then returns without
+ * waiting either). Buffers may be device, managed, pinned or ordinary
+ * host memory, in any mix; on the host they must stay valid and
+ * untouched until the stream has passed the call.
+ *
+ * Device memory is staged through pinned host memory by shoal's progress
+ * thread (SHOAL_PROGRESS=caller refuses these calls). Returns SHOAL_OK
+ * once queued; argument errors as the blocking form;
+ * SHOAL_ERR_UNSUPPORTED when there is no CUDA (no module, no driver, no
+ * device: shoal_comm_last_error says which). A failure of the operation
+ * itself is reported by the communicator's next call and
+ * shoal_comm_get_async_error; the stream still goes on past it, with the
+ * output undefined.
+ */
+shoal_status_t shoal_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                      void *stream);
+shoal_status_t shoal_reduce_scatter_stream(const void *sendbuf, void *recvbuf,
+                                           size_t recvcount, shoal_dtype_t dtype, shoal_op_t op,
+                                           shoal_comm_t comm, void *stream);
+shoal_status_t shoal_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      shoal_dtype_t dtype, shoal_comm_t comm, void *stream);
+shoal_status_t shoal_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                      void *stream);
+shoal_status_t shoal_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                   shoal_dtype_t dtype, shoal_op_t op, int root,
+                                   shoal_comm_t comm, void *stream);
+shoal_status_t shoal_alltoall_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                     shoal_dtype_t dtype, shoal_comm_t comm, void *stream);
+shoal_status_t shoal_gather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                   void *stream);
+shoal_status_t shoal_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                    void *stream);
+shoal_status_t shoal_send_stream(const void *sendbuf, size_t count, shoal_dtype_t dtype,
+                                 int peer, shoal_comm_t comm, void *stream);
+shoal_status_t shoal_recv_stream(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                                 shoal_comm_t comm, void *stream);
+
+/*
  * Compression (issue: compressed collectives). A compressor is a handle per
  * logical tensor or bucket of count values: it owns that tensor's error
  * feedback (each rank's residual), PowerSGD's Q matrices, the random

@@ -2,12 +2,16 @@
  * dtype x op, counts around the vector and block sizes, unaligned pointers,
  * in-place (dst == a, dst == b) and out-of-place, with both the portable and
  * the CPU-specific kernels. Inputs include NaN, inf, signed zeros and
- * subnormals. Spot checks pin down the documented semantics themselves. */
+ * subnormals. Spot checks pin down the documented semantics themselves.
+ * The CUDA module's kernels are the range functions of cuda/kern.h, which
+ * gcc compiles here as well: they are held to the same references, run as
+ * one thread and as a grid of three threads striding over the elements. */
 #include "harness.h"
 
 #include "algos/prims.h"
 #include "algos/reduce.h"
 #include "base/dtype.h"
+#include "cuda/kern.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -312,6 +316,49 @@ static void test_avg_matches_ref(void **state)
     check_avg_all(0);
 }
 
+/* The device kernels' code: one thread over the whole range, then three
+ * threads taking every third element each, as a grid-stride loop does. */
+static void test_device_kernels_match_ref(void **state)
+{
+    (void)state;
+    bufs_t bu;
+    bufs_init(&bu);
+    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+        size_t es = shoal_dtype_bytes((shoal_dtype_t)dt);
+        for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++) {
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++) {
+                size_t count = counts[c];
+                char what[96];
+                snprintf(what, sizeof(what), "device %s %s count %zu", shoal_dtype_name(dt),
+                         shoal_op_name(ops[o]), count);
+                fill_pair(bu.a, bu.b, count, (shoal_dtype_t)dt);
+                shoal_reduce_ref(bu.want, bu.a, bu.b, count, (shoal_dtype_t)dt,
+                                 (shoal_op_t)ops[o]);
+                shoal_k_reduce_t k = {.dst = bu.dst, .a = bu.a, .b = bu.b, .count = count,
+                                      .dtype = dt, .op = ops[o]};
+                for (int threads = 1; threads <= 3; threads += 2) {
+                    memset(bu.dst, 0x5a, count * es);
+                    memset(bu.dst + count * es, GUARD_BYTE, GUARD);
+                    for (int t = 0; t < threads; t++)
+                        shoal_k_reduce_range(&k, (uint64_t)t, count, (uint64_t)threads);
+                    check_same(bu.dst, bu.want, count, (shoal_dtype_t)dt,
+                               ops[o] != SHOAL_MAX && ops[o] != SHOAL_MIN, what);
+                    check_guard(bu.dst + count * es, what);
+                }
+                for (int n = 1; n <= 8; n += 3) {
+                    shoal_avg_finish_ref(bu.want, bu.a, count, (shoal_dtype_t)dt, n);
+                    shoal_k_avg_t ka = {.dst = bu.dst, .src = bu.a, .count = count,
+                                        .dtype = dt, .n = n};
+                    for (int t = 0; t < 3; t++)
+                        shoal_k_avg_range(&ka, (uint64_t)t, count, 3);
+                    check_same(bu.dst, bu.want, count, (shoal_dtype_t)dt, 0, what);
+                }
+            }
+        }
+    }
+    bufs_free(&bu);
+}
+
 static void test_reduce_lookup(void **state)
 {
     for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
@@ -479,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_reduce_float_semantics),
         cmocka_unit_test(test_avg_semantics),
         cmocka_unit_test(test_reduce_matches_ref),
+        cmocka_unit_test(test_device_kernels_match_ref),
         cmocka_unit_test_teardown(test_reduce_portable_matches_ref, simd_default),
         cmocka_unit_test(test_reduce_minmax_commute),
         cmocka_unit_test_teardown(test_avg_matches_ref, simd_default),

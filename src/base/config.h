@@ -136,6 +136,13 @@ typedef struct {
     size_t min_bytes; /* SHOAL_COMPRESS_MIN: smaller buffers go uncompressed */
 } shoal_compress_config_t;
 
+/* The device module (base/dev.h). */
+typedef struct {
+    char module[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUDA_MODULE: the module's path or name */
+    char driver[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUDA_DRIVER: the driver library */
+    size_t stage_max;                  /* SHOAL_CUDA_STAGE_MAX: pinned staging kept per comm */
+} shoal_cuda_config_t;
+
 typedef struct {
     shoal_core_config_t core;
     shoal_boot_config_t boot;
@@ -145,6 +152,7 @@ typedef struct {
     shoal_algo_config_t algo;
     shoal_topo_config_t topo;
     shoal_compress_config_t compress;
+    shoal_cuda_config_t cuda;
 } shoal_config_t;
 
 /* ---- tables ---------------------------------------------------------------

@@ -1,6 +1,7 @@
 /* The public collective and point-to-point calls, blocking and not: each
  * builds a call record and hands it to shoal_call_issue(), which checks it, then
  * records it in the thread's group, queues it, or runs it and waits. */
+#include "dev_stage.h"
 #include "exec.h"
 
 shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
@@ -18,6 +19,8 @@ shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
         /* nothing */
     } else if (in_group) {
         s = shoal_group_record(comm, call, nb ? req_p : NULL);
+    } else if (call->on_stream) {
+        s = shoal_call_enqueue(comm, call);
     } else if (!nb) {
         s = shoal_call_is_empty(comm, call) ? SHOAL_OK : shoal_exec_run(comm, call, 1);
     } else if ((s = shoal_request_new(req_p)) != SHOAL_OK) {
@@ -268,4 +271,91 @@ shoal_status_t shoal_ibarrier(shoal_comm_t comm, shoal_request_t *req_p)
 {
     shoal_call_t c = {.what = "shoal_ibarrier", .barrier = 1};
     return shoal_call_issue(comm, &c, 1, req_p);
+}
+
+/* ---- stream-ordered forms ---- */
+
+static shoal_status_t on_stream(shoal_comm_t comm, shoal_call_t c, void *stream)
+{
+    c.on_stream = 1;
+    c.stream = stream;
+    return shoal_call_issue(comm, &c, 0, NULL);
+}
+
+shoal_status_t shoal_allreduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
+                                      void *stream)
+{
+    return on_stream(comm, call_of("shoal_allreduce_stream", SHOAL_COLL_ALLREDUCE, sendbuf,
+                                   recvbuf, count, dtype, op, 0), stream);
+}
+
+shoal_status_t shoal_reduce_scatter_stream(const void *sendbuf, void *recvbuf,
+                                           size_t recvcount, shoal_dtype_t dtype, shoal_op_t op,
+                                           shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, call_of("shoal_reduce_scatter_stream", SHOAL_COLL_REDUCE_SCATTER,
+                                   sendbuf, recvbuf, recvcount, dtype, op, 0), stream);
+}
+
+shoal_status_t shoal_allgather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                      shoal_dtype_t dtype, shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, call_of("shoal_allgather_stream", SHOAL_COLL_ALLGATHER, sendbuf,
+                                   recvbuf, sendcount, dtype, SHOAL_SUM, 0), stream);
+}
+
+shoal_status_t shoal_broadcast_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                      shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                      void *stream)
+{
+    return on_stream(comm, rooted_call("shoal_broadcast_stream", SHOAL_COLL_BROADCAST, comm,
+                                       sendbuf, recvbuf, count, dtype, SHOAL_SUM, root),
+                     stream);
+}
+
+shoal_status_t shoal_reduce_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                   shoal_dtype_t dtype, shoal_op_t op, int root,
+                                   shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, rooted_call("shoal_reduce_stream", SHOAL_COLL_REDUCE, comm, sendbuf,
+                                       recvbuf, count, dtype, op, root), stream);
+}
+
+shoal_status_t shoal_alltoall_stream(const void *sendbuf, void *recvbuf, size_t count,
+                                     shoal_dtype_t dtype, shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, call_of("shoal_alltoall_stream", SHOAL_COLL_ALLTOALL, sendbuf,
+                                   recvbuf, count, dtype, SHOAL_SUM, 0), stream);
+}
+
+shoal_status_t shoal_gather_stream(const void *sendbuf, void *recvbuf, size_t sendcount,
+                                   shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                   void *stream)
+{
+    return on_stream(comm, rooted_call("shoal_gather_stream", SHOAL_COLL_GATHER, comm, sendbuf,
+                                       recvbuf, sendcount, dtype, SHOAL_SUM, root), stream);
+}
+
+shoal_status_t shoal_scatter_stream(const void *sendbuf, void *recvbuf, size_t recvcount,
+                                    shoal_dtype_t dtype, int root, shoal_comm_t comm,
+                                    void *stream)
+{
+    return on_stream(comm, rooted_call("shoal_scatter_stream", SHOAL_COLL_SCATTER, comm,
+                                       sendbuf, recvbuf, recvcount, dtype, SHOAL_SUM, root),
+                     stream);
+}
+
+shoal_status_t shoal_send_stream(const void *sendbuf, size_t count, shoal_dtype_t dtype,
+                                 int peer, shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, call_of("shoal_send_stream", SHOAL_COLL_SEND, sendbuf, NULL, count,
+                                   dtype, SHOAL_SUM, peer), stream);
+}
+
+shoal_status_t shoal_recv_stream(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
+                                 shoal_comm_t comm, void *stream)
+{
+    return on_stream(comm, call_of("shoal_recv_stream", SHOAL_COLL_RECV, NULL, recvbuf, count,
+                                   dtype, SHOAL_SUM, peer), stream);
 }

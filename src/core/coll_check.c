@@ -219,6 +219,8 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
         return shoal_comm_fail(comm, SHOAL_ERR_INTERNAL, "%s: unknown call kind %d", what,
                                (int)a->kind);
     }
+    call->in_bytes = in * es;
+    call->out_bytes = out * es;
     if ((in && !a->sendbuf) || (out && !a->recvbuf))
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %s is NULL with %zu elements",
                                what, in && !a->sendbuf ? "sendbuf" : "recvbuf",

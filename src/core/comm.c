@@ -2,6 +2,7 @@
  * and the per-communicator error record. Split is in split.c, shrink in
  * shrink.c, memory registration in reg.c. */
 #include "comm.h"
+#include "dev_stage.h"
 
 #include "algos/algo.h"
 #include "exec.h"
@@ -391,6 +392,7 @@ static void comm_bind(struct shoal_comm *comm)
 static void comm_free(struct shoal_comm *comm)
 {
     shoal_exec_destroy(comm, 0);
+    shoal_dev_comm_destroy(comm);
     /* Before the endpoints it reads go. */
     shoal_flight_destroy(comm->flight);
     comm->flight = NULL;

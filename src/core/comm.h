@@ -55,6 +55,7 @@ struct shoal_comm {
     int npremul;
 
     struct shoal_exec *exec;  /* operation queue and progress thread (exec.h) */
+    struct shoal_dev_comm *dev; /* staging of stream-ordered calls (dev_stage.h) */
 
     /* Shrink (shrink.c): this rank's rendezvous listener, open for the
      * communicator's life, and every rank's address of it, from the init

@@ -37,6 +37,7 @@
 #include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
+#include "dev_stage.h"
 #include "handle.h"
 #include "base/log.h"
 
@@ -168,10 +169,11 @@ static void exec_unref(struct shoal_exec *ex)
     free(ex);
 }
 
-/* A lone send or receive, which joins the p2p session. */
+/* A lone send or receive, which joins the p2p session; not a staged one,
+ * which must wait for its stream first (task_exec). */
 static int task_is_p2p(const shoal_task_t *t)
 {
-    return t->ncalls == 1 && shoal_call_is_p2p(&t->calls[0]);
+    return t->ncalls == 1 && shoal_call_is_p2p(&t->calls[0]) && !t->calls[0].slot;
 }
 
 static int session_active(const struct shoal_exec *ex)
@@ -196,6 +198,7 @@ static void task_release(shoal_task_t *t)
 /* Lock held. */
 static void task_complete(shoal_task_t *t, shoal_status_t status)
 {
+    shoal_dev_task_end(t->calls, t->ncalls);
     shoal_flight_finish(t->comm->flight, t->flight, status);
     t->status = status;
     atomic_store_explicit(&t->done, 1, memory_order_release);
@@ -214,7 +217,8 @@ static shoal_status_t task_exec(struct shoal_comm *comm, shoal_task_t *t)
     int err = atomic_load_explicit(&comm->error, memory_order_acquire);
     if (err != SHOAL_OK)
         return (shoal_status_t)err;
-    return shoal_calls_run(comm, t->calls, t->ncalls);
+    shoal_status_t s = shoal_dev_task_start(comm, t->calls, t->ncalls);
+    return s != SHOAL_OK ? s : shoal_calls_run(comm, t->calls, t->ncalls);
 }
 
 /* Lock held, t the head of ex: take t and the running token, then run t
@@ -442,6 +446,11 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm)
     cond_init_monotonic(&ex->work);
     comm->exec = ex;
     return SHOAL_OK;
+}
+
+int shoal_exec_threaded(const struct shoal_comm *comm)
+{
+    return comm->exec->thread_mode;
 }
 
 shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)

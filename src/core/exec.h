@@ -33,6 +33,17 @@ typedef struct shoal_call {
     /* The signature kind when not the call's own (0): a compressor's inner
      * full-precision all-reduces carry SHOAL_SIG_COMPRESSOR. */
     unsigned sig_kind;
+    /* Bytes this rank reads from sendbuf and writes to recvbuf (from
+     * shoal_call_check). */
+    size_t in_bytes, out_bytes;
+    /* A stream-ordered call (dev_stage.h): on_stream is set by the stream
+     * forms and the NCCL door, with the caller's stream (NULL: the legacy
+     * default stream); slot and seq once its stream side is queued, when
+     * args point at host memory. */
+    int on_stream;
+    void *stream;
+    struct shoal_dev_slot *slot;
+    uint32_t seq;
 } shoal_call_t;
 
 /* The scalar of a pre-multiplied call, as of now. */
@@ -45,6 +56,9 @@ typedef struct shoal_task shoal_task_t;
 
 /* Per-communicator queue and progress thread. */
 shoal_status_t shoal_exec_create(struct shoal_comm *comm);
+/* Whether comm's tasks run on its progress thread (SHOAL_PROGRESS=thread),
+ * so that a task nobody waits for still runs. */
+int shoal_exec_threaded(const struct shoal_comm *comm);
 /* Run (drain = 1: destroy) or fail with SHOAL_ERR_ABORTED (drain = 0: abort)
  * every queued task, stop the progress thread, let go of the queue (freed
  * with the last task that a request still holds). Requests stay valid for

@@ -4,6 +4,7 @@
  * The state is per thread, as a group is a bracket in one thread's code.
  * Its arrays are kept from one group to the next, so that a loop of groups
  * allocates nothing after the first, and freed when the thread exits. */
+#include "dev_stage.h"
 #include "exec.h"
 
 #include "base/log.h"
@@ -129,9 +130,20 @@ shoal_status_t shoal_group_end(void)
         group_comm_t *g = &group_comms[i];
         shoal_status_t s = shoal_comm_enter(g->comm, "shoal_group_end");
         if (s == SHOAL_OK) {
-            s = tasks ? shoal_exec_submit(g->comm, g->calls, g->ncalls, g->reqs, g->nreqs,
-                                          &tasks[i])
-                      : SHOAL_ERR_NO_MEMORY;
+            /* A group of stream-ordered calls only is launched here and not
+             * waited for: its streams wait instead (dev_stage.h). */
+            int streamed = shoal_dev_calls_all(g->calls, g->ncalls);
+            if (!tasks)
+                s = SHOAL_ERR_NO_MEMORY;
+            else if (streamed && !shoal_exec_threaded(g->comm))
+                s = shoal_comm_fail(g->comm, SHOAL_ERR_UNSUPPORTED, "shoal_group_end: "
+                                    "stream-ordered calls need the progress thread, which "
+                                    "SHOAL_PROGRESS=caller turns off");
+            else if ((s = shoal_dev_stage(g->comm, g->calls, g->ncalls)) != SHOAL_OK)
+                ;
+            else if ((s = shoal_exec_submit(g->comm, g->calls, g->ncalls, g->reqs, g->nreqs,
+                                            streamed ? NULL : &tasks[i])) != SHOAL_OK)
+                shoal_dev_task_end(g->calls, g->ncalls);
             shoal_comm_leave(g->comm);
         }
         if (s != SHOAL_OK) {

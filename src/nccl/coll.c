@@ -1,12 +1,19 @@
 /* Collectives, send/receive, pre-multiplied sums and groups through the
- * door. Each call checks that its buffers are host memory (there is no CUDA
- * here to take device pointers), then runs shoal's call: blocking for a
- * blocking communicator (inside a group: recorded for ncclGroupEnd), or
- * non-blocking with its request kept for ncclCommGetAsyncError. The stream
- * is not used: with host memory the call is complete when it returns, which
- * is what a stream-ordered program needs.
+ * door, with NCCL's semantics for each kind of buffer:
+ * - Host buffers and a NULL stream: the call is complete when it returns
+ *   (inside a group: at ncclGroupEnd); blocking for a blocking
+ *   communicator, non-blocking with its request kept for
+ *   ncclCommGetAsyncError otherwise.
+ * - Device buffers, or a stream in a process that uses the CUDA driver:
+ *   the call is stream-ordered (shoal.h's _stream forms): its work is
+ *   queued on the stream and the call returns; later work on the stream
+ *   sees the result; a group launches once, at ncclGroupEnd.
+ * - A buffer that is neither host memory nor device memory, or device
+ *   memory without CUDA, is refused with the reason.
+ * A stream where the process has no CUDA driver loaded cannot be a real
+ * one: it is ignored, as it was before the door knew CUDA.
  *
- * With SHOAL_COMPRESS=int8, the all-reduces that a training program's
+ * With SHOAL_COMPRESS=int8, the host all-reduces that a training program's
  * gradients make (float sums and averages of SHOAL_COMPRESS_MIN bytes or
  * more) go through shoal_allreduce_int8 on the same host buffers. Every
  * rank reads the same settings and sees the same count, type and op, so
@@ -14,6 +21,7 @@
 #include "door.h"
 
 #include "base/config.h"
+#include "base/dev.h"
 #include "core/exec.h"
 #include "base/log.h"
 
@@ -28,6 +36,8 @@ typedef struct {
     ncclDataType_t dtype;
     ncclRedOp_t op;
     int root; /* or peer */
+    cudaStream_t stream;
+    int on_stream; /* set by classify */
 } door_call_t;
 
 /* Elements of a buffer: the per-rank count times nranks for the blocks of
@@ -51,35 +61,49 @@ static void buffer_elems(const door_call_t *c, int rank, int n, size_t *send_p, 
     }
 }
 
-/* The buffers must be host memory of this process. Arguments that shoal
- * itself refuses (unknown dtype, NULL with a count, sizes that overflow)
- * are left to its checks, which say so more precisely. */
-static ncclResult_t check_host(struct ncclComm *comm, shoal_comm_t sc, const door_call_t *c)
+/* Where c's buffers live, which decides its path (see the head of this
+ * file): sets c->on_stream, or refuses a buffer the call cannot use.
+ * Arguments that shoal itself refuses (unknown dtype, NULL with a count,
+ * sizes that overflow) are left to its checks, which say so more
+ * precisely. */
+static ncclResult_t classify(struct ncclComm *comm, shoal_comm_t sc, door_call_t *c)
 {
+    /* Only a process that loaded the driver can hold device memory or a
+     * stream: nothing is loaded for one that did not. */
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    c->on_stream = dev && c->stream;
     size_t es;
     if (shoal_dtype_size((shoal_dtype_t)c->dtype, &es) != SHOAL_OK || c->count == 0)
         return ncclSuccess;
     int n = sc->team.nranks;
     if (c->count > SIZE_MAX / es / (size_t)n)
         return ncclSuccess;
-    size_t send, recv;
-    buffer_elems(c, sc->team.rank, n, &send, &recv);
-    const void *bad = NULL;
-    const char *which = NULL;
-    if (send && c->sendbuf && !shoal_nccl_is_host(c->sendbuf, send * es, 0)) {
-        bad = c->sendbuf;
-        which = "sendbuff";
-    } else if (recv && c->recvbuf && !shoal_nccl_is_host(c->recvbuf, recv * es, 1)) {
-        bad = c->recvbuf;
-        which = "recvbuff";
+    size_t elems[2];
+    buffer_elems(c, sc->team.rank, n, &elems[0], &elems[1]);
+    const void *bufs[2] = {c->sendbuf, c->recvbuf};
+    static const char *const names[2] = {"sendbuff", "recvbuff"};
+    for (int i = 0; i < 2; i++) {
+        if (!elems[i] || !bufs[i])
+            continue;
+        shoal_dev_mem_t kind = dev ? shoal_dev_kind(bufs[i]) : SHOAL_DEV_MEM_HOST;
+        if (kind != SHOAL_DEV_MEM_HOST) {
+            c->on_stream = 1;
+            continue;
+        }
+        if (shoal_nccl_is_host(bufs[i], elems[i] * es, i == 1))
+            continue;
+        if (!dev)
+            return shoal_nccl_fail(comm, ncclInvalidArgument,
+                                   "%s: %s %p (%zu bytes) is not host memory of this process, "
+                                   "so it is device memory or not allocated, and device memory "
+                                   "needs CUDA: %s", c->what, names[i], bufs[i],
+                                   elems[i] * es, shoal_dev_why());
+        return shoal_nccl_fail(comm, ncclInvalidArgument,
+                               "%s: %s %p (%zu bytes) is neither host memory of this process "
+                               "nor memory the CUDA driver knows", c->what, names[i], bufs[i],
+                               elems[i] * es);
     }
-    if (!bad)
-        return ncclSuccess;
-    return shoal_nccl_fail(comm, ncclInvalidArgument,
-                           "%s: %s %p (%zu bytes) is not host memory of this process, so it "
-                           "is device memory or not allocated; this shoal was built without "
-                           "CUDA support and needs host buffers",
-                           c->what, which, bad, (which[0] == 's' ? send : recv) * es);
+    return ncclSuccess;
 }
 
 /* Whether SHOAL_COMPRESS takes c: the stateless int8 all-reduce has no
@@ -94,7 +118,7 @@ static int door_compressed(const door_call_t *c)
     shoal_op_t op = (shoal_op_t)c->op;
     size_t es;
     if (cc->kind != SHOAL_COMPRESS_INT8 || c->kind != SHOAL_COLL_ALLREDUCE || c->count == 0 ||
-        shoal_nccl_in_group())
+        shoal_nccl_in_group() || c->on_stream)
         return 0;
     if (dt != SHOAL_FLOAT32 && dt != SHOAL_FLOAT16 && dt != SHOAL_BFLOAT16)
         return 0;
@@ -150,14 +174,40 @@ static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request
     }
 }
 
-static ncclResult_t door_run(struct ncclComm *comm, const door_call_t *c)
+/* Queue c on its stream. */
+static shoal_status_t issue_stream(shoal_comm_t sc, const door_call_t *c)
+{
+    shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
+    shoal_op_t op = (shoal_op_t)c->op;
+    const void *sb = c->sendbuf;
+    void *rb = c->recvbuf, *st = c->stream;
+    size_t n = c->count;
+    int root = c->root;
+    switch (c->kind) {
+    case SHOAL_COLL_ALLREDUCE: return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
+    case SHOAL_COLL_REDUCE_SCATTER: return shoal_reduce_scatter_stream(sb, rb, n, dt, op, sc, st);
+    case SHOAL_COLL_ALLGATHER: return shoal_allgather_stream(sb, rb, n, dt, sc, st);
+    case SHOAL_COLL_ALLTOALL: return shoal_alltoall_stream(sb, rb, n, dt, sc, st);
+    case SHOAL_COLL_BROADCAST: return shoal_broadcast_stream(sb, rb, n, dt, root, sc, st);
+    case SHOAL_COLL_REDUCE: return shoal_reduce_stream(sb, rb, n, dt, op, root, sc, st);
+    case SHOAL_COLL_GATHER: return shoal_gather_stream(sb, rb, n, dt, root, sc, st);
+    case SHOAL_COLL_SCATTER: return shoal_scatter_stream(sb, rb, n, dt, root, sc, st);
+    case SHOAL_COLL_SEND: return shoal_send_stream(sb, n, dt, root, sc, st);
+    case SHOAL_COLL_RECV: return shoal_recv_stream(rb, n, dt, root, sc, st);
+    default: return SHOAL_ERR_INTERNAL;
+    }
+}
+
+static ncclResult_t door_run(struct ncclComm *comm, door_call_t *c)
 {
     shoal_comm_t sc;
     ncclResult_t res = shoal_nccl_enter(comm, c->what, &sc);
     if (res == ncclSuccess)
-        res = check_host(comm, sc, c);
+        res = classify(comm, sc, c);
     if (res != ncclSuccess)
         return res;
+    if (c->on_stream)
+        return shoal_nccl_result(issue_stream(sc, c));
     /* The compressed all-reduce has no non-blocking form: it completes
      * before it returns, which a non-blocking communicator allows. */
     if (comm->blocking || shoal_nccl_in_group() || door_compressed(c))
@@ -173,7 +223,7 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclAllReduce", SHOAL_COLL_ALLREDUCE, sendbuff, recvbuff, count, datatype,
-                     op, 0};
+                     op, 0, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -182,7 +232,7 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff,
          cudaStream_t stream)
 {
     door_call_t c = {"ncclReduceScatter", SHOAL_COLL_REDUCE_SCATTER, sendbuff, recvbuff,
-                     recvcount, datatype, op, 0};
+                     recvcount, datatype, op, 0, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -190,7 +240,7 @@ NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclAllGather", SHOAL_COLL_ALLGATHER, sendbuff, recvbuff, sendcount,
-                     datatype, ncclSum, 0};
+                     datatype, ncclSum, 0, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -198,7 +248,7 @@ NCCL_API(ncclResult_t, ncclAlltoAll, const void *sendbuff, void *recvbuff, size_
          ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclAlltoAll", SHOAL_COLL_ALLTOALL, sendbuff, recvbuff, count, datatype,
-                     ncclSum, 0};
+                     ncclSum, 0, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -206,7 +256,7 @@ NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclBroadcast", SHOAL_COLL_BROADCAST, sendbuff, recvbuff, count, datatype,
-                     ncclSum, root};
+                     ncclSum, root, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -214,7 +264,7 @@ NCCL_API(ncclResult_t, ncclBcast, void *buff, size_t count, ncclDataType_t datat
          ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclBcast", SHOAL_COLL_BROADCAST, buff, buff, count, datatype, ncclSum,
-                     root};
+                     root, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -223,7 +273,7 @@ NCCL_API(ncclResult_t, ncclReduce, const void *sendbuff, void *recvbuff, size_t 
          cudaStream_t stream)
 {
     door_call_t c = {"ncclReduce", SHOAL_COLL_REDUCE, sendbuff, recvbuff, count, datatype, op,
-                     root};
+                     root, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -231,7 +281,7 @@ NCCL_API(ncclResult_t, ncclGather, const void *sendbuff, void *recvbuff, size_t 
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclGather", SHOAL_COLL_GATHER, sendbuff, recvbuff, count, datatype,
-                     ncclSum, root};
+                     ncclSum, root, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -239,7 +289,7 @@ NCCL_API(ncclResult_t, ncclScatter, const void *sendbuff, void *recvbuff, size_t
          ncclDataType_t datatype, int root, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclScatter", SHOAL_COLL_SCATTER, sendbuff, recvbuff, count, datatype,
-                     ncclSum, root};
+                     ncclSum, root, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -247,7 +297,7 @@ NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataTyp
          int peer, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclSend", SHOAL_COLL_SEND, sendbuff, NULL, count, datatype, ncclSum,
-                     peer};
+                     peer, .stream = stream};
     return door_run(comm, &c);
 }
 
@@ -255,7 +305,7 @@ NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t da
          int peer, ncclComm_t comm, cudaStream_t stream)
 {
     door_call_t c = {"ncclRecv", SHOAL_COLL_RECV, NULL, recvbuff, count, datatype, ncclSum,
-                     peer};
+                     peer, .stream = stream};
     return door_run(comm, &c);
 }
 

@@ -2,6 +2,8 @@
  * several ranks in one process), split, shrink, teardown and queries. */
 #include "door.h"
 
+#include "base/dev.h"
+
 #include "base/config.h"
 #include "core/fault.h"
 #include "core/handle.h"
@@ -91,6 +93,11 @@ ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclCo
         return shoal_nccl_fail(NULL, ncclSystemError, "%s: out of memory", what);
     comm->blocking = blocking;
     snprintf(comm->name, sizeof(comm->name), "%s", name);
+    /* As NCCL, the device current on the creating thread, in a process
+     * that uses the CUDA driver. */
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    if (!dev || dev->device_of(NULL, &comm->cudev) != SHOAL_OK)
+        comm->cudev = -1;
     comm->init_result = ncclSuccess;
     comm->async_error = ncclSuccess;
     pthread_mutex_init(&comm->lock, NULL);
@@ -315,9 +322,12 @@ NCCL_API(ncclResult_t, ncclCommCuDevice, const ncclComm_t comm, int *device)
         return res;
     if (!device)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-    return shoal_nccl_fail(comm, ncclInvalidUsage,
-                           "ncclCommCuDevice: this communicator has no CUDA device: shoal "
-                           "runs it on host memory (built without CUDA support)");
+    if (comm->cudev < 0)
+        return shoal_nccl_fail(comm, ncclInvalidUsage,
+                               "ncclCommCuDevice: this communicator has no CUDA device: it "
+                               "was created in a process without CUDA (%s)", shoal_dev_why());
+    *device = comm->cudev;
+    return ncclSuccess;
 }
 
 /* A failure that broke the communicator, then the first failure of its

@@ -33,6 +33,7 @@ struct ncclComm {
     shoal_comm_t sc;
     int blocking;                 /* config.blocking (default 1) */
     char name[64];                /* config.commName, for messages */
+    int cudev;                    /* CUDA device at creation, -1 without CUDA */
     atomic_int revoked;
     int transient;                /* only carries a deferred job; never returned */
 

@@ -1,8 +1,9 @@
-/* Memory through the door: ncclMemAlloc/Free (shareable host pages here,
- * as there is no device), buffer registration and windows, both kept by
+/* Memory through the door: ncclMemAlloc/Free (device memory in a process
+ * that uses CUDA, else shareable host pages), buffer registration and windows, both kept by
  * shoal's communicator's registration cache for the transports. */
 #include "door.h"
 
+#include "base/dev.h"
 #include "base/log.h"
 
 #include <errno.h>
@@ -29,6 +30,16 @@ NCCL_API(ncclResult_t, ncclMemAlloc, void **ptr, size_t size)
         *ptr = NULL;
         return ncclSuccess;
     }
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    int cudev;
+    if (dev && dev->device_of(NULL, &cudev) == SHOAL_OK) {
+        /* A process that uses CUDA gets device memory of its current
+         * device, as from NCCL. */
+        if (dev->mem_alloc(cudev, size, ptr) != SHOAL_OK)
+            return shoal_nccl_fail(NULL, ncclUnhandledCudaError, "%s: %zu bytes on device %d: "
+                                   "%s", what, size, cudev, dev->why());
+        return ncclSuccess;
+    }
     shoal_status_t s = shoal_mem_alloc(size, ptr);
     if (s == SHOAL_ERR_INVALID_ARG)
         return shoal_nccl_fail(NULL, ncclInvalidArgument, "%s: size %zu is too large", what,
@@ -44,6 +55,13 @@ NCCL_API(ncclResult_t, ncclMemFree, void *ptr)
     shoal_nccl_once();
     if (!ptr)
         return ncclSuccess;
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    if (dev && shoal_dev_kind(ptr) == SHOAL_DEV_MEM_DEVICE) {
+        if (dev->mem_free(ptr) != SHOAL_OK)
+            return shoal_nccl_fail(NULL, ncclInvalidArgument, "ncclMemFree: %p: %s", ptr,
+                                   dev->why());
+        return ncclSuccess;
+    }
     if (shoal_mem_free(ptr) != SHOAL_OK)
         return shoal_nccl_fail(NULL, ncclInvalidArgument,
                                "ncclMemFree: %p was not returned by ncclMemAlloc (or was freed "

@@ -1,0 +1,386 @@
+/* The CUDA module's stream work: copies, the reduction kernels, the host
+ * flags that order a stream against the host, and the streams
+ * themselves. Every entry runs in the stream's own context, which the
+ * driver requires of the kernels it launches there. */
+#include "module.h"
+#include "kern.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+/* A grid of at most this many blocks of this many threads: enough to fill
+ * the largest GPUs, and the grid-stride loop covers the rest. */
+#define SHOAL_CUDA_THREADS 256u
+#define SHOAL_CUDA_MAX_BLOCKS 1024u
+
+enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_COUNT };
+static const char *const k_names[K_COUNT] = {
+    [K_REDUCE] = SHOAL_K_REDUCE,
+    [K_AVG] = SHOAL_K_AVG,
+    [K_WAIT] = SHOAL_K_WAIT,
+    [K_WRITE] = SHOAL_K_WRITE,
+};
+
+/* The kernels loaded into one context. A module belongs to the context it
+ * was loaded in, so each context the caller's streams use gets its own;
+ * they are loaded on first use and kept, as the primary contexts are. */
+typedef struct {
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction fn[K_COUNT];
+} cuda_kernels_t;
+
+/* Few contexts ever exist in one process (one primary context per device,
+ * and rarely one of the caller's own), so a short table that only grows:
+ * readers scan the published entries without the lock. */
+#define SHOAL_CUDA_MAX_CONTEXTS 64
+static cuda_kernels_t kernels[SHOAL_CUDA_MAX_CONTEXTS];
+static atomic_int nkernels;
+static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const cuda_kernels_t *kernels_find(CUcontext ctx, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (kernels[i].ctx == ctx)
+            return &kernels[i];
+    return NULL;
+}
+
+/* Load the fat binary into ctx, which the entry made current. */
+static shoal_status_t kernels_load(const shoal_cu_t *cu, CUcontext ctx, cuda_kernels_t *k)
+{
+    CUresult r = cu->cuModuleLoadData(&k->mod, shoal_cuda_fatbin);
+    if (r != CUDA_SUCCESS)
+        return shoal_cu_fail("cuModuleLoadData", r);
+    for (int i = 0; i < K_COUNT; i++) {
+        r = cu->cuModuleGetFunction(&k->fn[i], k->mod, k_names[i]);
+        if (r != CUDA_SUCCESS) {
+            /* A fat binary without one of the kernels is a fault of the
+             * build: say which kernel, and leave nothing loaded. */
+            shoal_status_t st = shoal_cu_fail("cuModuleGetFunction", r);
+            shoal_cuda_failf(st, "%s (kernel %s)", shoal_cuda_why(), k_names[i]);
+            (void)cu->cuModuleUnload(k->mod);
+            return st;
+        }
+    }
+    k->ctx = ctx;
+    return SHOAL_OK;
+}
+
+static shoal_status_t kernel_get(const shoal_cu_t *cu, CUcontext ctx, int which, CUfunction *fn_p)
+{
+    const cuda_kernels_t *k =
+        kernels_find(ctx, atomic_load_explicit(&nkernels, memory_order_acquire));
+    shoal_status_t st = SHOAL_OK;
+    if (!k) {
+        pthread_mutex_lock(&kernels_lock);
+        int n = atomic_load_explicit(&nkernels, memory_order_relaxed);
+        k = kernels_find(ctx, n);
+        if (!k && n == SHOAL_CUDA_MAX_CONTEXTS) {
+            st = shoal_cuda_failf(SHOAL_ERR_UNSUPPORTED, "more than %d CUDA contexts",
+                                  SHOAL_CUDA_MAX_CONTEXTS);
+        } else if (!k) {
+            st = kernels_load(cu, ctx, &kernels[n]);
+            if (st == SHOAL_OK) {
+                k = &kernels[n];
+                atomic_store_explicit(&nkernels, n + 1, memory_order_release);
+            }
+        }
+        pthread_mutex_unlock(&kernels_lock);
+        if (st != SHOAL_OK)
+            return st;
+    }
+    *fn_p = k->fn[which];
+    return SHOAL_OK;
+}
+
+/* One kernel with its one argument, arg (cuLaunchKernel copies it), on
+ * the stream; the entry made the stream's context ctx current. */
+static shoal_status_t kernel_launch(const shoal_cu_t *cu, CUcontext ctx, int which,
+                                    unsigned blocks, unsigned threads, void *arg, void *stream)
+{
+    CUfunction fn;
+    void *params[1] = {arg};
+    shoal_status_t st = kernel_get(cu, ctx, which, &fn);
+    if (st != SHOAL_OK)
+        return st;
+    CUresult r = cu->cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, (CUstream)stream, params,
+                                    NULL);
+    return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuLaunchKernel", r);
+}
+
+static unsigned grid_blocks(size_t count)
+{
+    size_t blocks = (count + SHOAL_CUDA_THREADS - 1) / SHOAL_CUDA_THREADS;
+    return blocks < SHOAL_CUDA_MAX_BLOCKS ? (unsigned)blocks : SHOAL_CUDA_MAX_BLOCKS;
+}
+
+shoal_status_t shoal_cuda_device_of(void *stream, int *device_p)
+{
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    int device;
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = shoal_cuda_current_device(&device);
+    shoal_cuda_leave(&s);
+    if (st == SHOAL_OK)
+        *device_p = device;
+    return st;
+}
+
+/* Unified addressing lets the driver tell every kind of src and dst
+ * apart, so one call serves all the directions. */
+shoal_status_t shoal_cuda_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    if (bytes == 0)
+        return SHOAL_OK;
+    if (!dst || !src)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "copy: NULL buffer");
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    CUresult r = cu->cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                                   (CUstream)stream);
+    shoal_cuda_leave(&s);
+    return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuMemcpyAsync", r);
+}
+
+/* The kernels skip a dtype or op they do not know, which would leave dst
+ * silently unwritten: such calls stop here instead. */
+static shoal_status_t check_dtype(const char *what, shoal_dtype_t dtype)
+{
+    if ((int)dtype < 0 || dtype >= SHOAL_DTYPE_COUNT)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "%s: unknown dtype %d", what, (int)dtype);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_cuda_reduce(void *dst, const void *a, const void *b, size_t count,
+                                 shoal_dtype_t dtype, shoal_op_t op, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_status_t st = check_dtype("reduce", dtype);
+    if (st != SHOAL_OK)
+        return st;
+    if ((int)op < 0 || op >= SHOAL_OP_COUNT)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "reduce: op %d has no device kernel",
+                                (int)op);
+    if (count == 0)
+        return SHOAL_OK;
+    if (!dst || !a || !b)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "reduce: NULL buffer");
+    /* AVG reduces as SUM; avg divides once at the end. */
+    shoal_k_reduce_t k = {
+        .dst = dst,
+        .a = a,
+        .b = b,
+        .count = (uint64_t)count,
+        .dtype = (int32_t)dtype,
+        .op = (int32_t)(op == SHOAL_AVG ? SHOAL_SUM : op),
+    };
+    st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = kernel_launch(cu, ctx, K_REDUCE, grid_blocks(count), SHOAL_CUDA_THREADS, &k, stream);
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+shoal_status_t shoal_cuda_avg(void *dst, const void *src, size_t count, shoal_dtype_t dtype,
+                              int n, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_status_t st = check_dtype("avg", dtype);
+    if (st != SHOAL_OK)
+        return st;
+    if (n < 1)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "avg: divisor %d", n);
+    if (count == 0)
+        return SHOAL_OK;
+    if (!dst || !src)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "avg: NULL buffer");
+    shoal_k_avg_t k = {
+        .dst = dst,
+        .src = src,
+        .count = (uint64_t)count,
+        .dtype = (int32_t)dtype,
+        .n = (int32_t)n,
+    };
+    st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = kernel_launch(cu, ctx, K_AVG, grid_blocks(count), SHOAL_CUDA_THREADS, &k, stream);
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+/* The flag's address on the device: host_alloc memory is mapped, and the
+ * driver says where (with unified addressing, the same address). */
+static shoal_status_t flag_device_ptr(const shoal_cu_t *cu, const char *what, uint32_t *flag,
+                                      CUdeviceptr *d_p)
+{
+    CUresult r = cu->cuMemHostGetDevicePointer(d_p, flag, 0);
+    if (r == CUDA_SUCCESS)
+        return SHOAL_OK;
+    shoal_status_t st = shoal_cu_fail("cuMemHostGetDevicePointer", r);
+    return shoal_cuda_failf(st, "%s: the flag is not host_alloc memory (%s)", what,
+                            shoal_cuda_why());
+}
+
+/* The write follows a fence (CU_STREAM_WRITE_VALUE_DEFAULT), so the host
+ * that reads the value also sees what the stream's earlier work wrote. On
+ * a device without stream memory operations (see flag_wait) a one-thread
+ * kernel stores it instead. */
+shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    CUdeviceptr d;
+    shoal_k_wait_t k;
+    int device;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    if (!flag)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "flag_write: NULL flag");
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = flag_device_ptr(cu, "flag_write", flag, &d);
+    if (st == SHOAL_OK)
+        st = shoal_cuda_current_device(&device);
+    if (st != SHOAL_OK)
+        goto out_leave;
+    if (shoal_cuda_has_memops(device)) {
+        CUresult r = cu->cuStreamWriteValue32((CUstream)stream, d, value,
+                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+        if (r == CUDA_SUCCESS)
+            goto out_leave;
+        if (r != CUDA_ERROR_NOT_SUPPORTED) {
+            st = shoal_cu_fail("cuStreamWriteValue32", r);
+            goto out_leave;
+        }
+        shoal_cuda_no_memops(device);
+    }
+    memset(&k, 0, sizeof(k));
+    k.flag = (volatile uint32_t *)(uintptr_t)d;
+    k.value = value;
+    st = kernel_launch(cu, ctx, K_WRITE, 1, 1, &k, stream);
+out_leave:
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+/* CU_STREAM_WAIT_VALUE_GEQ is the wrap-around comparison dev_ops.h asks
+ * for. cuda.h has no device attribute for the 32-bit stream memory
+ * operations (the ones it keeps are for the 64-bit operations and the NOR
+ * wait, which say nothing about these, and the deprecated _V1 ones, which
+ * describe the old entry points), so the driver's answer decides: the
+ * first CUDA_ERROR_NOT_SUPPORTED on a device is remembered, and its waits
+ * run the wait kernel from then on. */
+shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    CUdeviceptr d;
+    shoal_k_wait_t k;
+    int device;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    if (!flag)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "flag_wait: NULL flag");
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = flag_device_ptr(cu, "flag_wait", flag, &d);
+    if (st == SHOAL_OK)
+        st = shoal_cuda_current_device(&device);
+    if (st != SHOAL_OK)
+        goto out_leave;
+    if (shoal_cuda_has_memops(device)) {
+        CUresult r = cu->cuStreamWaitValue32((CUstream)stream, d, value, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS)
+            goto out_leave;
+        if (r != CUDA_ERROR_NOT_SUPPORTED) {
+            st = shoal_cu_fail("cuStreamWaitValue32", r);
+            goto out_leave;
+        }
+        shoal_cuda_no_memops(device);
+    }
+    /* Zeroed first: the struct's tail padding travels to the device too. */
+    memset(&k, 0, sizeof(k));
+    k.flag = (volatile uint32_t *)(uintptr_t)d;
+    k.value = value;
+    st = kernel_launch(cu, ctx, K_WAIT, 1, 1, &k, stream);
+out_leave:
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+/* Non-blocking: the stream does not wait for the legacy default stream,
+ * which the caller's other libraries may keep busy. */
+shoal_status_t shoal_cuda_stream_create(int device, void **stream_p)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUstream stream;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_status_t st = shoal_cuda_enter_device(device, &s);
+    if (st != SHOAL_OK)
+        return st;
+    CUresult r = cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    shoal_cuda_leave(&s);
+    if (r != CUDA_SUCCESS)
+        return shoal_cu_fail("cuStreamCreate", r);
+    *stream_p = stream;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_cuda_stream_destroy(void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    if (!stream)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "stream_destroy: the NULL stream");
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    CUresult r = cu->cuStreamDestroy((CUstream)stream);
+    shoal_cuda_leave(&s);
+    return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuStreamDestroy", r);
+}
+
+shoal_status_t shoal_cuda_stream_sync(void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    CUresult r = cu->cuStreamSynchronize((CUstream)stream);
+    shoal_cuda_leave(&s);
+    return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuStreamSynchronize", r);
+}

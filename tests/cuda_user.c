@@ -1,0 +1,206 @@
+/* The application's side of the CUDA tests (cuda_user.h). */
+#include "cuda_user.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#if __has_include(<cuda.h>)
+#include <cuda.h>
+
+/* The names cuda.h's macros give each function (cuMemAlloc_v2...). */
+#define CU_NAME_(x) #x
+#define CU_NAME(x) CU_NAME_(x)
+#define CU_FN(fn) static __typeof__(&fn) p_##fn
+CU_FN(cuInit);
+CU_FN(cuDeviceGetCount);
+CU_FN(cuDeviceGet);
+CU_FN(cuDevicePrimaryCtxRetain);
+CU_FN(cuCtxSetCurrent);
+CU_FN(cuMemAlloc);
+CU_FN(cuMemFree);
+CU_FN(cuMemHostAlloc);
+CU_FN(cuMemFreeHost);
+CU_FN(cuMemAllocManaged);
+CU_FN(cuMemcpyHtoD);
+CU_FN(cuMemcpyDtoH);
+CU_FN(cuMemcpyAsync);
+CU_FN(cuStreamCreate);
+CU_FN(cuStreamDestroy);
+CU_FN(cuStreamSynchronize);
+CU_FN(cuStreamQuery);
+CU_FN(cuStreamWaitValue32);
+CU_FN(cuGetErrorString);
+
+static void *lib;
+static unsigned long (*p_launches)(const char *);
+
+static void check(CUresult r, const char *what)
+{
+    if (r == CUDA_SUCCESS)
+        return;
+    const char *s = "?";
+    if (p_cuGetErrorString)
+        p_cuGetErrorString(r, &s);
+    fprintf(stderr, "# test driver call %s failed: %s (%d)\n", what, s, (int)r);
+    abort();
+}
+
+#define LOAD(fn)                                                                       \
+    do {                                                                               \
+        if (!(p_##fn = (__typeof__(p_##fn))dlsym(lib, CU_NAME(fn)))) {                  \
+            snprintf(why, len, "the driver lacks %s", CU_NAME(fn));                    \
+            return -1;                                                                 \
+        }                                                                              \
+    } while (0)
+
+int cu_user_open(int dev, char *why, size_t len)
+{
+    const char *path = getenv("SHOAL_CUDA_DRIVER");
+    if (!path || !*path)
+        path = "libcuda.so.1";
+    if (!lib && !(lib = dlopen(path, RTLD_NOW | RTLD_GLOBAL))) {
+        snprintf(why, len, "no CUDA driver: %s", dlerror());
+        return -1;
+    }
+    LOAD(cuInit); LOAD(cuDeviceGetCount); LOAD(cuDeviceGet); LOAD(cuDevicePrimaryCtxRetain);
+    LOAD(cuCtxSetCurrent); LOAD(cuMemAlloc); LOAD(cuMemFree); LOAD(cuMemHostAlloc);
+    LOAD(cuMemFreeHost); LOAD(cuMemAllocManaged); LOAD(cuMemcpyHtoD); LOAD(cuMemcpyDtoH);
+    LOAD(cuMemcpyAsync); LOAD(cuStreamCreate); LOAD(cuStreamDestroy); LOAD(cuStreamSynchronize);
+    LOAD(cuStreamQuery); LOAD(cuStreamWaitValue32); LOAD(cuGetErrorString);
+    p_launches = (unsigned long (*)(const char *))dlsym(lib, "shoal_standin_launches");
+    int n = 0;
+    CUdevice d;
+    CUcontext ctx;
+    if (p_cuInit(0) != CUDA_SUCCESS || p_cuDeviceGetCount(&n) != CUDA_SUCCESS || n <= dev) {
+        snprintf(why, len, "no CUDA device %d (%d found)", dev, n);
+        return -1;
+    }
+    check(p_cuDeviceGet(&d, dev), "cuDeviceGet");
+    check(p_cuDevicePrimaryCtxRetain(&ctx, d), "cuDevicePrimaryCtxRetain");
+    check(p_cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+    return 0;
+}
+
+int cu_user_is_standin(void)
+{
+    return p_launches != NULL;
+}
+
+unsigned long cu_user_launches(const char *name)
+{
+    return p_launches ? p_launches(name) : 0;
+}
+
+void *cu_user_alloc(size_t bytes)
+{
+    CUdeviceptr p;
+    check(p_cuMemAlloc(&p, bytes ? bytes : 1), "cuMemAlloc");
+    return (void *)(uintptr_t)p;
+}
+
+void cu_user_free(void *p)
+{
+    check(p_cuMemFree((CUdeviceptr)(uintptr_t)p), "cuMemFree");
+}
+
+void *cu_user_alloc_pinned(size_t bytes)
+{
+    void *p;
+    check(p_cuMemHostAlloc(&p, bytes ? bytes : 1, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc");
+    return p;
+}
+
+void cu_user_free_pinned(void *p)
+{
+    check(p_cuMemFreeHost(p), "cuMemFreeHost");
+}
+
+void *cu_user_alloc_managed(size_t bytes)
+{
+    CUdeviceptr p;
+    check(p_cuMemAllocManaged(&p, bytes ? bytes : 1, CU_MEM_ATTACH_GLOBAL), "cuMemAllocManaged");
+    return (void *)(uintptr_t)p;
+}
+
+void cu_user_htod(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        check(p_cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void cu_user_dtoh(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        check(p_cuMemcpyDtoH(dst, (CUdeviceptr)(uintptr_t)src, bytes), "cuMemcpyDtoH");
+}
+
+void *cu_user_stream(void)
+{
+    CUstream s;
+    check(p_cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+    return s;
+}
+
+void cu_user_stream_free(void *stream)
+{
+    check(p_cuStreamDestroy((CUstream)stream), "cuStreamDestroy");
+}
+
+void cu_user_sync(void *stream)
+{
+    check(p_cuStreamSynchronize((CUstream)stream), "cuStreamSynchronize");
+}
+
+int cu_user_idle(void *stream)
+{
+    CUresult r = p_cuStreamQuery((CUstream)stream);
+    if (r == CUDA_ERROR_NOT_READY)
+        return 0;
+    check(r, "cuStreamQuery");
+    return 1;
+}
+
+void cu_user_copy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    if (bytes)
+        check(p_cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, bytes,
+                              (CUstream)stream), "cuMemcpyAsync");
+}
+
+void cu_user_gate(void *stream, uint32_t *gate, uint32_t value)
+{
+    check(p_cuStreamWaitValue32((CUstream)stream, (CUdeviceptr)(uintptr_t)gate, value,
+                                CU_STREAM_WAIT_VALUE_GEQ), "cuStreamWaitValue32");
+}
+
+#else /* no CUDA headers: nothing to test on */
+
+int cu_user_open(int dev, char *why, size_t len)
+{
+    (void)dev;
+    snprintf(why, len, "built without the CUDA toolkit's headers");
+    return -1;
+}
+int cu_user_is_standin(void) { return 0; }
+unsigned long cu_user_launches(const char *name) { (void)name; return 0; }
+void *cu_user_alloc(size_t bytes) { (void)bytes; abort(); }
+void cu_user_free(void *p) { (void)p; }
+void *cu_user_alloc_pinned(size_t bytes) { (void)bytes; abort(); }
+void cu_user_free_pinned(void *p) { (void)p; }
+void *cu_user_alloc_managed(size_t bytes) { (void)bytes; abort(); }
+void cu_user_htod(void *dst, const void *src, size_t bytes) { (void)dst; (void)src; (void)bytes; }
+void cu_user_dtoh(void *dst, const void *src, size_t bytes) { (void)dst; (void)src; (void)bytes; }
+void *cu_user_stream(void) { abort(); }
+void cu_user_stream_free(void *stream) { (void)stream; }
+void cu_user_sync(void *stream) { (void)stream; }
+int cu_user_idle(void *stream) { (void)stream; return 1; }
+void cu_user_copy_async(void *dst, const void *src, size_t bytes, void *stream)
+{
+    (void)dst; (void)src; (void)bytes; (void)stream;
+}
+void cu_user_gate(void *stream, uint32_t *gate, uint32_t value)
+{
+    (void)stream; (void)gate; (void)value;
+}
+#endif

@@ -1,0 +1,467 @@
+/* Stream-ordered calls on device buffers (the staged path, dev_stage.h),
+ * over forked ranks, shared memory and tcp, against the scalar reference.
+ * In make test the driver is the CPU stand-in of tests/cuda/ (device
+ * memory is ordinary memory there, so these show the ordering and the
+ * staging logic, not a GPU's behaviour); make test-gpu runs the same
+ * binary on the real driver.
+ *
+ * - every collective and send/receive, on device, managed, pinned and
+ *   pageable buffers, in place and not, counts 0, 1, odd and multi-chunk,
+ *   every dtype for the all-reduce, 1 to 8 ranks;
+ * - the host never waits: a stream held behind a gate still lets the call
+ *   return, and the work queued behind the call on the same stream sees
+ *   its result;
+ * - a group is launched at its end, not before;
+ * - without CUDA (no module, no driver, no device) the call is refused
+ *   with the cause. */
+#include "cuda_user.h"
+#include "harness.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TEST_CHUNK 16384
+#define BIG 70001 /* elements: several pieces of TEST_CHUNK bytes */
+
+enum { MEM_DEVICE, MEM_MANAGED, MEM_PINNED, MEM_HOST, MEM_KINDS };
+static const char *const mem_names[] = {"device", "managed", "pinned", "host"};
+
+static void *mem_alloc(int kind, size_t bytes)
+{
+    switch (kind) {
+    case MEM_DEVICE: return cu_user_alloc(bytes);
+    case MEM_MANAGED: return cu_user_alloc_managed(bytes);
+    case MEM_PINNED: return cu_user_alloc_pinned(bytes);
+    default: return malloc(bytes ? bytes : 1);
+    }
+}
+
+static void mem_free(int kind, void *p)
+{
+    switch (kind) {
+    case MEM_DEVICE:
+    case MEM_MANAGED: cu_user_free(p); break;
+    case MEM_PINNED: cu_user_free_pinned(p); break;
+    default: free(p); break;
+    }
+}
+
+/* Host to and from memory of any kind (synchronous copies for device
+ * memory; the others are host-readable). */
+static void mem_put(int kind, void *dst, const void *src, size_t bytes)
+{
+    if (kind == MEM_DEVICE)
+        cu_user_htod(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+static void mem_get(int kind, void *dst, const void *src, size_t bytes)
+{
+    if (kind == MEM_DEVICE)
+        cu_user_dtoh(dst, src, bytes);
+    else if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+/* Byte pattern of rank r's element block: what the data-moving
+ * collectives carry. */
+static void fill_pattern(unsigned char *p, size_t bytes, int r, int salt)
+{
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = (unsigned char)harness_mix((uint32_t)(i * 131 + (size_t)r * 7919 + (size_t)salt));
+}
+
+static int rank_open(int rank, shoal_comm_t *comm, int nranks, const shoal_unique_id_t *id)
+{
+    char why[256];
+    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, comm) == SHOAL_OK, fail, "init");
+    return 0;
+fail:
+    return 1;
+}
+
+/* ---- all-reduce over every dtype, memory kind and count ---- */
+
+static int check_allreduce(shoal_comm_t comm, void *stream, int rank, int nranks, int kind,
+                           shoal_dtype_t dt, shoal_op_t op, size_t count, int inplace)
+{
+    size_t es;
+    shoal_dtype_size(dt, &es);
+    size_t bytes = count * es;
+    unsigned char *in = malloc(bytes + 1), *want = malloc(bytes + 1), *tmp = malloc(bytes + 1),
+                  *got = malloc(bytes + 1);
+    void *sbuf = mem_alloc(kind, bytes), *rbuf = inplace ? sbuf : mem_alloc(kind, bytes);
+    harness_fill_exact(in, count, rank, dt, op);
+    harness_expected(want, tmp, count, nranks, dt, op);
+    mem_put(kind, sbuf, in, bytes);
+    shoal_status_t s = shoal_allreduce_stream(sbuf, rbuf, count, dt, op, comm, stream);
+    RANK_CHECK(s == SHOAL_OK, fail, "allreduce_stream: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    cu_user_sync(stream);
+    mem_get(kind, got, rbuf, bytes);
+    RANK_CHECK(memcmp(got, want, bytes) == 0, fail,
+               "rank %d: all-reduce of %zu %s %s on %s memory%s: wrong result", rank, count,
+               shoal_status_string(SHOAL_OK), "", mem_names[kind], inplace ? " in place" : "");
+    int rc = 0;
+    goto out;
+fail:
+    rc = 1;
+out:
+    if (!inplace)
+        mem_free(kind, rbuf);
+    mem_free(kind, sbuf);
+    free(in);
+    free(want);
+    free(tmp);
+    free(got);
+    return rc;
+}
+
+static int rank_allreduce(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    static const size_t counts[] = {0, 1, 1001, BIG};
+    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+        if (harness_quick() && dt != SHOAL_FLOAT32 && dt != SHOAL_BFLOAT16)
+            continue;
+        for (size_t c = 0; c < 4; c++) {
+            if (check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, (shoal_dtype_t)dt,
+                                SHOAL_SUM, counts[c], (int)c & 1))
+                goto fail;
+        }
+    }
+    for (int op = 0; op < SHOAL_OP_COUNT; op++) {
+        for (int kind = 0; kind < MEM_KINDS; kind++) {
+            if (check_allreduce(comm, stream, rank, nranks, kind, SHOAL_FLOAT32, (shoal_op_t)op,
+                                1001, kind & 1))
+                goto fail;
+        }
+    }
+    /* The legacy default stream too. */
+    if (check_allreduce(comm, NULL, rank, nranks, MEM_DEVICE, SHOAL_INT32, SHOAL_MAX, 1001, 0))
+        goto fail;
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* ---- the data-moving collectives and the rooted ones ---- */
+
+typedef enum { C_RS, C_AG, C_A2A, C_BCAST, C_REDUCE, C_GATHER, C_SCATTER, C_SENDRECV, C_COUNT } coll_t;
+static const char *const coll_names[] = {"reduce_scatter", "allgather", "alltoall", "broadcast",
+                                         "reduce", "gather", "scatter", "send/recv"};
+
+/* One collective of count elements of fp32 per block on kind memory,
+ * root 1 % nranks; checked against what the ranks' patterns give. */
+static int check_coll(shoal_comm_t comm, void *stream, int rank, int n, int kind, coll_t coll,
+                      size_t count, int salt)
+{
+    const size_t es = 4, blk = count * es, all = blk * (size_t)n;
+    const int root = 1 % n;
+    unsigned char *host_in = malloc(all + 1), *want = calloc(1, all + 1), *got = malloc(all + 1),
+                  *tmp = malloc(all + 1);
+    void *sbuf = mem_alloc(kind, all), *rbuf = mem_alloc(kind, all);
+    size_t in_bytes = blk, out_bytes = blk;
+    shoal_status_t s = SHOAL_OK;
+    switch (coll) {
+    case C_RS: in_bytes = all; break;
+    case C_AG: out_bytes = all; break;
+    case C_A2A: in_bytes = out_bytes = all; break;
+    case C_GATHER: out_bytes = rank == root ? all : 0; break;
+    case C_SCATTER: in_bytes = rank == root ? all : 0; break;
+    default: break;
+    }
+    if (coll == C_RS || coll == C_REDUCE) {
+        harness_fill_exact(host_in, in_bytes / es, rank, SHOAL_FLOAT32, SHOAL_SUM);
+        harness_expected(tmp, got, in_bytes / es, n, SHOAL_FLOAT32, SHOAL_SUM);
+        memcpy(want, tmp + (coll == C_RS ? (size_t)rank * blk : 0), blk);
+    } else {
+        fill_pattern(host_in, in_bytes, rank, salt);
+    }
+    switch (coll) {
+    case C_AG:
+        for (int r = 0; r < n; r++)
+            fill_pattern(want + (size_t)r * blk, blk, r, salt);
+        break;
+    case C_A2A:
+        /* Block j of rank r's input is its pattern's j-th block. */
+        for (int r = 0; r < n; r++) {
+            fill_pattern(tmp, all, r, salt);
+            memcpy(want + (size_t)r * blk, tmp + (size_t)rank * blk, blk);
+        }
+        break;
+    case C_BCAST: fill_pattern(want, blk, root, salt); break;
+    case C_GATHER:
+        for (int r = 0; r < n && rank == root; r++)
+            fill_pattern(want + (size_t)r * blk, blk, r, salt);
+        break;
+    case C_SCATTER:
+        fill_pattern(tmp, all, root, salt);
+        memcpy(want, tmp + (size_t)rank * blk, blk);
+        break;
+    case C_SENDRECV: fill_pattern(want, blk, (rank + n - 1) % n, salt); break;
+    default: break;
+    }
+    mem_put(kind, sbuf, host_in, in_bytes);
+    switch (coll) {
+    case C_RS: s = shoal_reduce_scatter_stream(sbuf, rbuf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, stream); break;
+    case C_AG: s = shoal_allgather_stream(sbuf, rbuf, count, SHOAL_FLOAT32, comm, stream); break;
+    case C_A2A: s = shoal_alltoall_stream(sbuf, rbuf, count, SHOAL_FLOAT32, comm, stream); break;
+    case C_BCAST: s = shoal_broadcast_stream(sbuf, rbuf, count, SHOAL_FLOAT32, root, comm, stream); break;
+    case C_REDUCE: s = shoal_reduce_stream(sbuf, rbuf, count, SHOAL_FLOAT32, SHOAL_SUM, root, comm, stream); break;
+    case C_GATHER: s = shoal_gather_stream(sbuf, rbuf, count, SHOAL_FLOAT32, root, comm, stream); break;
+    case C_SCATTER: s = shoal_scatter_stream(sbuf, rbuf, count, SHOAL_FLOAT32, root, comm, stream); break;
+    case C_SENDRECV:
+        /* A ring shift: each rank sends to the next and receives from the
+         * previous, in one group so that neither waits for the other. */
+        shoal_group_start();
+        s = shoal_send_stream(sbuf, count, SHOAL_FLOAT32, (rank + 1) % n, comm, stream);
+        if (s == SHOAL_OK)
+            s = shoal_recv_stream(rbuf, count, SHOAL_FLOAT32, (rank + n - 1) % n, comm, stream);
+        shoal_status_t e = shoal_group_end();
+        s = s != SHOAL_OK ? s : e;
+        break;
+    default: break;
+    }
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: %s: %s (%s)", rank, coll_names[coll],
+               shoal_status_string(s), shoal_comm_last_error(comm));
+    cu_user_sync(stream);
+    /* What this rank receives: nothing at a rooted collective's other
+     * ranks. */
+    size_t check = out_bytes;
+    if (coll == C_REDUCE && rank != root)
+        check = 0;
+    mem_get(kind, got, rbuf, check);
+    RANK_CHECK(memcmp(got, want, check) == 0, fail, "rank %d of %d: %s of %zu on %s memory: "
+               "wrong result", rank, n, coll_names[coll], count, mem_names[kind]);
+    int rc = 0;
+    goto out;
+fail:
+    rc = 1;
+out:
+    mem_free(kind, sbuf);
+    mem_free(kind, rbuf);
+    free(host_in);
+    free(want);
+    free(got);
+    free(tmp);
+    return rc;
+}
+
+static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    static const size_t counts[] = {0, 1, 1001, BIG / 4};
+    int salt = 0;
+    for (int coll = 0; coll < C_COUNT; coll++) {
+        if (coll == C_SENDRECV && nranks == 1)
+            continue; /* a message to oneself is test_group_nb's */
+        for (size_t c = 0; c < 4; c++) {
+            int kind = c == 2 ? MEM_PINNED : c == 1 ? MEM_MANAGED : MEM_DEVICE;
+            if (check_coll(comm, stream, rank, nranks, kind, (coll_t)coll, counts[c], ++salt))
+                goto fail;
+        }
+    }
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* ---- ordering: the host does not wait; the stream does ---- */
+
+static int rank_order(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    const size_t count = 1001, bytes = count * sizeof(float);
+    void *stream = cu_user_stream();
+    _Atomic uint32_t *gate = cu_user_alloc_pinned(64);
+    atomic_store(gate, 0);
+    float *in = malloc(bytes), *want = malloc(bytes), *tmp = malloc(bytes), *got = malloc(bytes);
+    void *dbuf = cu_user_alloc(bytes), *after = cu_user_alloc(bytes);
+    harness_fill_exact(in, count, rank, SHOAL_FLOAT32, SHOAL_SUM);
+    harness_expected(want, tmp, count, nranks, SHOAL_FLOAT32, SHOAL_SUM);
+    cu_user_htod(dbuf, in, bytes);
+    memset(got, 0, bytes);
+    cu_user_htod(after, got, bytes);
+
+    /* The stream waits for the gate; the call must return all the same. */
+    cu_user_gate(stream, (uint32_t *)gate, 1);
+    shoal_status_t s = shoal_allreduce_stream(dbuf, dbuf, count, SHOAL_FLOAT32, SHOAL_SUM, comm,
+                                              stream);
+    RANK_CHECK(s == SHOAL_OK, fail, "allreduce_stream: %s", shoal_status_string(s));
+    /* Work queued behind the call on its stream sees the result. */
+    cu_user_copy_async(after, dbuf, bytes, stream);
+    RANK_CHECK(!cu_user_idle(stream), fail, "rank %d: the stream ran past its closed gate", rank);
+    cu_user_dtoh(got, after, bytes);
+    for (size_t i = 0; i < count; i++)
+        RANK_CHECK(got[i] == 0.0f, fail, "rank %d: the copy behind the call ran early", rank);
+    /* Nor did the call itself: its input is as it was. */
+    cu_user_dtoh(got, dbuf, bytes);
+    RANK_CHECK(nranks == 1 || memcmp(got, in, bytes) == 0, fail, "rank %d: the all-reduce ran "
+               "before its stream reached it", rank);
+    atomic_store(gate, 1);
+    cu_user_sync(stream);
+    cu_user_dtoh(got, after, bytes);
+    RANK_CHECK(memcmp(got, want, bytes) == 0, fail, "rank %d: the work behind the call did "
+               "not see its result", rank);
+
+    /* A group is launched at its end: the stream is idle until then. */
+    cu_user_htod(dbuf, in, bytes);
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+    s = shoal_allreduce_stream(dbuf, dbuf, count, SHOAL_FLOAT32, SHOAL_SUM, comm, stream);
+    RANK_CHECK(s == SHOAL_OK, fail, "allreduce_stream in a group: %s", shoal_status_string(s));
+    RANK_CHECK(cu_user_idle(stream), fail, "rank %d: a grouped call queued work before the "
+               "group's end", rank);
+    RANK_CHECK(shoal_group_end() == SHOAL_OK, fail, "group end: %s",
+               shoal_comm_last_error(comm));
+    cu_user_sync(stream);
+    cu_user_dtoh(got, dbuf, bytes);
+    RANK_CHECK(memcmp(got, want, bytes) == 0, fail, "rank %d: grouped call: wrong result", rank);
+
+    cu_user_free(dbuf);
+    cu_user_free(after);
+    cu_user_free_pinned((void *)gate);
+    cu_user_stream_free(stream);
+    free(in);
+    free(want);
+    free(tmp);
+    free(got);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* ---- no CUDA: refused with the cause ---- */
+
+typedef struct {
+    const char *name, *value; /* the setting that takes CUDA away */
+    const char *says;         /* what the error must say */
+} no_cuda_t;
+
+static int rank_no_cuda(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const no_cuda_t *nc = arg;
+    shoal_comm_t comm;
+    char why[256];
+    /* The test's side reads the same settings: where it finds no device
+     * either, the buffer is host memory, which a stream-ordered call
+     * refuses all the same. */
+    harness_setenv(nc->name, nc->value);
+    int have = cu_user_open(0, why, sizeof(why)) == 0;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    float host[4] = {0};
+    void *buf = have ? cu_user_alloc(sizeof(host)) : host;
+    shoal_status_t s = shoal_allreduce_stream(buf, buf, 4, SHOAL_FLOAT32, SHOAL_SUM, comm, NULL);
+    RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED, fail, "with %s=%s: got %s", nc->name, nc->value,
+               shoal_status_string(s));
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), nc->says), fail,
+               "with %s=%s the error does not say \"%s\": %s", nc->name, nc->value, nc->says,
+               shoal_comm_last_error(comm));
+    /* The communicator still works on host memory. */
+    s = shoal_allreduce(host, host, 4, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "host all-reduce after the refusal: %s",
+               shoal_status_string(s));
+    if (have)
+        cu_user_free(buf);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* ---- cases ---- */
+
+static const int all_ranks[] = {1, 2, 3, 5, 8};
+static const int quick_ranks[] = {2, 3};
+
+static void run_all(harness_rank_fn_t fn, const char *transport)
+{
+    harness_use_transport(transport, TEST_CHUNK);
+    int quick = harness_quick();
+    const int *ranks = quick ? quick_ranks : all_ranks;
+    size_t n = quick ? 2 : 5;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(transport, "tcp") == 0 && ranks[i] > 5)
+            continue; /* tcp adds nothing at 8 that 5 does not show */
+        assert_int_equal(harness_run_ranks(ranks[i], fn, NULL, 240), 0);
+    }
+}
+
+static void test_allreduce_shm(void **state) { (void)state; run_all(rank_allreduce, "shm"); }
+static void test_allreduce_tcp(void **state) { (void)state; run_all(rank_allreduce, "tcp"); }
+static void test_colls_shm(void **state) { (void)state; run_all(rank_colls, "shm"); }
+static void test_colls_tcp(void **state) { (void)state; run_all(rank_colls, "tcp"); }
+
+static void test_order(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    assert_int_equal(harness_run_ranks(1, rank_order, NULL, 120), 0);
+    assert_int_equal(harness_run_ranks(3, rank_order, NULL, 120), 0);
+}
+
+static void test_no_cuda(void **state)
+{
+    (void)state;
+    static const no_cuda_t cases[] = {
+        {"SHOAL_CUDA_MODULE", "/nonexistent/libshoal_cuda.so", "no CUDA module"},
+        {"SHOAL_CUDA_DRIVER", "/nonexistent/libcuda.so.1", "cannot load"},
+        {"SHOAL_STANDIN_DEVICES", "0", "no CUDA device"},
+    };
+    harness_use_transport("shm", TEST_CHUNK);
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        /* Only the stand-in can be told to have no device. */
+        if (strcmp(cases[i].name, "SHOAL_STANDIN_DEVICES") == 0 && !getenv("SHOAL_CUDA_DRIVER"))
+            continue;
+        assert_int_equal(harness_run_ranks(2, rank_no_cuda, (void *)&cases[i], 60), 0);
+    }
+}
+
+int main(void)
+{
+    /* Without the module or a driver to test on, there is nothing here;
+     * CI builds both, so there a missing one is a failure. */
+    const char *module = getenv("SHOAL_CUDA_MODULE");
+    const char *driver = getenv("SHOAL_CUDA_DRIVER");
+    int ci = getenv("SHOAL_CI") && strcmp(getenv("SHOAL_CI"), "1") == 0;
+    if (!module || access(module, R_OK) != 0 || (driver && access(driver, R_OK) != 0)) {
+        if (ci) {
+            printf("1..1\nnot ok 1 - CUDA module or driver stand-in missing: %s, %s\n",
+                   module ? module : "(SHOAL_CUDA_MODULE unset)", driver ? driver : "-");
+            return 1;
+        }
+        printf("1..0 # SKIP no CUDA module or driver to test on (built without the CUDA "
+               "toolkit?)\n");
+        return 0;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_cuda),
+        cmocka_unit_test(test_order),
+        cmocka_unit_test(test_allreduce_shm),
+        cmocka_unit_test(test_allreduce_tcp),
+        cmocka_unit_test(test_colls_shm),
+        cmocka_unit_test(test_colls_tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
