@@ -2,7 +2,8 @@
  * (forked ranks over shared memory and tcp; the driver is the CPU stand-in
  * in make test, the real one in make test-gpu):
  * - ncclCommCuDevice gives the device current at init;
- * - ncclMemAlloc gives device memory that the collectives take;
+ * - ncclMemAlloc gives device memory that the collectives take, which
+ *   ncclCommRegister and ncclCommWindowRegister accept;
  * - a call on a stream returns at once, even with the stream held behind
  *   a gate, and the stream's later work sees its result;
  * - device buffers with the NULL stream use the legacy default stream;
@@ -53,6 +54,13 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
     void *stream = cu_user_stream();
     _Atomic uint32_t *gate = cu_user_alloc_pinned(64);
     atomic_store(gate, 0);
+
+    /* Registration and windows take device memory, and the collectives
+     * run on registered device buffers as on any others. */
+    void *reg = NULL;
+    ncclWindow_t win = NULL;
+    NCCL_CHECK(ncclCommRegister(comm, d, bytes, &reg), fail);
+    NCCL_CHECK(ncclCommWindowRegister(comm, after, bytes, &win, NCCL_WIN_DEFAULT), fail);
 
     /* Held stream: the call returns, the work behind it waits. */
     cu_user_htod(d, in, bytes);
@@ -109,6 +117,8 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
     NCCL_CHECK(ncclAllReduce(got, got, COUNT, ncclFloat32, ncclSum, comm, NULL), fail);
     RANK_CHECK(memcmp(got, want, bytes) == 0, fail, "rank %d: host all-reduce", rank);
 
+    NCCL_CHECK(ncclCommWindowDeregister(comm, win), fail);
+    NCCL_CHECK(ncclCommDeregister(comm, reg), fail);
     ncclResult_t async = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(comm, &async), fail);
     RANK_CHECK(async == ncclSuccess, fail, "async error %s", ncclGetErrorString(async));

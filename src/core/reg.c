@@ -7,6 +7,7 @@
 #include "reg.h"
 
 #include "comm.h"
+#include "base/dev.h"
 #include "base/log.h"
 #include "transport/shmem.h"
 
@@ -20,11 +21,14 @@ _Static_assert(SHOAL_REG_TL >= SHOAL_MAX_TRANSPORTS, "raise SHOAL_REG_TL");
  * its slots. */
 static void reg_domains(struct shoal_comm *comm, shoal_reg_t *reg)
 {
+    /* Device memory is recorded as such: no transport reaches it, and
+     * operations on it run on staged host memory. */
+    shoal_mem_kind_t kind =
+        shoal_dev_kind(reg->buf) == SHOAL_DEV_MEM_DEVICE ? SHOAL_MEM_CUDA : SHOAL_MEM_HOST;
     for (int t = 0; t < comm->team.ntl && t < SHOAL_REG_TL; t++) {
         shoal_tl_ctx_t *ctx = comm->team.tl_ctx[t];
         reg->mem[t] = NULL;
-        if (ctx && ctx->ops->mem_reg(ctx, reg->buf, reg->size, SHOAL_MEM_HOST, &reg->mem[t]) !=
-                       SHOAL_OK)
+        if (ctx && ctx->ops->mem_reg(ctx, reg->buf, reg->size, kind, &reg->mem[t]) != SHOAL_OK)
             reg->mem[t] = NULL;
     }
 }

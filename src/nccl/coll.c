@@ -326,8 +326,9 @@ NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum, ncclRedOp_t *op, void *scalar,
     if (scalar && shoal_dtype_size((shoal_dtype_t)datatype, &es) == SHOAL_OK &&
         !shoal_nccl_is_host(scalar, es, 0))
         return shoal_nccl_fail(comm, ncclInvalidArgument,
-                               "%s: scalar %p is not host memory of this process (this shoal "
-                               "has no CUDA support)", what, scalar);
+                               "%s: scalar %p is not host memory of this process: shoal "
+                               "reads the scalar on the host, so it must be host memory (a "
+                               "device scalar is not supported yet)", what, scalar);
     shoal_op_t sop;
     shoal_status_t s = residence == ncclScalarDevice
                            ? shoal_op_create_premul_sum_ref(sc, scalar, (shoal_dtype_t)datatype, &sop)

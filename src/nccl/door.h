@@ -114,6 +114,11 @@ ncclResult_t shoal_nccl_drain(struct ncclComm *comm);
  * writable) writable. len 0 is always fine. */
 int shoal_nccl_is_host(const void *p, size_t len, int writable);
 
+/* Whether [p, p + len) is host memory of this process (as above) or
+ * memory the CUDA driver knows (device, managed, pinned), in a process
+ * that uses the driver. */
+int shoal_nccl_is_memory(const void *p, size_t len, int writable);
+
 /* Free comm's registrations and windows (destroy and abort). */
 void shoal_nccl_windows_free(struct ncclComm *comm);
 

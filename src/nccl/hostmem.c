@@ -9,6 +9,8 @@
  * check. */
 #include "door.h"
 
+#include "base/dev.h"
+
 #include "base/log.h"
 
 #include <errno.h>
@@ -113,4 +115,11 @@ int shoal_nccl_is_host(const void *ptr, size_t len, int writable)
     }
     pthread_mutex_unlock(&maps_lock);
     return ok > 0;
+}
+
+int shoal_nccl_is_memory(const void *ptr, size_t len, int writable)
+{
+    if (shoal_nccl_is_host(ptr, len, writable))
+        return 1;
+    return shoal_dev_if_driver() && shoal_dev_kind(ptr) != SHOAL_DEV_MEM_HOST;
 }

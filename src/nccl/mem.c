@@ -79,10 +79,11 @@ NCCL_API(ncclResult_t, ncclCommRegister, const ncclComm_t comm, void *buff, size
     ncclResult_t res = shoal_nccl_enter(comm, what, &sc);
     if (res != ncclSuccess)
         return res;
-    if (buff && size && !shoal_nccl_is_host(buff, size, 0))
+    if (buff && size && !shoal_nccl_is_memory(buff, size, 0))
         return shoal_nccl_fail(comm, ncclInvalidArgument,
-                               "%s: buff %p (%zu bytes) is not host memory of this process "
-                               "(this shoal has no CUDA support)", what, buff, size);
+                               "%s: buff %p (%zu bytes) is neither host memory of this process "
+                               "nor memory the CUDA driver knows (%s)", what, buff, size,
+                               shoal_dev_why());
     return shoal_nccl_result(shoal_comm_register(sc, buff, size, handle));
 }
 
@@ -152,10 +153,11 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
         return shoal_nccl_fail(comm, ncclInvalidUsage,
                                "%s: symmetric window of %zu bytes here but %llu on rank %d",
                                what, size, (unsigned long long)other_size, symmetric_mismatch);
-    if (buff && size && !shoal_nccl_is_host(buff, size, 1))
+    if (buff && size && !shoal_nccl_is_memory(buff, size, 1))
         return shoal_nccl_fail(comm, ncclInvalidArgument,
-                               "%s: buff %p (%zu bytes) is not host memory of this process "
-                               "(this shoal has no CUDA support)", what, buff, size);
+                               "%s: buff %p (%zu bytes) is neither host memory of this process "
+                               "nor memory the CUDA driver knows (%s)", what, buff, size,
+                               shoal_dev_why());
     struct ncclWindow_vidmem *w = calloc(1, sizeof(*w));
     if (!w)
         return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
