@@ -7,7 +7,12 @@
  *
  * - every collective and send/receive, on device, managed, pinned and
  *   pageable buffers, in place and not, counts 0, 1, odd and multi-chunk,
- *   every dtype for the all-reduce, 1 to 8 ranks;
+ *   every dtype for the all-reduce, 1 to 8 ranks, by the direct path
+ *   (device to device through memory handles, falling back to staging
+ *   where a rank's buffer is not device memory) and the staged one; fresh
+ *   buffers for every case, so a handle cache that served freed memory
+ *   would give wrong results; SHOAL_CUDA_PATH=direct refuses what it
+ *   cannot do;
  * - the host never waits: a stream held behind a gate still lets the call
  *   return, and the work queued behind the call on the same stream sees
  *   its result;
@@ -149,6 +154,14 @@ static int rank_allreduce(int rank, int nranks, const shoal_unique_id_t *id, voi
     /* The legacy default stream too. */
     if (check_allreduce(comm, NULL, rank, nranks, MEM_DEVICE, SHOAL_INT32, SHOAL_MAX, 1001, 0))
         goto fail;
+    /* The direct path reduces with the device's kernels; staging reduces
+     * on the host and launches none. */
+    if (cu_user_is_standin() && nranks > 1) {
+        int direct = strcmp(getenv("SHOAL_CUDA_PATH"), "staged") != 0;
+        unsigned long k = cu_user_launches("shoal_k_reduce");
+        RANK_CHECK(direct ? k > 0 : k == 0, fail, "rank %d: %lu reduction kernels on the %s "
+                   "path", rank, k, direct ? "direct" : "staged");
+    }
     cu_user_stream_free(stream);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
@@ -395,9 +408,11 @@ fail:
 static const int all_ranks[] = {1, 2, 3, 5, 8};
 static const int quick_ranks[] = {2, 3};
 
-static void run_all(harness_rank_fn_t fn, const char *transport)
+/* path: SHOAL_CUDA_PATH, auto (device to device on one host) or staged. */
+static void run_all(harness_rank_fn_t fn, const char *transport, const char *path)
 {
     harness_use_transport(transport, TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", path);
     int quick = harness_quick();
     const int *ranks = quick ? quick_ranks : all_ranks;
     size_t n = quick ? 2 : 5;
@@ -408,10 +423,51 @@ static void run_all(harness_rank_fn_t fn, const char *transport)
     }
 }
 
-static void test_allreduce_shm(void **state) { (void)state; run_all(rank_allreduce, "shm"); }
-static void test_allreduce_tcp(void **state) { (void)state; run_all(rank_allreduce, "tcp"); }
-static void test_colls_shm(void **state) { (void)state; run_all(rank_colls, "shm"); }
-static void test_colls_tcp(void **state) { (void)state; run_all(rank_colls, "tcp"); }
+static void test_allreduce_direct(void **state) { (void)state; run_all(rank_allreduce, "shm", "auto"); }
+static void test_allreduce_shm(void **state) { (void)state; run_all(rank_allreduce, "shm", "staged"); }
+static void test_allreduce_tcp(void **state) { (void)state; run_all(rank_allreduce, "tcp", "staged"); }
+static void test_colls_direct(void **state) { (void)state; run_all(rank_colls, "shm", "auto"); }
+static void test_colls_shm(void **state) { (void)state; run_all(rank_colls, "shm", "staged"); }
+static void test_colls_tcp(void **state) { (void)state; run_all(rank_colls, "tcp", "staged"); }
+
+/* SHOAL_CUDA_PATH=direct on buffers that cannot go device to device (one
+ * rank's is managed memory): refused on every rank, with the reason. */
+static int rank_direct_refused(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    int kind = rank == 1 ? MEM_MANAGED : MEM_DEVICE;
+    void *buf = mem_alloc(kind, 1024), *stream = cu_user_stream();
+    shoal_status_t s = shoal_allreduce_stream(buf, buf, 256, SHOAL_FLOAT32, SHOAL_SUM, comm,
+                                              stream);
+    RANK_CHECK(s == SHOAL_OK, fail, "queueing: %s", shoal_status_string(s));
+    cu_user_sync(stream);
+    /* The stream went on past the failed call, which recorded why. */
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "SHOAL_CUDA_PATH=direct"), fail,
+               "the error does not name the setting: %s", shoal_comm_last_error(comm));
+    shoal_status_t async = SHOAL_OK;
+    RANK_CHECK(shoal_comm_get_async_error(comm, &async) == SHOAL_OK, fail, "async error");
+    RANK_CHECK(async == SHOAL_ERR_UNSUPPORTED, fail, "rank %d: got %s", rank,
+               shoal_status_string(async));
+    mem_free(kind, buf);
+    cu_user_stream_free(stream);
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_direct_refused(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", "direct");
+    int rc = harness_run_ranks(3, rank_direct_refused, NULL, 60);
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+    assert_int_equal(rc, 0);
+}
 
 static void test_order(void **state)
 {
@@ -458,10 +514,16 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_cuda),
         cmocka_unit_test(test_order),
+        cmocka_unit_test(test_allreduce_direct),
         cmocka_unit_test(test_allreduce_shm),
         cmocka_unit_test(test_allreduce_tcp),
+        cmocka_unit_test(test_colls_direct),
         cmocka_unit_test(test_colls_shm),
         cmocka_unit_test(test_colls_tcp),
+        cmocka_unit_test(test_direct_refused),
     };
+    /* TEST_FILTER=name runs one case (for debugging). */
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

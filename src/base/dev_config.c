@@ -2,6 +2,8 @@
 #include "base/config.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 static const shoal_config_entry_t cuda_entries[] = {
     {.name = "SHOAL_CUDA_MODULE", .def = "",
@@ -15,11 +17,18 @@ static const shoal_config_entry_t cuda_entries[] = {
      .doc = "pinned host memory a communicator keeps for staging device buffers between "
             "operations (more is allocated while needed and given back)",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(cuda.stage_max)},
+    {.name = "SHOAL_CUDA_PATH", .def = "auto",
+     .doc = "device buffers of ranks on one host: auto (device to device where every rank "
+            "can open its peers' memory, else staged through host memory), staged (always), "
+            "direct (device to device, and an error where it cannot be)",
+     .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(cuda.path)},
 };
 
 static void cuda_sanitize(shoal_config_t *c)
 {
-    (void)c;
+    if (strcmp(c->cuda.path, "auto") && strcmp(c->cuda.path, "staged") &&
+        strcmp(c->cuda.path, "direct"))
+        snprintf(c->cuda.path, sizeof(c->cuda.path), "auto");
 }
 
 SHOAL_CONFIG_TABLE(cuda, 8, cuda_entries, cuda_sanitize);

@@ -229,6 +229,7 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
 static int fusable(const shoal_call_t *a, const shoal_call_t *b)
 {
     return !b->barrier && b->args.kind == SHOAL_COLL_ALLREDUCE && !b->args.codec && !b->comp &&
+           !b->run &&
            b->args.dtype == a->args.dtype && b->args.op == a->args.op &&
            b->premul == a->premul && b->scalar_ref == a->scalar_ref &&
            !memcmp(b->scalar, a->scalar, sizeof(a->scalar));
@@ -386,7 +387,7 @@ shoal_status_t shoal_calls_run(struct shoal_comm *comm, const shoal_call_t *call
             continue;
         }
         if (shoal_call_is_empty(comm, c) || c->barrier || c->args.kind != SHOAL_COLL_ALLREDUCE ||
-            c->args.codec || c->comp) {
+            c->args.codec || c->comp || c->run) {
             s = shoal_call_run(comm, c);
             i++;
             continue;

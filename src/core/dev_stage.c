@@ -8,6 +8,7 @@
  * A slot is busy from its staging until its free flag shows its number:
  * the stream has copied the result out and will not touch it again. */
 #include "dev_stage.h"
+#include "dev_priv.h"
 
 #include "base/clock.h"
 #include "base/config.h"
@@ -23,22 +24,6 @@
 enum { FLAG_READY = 0, FLAG_DONE = 16, FLAG_FREE = 32 }; /* uint32_t index, 64 B apart */
 #define SLOT_HEAD 256                                      /* bytes before the payload */
 #define SLOT_ALIGN 64
-
-struct shoal_dev_slot {
-    struct shoal_dev_slot *next;
-    uint32_t *flags;  /* the allocation: flags, then the payload at SLOT_HEAD */
-    size_t cap;       /* payload bytes */
-    uint32_t seq;     /* of its last use */
-    int busy;
-};
-
-struct shoal_dev_comm {
-    pthread_mutex_t lock;
-    const shoal_dev_ops_t *ops;
-    struct shoal_dev_slot *slots;
-    size_t kept;      /* payload bytes of all slots */
-    uint32_t seq;
-};
 
 static pthread_mutex_t dev_create_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -221,7 +206,11 @@ shoal_status_t shoal_dev_stage(struct shoal_comm *comm, shoal_call_t *calls, siz
         if (!c->on_stream)
             continue;
         what = c->what;
-        stage_layout(c, &lay[i]);
+        /* The direct path moves the data itself: the stream only orders. */
+        if (shoal_dev_direct_takes(comm, c))
+            c->run = shoal_dev_direct_run;
+        else
+            stage_layout(c, &lay[i]);
         c->slot = slot_take(d, lay[i].need);
         if (!c->slot) {
             s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no pinned memory for %zu bytes "
@@ -334,6 +323,7 @@ void shoal_dev_comm_destroy(struct shoal_comm *comm)
         }
         free(s);
     }
+    shoal_dev_direct_release(d);
     pthread_mutex_unlock(&d->lock);
     pthread_mutex_destroy(&d->lock);
     free(d);

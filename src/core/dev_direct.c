@@ -1,0 +1,369 @@
+/* The direct path of stream-ordered calls: ranks of one host move device
+ * data device to device through CUDA memory handles, and reduce it with
+ * the module's kernels, so no byte of it crosses host memory.
+ *
+ * The host side of such a call (call->run, on the executor, once its
+ * stream reached the call: dev_stage.h) works as follows.
+ * 1. Each rank exports the allocations of its buffers and the ranks
+ *    exchange the handles with an all-gather (which is also the start
+ *    barrier: every rank's input is ready once all have arrived).
+ * 2. Each rank opens its peers' allocations (a cache per communicator, see
+ *    below), and a MIN all-reduce tells whether every rank could. Where a
+ *    rank cannot (a buffer not in device memory, no peer access between
+ *    the devices, an export refused), every rank stages the call through
+ *    host memory instead, logged once.
+ * 3. The schedule reads peers' memory on this rank's own stream:
+ *    - all-reduce: rank r reduces block r of every rank's input into its
+ *      output (starting from its own input, so that in place is safe: the
+ *      peers read only their own block of it), a barrier, then copies
+ *      block s of rank s's output for every s, and a final barrier so that
+ *      no rank lets its stream touch its buffers while others still read
+ *      them;
+ *    - reduce-scatter: the first half; all-gather and broadcast: copies of
+ *      the peers' (the root's) input.
+ *    Every rank computes each block once and the others copy it, so all
+ *    ranks end with the same bits.
+ *
+ * The cache of peers' allocations: an entry is (peer, base and size in the
+ * peer's address space, handle). A handle that differs for an overlapping
+ * range of the same peer means the peer freed that memory and allocated
+ * again: the old entry is retired then, and closed with the communicator.
+ * A peer in this very process (ranks as threads) is read at its own
+ * addresses. */
+#include "dev_priv.h"
+
+#include "base/config.h"
+#include "base/log.h"
+#include "coll.h"
+#include "comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* What a rank tells the others of one buffer. */
+typedef struct {
+    uint64_t base, size, offset; /* its allocation, in its own address space */
+    shoal_dev_ipc_t handle;
+} direct_buf_t;
+
+typedef struct {
+    int32_t ok;      /* both buffers it uses are device memory, exported */
+    int32_t pid;
+    direct_buf_t send, recv;
+} direct_rec_t;
+
+int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *call)
+{
+    const char *path = shoal_config_get()->cuda.path;
+    if (!strcmp(path, "staged") || comm->team.nhosts != 1 || comm->team.nranks < 2)
+        return 0;
+    const shoal_coll_args_t *a = &call->args;
+    if (call->premul || a->codec || call->comp || (unsigned)a->op >= SHOAL_OP_COUNT)
+        return 0;
+    switch (a->kind) {
+    case SHOAL_COLL_ALLREDUCE:
+    case SHOAL_COLL_REDUCE_SCATTER:
+    case SHOAL_COLL_ALLGATHER:
+    case SHOAL_COLL_BROADCAST: return 1;
+    default: return 0;
+    }
+}
+
+static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *outer,
+                            shoal_coll_kind_t kind, const void *s, void *r, size_t count,
+                            shoal_dtype_t dt, shoal_op_t op)
+{
+    shoal_call_t c = {.what = outer->what,
+                      .args = {.kind = kind, .sendbuf = s, .recvbuf = r, .count = count,
+                               .dtype = dt, .op = op}};
+    return shoal_call_run(comm, &c);
+}
+
+static shoal_status_t barrier(struct shoal_comm *comm, const shoal_call_t *outer)
+{
+    shoal_call_t c = {.what = outer->what, .barrier = 1};
+    return shoal_call_run(comm, &c);
+}
+
+/* Export the allocation holding p (bytes > 0), for the peers. */
+static int export_buf(const shoal_dev_ops_t *ops, const void *p, size_t bytes, int *dev_p,
+                      direct_buf_t *out)
+{
+    shoal_dev_mem_t kind;
+    size_t ext;
+    memset(out, 0, sizeof(*out));
+    if (!bytes)
+        return 1;
+    if (ops->classify(p, &kind, dev_p) != SHOAL_OK || kind != SHOAL_DEV_MEM_DEVICE ||
+        ops->extent(p, &ext) != SHOAL_OK || ext < bytes || ops->ipc_get(p, &out->handle) != SHOAL_OK)
+        return 0;
+    /* The handle carries the offset of p in its allocation (dev_ops.h). */
+    uint64_t off, size;
+    memcpy(&off, out->handle.bytes + 64, sizeof(off));
+    memcpy(&size, out->handle.bytes + 72, sizeof(size));
+    out->offset = off;
+    out->size = size;
+    out->base = (uint64_t)(uintptr_t)p - off;
+    return 1;
+}
+
+/* A peer's buffer here: its allocation opened (cached), plus its offset;
+ * NULL when it cannot be opened. */
+static char *peer_ptr(struct shoal_dev_comm *d, struct shoal_comm *comm, int peer,
+                      int32_t pid, const direct_buf_t *b)
+{
+    if (b->size == 0)
+        return NULL;
+    if (pid == (int32_t)getpid())
+        return (char *)(uintptr_t)(b->base + b->offset);
+    for (shoal_dev_peer_mem_t **pp = &d->peer_mems; *pp;) {
+        shoal_dev_peer_mem_t *m = *pp;
+        if (m->peer == peer && m->base == b->base && m->size == b->size &&
+            !memcmp(m->handle.bytes, b->handle.bytes, 64))
+            return (char *)m->mapped + b->offset;
+        if (m->peer == peer && m->base < b->base + b->size && b->base < m->base + m->size) {
+            /* The peer freed that memory since: the entry is never used
+             * again. It is closed with the communicator, when no stream
+             * waits on it: closing may wait for the device's streams,
+             * and the caller's stream waits for this call. */
+            *pp = m->next;
+            m->next = d->peer_stale;
+            d->peer_stale = m;
+            continue;
+        }
+        pp = &m->next;
+    }
+    shoal_dev_peer_mem_t *m = calloc(1, sizeof(*m));
+    if (!m || d->ops->ipc_open(&b->handle, &m->mapped) != SHOAL_OK) {
+        shoal_debug(CUDA, "rank %d: cannot open rank %d's device memory: %s", comm->team.rank,
+                    peer, d->ops->why());
+        free(m);
+        return NULL;
+    }
+    m->peer = peer;
+    m->base = b->base;
+    m->size = b->size;
+    m->handle = b->handle;
+    m->next = d->peer_mems;
+    d->peer_mems = m;
+    return (char *)m->mapped + b->offset;
+}
+
+/* Elements of block r of count cut into n. */
+static void block_of(size_t count, int n, int r, size_t *off_p, size_t *len_p)
+{
+    size_t lo = count * (size_t)r / (size_t)n, hi = count * (size_t)(r + 1) / (size_t)n;
+    *off_p = lo;
+    *len_p = hi - lo;
+}
+
+/* The host staging of a call the direct path cannot take on some rank:
+ * device buffers copied through pinned memory on this rank's stream,
+ * around the host collective. */
+static shoal_status_t run_staged(struct shoal_dev_comm *d, struct shoal_comm *comm,
+                                 const shoal_call_t *call, void *stream)
+{
+    const shoal_dev_ops_t *ops = d->ops;
+    shoal_call_t c = *call;
+    c.run = NULL;
+    size_t in = call->in_bytes, out = call->out_bytes;
+    int dev_in = in && shoal_dev_kind(call->args.sendbuf) == SHOAL_DEV_MEM_DEVICE;
+    int dev_out = out && shoal_dev_kind(call->args.recvbuf) == SHOAL_DEV_MEM_DEVICE;
+    const char *sp = call->args.sendbuf;
+    char *rp = call->args.recvbuf;
+    int together = (dev_in || dev_out) && in && out && sp < rp + out && rp < sp + in;
+    const char *base = together ? (sp < rp ? sp : rp) : NULL;
+    size_t span = together ? (size_t)((sp + in > rp + out ? sp + in : rp + out) - base) : 0;
+    size_t need = together ? span : (dev_in ? in : 0) + (dev_out ? out : 0);
+    void *host = NULL;
+    shoal_status_t s = SHOAL_OK;
+    if (need && ops->host_alloc(need, &host) != SHOAL_OK)
+        return shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no pinned memory for %zu "
+                                 "bytes: %s", call->what, need, ops->why());
+    char *h_in = together ? (char *)host + (sp - base) : host;
+    char *h_out = together ? (char *)host + (rp - base) : (char *)host + (dev_in ? in : 0);
+    if (dev_in) {
+        s = ops->copy(h_in, sp, in, stream);
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        c.args.sendbuf = h_in;
+    }
+    if (dev_out || together)
+        c.args.recvbuf = h_out;
+    if (together)
+        c.args.sendbuf = h_in;
+    if (s == SHOAL_OK)
+        s = shoal_call_run(comm, &c);
+    else
+        s = shoal_coll_failed(comm, s, "%s: cannot stage: %s", call->what, ops->why());
+    if (s == SHOAL_OK && dev_out) {
+        s = ops->copy(rp, h_out, out, stream);
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        if (s != SHOAL_OK)
+            s = shoal_coll_failed(comm, s, "%s: cannot copy the result back: %s", call->what,
+                                  ops->why());
+    }
+    if (host)
+        ops->host_free(host);
+    return s;
+}
+
+/* The schedules, on this rank's stream; p[i] are rank i's buffers here. */
+static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *comm,
+                                 const shoal_call_t *call, char **ps, char **pr, void *stream)
+{
+    const shoal_dev_ops_t *ops = d->ops;
+    const shoal_coll_args_t *a = &call->args;
+    int n = comm->team.nranks, r = comm->team.rank;
+    size_t es = shoal_dtype_bytes(a->dtype);
+    shoal_status_t s = SHOAL_OK;
+    switch (a->kind) {
+    case SHOAL_COLL_ALLREDUCE:
+    case SHOAL_COLL_REDUCE_SCATTER: {
+        size_t off, len;
+        char *dst;
+        if (a->kind == SHOAL_COLL_ALLREDUCE) {
+            block_of(a->count, n, r, &off, &len);
+            dst = pr[r] + off * es;
+        } else {
+            off = (size_t)r * a->count;
+            len = a->count;
+            dst = pr[r];
+        }
+        /* From this rank's own input on: the first step may write it in
+         * place, and no later step reads it. */
+        for (int k = 1; k < n && s == SHOAL_OK && len; k++) {
+            const char *acc = k == 1 ? ps[r] + off * es : dst;
+            s = ops->reduce(dst, acc, ps[(r + k) % n] + off * es, len, a->dtype, a->op, stream);
+        }
+        if (s == SHOAL_OK && a->op == SHOAL_AVG && len)
+            s = ops->avg(dst, dst, len, a->dtype, n, stream);
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        if (s != SHOAL_OK || a->kind == SHOAL_COLL_REDUCE_SCATTER)
+            break;
+        /* Every block reduced before any is copied. */
+        s = barrier(comm, call);
+        if (s != SHOAL_OK)
+            return s;
+        for (int k = 1; k < n && s == SHOAL_OK; k++) {
+            int q = (r + k) % n;
+            block_of(a->count, n, q, &off, &len);
+            s = ops->copy(pr[r] + off * es, pr[q] + off * es, len * es, stream);
+        }
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    }
+    case SHOAL_COLL_ALLGATHER: {
+        size_t blk = a->count * es;
+        for (int k = 0; k < n && s == SHOAL_OK; k++) {
+            int q = (r + k) % n;
+            if (pr[r] + (size_t)q * blk != ps[q] || q != r)
+                s = ops->copy(pr[r] + (size_t)q * blk, ps[q], blk, stream);
+        }
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    }
+    case SHOAL_COLL_BROADCAST:
+        if (pr[r] != ps[a->root])
+            s = ops->copy(pr[r], ps[a->root], a->count * es, stream);
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    default: return SHOAL_ERR_INTERNAL;
+    }
+    if (s != SHOAL_OK)
+        return shoal_coll_failed(comm, s, "%s: device work failed: %s", call->what, ops->why());
+    /* No rank's stream may go on to touch its buffers while others read. */
+    return barrier(comm, call);
+}
+
+shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_dev_comm *d = comm->dev;
+    const shoal_dev_ops_t *ops = d->ops;
+    const shoal_coll_args_t *a = &call->args;
+    int n = comm->team.nranks, r = comm->team.rank;
+    direct_rec_t me = {.pid = (int32_t)getpid()};
+    int dev = -1, dev2 = -1;
+    me.ok = export_buf(ops, a->sendbuf, call->in_bytes, &dev, &me.send) &&
+            export_buf(ops, a->recvbuf, call->out_bytes, &dev2, &me.recv);
+    if (dev < 0)
+        dev = dev2;
+    if (dev < 0 && ops->device_of(NULL, &dev) != SHOAL_OK)
+        dev = 0;
+    if (!d->stream || d->stream_dev != dev) {
+        if (d->stream)
+            ops->stream_destroy(d->stream);
+        d->stream = NULL;
+        if (ops->stream_create(dev, &d->stream) != SHOAL_OK)
+            return shoal_coll_failed(comm, SHOAL_ERR_UNSUPPORTED, "%s: cannot create a stream "
+                                     "on device %d: %s", call->what, dev, ops->why());
+        d->stream_dev = dev;
+    }
+    direct_rec_t *all = calloc((size_t)n, sizeof(*all));
+    char **ps = calloc((size_t)n, sizeof(*ps)), **pr = calloc((size_t)n, sizeof(*pr));
+    shoal_status_t s = SHOAL_OK;
+    if (!all || !ps || !pr) {
+        s = shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory", call->what);
+        goto out;
+    }
+    s = inner(comm, call, SHOAL_COLL_ALLGATHER, &me, all, sizeof(me), SHOAL_UINT8, SHOAL_SUM);
+    if (s != SHOAL_OK)
+        goto out;
+    int32_t ok = 1, all_ok = 0;
+    for (int q = 0; q < n && ok; q++) {
+        ok = all[q].ok;
+        if (ok && q != r) {
+            ps[q] = peer_ptr(d, comm, q, all[q].pid, &all[q].send);
+            pr[q] = peer_ptr(d, comm, q, all[q].pid, &all[q].recv);
+            ok = (!all[q].send.size || ps[q]) && (!all[q].recv.size || pr[q]);
+        }
+    }
+    ps[r] = (char *)(uintptr_t)a->sendbuf;
+    pr[r] = a->recvbuf;
+    s = inner(comm, call, SHOAL_COLL_ALLREDUCE, &ok, &all_ok, 1, SHOAL_INT32, SHOAL_MIN);
+    if (s != SHOAL_OK)
+        goto out;
+    if (all_ok) {
+        s = run_direct(d, comm, call, ps, pr, d->stream);
+    } else if (!strcmp(shoal_config_get()->cuda.path, "direct")) {
+        s = shoal_coll_failed(comm, SHOAL_ERR_UNSUPPORTED, "%s: SHOAL_CUDA_PATH=direct, but a "
+                              "rank's buffers are not device memory its peers can open (or it "
+                              "cannot open theirs)", call->what);
+    } else {
+        if (!d->fallback_logged) {
+            d->fallback_logged = 1;
+            shoal_info(CUDA, "rank %d: %s: a rank's buffers are not device memory its peers "
+                       "can open (or it cannot open theirs): staging through host memory "
+                       "instead", r, call->what);
+        }
+        s = run_staged(d, comm, call, d->stream);
+    }
+out:
+    free(all);
+    free(ps);
+    free(pr);
+    return s;
+}
+
+void shoal_dev_direct_release(struct shoal_dev_comm *d)
+{
+    shoal_dev_peer_mem_t *lists[2] = {d->peer_mems, d->peer_stale};
+    for (int i = 0; i < 2; i++) {
+        while (lists[i]) {
+            shoal_dev_peer_mem_t *m = lists[i];
+            lists[i] = m->next;
+            d->ops->ipc_close(m->mapped);
+            free(m);
+        }
+    }
+    d->peer_mems = d->peer_stale = NULL;
+    if (d->stream)
+        d->ops->stream_destroy(d->stream);
+    d->stream = NULL;
+}

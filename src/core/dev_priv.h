@@ -1,0 +1,54 @@
+/* What the staged and direct paths of stream-ordered calls share
+ * (dev_stage.c, dev_direct.c): the communicator's device state. */
+#ifndef SHOAL_DEV_PRIV_H
+#define SHOAL_DEV_PRIV_H
+
+#include "base/dev.h"
+#include "exec.h"
+
+#include <pthread.h>
+#include <stdint.h>
+
+struct shoal_dev_slot {
+    struct shoal_dev_slot *next;
+    uint32_t *flags;  /* the allocation: flags, then the payload at SLOT_HEAD */
+    size_t cap;       /* payload bytes */
+    uint32_t seq;     /* of its last use */
+    int busy;
+};
+
+/* A peer's device allocation opened in this process (dev_direct.c). */
+typedef struct shoal_dev_peer_mem {
+    struct shoal_dev_peer_mem *next;
+    int peer;
+    uint64_t base, size;  /* the allocation in the peer's address space */
+    shoal_dev_ipc_t handle;
+    void *mapped;         /* its base here */
+} shoal_dev_peer_mem_t;
+
+struct shoal_dev_comm {
+    pthread_mutex_t lock;
+    const shoal_dev_ops_t *ops;
+    struct shoal_dev_slot *slots;
+    size_t kept;      /* payload bytes of all slots */
+    uint32_t seq;
+    /* The direct path's, used by the executor only: its stream (on
+     * stream_dev) and the peers' allocations it opened. */
+    void *stream;
+    int stream_dev;
+    shoal_dev_peer_mem_t *peer_mems;
+    shoal_dev_peer_mem_t *peer_stale; /* replaced by a newer allocation */
+    int fallback_logged;
+};
+
+
+/* The direct path (dev_direct.c). Whether call takes it: a collective it
+ * has a schedule for, on a communicator of one host, with the path not
+ * set to staged. The answer depends only on what every rank sees alike.
+ * Then call->run is its host side. */
+int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *call);
+shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call);
+/* Close the peers' allocations and the stream (comm's destroy). */
+void shoal_dev_direct_release(struct shoal_dev_comm *d);
+
+#endif
