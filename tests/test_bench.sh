@@ -5,8 +5,9 @@
 # (through PMIx) and by torchrun-style variables; then every collective of
 # --coll at 1..8 ranks over shm and tcp, every type of each, and groups of
 # operations (-m); the compressed all-reduces of --compress; buffers from
-# shoal_mem_alloc (--mem shared). Run from the repository root (make test
-# does).
+# shoal_mem_alloc (--mem shared) and in device memory (--mem device, on the
+# CPU stand-in of the CUDA driver that make test names). Run from the
+# repository root (make test does).
 
 # The bench to test: tools/ for the default build; a build elsewhere (the
 # Makefile puts other BUILD directories' tools in $(BUILD)/bin) passes its own.
@@ -391,6 +392,7 @@ bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress 
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
 bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
+bad_comp "device buffers" 'host buffers only, not --mem device' --compress int8 --mem device
 
 # --mem shared: the send and receive buffers from shoal_mem_alloc, which
 # peers can map. Over shared memory the all-gather, all-to-all, broadcast,
@@ -483,8 +485,71 @@ check "--compress int8 --mem shared -np 2: exits 0, relerr below 1e-2" \
 $BENCH -np 2 --mem foo >"$TMP/badmem.out" 2>&1
 rc=$?
 check "--mem foo is refused, naming the kinds" \
-    sh -c "[ $rc -eq 2 ] && grep -q 'unknown --mem \"foo\" (host: malloc, shared: shoal_mem_alloc)' '$TMP/badmem.out'" ||
+    sh -c "[ $rc -eq 2 ] && grep -q 'unknown --mem \"foo\" (host: malloc, shared: shoal_mem_alloc, device: GPU memory)' '$TMP/badmem.out'" ||
     show "$TMP/badmem.out"
+
+# --mem device: the send and receive buffers in device memory, each call
+# the _stream form on the rank's stream, the stream waited for before the
+# clock is read; inputs, poison and guards go through host mirrors, so the
+# check (-c 1) covers every element and the guard bytes. make test names
+# the CPU stand-in of the driver (SHOAL_CUDA_DRIVER) and the module
+# (SHOAL_CUDA_MODULE); CUDA is first touched in each forked rank, never in
+# the parent that forks them. Sizes 0 .. 117648 bytes in steps of x7 with
+# 4 KiB chunks: rows of no element, odd counts and many pieces.
+DSIZES="-b 0 -e 120K -f 7"
+DNSIZES=8
+reason=
+if [ -z "${SHOAL_CUDA_DRIVER:-}" ] || [ ! -r "${SHOAL_CUDA_DRIVER}" ]; then
+    reason="no CUDA driver stand-in (SHOAL_CUDA_DRIVER ${SHOAL_CUDA_DRIVER:-unset}: make builds it where cuda.h is, make test names it)"
+elif [ -z "${SHOAL_CUDA_MODULE:-}" ] || [ ! -r "${SHOAL_CUDA_MODULE}" ]; then
+    reason="no CUDA module (SHOAL_CUDA_MODULE ${SHOAL_CUDA_MODULE:-unset}: make builds it where nvcc is, make test names it)"
+fi
+DCOLLS="allreduce allgather broadcast"
+if [ -n "$reason" ]; then
+    for coll in $DCOLLS; do
+        for np in 1 3; do missing "--mem device --coll $coll -np $np" "$reason"; done
+    done
+    for what in "-m 4 -z 0" "header" "JSON"; do missing "--mem device $what" "$reason"; done
+else
+    for coll in $DCOLLS; do
+        for np in 1 3; do
+            out="$TMP/$coll.dev$np.out"
+            # shellcheck disable=SC2086 # DSIZES is several flags
+            SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np $np --coll "$coll" --mem device $DSIZES \
+                -r -1 -c 1 -n 2 -w 1 >"$out" 2>&1
+            rc=$?
+            nrows=$DNSIZES
+            rooted "$coll" && nrows=$((DNSIZES * np))
+            check "--mem device --coll $coll -np $np: exits 0, $nrows rows, none wrong, guards intact" \
+                run_ok "$coll" "$out" $rc $nrows || show "$out"
+        done
+    done
+    # Groups of 4 all-reduces (each in its own slice), the stream waited
+    # for once after the timed loop (-z 0), JSON.
+    out="$TMP/dev.m.out"
+    # shellcheck disable=SC2086 # DSIZES is several flags
+    SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np 3 --mem device $DSIZES -m 4 -z 0 -c 1 -n 2 -w 1 \
+        -J "$TMP/dev.json" >"$out" 2>&1
+    rc=$?
+    check "--mem device -np 3 -m 4 -z 0: exits 0, $DNSIZES rows, none wrong, guards intact" \
+        run_ok allreduce "$out" $rc $DNSIZES || show "$out"
+    check "--mem device: the header names the memory, each rank's device and the timing" \
+        sh -c "grep -q '^# Memory: device (send and receive buffers from the device module' '$out' &&
+            grep -Eq '^#  Rank  2 Pid +[0-9]+ on +[^ ]+ device memory of device [0-9]+\$' '$out' &&
+            grep -q 'stream-ordered calls, timed up to the stream.s end after the loop (-z 0)' '$out'" ||
+        show "$out"
+    check "--mem device -J: the JSON settings name the memory" \
+        sh -c "grep -q '^  \"memory\": \"device\",\$' '$TMP/dev.json' &&
+            grep -q '\"status\": \"ok\"' '$TMP/dev.json'" || show "$TMP/dev.json"
+fi
+# Without the module, --mem device stops at the start and says why, naming
+# the module it looked for; no stand-in is needed for that.
+out="$TMP/dev.nomodule.out"
+SHOAL_CUDA_MODULE=/nonexistent $LIMIT "$BENCH" -np 2 --mem device -b 1K -e 1K -n 1 -w 0 \
+    >"$out" 2>&1
+rc=$?
+check "--mem device without the module: exits 2, saying --mem device needs CUDA, naming the module" \
+    sh -c "[ $rc -eq 2 ] && grep -q -- '--mem device needs CUDA: .*/nonexistent' '$out'" || show "$out"
 
 # tools/netns_bench.sh --iperf3: iperf3's TCP figure between the first two
 # namespaces before the run, and each size row's busbw over it after. Needs

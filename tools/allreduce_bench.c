@@ -15,7 +15,9 @@
  * the error against the exact sum in the table. --mem shared takes the send
  * and receive buffers from shoal_mem_alloc, whose blocks peers can map: the
  * single-copy ("put") collectives then write into them or read from them
- * directly. */
+ * directly. --mem device puts them in GPU memory and times the
+ * stream-ordered forms of the calls (shoal_allreduce_stream...): see
+ * shoal_bench_time for how such a loop is timed. */
 #include "shoal.h"
 
 #include "bench_compress.h"
@@ -23,6 +25,7 @@
 
 #include "algos/reduce.h"
 #include "base/config.h"
+#include "base/dev.h"
 #include "base/dtype.h"
 #include "core/introspect.h"
 
@@ -91,6 +94,7 @@ typedef struct {
     int rank;
     int nranks;
     shoal_comm_t comm;
+    void *stream; /* --mem device: the rank's stream, for the _stream form; else NULL */
 } shoal_bench_call_t;
 
 /* How the bus bandwidth follows from the algorithm bandwidth, as nccl-tests'
@@ -108,18 +112,21 @@ typedef struct shoal_bench_row shoal_bench_row_t;
 typedef enum {
     SHOAL_BENCH_MEM_HOST,   /* malloc: every algorithm copies through staging */
     SHOAL_BENCH_MEM_SHARED, /* shoal_mem_alloc: peers may write into them */
+    SHOAL_BENCH_MEM_DEVICE, /* GPU memory, driven through the _stream forms */
     SHOAL_BENCH_MEM_COUNT
 } shoal_bench_mem_t;
 
 static const char *const shoal_bench_mem_names[SHOAL_BENCH_MEM_COUNT] = {
     [SHOAL_BENCH_MEM_HOST] = "host",
     [SHOAL_BENCH_MEM_SHARED] = "shared",
+    [SHOAL_BENCH_MEM_DEVICE] = "device",
 };
 
 /* What the header says each kind is. */
 static const char *const shoal_bench_mem_sources[SHOAL_BENCH_MEM_COUNT] = {
     [SHOAL_BENCH_MEM_HOST] = "malloc",
     [SHOAL_BENCH_MEM_SHARED] = "shoal_mem_alloc",
+    [SHOAL_BENCH_MEM_DEVICE] = "the device module's mem_alloc, one stream per rank",
 };
 
 /* One collective as the bench drives it. The sizes follow nccl-tests: a row
@@ -193,13 +200,21 @@ typedef struct {
 
 /* Buffers of one rank, sized for the largest row. send and recv, which
  * shoal sees, come from the allocator of mem; expect and tmp, which only
- * the checker reads, from malloc. */
+ * the checker reads, from malloc. The host fills and checks hsend and
+ * hrecv: send and recv themselves, but with --mem device, which the host
+ * cannot read, mirrors from malloc that shoal_bench_to_dev and
+ * shoal_bench_from_dev copy to and from the device buffers. */
 typedef struct {
     shoal_bench_mem_t mem;
     unsigned char *send;
     unsigned char *recv; /* max_bytes + guard */
+    unsigned char *hsend;
+    unsigned char *hrecv;
     unsigned char *expect;
     unsigned char *tmp;
+    const shoal_dev_ops_t *dev; /* --mem device: the module's table; NULL otherwise */
+    void *stream;               /* --mem device: the stream every call of the rank uses */
+    int device;                 /* --mem device: the device of the buffers; -1 otherwise */
 } shoal_bench_bufs_t;
 
 /* Totals of a run, summed over ranks on every rank; and on rank 0 with -J
@@ -224,41 +239,63 @@ static double shoal_bench_now_s(void)
 
 static shoal_status_t shoal_bench_call_allreduce(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_allreduce_stream(c->send, c->recv, c->count, c->dtype, c->op, c->comm,
+                                      c->stream);
     return shoal_allreduce(c->send, c->recv, c->count, c->dtype, c->op, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_reduce_scatter(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_reduce_scatter_stream(c->send, c->recv, c->count, c->dtype, c->op,
+                                           c->comm, c->stream);
     return shoal_reduce_scatter(c->send, c->recv, c->count, c->dtype, c->op, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_allgather(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_allgather_stream(c->send, c->recv, c->count, c->dtype, c->comm, c->stream);
     return shoal_allgather(c->send, c->recv, c->count, c->dtype, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_broadcast(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_broadcast_stream(c->send, c->recv, c->count, c->dtype, c->root, c->comm,
+                                      c->stream);
     return shoal_broadcast(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_reduce(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_reduce_stream(c->send, c->recv, c->count, c->dtype, c->op, c->root, c->comm,
+                                   c->stream);
     return shoal_reduce(c->send, c->recv, c->count, c->dtype, c->op, c->root, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_alltoall(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_alltoall_stream(c->send, c->recv, c->count, c->dtype, c->comm, c->stream);
     return shoal_alltoall(c->send, c->recv, c->count, c->dtype, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_gather(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_gather_stream(c->send, c->recv, c->count, c->dtype, c->root, c->comm,
+                                   c->stream);
     return shoal_gather(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
 }
 
 static shoal_status_t shoal_bench_call_scatter(const shoal_bench_call_t *c)
 {
+    if (c->stream)
+        return shoal_scatter_stream(c->send, c->recv, c->count, c->dtype, c->root, c->comm,
+                                    c->stream);
     return shoal_scatter(c->send, c->recv, c->count, c->dtype, c->root, c->comm);
 }
 
@@ -271,10 +308,15 @@ static shoal_status_t shoal_bench_call_sendrecv(const shoal_bench_call_t *c)
     shoal_status_t s = shoal_group_start();
     if (s != SHOAL_OK)
         return s;
-    s = shoal_send(c->send, c->count, c->dtype, (c->rank + 1) % c->nranks, c->comm);
-    if (s == SHOAL_OK)
-        s = shoal_recv(c->recv, c->count, c->dtype, (c->rank + c->nranks - 1) % c->nranks,
-                       c->comm);
+    int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+    if (c->stream)
+        s = shoal_send_stream(c->send, c->count, c->dtype, next, c->comm, c->stream);
+    else
+        s = shoal_send(c->send, c->count, c->dtype, next, c->comm);
+    if (s == SHOAL_OK && c->stream)
+        s = shoal_recv_stream(c->recv, c->count, c->dtype, prev, c->comm, c->stream);
+    else if (s == SHOAL_OK)
+        s = shoal_recv(c->recv, c->count, c->dtype, prev, c->comm);
     shoal_status_t end = shoal_group_end();
     return s != SHOAL_OK ? s : end;
 }
@@ -446,14 +488,21 @@ static void shoal_bench_usage(FILE *out, const char *prog)
             "                bfloat16,f8e4m3,f8e5m2,all>   element type (default float)\n"
             "  -r,--root <rank>         root of broadcast, reduce, gather, scatter\n"
             "                           (default 0; -1: every rank in turn)\n"
-            "  -z,--blocking <0/1>      accepted for compatibility: shoal calls always\n"
-            "                           complete before they return\n"
+            "  -z,--blocking <0/1>      host and shared memory: accepted for compatibility\n"
+            "                           (shoal calls complete before they return); device\n"
+            "                           memory: 1 waits for the stream after each timed\n"
+            "                           iteration, 0 once after the loop (default 1)\n"
             "  -J,--json <file>         rank 0 also writes the settings and results as\n"
             "                           JSON to <file>\n"
-            "  --mem <host/shared>      send and receive buffers from malloc (host, the\n"
-            "                           default) or from shoal_mem_alloc (shared: from\n"
-            "                           256K per rank, the collectives but reduce and\n"
-            "                           sendrecv write into or read from peers' buffers)\n"
+            "  --mem <host/shared/device>\n"
+            "                           where the send and receive buffers come from:\n"
+            "                           host: malloc (the default); shared:\n"
+            "                           shoal_mem_alloc (from 256K per rank, the\n"
+            "                           collectives but reduce and sendrecv write into or\n"
+            "                           read from peers' buffers); device: GPU memory of\n"
+            "                           device (local rank %% device count), driven through\n"
+            "                           the calls' _stream forms on one stream per rank\n"
+            "                           (needs the CUDA module; no --compress)\n"
             "  --waits <0/1>            each rank prints at the end how long its waits\n"
             "                           lasted, for each peer's data and for room in\n"
             "                           each peer's slots (default 0)\n"
@@ -547,7 +596,7 @@ static int shoal_bench_parse_mem(const char *text, shoal_bench_opts_t *o)
         }
     }
     fprintf(stderr, "allreduce_bench: unknown --mem \"%s\" (host: malloc, shared: "
-            "shoal_mem_alloc)\n", text);
+            "shoal_mem_alloc, device: GPU memory)\n", text);
     return -1;
 }
 
@@ -658,9 +707,15 @@ static size_t shoal_bench_next_size(const shoal_bench_opts_t *o, size_t size);
 
 /* What --compress cannot time: another collective, a type or op that the
  * compressors do not take, groups (one call per compressor at a time), a
- * --shape that some row's count does not fill. */
+ * --shape that some row's count does not fill, device buffers (the
+ * compressed rows read and write their buffers on the host). */
 static int shoal_bench_comp_check(const shoal_bench_opts_t *o)
 {
+    if (o->mem == SHOAL_BENCH_MEM_DEVICE) {
+        fprintf(stderr, "allreduce_bench: --compress times host buffers only, not --mem "
+                "device: the compressed rows fill and check their buffers on the host\n");
+        return -1;
+    }
     if (o->coll != &shoal_bench_colls[0]) {
         fprintf(stderr, "allreduce_bench: --compress times the all-reduce only, not --coll %s\n",
                 o->coll->name);
@@ -1057,6 +1112,61 @@ static shoal_status_t shoal_bench_fail(int rank, const char *what, shoal_status_
     return s;
 }
 
+/* --mem device: bytes [off, off + len) of a host mirror onto its device
+ * buffer (to_dev) or back (from_dev), waiting for the copy. The copy goes
+ * on the rank's stream, so it comes after the calls queued there. Nothing
+ * to do for the other kinds, whose mirrors are the buffers. */
+static shoal_status_t shoal_bench_dev_copy(shoal_bench_bufs_t *b, int rank, void *dst,
+                                           const void *src, size_t len, const char *dir)
+{
+    if (!b->dev || len == 0)
+        return SHOAL_OK;
+    shoal_status_t s = b->dev->copy(dst, src, len, b->stream);
+    if (s == SHOAL_OK)
+        s = b->dev->stream_sync(b->stream);
+    if (s != SHOAL_OK)
+        fprintf(stderr, "# rank %d: copying %zu bytes %s the device: %s (%s)\n", rank, len, dir,
+                shoal_status_string(s), b->dev->why());
+    return s;
+}
+
+static shoal_status_t shoal_bench_to_dev(shoal_bench_bufs_t *b, int rank, int recv, size_t off,
+                                         size_t len)
+{
+    unsigned char *dst = recv ? b->recv : b->send;
+    const unsigned char *src = recv ? b->hrecv : b->hsend;
+    return shoal_bench_dev_copy(b, rank, dst + off, src + off, len, "to");
+}
+
+static shoal_status_t shoal_bench_from_dev(shoal_bench_bufs_t *b, int rank, int recv, size_t off,
+                                           size_t len)
+{
+    unsigned char *dst = recv ? b->hrecv : b->hsend;
+    const unsigned char *src = recv ? b->recv : b->send;
+    return shoal_bench_dev_copy(b, rank, dst + off, src + off, len, "from");
+}
+
+/* --mem device: wait until the stream has run the work the calls queued,
+ * then take a failure of that work from the communicator (a stream-ordered
+ * call reports it there, not in its return value). */
+static shoal_status_t shoal_bench_sync(shoal_comm_t comm, int rank, shoal_bench_bufs_t *b,
+                                       const char *what)
+{
+    if (!b->dev)
+        return SHOAL_OK;
+    shoal_status_t s = b->dev->stream_sync(b->stream);
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "# rank %d: %s: stream_sync: %s (%s)\n", rank, what,
+                shoal_status_string(s), b->dev->why());
+        return s;
+    }
+    shoal_status_t err = SHOAL_OK;
+    s = shoal_comm_get_async_error(comm, &err);
+    if (s == SHOAL_OK)
+        s = err;
+    return s == SHOAL_OK ? s : shoal_bench_fail(rank, what, s, comm);
+}
+
 static shoal_status_t shoal_bench_barrier(shoal_comm_t comm, int rank)
 {
     int32_t one = 1;
@@ -1090,6 +1200,7 @@ static shoal_status_t shoal_bench_call(shoal_comm_t comm, const shoal_bench_row_
         .rank = row->rank,
         .nranks = row->nranks,
         .comm = comm,
+        .stream = b->stream,
     };
     return row->coll->call(&c);
 }
@@ -1132,20 +1243,30 @@ static double shoal_bench_cpu_s(void)
 }
 
 /* Warm-up, then the mean time of one operation over the timed iterations,
- * in microseconds on this rank. */
+ * in microseconds on this rank.
+ *
+ * With --mem device a call only queues its work on the rank's stream and
+ * returns, so the clock would see the queueing alone; the loop therefore
+ * waits for the stream before the clock is read: after each iteration
+ * with -z 1 (the default), once after the last with -z 0. NCCL's tests
+ * time the same span with CUDA events recorded on the stream around the
+ * loop; here the host clock is read after the wait, which adds the wait's
+ * return to the span. */
 static shoal_status_t shoal_bench_time(shoal_comm_t comm, const shoal_bench_opts_t *o,
                                        const shoal_bench_row_t *row, shoal_bench_bufs_t *b,
                                        int in_place, size_t slices, double *us_p)
 {
     char what[96];
     shoal_status_t s;
+    snprintf(what, sizeof(what), "%s (warm-up)", row->coll->call_name);
     for (int w = 0; w < o->warmup; w++) {
         s = shoal_bench_ops(comm, o, row, b, in_place, (size_t)o->agg_iters, slices);
-        if (s != SHOAL_OK) {
-            snprintf(what, sizeof(what), "%s (warm-up)", row->coll->call_name);
+        if (s != SHOAL_OK)
             return shoal_bench_fail(row->rank, what, s, comm);
-        }
     }
+    s = shoal_bench_sync(comm, row->rank, b, what);
+    if (s != SHOAL_OK)
+        return s;
     s = shoal_bench_barrier(comm, row->rank);
     if (s != SHOAL_OK)
         return s;
@@ -1154,6 +1275,16 @@ static shoal_status_t shoal_bench_time(shoal_comm_t comm, const shoal_bench_opts
         s = shoal_bench_ops(comm, o, row, b, in_place, (size_t)o->agg_iters, slices);
         if (s != SHOAL_OK)
             return shoal_bench_fail(row->rank, row->coll->call_name, s, comm);
+        if (o->blocking) {
+            s = shoal_bench_sync(comm, row->rank, b, row->coll->call_name);
+            if (s != SHOAL_OK)
+                return s;
+        }
+    }
+    if (!o->blocking) {
+        s = shoal_bench_sync(comm, row->rank, b, row->coll->call_name);
+        if (s != SHOAL_OK)
+            return s;
     }
     double nops = (double)o->iters * (double)o->agg_iters;
     *us_p = (shoal_bench_now_s() - t0) * 1e6 / nops;
@@ -1177,7 +1308,11 @@ static int shoal_bench_checked(const shoal_bench_opts_t *o, const shoal_bench_ro
  * elements. With -m the check is one group over every slice the timed
  * groups used, each slice with inputs of its own, so that results swapped
  * or lost between the operations of a group show. Guard bytes after the
- * last slice are checked after the timed calls and after the check. */
+ * last slice are checked after the timed calls and after the check. With
+ * --mem device the inputs, the poison and the guards are written into the
+ * host mirrors and copied onto the device before the calls, and the
+ * results, the guards and the send buffer copied back before they are
+ * looked at. */
 static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench_opts_t *o,
                                             const shoal_bench_row_t *row,
                                             shoal_bench_bufs_t *b, int in_place, double *us_p,
@@ -1185,12 +1320,18 @@ static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench
 {
     size_t slices = shoal_bench_slices(o, row);
     size_t end = (slices - 1) * row->total_bytes + shoal_bench_span(row, in_place);
-    shoal_bench_prepare(row, in_place, b->recv);
-    shoal_bench_guard_set(b->recv, end);
-    shoal_status_t s = shoal_bench_time(comm, o, row, b, in_place, slices, us_p);
+    size_t send_end = (slices - 1) * row->total_bytes + row->send_count * row->esize;
+    int rank = row->rank;
+    shoal_bench_prepare(row, in_place, b->hrecv);
+    shoal_bench_guard_set(b->hrecv, end);
+    shoal_status_t s = shoal_bench_to_dev(b, rank, 1, 0, end + SHOAL_BENCH_GUARD_BYTES);
+    if (s == SHOAL_OK)
+        s = shoal_bench_time(comm, o, row, b, in_place, slices, us_p);
+    if (s == SHOAL_OK)
+        s = shoal_bench_from_dev(b, rank, 1, end, SHOAL_BENCH_GUARD_BYTES);
     if (s != SHOAL_OK)
         return s;
-    *oob_p += shoal_bench_guard_check(b->recv, end);
+    *oob_p += shoal_bench_guard_check(b->hrecv, end);
     if (!shoal_bench_checked(o, row, in_place))
         return SHOAL_OK;
 
@@ -1198,35 +1339,47 @@ static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench
      * recv: start again from the inputs and poison, so a call that does
      * nothing cannot pass; the poison between out-of-place slices must
      * survive too. */
-    memset(b->recv, SHOAL_BENCH_POISON_BYTE, end);
+    memset(b->hrecv, SHOAL_BENCH_POISON_BYTE, end);
     memset(b->expect, SHOAL_BENCH_POISON_BYTE, end);
     for (size_t k = 0; k < slices; k++) {
         shoal_bench_row_t at = *row;
         size_t off = k * row->total_bytes;
         at.base = k * row->send_count;
         if (!in_place)
-            shoal_bench_input(&at, at.rank, 0, at.send_count, b->send + off);
-        shoal_bench_prepare(&at, in_place, b->recv + off);
+            shoal_bench_input(&at, at.rank, 0, at.send_count, b->hsend + off);
+        shoal_bench_prepare(&at, in_place, b->hrecv + off);
         shoal_bench_expect_span(&at, in_place, b->expect + off, b->tmp);
     }
-    shoal_bench_guard_set(b->recv, end);
+    shoal_bench_guard_set(b->hrecv, end);
+    s = shoal_bench_to_dev(b, rank, 1, 0, end + SHOAL_BENCH_GUARD_BYTES);
+    if (s == SHOAL_OK && !in_place)
+        s = shoal_bench_to_dev(b, rank, 0, 0, send_end);
+    if (s != SHOAL_OK)
+        return s;
+    char what[96];
+    snprintf(what, sizeof(what), "%s (check)", row->coll->call_name);
     s = shoal_bench_ops(comm, o, row, b, in_place, slices, slices);
-    if (s != SHOAL_OK) {
-        char what[96];
-        snprintf(what, sizeof(what), "%s (check)", row->coll->call_name);
-        return shoal_bench_fail(row->rank, what, s, comm);
-    }
-    *wrong_p += shoal_bench_count_wrong(b->recv, b->expect, end / row->esize, row->esize);
-    *oob_p += shoal_bench_guard_check(b->recv, end);
+    if (s != SHOAL_OK)
+        return shoal_bench_fail(rank, what, s, comm);
+    s = shoal_bench_sync(comm, rank, b, what);
+    if (s == SHOAL_OK)
+        s = shoal_bench_from_dev(b, rank, 1, 0, end + SHOAL_BENCH_GUARD_BYTES);
+    if (s != SHOAL_OK)
+        return s;
+    *wrong_p += shoal_bench_count_wrong(b->hrecv, b->expect, end / row->esize, row->esize);
+    *oob_p += shoal_bench_guard_check(b->hrecv, end);
     if (in_place)
         return SHOAL_OK;
     /* The send buffer is the caller's and read-only to shoal: an element
      * changed there is as wrong as one in the result. */
+    s = shoal_bench_from_dev(b, rank, 0, 0, send_end);
+    if (s != SHOAL_OK)
+        return s;
     for (size_t k = 0; k < slices; k++) {
         shoal_bench_row_t at = *row;
         at.base = k * row->send_count;
         shoal_bench_input(&at, at.rank, 0, at.send_count, b->tmp);
-        *wrong_p += shoal_bench_count_wrong(b->send + k * row->total_bytes, b->tmp,
+        *wrong_p += shoal_bench_count_wrong(b->hsend + k * row->total_bytes, b->tmp,
                                             at.send_count, at.esize);
     }
     return SHOAL_OK;
@@ -1331,18 +1484,21 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_
 {
     if (o->comp.on)
         return shoal_bench_comp_print(comm, o, row, b, tot);
-    shoal_bench_input(row, row->rank, 0, row->send_count, b->send);
+    shoal_bench_input(row, row->rank, 0, row->send_count, b->hsend);
+    shoal_status_t s = shoal_bench_to_dev(b, row->rank, 0, 0, row->send_count * row->esize);
+    if (s != SHOAL_OK)
+        return s;
 
     double us[2] = {0, 0};
     long long counts[3] = {0, 0, 0}; /* wrong out-of-place, wrong in-place, out of bounds */
     for (int in_place = 0; in_place < 2; in_place++) {
-        shoal_status_t s = shoal_bench_placement(comm, o, row, b, in_place, &us[in_place],
-                                                 &counts[in_place], &counts[2]);
+        s = shoal_bench_placement(comm, o, row, b, in_place, &us[in_place], &counts[in_place],
+                                  &counts[2]);
         if (s != SHOAL_OK)
             return s;
     }
     /* Like nccl-tests: a collective lasts as long as its slowest rank. */
-    shoal_status_t s = shoal_allreduce(us, us, 2, SHOAL_FLOAT64, SHOAL_MAX, comm);
+    s = shoal_allreduce(us, us, 2, SHOAL_FLOAT64, SHOAL_MAX, comm);
     if (s == SHOAL_OK)
         s = shoal_allreduce(counts, counts, 3, SHOAL_INT64, SHOAL_SUM, comm);
     if (s != SHOAL_OK)
@@ -1391,14 +1547,16 @@ static shoal_status_t shoal_bench_row(shoal_comm_t comm, const shoal_bench_opts_
     return SHOAL_OK;
 }
 
-/* Pid and host of every rank, gathered with a sum over zeroed slots. */
+/* Pid, host and device (-1 for host memory) of every rank, gathered with
+ * a sum over zeroed slots. */
 typedef struct {
     int64_t pid;
+    int64_t device;
     char host[SHOAL_BENCH_HOST_MAX];
 } shoal_bench_rank_info_t;
 
 static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks,
-                                         const shoal_bench_opts_t *o)
+                                         const shoal_bench_opts_t *o, int device)
 {
     shoal_bench_rank_info_t *info = calloc((size_t)nranks, sizeof(*info));
     if (!info) {
@@ -1406,6 +1564,7 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
         return SHOAL_ERR_NO_MEMORY;
     }
     info[rank].pid = (int64_t)getpid();
+    info[rank].device = device;
     if (gethostname(info[rank].host, sizeof(info[rank].host) - 1) != 0)
         snprintf(info[rank].host, sizeof(info[rank].host), "?");
     shoal_status_t s = shoal_allreduce(info, info, (size_t)nranks * sizeof(*info), SHOAL_UINT8,
@@ -1423,8 +1582,13 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
                o->step_factor > 1 ? (size_t)o->step_factor : o->step_bytes,
                o->step_factor > 1 ? "factor" : "bytes", o->warmup, o->iters, o->agg_iters,
                o->check, o->blocking);
-        printf("# Ranks from: %s; shoal calls complete before they return, whatever -z\n",
-               o->nprocs ? "-np (forked on this host)" : "the launcher's environment");
+        const char *from = o->nprocs ? "-np (forked on this host)" : "the launcher's environment";
+        if (o->mem != SHOAL_BENCH_MEM_DEVICE)
+            printf("# Ranks from: %s; shoal calls complete before they return, whatever -z\n",
+                   from);
+        else
+            printf("# Ranks from: %s; stream-ordered calls, timed up to the stream's end %s\n",
+                   from, o->blocking ? "after each iteration (-z 1)" : "after the loop (-z 0)");
         /* The choice itself is made per call inside shoal; what the bench
          * can show is the setting that steers it. */
         printf("# Collective: %s  SHOAL_ALGO: %s\n", o->coll->name,
@@ -1440,9 +1604,13 @@ static shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks
                    "them\n", desc);
         }
         printf("#\n# Using ranks\n");
-        for (int r = 0; r < nranks; r++)
-            printf("#  Rank %2d Pid %6lld on %10s %s memory\n", r, (long long)info[r].pid,
+        for (int r = 0; r < nranks; r++) {
+            printf("#  Rank %2d Pid %6lld on %10s %s memory", r, (long long)info[r].pid,
                    info[r].host, shoal_bench_mem_names[o->mem]);
+            if (info[r].device >= 0)
+                printf(" of device %lld", (long long)info[r].device);
+            printf("\n");
+        }
         printf("#\n");
         if (o->memcpy_gbs > 0)
             printf("# memcpy bandwidth (1 thread, 64 MiB): %.2f GB/s\n", o->memcpy_gbs);
@@ -1535,60 +1703,170 @@ static int shoal_bench_json_close(FILE *f, const char *path, int code)
     return code;
 }
 
-/* One zeroed buffer that shoal will see, from the allocator of mem; NULL,
- * said why, when there is none. */
-static unsigned char *shoal_bench_buf_alloc(shoal_bench_mem_t mem, size_t len, int rank)
+/* This rank's index among the ranks on its host, from every rank's host
+ * name: what launchers call the local rank, which picks the rank's device.
+ * Collective over comm. */
+static int shoal_bench_local_rank(shoal_comm_t comm, int rank, int nranks, int *local_p)
 {
-    if (mem == SHOAL_BENCH_MEM_HOST) {
-        void *p = calloc(1, len);
+    char(*hosts)[SHOAL_BENCH_HOST_MAX] = calloc((size_t)nranks, sizeof(*hosts));
+    if (!hosts) {
+        fprintf(stderr, "# rank %d: out of memory\n", rank);
+        return -1;
+    }
+    if (gethostname(hosts[rank], sizeof(hosts[rank]) - 1) != 0)
+        snprintf(hosts[rank], sizeof(hosts[rank]), "?");
+    shoal_status_t s = shoal_allreduce(hosts, hosts, (size_t)nranks * sizeof(*hosts),
+                                       SHOAL_UINT8, SHOAL_SUM, comm);
+    if (s != SHOAL_OK) {
+        free(hosts);
+        shoal_bench_fail(rank, "shoal_allreduce (host names)", s, comm);
+        return -1;
+    }
+    int local = 0;
+    for (int r = 0; r < rank; r++)
+        local += !strcmp(hosts[r], hosts[rank]);
+    free(hosts);
+    *local_p = local;
+    return 0;
+}
+
+/* --mem device: the device module, this rank's device (local rank modulo
+ * the devices this process sees) and its stream. This is the first time
+ * the process touches CUDA, and it happens in the rank, never in the -np
+ * parent before it forks: a child cannot use a driver that its parent
+ * initialised before the fork. */
+static int shoal_bench_dev_open(shoal_comm_t comm, int rank, int nranks, shoal_bench_bufs_t *b)
+{
+    int local;
+    if (shoal_bench_local_rank(comm, rank, nranks, &local))
+        return -1;
+    const shoal_dev_ops_t *dev = shoal_dev_get();
+    if (!dev) {
+        fprintf(stderr, "# rank %d: --mem device needs CUDA: %s\n", rank, shoal_dev_why());
+        return -1;
+    }
+    int count = dev->device_count();
+    if (count < 1) {
+        fprintf(stderr, "# rank %d: --mem device: the CUDA driver sees no device\n", rank);
+        return -1;
+    }
+    int device = local % count;
+    shoal_status_t s = dev->stream_create(device, &b->stream);
+    if (s != SHOAL_OK) {
+        fprintf(stderr, "# rank %d: --mem device: a stream on device %d: %s (%s)\n", rank,
+                device, shoal_status_string(s), dev->why());
+        return -1;
+    }
+    b->dev = dev;
+    b->device = device;
+    return 0;
+}
+
+/* One buffer that shoal will see, from the allocator of mem (zeroed but on
+ * the device, where the caller copies zeros in); NULL, said why, when
+ * there is none. */
+static unsigned char *shoal_bench_buf_alloc(const shoal_bench_bufs_t *b, size_t len, int rank)
+{
+    void *p = NULL;
+    shoal_status_t s;
+    switch (b->mem) {
+    case SHOAL_BENCH_MEM_HOST:
+        p = calloc(1, len);
         if (!p)
             fprintf(stderr, "# rank %d: cannot allocate %zu bytes\n", rank, len);
         return p;
+    case SHOAL_BENCH_MEM_SHARED:
+        s = shoal_mem_alloc(len, &p); /* zeroed, like calloc */
+        if (s != SHOAL_OK) {
+            fprintf(stderr, "# rank %d: shoal_mem_alloc(%zu): %s (%s)\n", rank, len,
+                    shoal_status_string(s), shoal_comm_last_error(NULL));
+            return NULL;
+        }
+        return p;
+    case SHOAL_BENCH_MEM_DEVICE:
+    case SHOAL_BENCH_MEM_COUNT:
+        break;
     }
-    void *p = NULL;
-    shoal_status_t s = shoal_mem_alloc(len, &p); /* zeroed, like calloc */
+    s = b->dev->mem_alloc(b->device, len, &p);
     if (s != SHOAL_OK) {
-        fprintf(stderr, "# rank %d: shoal_mem_alloc(%zu): %s (%s)\n", rank, len,
-                shoal_status_string(s), shoal_comm_last_error(NULL));
+        fprintf(stderr, "# rank %d: %zu bytes on device %d: %s (%s)\n", rank, len, b->device,
+                shoal_status_string(s), b->dev->why());
         return NULL;
     }
     return p;
 }
 
-/* shoal_mem_free refuses NULL (it is no block of its own), so the buffers
- * a failed allocation never made are skipped here. */
-static void shoal_bench_buf_free(shoal_bench_mem_t mem, unsigned char *p)
+/* shoal_mem_free and the module's mem_free refuse NULL, so the buffers a
+ * failed allocation never made are skipped here. */
+static void shoal_bench_buf_free(const shoal_bench_bufs_t *b, unsigned char *p)
 {
-    if (mem == SHOAL_BENCH_MEM_HOST)
+    if (b->mem == SHOAL_BENCH_MEM_HOST)
         free(p);
-    else if (p)
+    else if (p && b->mem == SHOAL_BENCH_MEM_SHARED)
         shoal_mem_free(p);
+    else if (p)
+        b->dev->mem_free(p);
 }
 
+/* Called when no call can still be using the buffers: before any was
+ * made, or after the communicator is destroyed or aborted. A
+ * stream-ordered call that failed or was aborted still lets its stream go
+ * on, and its work may read or write the buffers until it has, so the
+ * stream is waited for before anything is freed. */
 static void shoal_bench_bufs_free(shoal_bench_bufs_t *b)
 {
-    shoal_bench_buf_free(b->mem, b->send);
-    shoal_bench_buf_free(b->mem, b->recv);
+    if (b->stream)
+        b->dev->stream_sync(b->stream);
+    shoal_bench_buf_free(b, b->send);
+    shoal_bench_buf_free(b, b->recv);
+    if (b->hsend != b->send)
+        free(b->hsend);
+    if (b->hrecv != b->recv)
+        free(b->hrecv);
+    if (b->stream)
+        b->dev->stream_destroy(b->stream);
     free(b->expect);
     free(b->tmp);
     memset(b, 0, sizeof(*b));
+    b->device = -1;
 }
 
 /* Zeroed, so that the slices -m reaches beyond a row's input hold plain
- * numbers rather than whatever malloc returned. With --mem shared each
- * buffer is one block, so that every slice and every in-place offset of a
- * row lies inside a block its peers can map. */
-static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, int rank, shoal_bench_bufs_t *b)
+ * numbers rather than whatever the allocator returned. With --mem shared
+ * each buffer is one block, so that every slice and every in-place offset
+ * of a row lies inside a block its peers can map. With --mem device the
+ * host mirrors are allocated too, and their zeros copied onto the device.
+ * Collective over comm with --mem device (the local rank). */
+static int shoal_bench_bufs_alloc(shoal_comm_t comm, const shoal_bench_opts_t *o, int rank,
+                                  int nranks, shoal_bench_bufs_t *b)
 {
     size_t len = o->max_bytes ? o->max_bytes : 1;
+    size_t rlen = len + SHOAL_BENCH_GUARD_BYTES;
     memset(b, 0, sizeof(*b));
     b->mem = o->mem;
-    b->send = shoal_bench_buf_alloc(o->mem, len, rank);
+    b->device = -1;
+    if (o->mem == SHOAL_BENCH_MEM_DEVICE && shoal_bench_dev_open(comm, rank, nranks, b))
+        goto err_free_bufs;
+    b->send = shoal_bench_buf_alloc(b, len, rank);
     if (!b->send)
-        goto err;
-    b->recv = shoal_bench_buf_alloc(o->mem, len + SHOAL_BENCH_GUARD_BYTES, rank);
+        goto err_free_bufs;
+    b->recv = shoal_bench_buf_alloc(b, rlen, rank);
     if (!b->recv)
         goto err_free_bufs;
+    b->hsend = b->send;
+    b->hrecv = b->recv;
+    if (o->mem == SHOAL_BENCH_MEM_DEVICE) {
+        b->hsend = calloc(1, len);
+        b->hrecv = calloc(1, rlen);
+        if (!b->hsend || !b->hrecv) {
+            fprintf(stderr, "# rank %d: cannot allocate host mirrors of %zu bytes\n", rank,
+                    len);
+            goto err_free_bufs;
+        }
+        if (shoal_bench_to_dev(b, rank, 0, 0, len) != SHOAL_OK ||
+            shoal_bench_to_dev(b, rank, 1, 0, rlen) != SHOAL_OK)
+            goto err_free_bufs;
+    }
     /* The compressed rows compute their exact sums as they go. */
     if (o->check && !o->comp.on) {
         b->expect = malloc(len);
@@ -1603,7 +1881,6 @@ static int shoal_bench_bufs_alloc(const shoal_bench_opts_t *o, int rank, shoal_b
 
 err_free_bufs:
     shoal_bench_bufs_free(b);
-err:
     return -1;
 }
 
@@ -1627,8 +1904,10 @@ static shoal_status_t shoal_bench_sizes(shoal_comm_t comm, int rank, int nranks,
 
 /* The whole run on one rank of comm; returns an exit code. The rows go as
  * in nccl-tests: by type, then op (reductions) or root (rooted
- * collectives; -r -1 takes every rank in turn), then size. */
-static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
+ * collectives; -r -1 takes every rank in turn), then size. The buffers
+ * are allocated into b, which the caller frees once comm is gone. */
+static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o,
+                            shoal_bench_bufs_t *b)
 {
     int rank, nranks;
     if (shoal_comm_rank(comm, &rank) != SHOAL_OK || shoal_comm_size(comm, &nranks) != SHOAL_OK)
@@ -1640,16 +1919,15 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
             fprintf(stderr, "allreduce_bench: -r %d is no rank of %d\n", o->root, nranks);
         return SHOAL_BENCH_EXIT_ERROR;
     }
-    shoal_bench_bufs_t b;
-    if (shoal_bench_bufs_alloc(o, rank, &b))
+    if (shoal_bench_bufs_alloc(comm, o, rank, nranks, b))
         return SHOAL_BENCH_EXIT_ERROR;
     shoal_bench_totals_t tot = {0, 0, 0, 0, NULL, 0};
     int code = SHOAL_BENCH_EXIT_ERROR;
     /* A file that cannot be written fails rank 0, whose abort stops the
      * others; the header's all-reduce is the first call they wait in. */
     if (rank == 0 && o->json_path && !(tot.json = shoal_bench_json_open(o, nranks)))
-        goto out_free;
-    if (shoal_bench_header(comm, rank, nranks, o) != SHOAL_OK)
+        return code;
+    if (shoal_bench_header(comm, rank, nranks, o, b->device) != SHOAL_OK)
         goto out_close_json;
     int nops = o->coll->reduces ? o->nops : 1;
     int root_first = !o->coll->rooted ? -1 : o->root < 0 ? 0 : o->root;
@@ -1657,7 +1935,7 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
     for (int t = 0; t < o->ndtypes; t++) {
         for (int p = 0; p < nops; p++) {
             for (int root = root_first; root <= root_last; root++) {
-                if (shoal_bench_sizes(comm, rank, nranks, o, &b, o->dtypes[t], o->ops[p], root,
+                if (shoal_bench_sizes(comm, rank, nranks, o, b, o->dtypes[t], o->ops[p], root,
                                       &tot) != SHOAL_OK)
                     goto out_close_json;
             }
@@ -1677,8 +1955,6 @@ static int shoal_bench_rank(shoal_comm_t comm, const shoal_bench_opts_t *o)
 out_close_json:
     if (tot.json)
         code = shoal_bench_json_close(tot.json, o->json_path, code);
-out_free:
-    shoal_bench_bufs_free(&b);
     return code;
 }
 
@@ -1722,7 +1998,9 @@ static void shoal_bench_print_cpu(shoal_comm_t comm)
 
 static int shoal_bench_run_comm(shoal_comm_t comm, const shoal_bench_opts_t *o)
 {
-    int code = shoal_bench_rank(comm, o);
+    shoal_bench_bufs_t b;
+    memset(&b, 0, sizeof(b));
+    int code = shoal_bench_rank(comm, o, &b);
     if (code == SHOAL_BENCH_EXIT_OK && o->waits)
         shoal_bench_print_waits(comm);
     if (code == SHOAL_BENCH_EXIT_OK && o->cpu)
@@ -1731,6 +2009,7 @@ static int shoal_bench_run_comm(shoal_comm_t comm, const shoal_bench_opts_t *o)
                                                       : shoal_comm_destroy(comm);
     if (s != SHOAL_OK && code == SHOAL_BENCH_EXIT_OK)
         code = SHOAL_BENCH_EXIT_ERROR;
+    shoal_bench_bufs_free(&b);
     return code;
 }
 

@@ -1,12 +1,15 @@
 #!/bin/bash
 # make test-gpu: the CUDA tests on the real driver and GPU. The same test
 # binaries that make test runs on the CPU stand-in of the driver run here
-# on libcuda.so.1, so every device path they cover runs on a GPU. Where
-# there is no GPU this says so and runs nothing: the GPU path has then not
-# been executed.
+# on libcuda.so.1, so every device path they cover runs on a GPU. Then
+# allreduce_bench times the all-reduce on device buffers (--mem device)
+# with every result checked, on one rank and, with several devices, on one
+# rank per device, and prints its tables. Where there is no GPU this says
+# so and runs nothing: the GPU path has then not been executed.
 #
 # Usage: tests/gpu/run.sh TEST... (the Makefile passes the test_cuda_*
-# binaries; SHOAL_CUDA_MODULE names the module).
+# binaries; SHOAL_CUDA_MODULE names the module; BENCH the bench, by
+# default tools/allreduce_bench of the default build).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 
@@ -40,4 +43,22 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L
 # The real driver: nothing names the stand-in.
 unset SHOAL_CUDA_DRIVER
 export CMOCKA_MESSAGE_OUTPUT=TAP SHOAL_CUDA_MODULE
-exec prove -f "$@"
+prove -f "$@"
+status=$?
+
+# Then the bench on device buffers: one rank and, where there are several
+# devices, one rank per device. -c 1 checks every element and the guard
+# bytes after the results; a wrong one fails the bench, and this script.
+BENCH=${BENCH:-tools/allreduce_bench}
+if [ ! -x "$BENCH" ]; then
+    echo "make test-gpu: $BENCH is not built (make builds it)"
+    exit 1
+fi
+ndev=${probe%% *}
+ranks=1
+[ "$ndev" -gt 1 ] && ranks="1 $ndev"
+for np in $ranks; do
+    echo "make test-gpu: $BENCH --mem device, $np rank(s)"
+    "$BENCH" -np "$np" --mem device -b 8 -e 256M -f 4 -c 1 || status=1
+done
+exit "$status"
