@@ -13,6 +13,7 @@
 static pthread_once_t dev_once = PTHREAD_ONCE_INIT;
 static const shoal_dev_ops_t *_Atomic dev_ops;
 static char dev_why[512];
+static atomic_int dev_tried; /* dev_load ran: dev_why or dev_ops holds its outcome */
 
 /* libshoal_cuda.so in the folder of the object that holds this code (the
  * shared library, or a program linked with the archive). */
@@ -63,12 +64,14 @@ static void dev_load(void)
     shoal_info(CUDA, "CUDA module %s: %d device(s) through %s", path, ops->device_count(),
                cc->driver);
     atomic_store_explicit(&dev_ops, ops, memory_order_release);
+    atomic_store_explicit(&dev_tried, 1, memory_order_release);
     return;
 
 err_close:
     /* The module stays loaded: it may have started threads of the driver's. */
 err:
     shoal_info(CUDA, "%s", dev_why);
+    atomic_store_explicit(&dev_tried, 1, memory_order_release);
 }
 
 const shoal_dev_ops_t *shoal_dev_get(void)
@@ -77,9 +80,16 @@ const shoal_dev_ops_t *shoal_dev_get(void)
     return atomic_load_explicit(&dev_ops, memory_order_acquire);
 }
 
+/* Never loads anything: a message must not make the process a CUDA one
+ * (the doors decide that by whether the driver is loaded). */
 const char *shoal_dev_why(void)
 {
-    pthread_once(&dev_once, dev_load);
+    if (!atomic_load_explicit(&dev_tried, memory_order_acquire)) {
+        static _Thread_local char why[SHOAL_CONFIG_STR_MAX + 96];
+        snprintf(why, sizeof(why), "this process has not loaded the CUDA driver (%s)",
+                 shoal_config_get()->cuda.driver);
+        return why;
+    }
     return dev_why[0] ? dev_why : "CUDA is available";
 }
 

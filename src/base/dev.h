@@ -12,6 +12,8 @@
  * that names the file or the driver's words. Thread-safe; the outcome of
  * the first call stands for the process. */
 const shoal_dev_ops_t *shoal_dev_get(void);
+/* Why there is no table: the outcome of the load, or, before any load was
+ * tried, that the process has not loaded the driver. Loads nothing. */
 const char *shoal_dev_why(void);
 
 /* The table if an earlier shoal_dev_get loaded it, else NULL: for callers
