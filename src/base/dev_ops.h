@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 1
+#define SHOAL_DEV_ABI 2
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -38,6 +38,53 @@ typedef enum {
 typedef struct {
     unsigned char bytes[SHOAL_DEV_IPC_BYTES];
 } shoal_dev_ipc_t;
+
+/* A codec operation on device buffers (the codec entry): what
+ * compress/codec.h's encode, add_encode and decode do on the host, with
+ * the same wire, residuals and bits. The module does not link libshoal,
+ * so the codec travels as its kind and its fields rather than as a
+ * shoal_codec_t; a caller fills these from one (kind from c->ops->name:
+ * "int8" or "ternary"). */
+typedef enum {
+    SHOAL_DEV_CODEC_ENCODE = 0, /* wire_out = encode(src (+ addend)) */
+    SHOAL_DEV_CODEC_ADD_ENCODE, /* wire_out = wire_in (+) (src (+ addend)); src is local */
+    SHOAL_DEV_CODEC_DECODE,     /* dst = decode(wire_in) */
+} shoal_dev_codec_op_t;
+
+typedef enum {
+    SHOAL_DEV_CODEC_INT8 = 0, /* shoal_codec_int8 */
+    SHOAL_DEV_CODEC_TERNARY,  /* shoal_codec_ternary */
+} shoal_dev_codec_kind_t;
+
+typedef struct {
+    shoal_dev_codec_op_t op;
+    shoal_dev_codec_kind_t kind;
+    /* shoal_codec_t's fields, as codec.h defines them: block (32, 64 or
+     * 128), round (a shoal_round_t), seed and step of stochastic
+     * rounding; for ternary, scales (device memory: one per block of the
+     * whole tensor, covering the blocks of first .. first + count - 1),
+     * wide and packed (not both). */
+    size_t block;
+    int round;
+    uint64_t seed, step;
+    const float *scales;
+    int wide, packed;
+    /* Device memory (or any the device reaches), count values from the
+     * run's value `first` of the tensor. wire_out: encode and
+     * add_encode, and may be wire_in; wire_in: add_encode and decode;
+     * src: encode's input, add_encode's local values; addend and
+     * residual: NULL or count floats, residual may be addend (codec.h);
+     * dst: decode's output. Pointers an operation does not use are
+     * ignored. */
+    void *wire_out;
+    const void *wire_in;
+    const float *src;
+    const float *addend;
+    float *residual;
+    float *dst;
+    size_t count;
+    size_t first;
+} shoal_dev_codec_args_t;
 
 typedef struct shoal_dev_ops {
     size_t size;      /* sizeof(shoal_dev_ops_t) */
@@ -100,6 +147,17 @@ typedef struct shoal_dev_ops {
     shoal_status_t (*ipc_get)(const void *p, shoal_dev_ipc_t *h_p);
     shoal_status_t (*ipc_open)(const shoal_dev_ipc_t *h, void **p_p);
     shoal_status_t (*ipc_close)(void *p);
+
+    /* Queue the codec operation args describes on the stream (args is
+     * read before the entry returns). The element math is the host
+     * codecs' own (compress/int8_elem.h, compress/ternary_elem.h), so the
+     * wire, dst and residual are bitwise what c->ops->encode, add_encode
+     * or decode give on the same inputs, in every wire form (int8;
+     * ternary plain, wide and packed). count 0 queues nothing.
+     * SHOAL_ERR_INVALID_ARG for an unknown op or kind, a block not 32, 64
+     * or 128, an unknown round, a ternary codec both wide and packed, or a
+     * NULL buffer the operation needs. */
+    shoal_status_t (*codec)(const shoal_dev_codec_args_t *args, void *stream);
 } shoal_dev_ops_t;
 
 /* The module's one export. */

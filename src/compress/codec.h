@@ -43,6 +43,8 @@
 #ifndef SHOAL_CODEC_H
 #define SHOAL_CODEC_H
 
+#include "base/dtype.h" /* SHOAL_HD: the inline math below also runs on the device */
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -112,8 +114,35 @@ void shoal_codec_block_absmax_sum(float *out, const float *src, const float *add
                                   size_t count, size_t block);
 float shoal_codec_clip_bound_sum(const float *src, const float *add, size_t count, float k);
 
+/* a * b and a / b, each rounded to fp32 on its own. The host compilers
+ * never fuse a product written in a function of its own into the caller's
+ * addition (gcc in ISO C mode contracts nothing, clang at most within one
+ * expression, and the codecs turn contraction off besides), but nvcc
+ * fuses a product into a following addition by default, rounding once
+ * where the host rounds twice: the device asks for the separately rounded
+ * operations by name, so that the codecs' element math
+ * (compress/int8_elem.h, compress/ternary_elem.h) gives the same bits on
+ * both. */
+static inline SHOAL_HD float shoal_codec_mul(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
+static inline SHOAL_HD float shoal_codec_div(float a, float b)
+{
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+
 /* The key of stream (seed, step), computed once per call. */
-static inline uint32_t shoal_codec_key(uint64_t seed, uint64_t step)
+static inline SHOAL_HD uint32_t shoal_codec_key(uint64_t seed, uint64_t step)
 {
     uint64_t x = seed ^ (step + 1) * 0x9e3779b97f4a7c15ull;
     x ^= x >> 31;
@@ -125,7 +154,7 @@ static inline uint32_t shoal_codec_key(uint64_t seed, uint64_t step)
 /* The uniform number in [0, 1) of value `index` of the stream with key:
  * a counter-based hash in 32-bit arithmetic (it vectorises with AVX2), so
  * any value's number is found without the others. */
-static inline float shoal_codec_uniform(uint32_t key, uint64_t index)
+static inline SHOAL_HD float shoal_codec_uniform(uint32_t key, uint64_t index)
 {
     uint32_t x = (uint32_t)index ^ key;
     x += (uint32_t)(index >> 32) * 0x9e3779b9u;
@@ -134,7 +163,7 @@ static inline float shoal_codec_uniform(uint32_t key, uint64_t index)
     x ^= x >> 15;
     x *= 0x846ca68bu;
     x ^= x >> 16;
-    return (float)(x >> 8) * (1.0f / 16777216.0f);
+    return shoal_codec_mul((float)(x >> 8), 1.0f / 16777216.0f);
 }
 
 /* Allow (1, the default) or forbid (0) the SIMD kernels: forbidden, every

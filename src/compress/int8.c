@@ -64,7 +64,9 @@
  * nearest, subnormals neither flushed nor treated as zero).
  *
  * Two paths give the same bits: a scalar reference, written from the
- * definitions above with nearbyintf and floorf, and kernels made of plain
+ * definitions above with nearbyintf and floorf (compress/int8_elem.h,
+ * whose block functions the CUDA module's codec kernel runs too), and
+ * kernels made of plain
  * loops that the compiler vectorises, built for several x86 targets and
  * picked at load time. The kernels stream: a block (at most 128 values) is
  * read once to find amax and once more, from L1, to quantise it. Their
@@ -88,6 +90,7 @@
 #endif
 
 #include "compress/codec.h"
+#include "compress/int8_elem.h"
 
 #include <float.h>
 #include <math.h>
@@ -140,14 +143,8 @@
 #define SHOAL_INT8_INLINE static inline
 #endif
 
-#define SHOAL_INT8_MAX_BLOCK 128
-#define SHOAL_INT8_QMAX 127.0f
-#define SHOAL_INT8_SCALE_BYTES sizeof(float)
 /* y + 1.5 * 2^23 has units in its last place for any |y| < 2^22. */
 #define SHOAL_INT8_ROUND_MAGIC 12582912.0f
-/* Below this amax, 127 / amax could overflow: pre scales amax up first. */
-#define SHOAL_INT8_TINY 0x1p-100f
-#define SHOAL_INT8_PRE_TINY 0x1p64f
 
 /* ---- shared by both paths ---- */
 
@@ -171,11 +168,6 @@ static int shoal_int8_valid(const shoal_codec_t *c)
            (c->round == SHOAL_ROUND_NEAREST || c->round == SHOAL_ROUND_STOCHASTIC);
 }
 
-static size_t shoal_int8_nblocks(size_t count, size_t block)
-{
-    return count / block + (count % block != 0);
-}
-
 static size_t shoal_int8_wire_bytes(const shoal_codec_t *c, size_t count)
 {
     /* Beyond half the address space the size would overflow; no buffer
@@ -185,161 +177,34 @@ static size_t shoal_int8_wire_bytes(const shoal_codec_t *c, size_t count)
     return shoal_int8_nblocks(count, c->block) * SHOAL_INT8_SCALE_BYTES + count;
 }
 
-/* What a block's quantisation needs, derived from its amax alone. */
-typedef struct {
-    float scale;
-    float pre;
-    float inv;
-    int finite;
-} shoal_int8_params_t;
-
-static inline shoal_int8_params_t shoal_int8_params(float amax)
-{
-    shoal_int8_params_t p = {.scale = 0.0f, .pre = 1.0f, .inv = 0.0f, .finite = 1};
-    if (isnan(amax)) {
-        p.scale = NAN;
-        p.finite = 0;
-    } else if (isinf(amax)) {
-        p.scale = INFINITY;
-        p.finite = 0;
-    } else {
-        p.scale = amax / SHOAL_INT8_QMAX;
-        if (isinf(SHOAL_INT8_QMAX * p.scale))
-            p.scale = shoal_int8_value(shoal_int8_bits(p.scale) - 1);
-        if (amax >= SHOAL_INT8_TINY) {
-            p.inv = SHOAL_INT8_QMAX / amax;
-        } else if (p.scale != 0.0f) {
-            p.pre = SHOAL_INT8_PRE_TINY;
-            p.inv = SHOAL_INT8_QMAX / (amax * p.pre);
-        }
-    }
-    return p;
-}
-
-static inline float shoal_int8_scale_get(const unsigned char *wire, size_t b)
-{
-    float s;
-    memcpy(&s, wire + b * SHOAL_INT8_SCALE_BYTES, sizeof(s));
-    return s;
-}
-
-static inline void shoal_int8_scale_set(unsigned char *wire, size_t b, float s)
-{
-    memcpy(wire + b * SHOAL_INT8_SCALE_BYTES, &s, sizeof(s));
-}
-
 /* ---- scalar reference ---- */
 
-static float shoal_int8_ref_amax(const float *x, size_t n)
-{
-    float amax = 0.0f;
-    int nan = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (isnan(x[i]))
-            nan = 1;
-        else if (fabsf(x[i]) > amax)
-            amax = fabsf(x[i]);
-    }
-    return nan ? NAN : amax;
-}
-
-static int8_t shoal_int8_ref_code(float x, const shoal_int8_params_t *p, shoal_round_t round,
-                                  float u)
-{
-    float y = (x * p->pre) * p->inv;
-    float q;
-    if (round == SHOAL_ROUND_NEAREST) {
-        q = nearbyintf(y);
-    } else {
-        float fl = floorf(y);
-        q = y - fl >= 1.0f - u ? fl + 1.0f : fl;
-    }
-    if (q > SHOAL_INT8_QMAX)
-        q = SHOAL_INT8_QMAX;
-    if (q < -SHOAL_INT8_QMAX)
-        q = -SHOAL_INT8_QMAX;
-    return (int8_t)q;
-}
-
-/* Encode the n values of x, the first of index `index` in the tensor, into
- * block b of the wire. */
-static void shoal_int8_ref_block(const shoal_codec_t *c, unsigned char *wire, int8_t *codes,
-                                 size_t b, const float *x, float *res, size_t n,
-                                 uint32_t key, uint64_t index)
-{
-    shoal_int8_params_t p = shoal_int8_params(shoal_int8_ref_amax(x, n));
-    shoal_int8_scale_set(wire, b, p.scale);
-    for (size_t i = 0; i < n; i++) {
-        if (!p.finite) {
-            codes[i] = 0;
-            if (res)
-                res[i] = NAN;
-            continue;
-        }
-        float u = c->round == SHOAL_ROUND_STOCHASTIC ? shoal_codec_uniform(key, index + i) : 0;
-        codes[i] = shoal_int8_ref_code(x[i], &p, c->round, u);
-        if (res)
-            res[i] = x[i] - (float)codes[i] * p.scale;
-    }
-}
-
-/* With an addend, x = src + addend is formed one block at a time on the
- * stack, and the block's residual is written after its addend was read:
- * residual may be addend. */
+/* The reference is int8_elem.h's block functions, block after block: the
+ * very code the CUDA module's codec kernel runs, one block per thread. */
 static void shoal_int8_encode_ref(const shoal_codec_t *c, unsigned char *wire, const float *src,
                                   const float *add, float *res, size_t count, size_t first)
 {
-    size_t block = c->block;
-    int8_t *codes = (int8_t *)(wire + shoal_int8_nblocks(count, block) * SHOAL_INT8_SCALE_BYTES);
     uint32_t key = shoal_codec_key(c->seed, c->step);
-    float s[SHOAL_INT8_MAX_BLOCK];
-    for (size_t b = 0, base = 0; base < count; b++, base += block) {
-        size_t n = count - base < block ? count - base : block;
-        const float *x = src + base;
-        if (add) {
-            for (size_t i = 0; i < n; i++)
-                s[i] = src[base + i] + add[base + i];
-            x = s;
-        }
-        shoal_int8_ref_block(c, wire, codes + base, b, x, res ? res + base : NULL, n, key,
-                             (uint64_t)first + base);
-    }
+    for (size_t b = 0, nb = shoal_int8_nblocks(count, c->block); b < nb; b++)
+        shoal_int8_encode_block_of(wire, src, add, res, count, c->block, c->round, key, first,
+                                   b);
 }
 
 static void shoal_int8_decode_ref(const shoal_codec_t *c, float *dst, const unsigned char *wire,
                                   size_t count)
 {
-    size_t block = c->block;
-    const int8_t *codes =
-        (const int8_t *)(wire + shoal_int8_nblocks(count, block) * SHOAL_INT8_SCALE_BYTES);
-    for (size_t b = 0, base = 0; base < count; b++, base += block) {
-        size_t n = count - base < block ? count - base : block;
-        float scale = shoal_int8_scale_get(wire, b);
-        for (size_t i = 0; i < n; i++)
-            dst[base + i] = (float)codes[base + i] * scale;
-    }
+    for (size_t b = 0, nb = shoal_int8_nblocks(count, c->block); b < nb; b++)
+        shoal_int8_decode_block_of(dst, wire, count, c->block, b);
 }
 
 static void shoal_int8_add_encode_ref(const shoal_codec_t *c, unsigned char *out,
                                       const unsigned char *in, const float *local,
                                       const float *add, float *res, size_t count, size_t first)
 {
-    size_t block = c->block;
-    size_t scale_bytes = shoal_int8_nblocks(count, block) * SHOAL_INT8_SCALE_BYTES;
-    const int8_t *cin = (const int8_t *)(in + scale_bytes);
-    int8_t *cout = (int8_t *)(out + scale_bytes);
     uint32_t key = shoal_codec_key(c->seed, c->step);
-    float s[SHOAL_INT8_MAX_BLOCK];
-    for (size_t b = 0, base = 0; base < count; b++, base += block) {
-        size_t n = count - base < block ? count - base : block;
-        float scale = shoal_int8_scale_get(in, b);
-        for (size_t i = 0; i < n; i++) {
-            float l = add ? local[base + i] + add[base + i] : local[base + i];
-            s[i] = (float)cin[base + i] * scale + l;
-        }
-        shoal_int8_ref_block(c, out, cout + base, b, s, res ? res + base : NULL, n, key,
-                             (uint64_t)first + base);
-    }
+    for (size_t b = 0, nb = shoal_int8_nblocks(count, c->block); b < nb; b++)
+        shoal_int8_add_encode_block_of(out, in, local, add, res, count, c->block, c->round, key,
+                                       first, b);
 }
 
 /* ---- kernels ---- */

@@ -48,13 +48,15 @@
  * times.) code_i * scale is exact, as code_i is -1, 0 or 1.
  *
  * Kernels. Each operation has a scalar reference, written value by value
- * as above, that runs when shoal_codec_simd_enabled() is 0, and kernels
- * made of plain loops that the compiler vectorises (built for AVX-512,
- * AVX2 and the baseline). The kernels walk a run in segments in
- * which the scale and the top 32 bits of the value's index are constant,
- * so that the random numbers come from 32-bit vector arithmetic. Both do
- * the same IEEE operations on each value (one division, one compare, one
- * multiply and one subtraction, never fused), so they agree bit for bit.
+ * as above (with compress/ternary_elem.h, whose functions the CUDA
+ * module's codec kernel runs too), that runs when
+ * shoal_codec_simd_enabled() is 0, and kernels made of plain loops that
+ * the compiler vectorises (built for AVX-512, AVX2 and the baseline). The
+ * kernels walk a run in segments in which the scale and the top 32 bits
+ * of the value's index are constant, so that the random numbers come from
+ * 32-bit vector arithmetic. Both do the same IEEE operations on each
+ * value (one division, one compare, one multiply and one subtraction,
+ * never fused), so they agree bit for bit.
  *
  * Calls. c->block is 32, 64 or 128 (codec.h). Outputs may alias inputs
  * only element for element: wire_out == wire_in, residual == src or
@@ -72,6 +74,7 @@
 #endif
 
 #include "compress/codec.h"
+#include "compress/ternary_elem.h"
 
 #include <float.h>
 #include <math.h>
@@ -114,34 +117,8 @@
 
 #define SHOAL_TERNARY_INLINE static inline __attribute__((always_inline))
 
-/* Saturation bounds of the wire's sums, symmetric so that negating every
- * input negates the result. */
-#define SHOAL_TERNARY_MAX8 127
-#define SHOAL_TERNARY_MAX16 32767
-
-/* ---- wire access ---- */
-
-/* Wire values through memcpy, so that an int16 wire may sit at any
- * address; compilers turn these into plain (vector) loads and stores. */
-SHOAL_TERNARY_INLINE int32_t shoal_ternary_load(const unsigned char *w, size_t i, int wide)
-{
-    if (wide) {
-        int16_t v;
-        memcpy(&v, w + 2 * i, sizeof(v));
-        return v;
-    }
-    return (int8_t)w[i];
-}
-
-SHOAL_TERNARY_INLINE void shoal_ternary_store(unsigned char *w, size_t i, int32_t v, int wide)
-{
-    if (wide) {
-        int16_t s = (int16_t)v;
-        memcpy(w + 2 * i, &s, sizeof(s));
-    } else {
-        w[i] = (unsigned char)(int8_t)v;
-    }
-}
+/* The saturation bounds and the wire access (shoal_ternary_load, _store)
+ * are in ternary_elem.h, shared with the CUDA module. */
 
 /* Whether a 16-bit word keeps its low byte first in memory. */
 SHOAL_TERNARY_INLINE int shoal_ternary_little_endian(void)
@@ -158,31 +135,8 @@ SHOAL_TERNARY_INLINE int shoal_ternary_little_endian(void)
 
 /* ---- scalar reference ---- */
 
-static float shoal_ternary_scale(const shoal_codec_t *c, size_t index)
-{
-    return c->scales[index / c->block];
-}
-
-/* The code of value x of the block with this scale, as the file's comment
- * defines it. */
-static int32_t shoal_ternary_code_ref(const shoal_codec_t *c, uint32_t key, float x,
-                                      float scale, uint64_t index)
-{
-    if (!(scale > 0.0f))
-        return 0;
-    float p = fabsf(x) / scale; /* x clipped to +-scale: p clamped to 1 */
-    if (p > 1.0f)
-        p = 1.0f;
-    int up;
-    if (c->round == SHOAL_ROUND_NEAREST)
-        up = p >= 0.5f;
-    else
-        up = shoal_codec_uniform(key, index) < p;
-    if (!up)
-        return 0; /* 0 and NaN always end here: the sign is a number's */
-    return x < 0.0f ? -1 : 1;
-}
-
+/* Value by value through ternary_elem.h: the functions the CUDA module's
+ * codec kernel runs. */
 static void shoal_ternary_encode_ref(const shoal_codec_t *c, void *wire, const float *src,
                                      const float *addend, float *residual, size_t count,
                                      size_t first)
@@ -190,11 +144,11 @@ static void shoal_ternary_encode_ref(const shoal_codec_t *c, void *wire, const f
     const uint32_t key = shoal_codec_key(c->seed, c->step);
     for (size_t i = 0; i < count; i++) {
         float x = addend ? src[i] + addend[i] : src[i];
-        float scale = shoal_ternary_scale(c, first + i);
-        int32_t k = shoal_ternary_code_ref(c, key, x, scale, first + i);
+        float scale = shoal_ternary_scale_of(c->scales, c->block, (uint64_t)first + i);
+        int32_t k = shoal_ternary_code(c->round, key, x, scale, (uint64_t)first + i);
         shoal_ternary_store(wire, i, k, c->wide);
         if (residual)
-            residual[i] = x - (float)k * scale;
+            residual[i] = shoal_ternary_residual(x, k, scale);
     }
 }
 
@@ -207,17 +161,13 @@ static void shoal_ternary_add_encode_ref(const shoal_codec_t *c, void *wire_out,
     const int32_t max = c->wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
     for (size_t i = 0; i < count; i++) {
         float x = addend ? local[i] + addend[i] : local[i];
-        float scale = shoal_ternary_scale(c, first + i);
-        int32_t k = shoal_ternary_code_ref(c, key, x, scale, first + i);
+        float scale = shoal_ternary_scale_of(c->scales, c->block, (uint64_t)first + i);
+        int32_t k = shoal_ternary_code(c->round, key, x, scale, (uint64_t)first + i);
         int32_t in = shoal_ternary_load(wire_in, i, c->wide);
-        int32_t sum = in + k;
-        if (sum > max)
-            sum = max;
-        if (sum < -max)
-            sum = -max;
+        int32_t sum = shoal_ternary_add_sat(in, k, max);
         shoal_ternary_store(wire_out, i, sum, c->wide);
         if (residual)
-            residual[i] = x - (float)(sum - in) * scale;
+            residual[i] = shoal_ternary_residual(x, sum - in, scale);
     }
 }
 
@@ -225,7 +175,9 @@ static void shoal_ternary_decode_ref(const shoal_codec_t *c, float *dst, const v
                                      size_t count, size_t first)
 {
     for (size_t i = 0; i < count; i++)
-        dst[i] = (float)shoal_ternary_load(wire, i, c->wide) * shoal_ternary_scale(c, first + i);
+        dst[i] = shoal_ternary_decode_value(
+            shoal_ternary_load(wire, i, c->wide),
+            shoal_ternary_scale_of(c->scales, c->block, (uint64_t)first + i));
 }
 
 static void shoal_ternary_absmax_ref(float *out, const float *src, const float *add,

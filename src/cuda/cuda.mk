@@ -25,7 +25,9 @@ $(CUDA_OBJ): ALL_CFLAGS += -I$(CUDA_HOME)/include
 
 # The kernels as one fat binary, which the module embeds (fatbin.c) and
 # loads into each device's context with cuModuleLoadData.
-$(CUDA_FATBIN): src/cuda/kernels.cu src/cuda/kern.h src/algos/reduce_elem.h src/base/dtype.h
+$(CUDA_FATBIN): src/cuda/kernels.cu src/cuda/kern.h src/algos/reduce_elem.h src/base/dtype.h \
+                src/base/dev_ops.h src/compress/codec.h src/compress/int8_elem.h \
+                src/compress/ternary_elem.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) -fatbin -o $@ $<
 
@@ -41,8 +43,10 @@ STANDIN_SRC := $(sort $(wildcard tests/cuda/standin*.c))
 STANDIN_OBJ := $(STANDIN_SRC:%.c=$(BUILD)/%.o)
 STANDIN_LIB := $(if $(CUDA_H),$(BUILD)/tests/libcuda_standin.so)
 $(STANDIN_OBJ): ALL_CFLAGS += -I$(CUDA_HOME)/include
+# libm: the codec kernel's rounding (nearbyintf, floorf) where the CPU
+# has no instruction for it.
 $(BUILD)/tests/libcuda_standin.so: $(STANDIN_OBJ)
-	$(CC) -shared $(NO_UNDEF) $(LDFLAGS) -o $@ $(STANDIN_OBJ) -lpthread -lrt
+	$(CC) -shared $(NO_UNDEF) $(LDFLAGS) -o $@ $(STANDIN_OBJ) -lpthread -lrt -lm
 
 all: $(CUDA_LIB) $(STANDIN_LIB)
 
@@ -64,4 +68,5 @@ $(BUILD)/tests/test_cuda_nccl: CUDA_TEST_LIBS = -L$(BUILD) -l:libnccl.so.2 \
 # plainly when there is no GPU, and runs nothing then).
 .PHONY: test-gpu
 test-gpu: all
-	SHOAL_CUDA_MODULE=$(CURDIR)/$(BUILD)/libshoal_cuda.so tests/gpu/run.sh $(CUDA_TESTS)
+	SHOAL_CUDA_MODULE=$(CURDIR)/$(BUILD)/libshoal_cuda.so BENCH=$(TOOLS_DIR)/allreduce_bench \
+	    tests/gpu/run.sh $(CUDA_TESTS)

@@ -5,13 +5,17 @@
  * argument, a struct passed by value (cuLaunchKernel's params[0]), and is
  * named by SHOAL_K_* for cuModuleGetFunction.
  *
- * The element math is algos/reduce_elem.h and base/dtype.h: the host
+ * The element math is algos/reduce_elem.h and base/dtype.h, and for the
+ * codec kernel compress/int8_elem.h and compress/ternary_elem.h: the host
  * kernels' own functions, so results are bitwise those of the host path. */
 #ifndef SHOAL_CUDA_KERN_H
 #define SHOAL_CUDA_KERN_H
 
 #include "algos/reduce_elem.h"
+#include "base/dev_ops.h"
 #include "base/dtype.h"
+#include "compress/int8_elem.h"
+#include "compress/ternary_elem.h"
 
 #include <stdint.h>
 
@@ -19,6 +23,7 @@
 #define SHOAL_K_AVG "shoal_k_avg"
 #define SHOAL_K_WAIT "shoal_k_wait"
 #define SHOAL_K_WRITE "shoal_k_write"
+#define SHOAL_K_CODEC "shoal_k_codec"
 
 /* dst[i] = a[i] op b[i]; AVG is SUM. */
 typedef struct {
@@ -44,6 +49,20 @@ typedef struct {
     volatile uint32_t *flag;
     uint32_t value;
 } shoal_k_wait_t;
+
+/* One codec operation (dev_ops.h's codec entry), with its args' fields:
+ * op a shoal_dev_codec_op_t, kind a shoal_dev_codec_kind_t, round a
+ * shoal_round_t. */
+typedef struct {
+    void *wire_out;
+    const void *wire_in;
+    const float *src, *addend;
+    float *residual, *dst;
+    const float *scales;
+    uint64_t seed, step;
+    uint64_t count, first, block;
+    int32_t op, kind, round, wide, packed;
+} shoal_k_codec_t;
 
 #define SHOAL_K_RANGE_INT(T, fn)                                                       \
     {                                                                                  \
@@ -140,6 +159,114 @@ static inline SHOAL_HD void shoal_k_avg_range(const shoal_k_avg_t *k, uint64_t b
     case SHOAL_FP8_E4M3: SHOAL_K_AVG_FLOAT(uint8_t, float, shoal_e4m3_to_f32, shoal_f32_to_e4m3) break;
     case SHOAL_FP8_E5M2: SHOAL_K_AVG_FLOAT(uint8_t, float, shoal_e5m2_to_f32, shoal_f32_to_e5m2) break;
     default: break;
+    }
+}
+
+/* The codec kernel works in units of block values counted from the run's
+ * start, and one unit is one thread's (correctness first: a block's amax
+ * and codes come from one thread's loop, as in the host's reference, not
+ * from a cooperative reduction across threads). For int8 a unit is a
+ * codec block, which its scale makes indivisible; ternary values are
+ * independent, and its units are runs of the same length, even (whole
+ * bytes of the packed wire) and aligned with int8's. */
+static inline SHOAL_HD uint64_t shoal_k_codec_units(const shoal_k_codec_t *k)
+{
+    if (k->block != 32 && k->block != 64 && k->block != 128)
+        return 0;
+    return k->count / k->block + (k->count % k->block != 0);
+}
+
+/* Value i of a ternary encode or add_encode (in: its incoming code, 0 for
+ * encode): the code it leaves on the wire, before the packed wire's
+ * clamp, with its residual written (after its addend was read). */
+static inline SHOAL_HD int32_t shoal_k_ternary_one(const shoal_k_codec_t *k, uint32_t key,
+                                                   uint64_t i, int32_t in, int32_t max)
+{
+    float x = k->addend ? k->src[i] + k->addend[i] : k->src[i];
+    uint64_t index = k->first + i;
+    float scale = shoal_ternary_scale_of(k->scales, (size_t)k->block, index);
+    int32_t code = shoal_ternary_code((shoal_round_t)k->round, key, x, scale, index);
+    int32_t out = k->op == SHOAL_DEV_CODEC_ADD_ENCODE ? shoal_ternary_add_sat(in, code, max) : code;
+    if (k->residual)
+        k->residual[i] = shoal_ternary_residual(x, out - in, scale);
+    return out;
+}
+
+/* Unit u of a ternary operation. The packed wire's codes are those of the
+ * 8-bit wire (ternary.c computes it so), clamped to +-7 when a pair is
+ * packed; both codes of a byte are read before it is written, so
+ * wire_out may be wire_in. */
+static inline SHOAL_HD void shoal_k_ternary_unit(const shoal_k_codec_t *k, uint32_t key,
+                                                 uint64_t u)
+{
+    const unsigned char *in = (const unsigned char *)k->wire_in;
+    unsigned char *out = (unsigned char *)k->wire_out;
+    uint64_t lo = u * k->block, hi = lo + k->block < k->count ? lo + k->block : k->count;
+    int wide = k->wide != 0, decode = k->op == SHOAL_DEV_CODEC_DECODE,
+        add = k->op == SHOAL_DEV_CODEC_ADD_ENCODE;
+    int32_t max = wide ? SHOAL_TERNARY_MAX16 : SHOAL_TERNARY_MAX8;
+    if (k->packed) {
+        for (uint64_t i = lo; i < hi; i += 2) {
+            int pair = i + 1 < hi;
+            if (decode) {
+                for (uint64_t j = i; j < i + 1 + (uint64_t)pair; j++)
+                    k->dst[j] = shoal_ternary_decode_value(
+                        shoal_ternary_nibble_get(in, (size_t)j),
+                        shoal_ternary_scale_of(k->scales, (size_t)k->block, k->first + j));
+                continue;
+            }
+            int32_t in0 = add ? shoal_ternary_nibble_get(in, (size_t)i) : 0;
+            int32_t in1 = add && pair ? shoal_ternary_nibble_get(in, (size_t)i + 1) : 0;
+            int32_t c0 = shoal_k_ternary_one(k, key, i, in0, max);
+            int32_t c1 = pair ? shoal_k_ternary_one(k, key, i + 1, in1, max) : 0;
+            out[i / 2] = shoal_ternary_nibble_pair(c0, c1);
+        }
+        return;
+    }
+    for (uint64_t i = lo; i < hi; i++) {
+        if (decode) {
+            k->dst[i] = shoal_ternary_decode_value(
+                shoal_ternary_load(in, (size_t)i, wide),
+                shoal_ternary_scale_of(k->scales, (size_t)k->block, k->first + i));
+            continue;
+        }
+        int32_t w = add ? shoal_ternary_load(in, (size_t)i, wide) : 0;
+        shoal_ternary_store(out, (size_t)i, shoal_k_ternary_one(k, key, i, w, max), wide);
+    }
+}
+
+/* Units begin, begin + step, ... below end (at most
+ * shoal_k_codec_units). The op and kind switches are uniform across
+ * threads. A codec the entry would refuse does nothing here. */
+static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64_t begin,
+                                                uint64_t end, uint64_t step)
+{
+    if (k->block != 32 && k->block != 64 && k->block != 128)
+        return;
+    const uint32_t key = shoal_codec_key(k->seed, k->step);
+    const size_t count = (size_t)k->count, block = (size_t)k->block, first = (size_t)k->first;
+    const shoal_round_t round = (shoal_round_t)k->round;
+    for (uint64_t u = begin; u < end; u += step) {
+        if (k->kind == SHOAL_DEV_CODEC_TERNARY) {
+            shoal_k_ternary_unit(k, key, u);
+            continue;
+        }
+        switch (k->op) {
+        case SHOAL_DEV_CODEC_ENCODE:
+            shoal_int8_encode_block_of((unsigned char *)k->wire_out, k->src, k->addend,
+                                       k->residual, count, block, round, key, first, (size_t)u);
+            break;
+        case SHOAL_DEV_CODEC_ADD_ENCODE:
+            shoal_int8_add_encode_block_of((unsigned char *)k->wire_out,
+                                           (const unsigned char *)k->wire_in, k->src, k->addend,
+                                           k->residual, count, block, round, key, first,
+                                           (size_t)u);
+            break;
+        default:
+            shoal_int8_decode_block_of(k->dst, (const unsigned char *)k->wire_in, count, block,
+                                       (size_t)u);
+            break;
+        }
     }
 }
 

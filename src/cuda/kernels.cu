@@ -47,3 +47,12 @@ extern "C" __global__ void shoal_k_write(shoal_k_wait_t k)
     __threadfence_system();
     *k.flag = k.value;
 }
+
+/* One thread per unit of the run (kern.h's shoal_k_codec_units): thread t
+ * takes units t, t + G, ... as the element kernels take elements. */
+extern "C" __global__ void shoal_k_codec(shoal_k_codec_t k)
+{
+    uint64_t begin = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    shoal_k_codec_range(&k, begin, shoal_k_codec_units(&k), stride);
+}

@@ -1,7 +1,7 @@
 /* The CUDA module's ops table (dev_ops.h), its one export, and what every
  * entry leans on: opening the driver once and finding the right context
  * for the calling thread. Memory entries are in mem.c, stream work in
- * stream.c.
+ * stream.c, the codec kernel's entry in codec.c.
  *
  * Contexts: the module uses each device's primary context, the one the
  * CUDA runtime (and so PyTorch and friends) uses, retained the first time
@@ -290,6 +290,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .ipc_get = shoal_cuda_ipc_get,
     .ipc_open = shoal_cuda_ipc_open,
     .ipc_close = shoal_cuda_ipc_close,
+    .codec = shoal_cuda_codec,
 };
 
 /* The module's one export (cuda.map). Callable before open. */

@@ -64,6 +64,14 @@ shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream
 shoal_status_t shoal_cuda_stream_create(int device, void **stream_p);
 shoal_status_t shoal_cuda_stream_destroy(void *stream);
 shoal_status_t shoal_cuda_stream_sync(void *stream);
+/* The codec kernel (SHOAL_K_CODEC) with its argument arg (a
+ * shoal_k_codec_t), one thread per unit of the run, on the stream whose
+ * context ctx the caller made current. */
+shoal_status_t shoal_cuda_launch_codec(const shoal_cu_t *cu, CUcontext ctx, size_t units,
+                                       void *arg, void *stream);
+
+/* codec.c */
+shoal_status_t shoal_cuda_codec(const shoal_dev_codec_args_t *args, void *stream);
 
 /* fatbin.c: the kernels (kernels.cu) as the fat binary nvcc made. */
 extern const unsigned char shoal_cuda_fatbin[];

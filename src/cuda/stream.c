@@ -14,12 +14,13 @@
 #define SHOAL_CUDA_THREADS 256u
 #define SHOAL_CUDA_MAX_BLOCKS 1024u
 
-enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_COUNT };
+enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_CODEC, K_COUNT };
 static const char *const k_names[K_COUNT] = {
     [K_REDUCE] = SHOAL_K_REDUCE,
     [K_AVG] = SHOAL_K_AVG,
     [K_WAIT] = SHOAL_K_WAIT,
     [K_WRITE] = SHOAL_K_WRITE,
+    [K_CODEC] = SHOAL_K_CODEC,
 };
 
 /* The kernels loaded into one context. A module belongs to the context it
@@ -114,6 +115,12 @@ static unsigned grid_blocks(size_t count)
 {
     size_t blocks = (count + SHOAL_CUDA_THREADS - 1) / SHOAL_CUDA_THREADS;
     return blocks < SHOAL_CUDA_MAX_BLOCKS ? (unsigned)blocks : SHOAL_CUDA_MAX_BLOCKS;
+}
+
+shoal_status_t shoal_cuda_launch_codec(const shoal_cu_t *cu, CUcontext ctx, size_t units,
+                                       void *arg, void *stream)
+{
+    return kernel_launch(cu, ctx, K_CODEC, grid_blocks(units), SHOAL_CUDA_THREADS, arg, stream);
 }
 
 shoal_status_t shoal_cuda_device_of(void *stream, int *device_p)

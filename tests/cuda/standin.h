@@ -92,6 +92,7 @@ typedef enum {
     STANDIN_K_AVG,
     STANDIN_K_WAIT,
     STANDIN_K_WRITE,
+    STANDIN_K_CODEC,
     STANDIN_K_COUNT,
 } standin_kernel_t;
 
@@ -116,6 +117,7 @@ typedef struct standin_op {
                 shoal_k_reduce_t reduce;
                 shoal_k_avg_t avg;
                 shoal_k_wait_t wait;
+                shoal_k_codec_t codec;
             } args; /* copied at launch, as the driver copies kernel parameters */
         } kernel;
         struct {

@@ -27,6 +27,7 @@ static const char *const standin_kernel_names[STANDIN_K_COUNT] = {
     [STANDIN_K_AVG] = SHOAL_K_AVG,
     [STANDIN_K_WAIT] = SHOAL_K_WAIT,
     [STANDIN_K_WRITE] = SHOAL_K_WRITE,
+    [STANDIN_K_CODEC] = SHOAL_K_CODEC,
 };
 
 static atomic_ulong standin_launches[STANDIN_K_COUNT];
@@ -104,6 +105,7 @@ static size_t standin_launch_args(standin_kernel_t which)
     switch (which) {
     case STANDIN_K_REDUCE: return sizeof(shoal_k_reduce_t);
     case STANDIN_K_AVG: return sizeof(shoal_k_avg_t);
+    case STANDIN_K_CODEC: return sizeof(shoal_k_codec_t);
     default: return sizeof(shoal_k_wait_t);
     }
 }
@@ -194,6 +196,40 @@ static bool standin_kernel_reaches(standin_op_t *op, const void *const *ptrs, in
     return true;
 }
 
+/* Bytes of the codec kernel's wire for its count values, in its form. */
+static size_t standin_codec_wire_bytes(const shoal_k_codec_t *k)
+{
+    size_t count = (size_t)k->count;
+    if (k->kind == SHOAL_DEV_CODEC_TERNARY)
+        return k->packed ? (count + 1) / 2 : count * (k->wide ? 2 : 1);
+    return (size_t)shoal_k_codec_units(k) * sizeof(float) + count;
+}
+
+/* Whether the codec kernel reaches every buffer its operation touches,
+ * each checked for its own length: count floats for the value arrays,
+ * the wire's bytes, and for ternary the scales of the blocks of the
+ * tensor that the run's values first .. first + count - 1 fall in. */
+static bool standin_codec_reaches(standin_op_t *op, const shoal_k_codec_t *k)
+{
+    size_t wire = standin_codec_wire_bytes(k);
+    const void *floats[] = {k->src, k->addend, k->residual, k->dst};
+    const void *wires[] = {k->wire_in, k->wire_out};
+
+    for (int i = 0; i < 4; i++)
+        if (floats[i] && !standin_kernel_reaches(op, &floats[i], 1, k->count, sizeof(float)))
+            return false;
+    for (int i = 0; i < 2; i++)
+        if (wires[i] && !standin_kernel_reaches(op, &wires[i], 1, wire, 1))
+            return false;
+    if (k->kind == SHOAL_DEV_CODEC_TERNARY) {
+        uint64_t b0 = k->first / k->block, b1 = (k->first + k->count - 1) / k->block;
+        const void *scales = k->scales + b0;
+        if (!standin_kernel_reaches(op, &scales, 1, b1 - b0 + 1, sizeof(float)))
+            return false;
+    }
+    return true;
+}
+
 void standin_kernel_run(standin_op_t *op)
 {
     switch (op->u.kernel.which) {
@@ -212,6 +248,13 @@ void standin_kernel_run(standin_op_t *op)
         if (elem == 0 || k->count == 0 || k->n < 1 ||
             standin_kernel_reaches(op, ptrs, 2, k->count, elem))
             shoal_k_avg_range(k, 0, k->count, 1);
+        break;
+    }
+    case STANDIN_K_CODEC: {
+        const shoal_k_codec_t *k = &op->u.kernel.args.codec;
+        uint64_t units = shoal_k_codec_units(k);
+        if (units == 0 || standin_codec_reaches(op, k))
+            shoal_k_codec_range(k, 0, units, 1);
         break;
     }
     case STANDIN_K_WAIT: {
