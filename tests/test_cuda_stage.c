@@ -351,6 +351,12 @@ static int rank_order(int rank, int nranks, const shoal_unique_id_t *id, void *a
     cu_user_dtoh(got, dbuf, bytes);
     RANK_CHECK(memcmp(got, want, bytes) == 0, fail, "rank %d: grouped call: wrong result", rank);
 
+    /* The host forms refuse device memory, and the communicator goes on. */
+    s = shoal_allreduce(dbuf, dbuf, count, SHOAL_FLOAT32, SHOAL_SUM, comm);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG && strstr(shoal_comm_last_error(comm), "device memory"),
+               fail, "rank %d: a host all-reduce of device memory gave %s (%s)", rank,
+               shoal_status_string(s), shoal_comm_last_error(comm));
+
     cu_user_free(dbuf);
     cu_user_free(after);
     cu_user_free_pinned((void *)gate);

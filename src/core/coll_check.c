@@ -2,6 +2,7 @@
  * gets SHOAL_ERR_INVALID_ARG with its reason, touches no buffer and leaves
  * the communicator usable. */
 #include "exec.h"
+#include "base/dev.h"
 
 #include "base/dtype.h"
 
@@ -221,6 +222,19 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
     }
     call->in_bytes = in * es;
     call->out_bytes = out * es;
+    /* The host cannot read device memory: only the stream-ordered forms
+     * take it. Asked only where the process already uses CUDA. */
+    if (!call->on_stream && shoal_dev_loaded()) {
+        const void *dev = in && shoal_dev_kind(a->sendbuf) == SHOAL_DEV_MEM_DEVICE ? a->sendbuf
+                          : out && shoal_dev_kind(a->recvbuf) == SHOAL_DEV_MEM_DEVICE
+                              ? a->recvbuf
+                              : NULL;
+        if (dev)
+            return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                                   "%s: %s %p is device memory, which only the stream-ordered "
+                                   "calls (shoal.h's _stream forms) take", what,
+                                   dev == a->sendbuf ? "sendbuf" : "recvbuf", dev);
+    }
     if ((in && !a->sendbuf) || (out && !a->recvbuf))
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %s is NULL with %zu elements",
                                what, in && !a->sendbuf ? "sendbuf" : "recvbuf",
