@@ -447,8 +447,13 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
  * host memory, in any mix; on the host they must stay valid and
  * untouched until the stream has passed the call.
  *
- * Device memory is staged through pinned host memory by shoal's progress
- * thread (SHOAL_PROGRESS=caller refuses these calls). Returns SHOAL_OK
+ * The work is done by shoal's progress thread once the stream reaches the
+ * call (SHOAL_PROGRESS=caller refuses these calls): between ranks of one
+ * host, all-reduce, reduce-scatter, all-gather and broadcast of device
+ * buffers go device to device (CUDA memory handles, reductions by shoal's
+ * kernels); the rest, and device buffers elsewhere, are staged through
+ * pinned host memory (SHOAL_CUDA_PATH: auto, staged, direct). The
+ * host forms (shoal_allreduce...) refuse device memory. Returns SHOAL_OK
  * once queued; argument errors as the blocking form;
  * SHOAL_ERR_UNSUPPORTED when there is no CUDA (no module, no driver, no
  * device: shoal_comm_last_error says which). A failure of the operation
