@@ -10,6 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* For a test binary's main: 1 when the CUDA module and the driver the
+ * tests use (SHOAL_CUDA_MODULE, SHOAL_CUDA_DRIVER) are there to test on.
+ * Otherwise prints the TAP plan: a failure in CI (SHOAL_CI=1, which builds
+ * both), a skip elsewhere; main then returns *rc_p. */
+int cu_user_testable(int *rc_p);
+
 /* Load and initialise the driver, make device dev's primary context
  * current on this thread. Returns 0, or -1 with why (no driver, no
  * device) when there is nothing to test on. */

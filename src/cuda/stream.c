@@ -249,12 +249,21 @@ static shoal_status_t flag_device_ptr(const shoal_cu_t *cu, const char *what, ui
                             shoal_cuda_why());
 }
 
-/* The write follows a fence (CU_STREAM_WRITE_VALUE_DEFAULT), so the host
- * that reads the value also sees what the stream's earlier work wrote. On
- * a device without stream memory operations (see flag_wait) a one-thread
- * kernel stores it instead. */
-shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *stream)
+/* The stream's side of a flag (dev_ops.h): wait stores nothing and holds
+ * the stream until (int32_t)(*flag - value) >= 0, which is
+ * CU_STREAM_WAIT_VALUE_GEQ's wrap-around comparison; write stores value
+ * after a fence (CU_STREAM_WRITE_VALUE_DEFAULT), so the host that reads it
+ * also sees what the stream's earlier work wrote.
+ *
+ * cuda.h has no device attribute for the 32-bit stream memory operations
+ * (the ones it keeps are for the 64-bit operations and the NOR wait, which
+ * say nothing about these, and the deprecated _V1 ones, which describe the
+ * old entry points), so the driver's answer decides: the first
+ * CUDA_ERROR_NOT_SUPPORTED on a device is remembered, and from then on a
+ * one-thread kernel waits or stores instead (shoal_k_wait, shoal_k_write). */
+static shoal_status_t flag_op(uint32_t *flag, uint32_t value, void *stream, int wait)
 {
+    const char *what = wait ? "flag_wait" : "flag_write";
     const shoal_cu_t *cu = shoal_cuda_driver();
     shoal_cuda_scope_t s;
     CUcontext ctx;
@@ -264,68 +273,24 @@ shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *strea
     if (!cu)
         return SHOAL_ERR_UNSUPPORTED;
     if (!flag)
-        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "flag_write: NULL flag");
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "%s: NULL flag", what);
     shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
     if (st != SHOAL_OK)
         return st;
-    st = flag_device_ptr(cu, "flag_write", flag, &d);
+    st = flag_device_ptr(cu, what, flag, &d);
     if (st == SHOAL_OK)
         st = shoal_cuda_current_device(&device);
     if (st != SHOAL_OK)
         goto out_leave;
     if (shoal_cuda_has_memops(device)) {
-        CUresult r = cu->cuStreamWriteValue32((CUstream)stream, d, value,
-                                              CU_STREAM_WRITE_VALUE_DEFAULT);
+        CUresult r = wait ? cu->cuStreamWaitValue32((CUstream)stream, d, value,
+                                                    CU_STREAM_WAIT_VALUE_GEQ)
+                          : cu->cuStreamWriteValue32((CUstream)stream, d, value,
+                                                     CU_STREAM_WRITE_VALUE_DEFAULT);
         if (r == CUDA_SUCCESS)
             goto out_leave;
         if (r != CUDA_ERROR_NOT_SUPPORTED) {
-            st = shoal_cu_fail("cuStreamWriteValue32", r);
-            goto out_leave;
-        }
-        shoal_cuda_no_memops(device);
-    }
-    memset(&k, 0, sizeof(k));
-    k.flag = (volatile uint32_t *)(uintptr_t)d;
-    k.value = value;
-    st = kernel_launch(cu, ctx, K_WRITE, 1, 1, &k, stream);
-out_leave:
-    shoal_cuda_leave(&s);
-    return st;
-}
-
-/* CU_STREAM_WAIT_VALUE_GEQ is the wrap-around comparison dev_ops.h asks
- * for. cuda.h has no device attribute for the 32-bit stream memory
- * operations (the ones it keeps are for the 64-bit operations and the NOR
- * wait, which say nothing about these, and the deprecated _V1 ones, which
- * describe the old entry points), so the driver's answer decides: the
- * first CUDA_ERROR_NOT_SUPPORTED on a device is remembered, and its waits
- * run the wait kernel from then on. */
-shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream)
-{
-    const shoal_cu_t *cu = shoal_cuda_driver();
-    shoal_cuda_scope_t s;
-    CUcontext ctx;
-    CUdeviceptr d;
-    shoal_k_wait_t k;
-    int device;
-    if (!cu)
-        return SHOAL_ERR_UNSUPPORTED;
-    if (!flag)
-        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "flag_wait: NULL flag");
-    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
-    if (st != SHOAL_OK)
-        return st;
-    st = flag_device_ptr(cu, "flag_wait", flag, &d);
-    if (st == SHOAL_OK)
-        st = shoal_cuda_current_device(&device);
-    if (st != SHOAL_OK)
-        goto out_leave;
-    if (shoal_cuda_has_memops(device)) {
-        CUresult r = cu->cuStreamWaitValue32((CUstream)stream, d, value, CU_STREAM_WAIT_VALUE_GEQ);
-        if (r == CUDA_SUCCESS)
-            goto out_leave;
-        if (r != CUDA_ERROR_NOT_SUPPORTED) {
-            st = shoal_cu_fail("cuStreamWaitValue32", r);
+            st = shoal_cu_fail(wait ? "cuStreamWaitValue32" : "cuStreamWriteValue32", r);
             goto out_leave;
         }
         shoal_cuda_no_memops(device);
@@ -334,10 +299,20 @@ shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream
     memset(&k, 0, sizeof(k));
     k.flag = (volatile uint32_t *)(uintptr_t)d;
     k.value = value;
-    st = kernel_launch(cu, ctx, K_WAIT, 1, 1, &k, stream);
+    st = kernel_launch(cu, ctx, wait ? K_WAIT : K_WRITE, 1, 1, &k, stream);
 out_leave:
     shoal_cuda_leave(&s);
     return st;
+}
+
+shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *stream)
+{
+    return flag_op(flag, value, stream, 0);
+}
+
+shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream)
+{
+    return flag_op(flag, value, stream, 1);
 }
 
 /* Non-blocking: the stream does not wait for the legacy default stream,
