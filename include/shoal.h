@@ -449,9 +449,9 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
  *
  * The work is done by shoal's progress thread once the stream reaches the
  * call (SHOAL_PROGRESS=caller refuses these calls): between ranks of one
- * host, all-reduce, reduce-scatter, all-gather and broadcast of device
- * buffers go device to device (CUDA memory handles, reductions by shoal's
- * kernels); the rest, and device buffers elsewhere, are staged through
+ * host, the collectives on device buffers go device to device (CUDA
+ * memory handles, reductions by shoal's kernels); sends and receives, and
+ * device buffers across hosts, are staged through
  * pinned host memory (SHOAL_CUDA_PATH: auto, staged, direct). The
  * host forms (shoal_allreduce...) refuse device memory. Returns SHOAL_OK
  * once queued; argument errors as the blocking form;

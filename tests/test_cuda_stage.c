@@ -290,6 +290,31 @@ static int rank_colls(int rank, int nranks, const shoal_unique_id_t *id, void *a
                 goto fail;
         }
     }
+    /* An in-place all-to-all on device memory: block j of the input goes
+     * to rank j and is replaced by rank j's block for this rank. */
+    {
+        const size_t cnt = 777, blk = cnt * 4, all = blk * (size_t)nranks;
+        unsigned char *mine = malloc(all), *want = malloc(all), *got = malloc(all),
+                      *tmp = malloc(all);
+        void *d = cu_user_alloc(all);
+        fill_pattern(mine, all, rank, 99);
+        for (int q = 0; q < nranks; q++) {
+            fill_pattern(tmp, all, q, 99);
+            memcpy(want + (size_t)q * blk, tmp + (size_t)rank * blk, blk);
+        }
+        cu_user_htod(d, mine, all);
+        shoal_status_t s = shoal_alltoall_stream(d, d, cnt, SHOAL_FLOAT32, comm, stream);
+        RANK_CHECK(s == SHOAL_OK, fail, "in-place alltoall: %s", shoal_status_string(s));
+        cu_user_sync(stream);
+        cu_user_dtoh(got, d, all);
+        RANK_CHECK(memcmp(got, want, all) == 0, fail, "rank %d: in-place alltoall: wrong result",
+                   rank);
+        cu_user_free(d);
+        free(mine);
+        free(want);
+        free(got);
+        free(tmp);
+    }
     cu_user_stream_free(stream);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;

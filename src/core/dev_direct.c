@@ -19,8 +19,11 @@
  *      block s of rank s's output for every s, and a final barrier so that
  *      no rank lets its stream touch its buffers while others still read
  *      them;
- *    - reduce-scatter: the first half; all-gather and broadcast: copies of
- *      the peers' (the root's) input.
+ *    - reduce-scatter: the first half; reduce: the root reduces the whole;
+ *    - all-gather, broadcast, gather, scatter, all-to-all: copies of the
+ *      blocks of the peers' (the root's) input that this rank receives;
+ *      an in-place all-to-all first copies its input aside, since peers
+ *      read blocks of it that this rank overwrites.
  *    Every rank computes each block once and the others copy it, so all
  *    ranks end with the same bits.
  *
@@ -65,7 +68,11 @@ int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *ca
     case SHOAL_COLL_ALLREDUCE:
     case SHOAL_COLL_REDUCE_SCATTER:
     case SHOAL_COLL_ALLGATHER:
-    case SHOAL_COLL_BROADCAST: return 1;
+    case SHOAL_COLL_BROADCAST:
+    case SHOAL_COLL_REDUCE:
+    case SHOAL_COLL_ALLTOALL:
+    case SHOAL_COLL_GATHER:
+    case SHOAL_COLL_SCATTER: return 1;
     default: return 0;
     }
 }
@@ -150,6 +157,33 @@ static char *peer_ptr(struct shoal_dev_comm *d, struct shoal_comm *comm, int pee
     return (char *)m->mapped + b->offset;
 }
 
+/* Device memory of at least bytes on dev for an in-place all-to-all's
+ * input, kept for the communicator's life (grown, never shrunk): freeing
+ * may wait for the device's streams, and the caller's stream waits for
+ * this call. NULL when there is none. */
+static void *direct_scratch(struct shoal_dev_comm *d, int dev, size_t bytes)
+{
+    if (d->scratch && (d->scratch_dev != dev || d->scratch_bytes < bytes)) {
+        /* Retired like a peer's stale allocation: freed with the
+         * communicator. */
+        shoal_dev_peer_mem_t *m = calloc(1, sizeof(*m));
+        if (!m)
+            return NULL;
+        m->peer = -1;
+        m->mapped = d->scratch;
+        m->next = d->peer_stale;
+        d->peer_stale = m;
+        d->scratch = NULL;
+    }
+    if (!d->scratch) {
+        if (d->ops->mem_alloc(dev, bytes, &d->scratch) != SHOAL_OK)
+            return d->scratch = NULL;
+        d->scratch_dev = dev;
+        d->scratch_bytes = bytes;
+    }
+    return d->scratch;
+}
+
 /* Elements of block r of count cut into n. */
 static void block_of(size_t count, int n, int r, size_t *off_p, size_t *len_p)
 {
@@ -219,17 +253,24 @@ static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *co
     int n = comm->team.nranks, r = comm->team.rank;
     size_t es = shoal_dtype_bytes(a->dtype);
     shoal_status_t s = SHOAL_OK;
+    size_t blk = a->count * es;
     switch (a->kind) {
     case SHOAL_COLL_ALLREDUCE:
-    case SHOAL_COLL_REDUCE_SCATTER: {
+    case SHOAL_COLL_REDUCE_SCATTER:
+    case SHOAL_COLL_REDUCE: {
         size_t off, len;
         char *dst;
         if (a->kind == SHOAL_COLL_ALLREDUCE) {
             block_of(a->count, n, r, &off, &len);
             dst = pr[r] + off * es;
-        } else {
+        } else if (a->kind == SHOAL_COLL_REDUCE_SCATTER) {
             off = (size_t)r * a->count;
             len = a->count;
+            dst = pr[r];
+        } else {
+            /* Only the root reduces; the others wait at the barrier. */
+            off = 0;
+            len = r == a->root ? a->count : 0;
             dst = pr[r];
         }
         /* From this rank's own input on: the first step may write it in
@@ -242,7 +283,7 @@ static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *co
             s = ops->avg(dst, dst, len, a->dtype, n, stream);
         if (s == SHOAL_OK)
             s = ops->stream_sync(stream);
-        if (s != SHOAL_OK || a->kind == SHOAL_COLL_REDUCE_SCATTER)
+        if (s != SHOAL_OK || a->kind != SHOAL_COLL_ALLREDUCE)
             break;
         /* Every block reduced before any is copied. */
         s = barrier(comm, call);
@@ -258,7 +299,6 @@ static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *co
         break;
     }
     case SHOAL_COLL_ALLGATHER: {
-        size_t blk = a->count * es;
         for (int k = 0; k < n && s == SHOAL_OK; k++) {
             int q = (r + k) % n;
             if (pr[r] + (size_t)q * blk != ps[q] || q != r)
@@ -270,7 +310,31 @@ static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *co
     }
     case SHOAL_COLL_BROADCAST:
         if (pr[r] != ps[a->root])
-            s = ops->copy(pr[r], ps[a->root], a->count * es, stream);
+            s = ops->copy(pr[r], ps[a->root], blk, stream);
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    case SHOAL_COLL_ALLTOALL:
+        /* Block r of every rank's input (an in-place input was copied
+         * aside first: shoal_dev_direct_run). */
+        for (int k = 0; k < n && s == SHOAL_OK; k++) {
+            int q = (r + k) % n;
+            s = ops->copy(pr[r] + (size_t)q * blk, ps[q] + (size_t)r * blk, blk, stream);
+        }
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    case SHOAL_COLL_GATHER:
+        for (int q = 0; q < n && s == SHOAL_OK && r == a->root; q++) {
+            if (pr[r] + (size_t)q * blk != ps[q])
+                s = ops->copy(pr[r] + (size_t)q * blk, ps[q], blk, stream);
+        }
+        if (s == SHOAL_OK)
+            s = ops->stream_sync(stream);
+        break;
+    case SHOAL_COLL_SCATTER:
+        if (pr[r] != ps[a->root] + (size_t)r * blk)
+            s = ops->copy(pr[r], ps[a->root] + (size_t)r * blk, blk, stream);
         if (s == SHOAL_OK)
             s = ops->stream_sync(stream);
         break;
@@ -289,11 +353,14 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
     const shoal_coll_args_t *a = &call->args;
     int n = comm->team.nranks, r = comm->team.rank;
     direct_rec_t me = {.pid = (int32_t)getpid()};
+    const void *send = a->sendbuf;
+    void *scratch = NULL;
+    shoal_dev_mem_t kind;
     int dev = -1, dev2 = -1;
-    me.ok = export_buf(ops, a->sendbuf, call->in_bytes, &dev, &me.send) &&
-            export_buf(ops, a->recvbuf, call->out_bytes, &dev2, &me.recv);
-    if (dev < 0)
-        dev = dev2;
+    /* This rank's stream, on the device of its buffers. */
+    if ((!call->in_bytes || ops->classify(a->sendbuf, &kind, &dev) != SHOAL_OK) &&
+        (!call->out_bytes || ops->classify(a->recvbuf, &kind, &dev) != SHOAL_OK))
+        dev = -1;
     if (dev < 0 && ops->device_of(NULL, &dev) != SHOAL_OK)
         dev = 0;
     if (!d->stream || d->stream_dev != dev) {
@@ -305,6 +372,19 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
                                      "on device %d: %s", call->what, dev, ops->why());
         d->stream_dev = dev;
     }
+    /* An in-place all-to-all would overwrite blocks its peers still read:
+     * its input is read from a copy. */
+    if (a->kind == SHOAL_COLL_ALLTOALL && a->sendbuf == a->recvbuf && call->in_bytes &&
+        shoal_dev_kind(a->sendbuf) == SHOAL_DEV_MEM_DEVICE &&
+        (scratch = direct_scratch(d, dev, call->in_bytes)) &&
+        ops->copy(scratch, a->sendbuf, call->in_bytes, d->stream) == SHOAL_OK &&
+        ops->stream_sync(d->stream) == SHOAL_OK)
+        send = scratch;
+    else
+        scratch = NULL;
+    me.ok = (a->kind != SHOAL_COLL_ALLTOALL || a->sendbuf != a->recvbuf || scratch) &&
+            export_buf(ops, send, call->in_bytes, &dev2, &me.send) &&
+            export_buf(ops, a->recvbuf, call->out_bytes, &dev2, &me.recv);
     direct_rec_t *all = calloc((size_t)n, sizeof(*all));
     char **ps = calloc((size_t)n, sizeof(*ps)), **pr = calloc((size_t)n, sizeof(*pr));
     shoal_status_t s = SHOAL_OK;
@@ -324,7 +404,7 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
             ok = (!all[q].send.size || ps[q]) && (!all[q].recv.size || pr[q]);
         }
     }
-    ps[r] = (char *)(uintptr_t)a->sendbuf;
+    ps[r] = (char *)(uintptr_t)send;
     pr[r] = a->recvbuf;
     s = inner(comm, call, SHOAL_COLL_ALLREDUCE, &ok, &all_ok, 1, SHOAL_INT32, SHOAL_MIN);
     if (s != SHOAL_OK)
@@ -358,11 +438,18 @@ void shoal_dev_direct_release(struct shoal_dev_comm *d)
         while (lists[i]) {
             shoal_dev_peer_mem_t *m = lists[i];
             lists[i] = m->next;
-            d->ops->ipc_close(m->mapped);
+            /* peer -1: this rank's own retired scratch. */
+            if (m->peer < 0)
+                d->ops->mem_free(m->mapped);
+            else
+                d->ops->ipc_close(m->mapped);
             free(m);
         }
     }
     d->peer_mems = d->peer_stale = NULL;
+    if (d->scratch)
+        d->ops->mem_free(d->scratch);
+    d->scratch = NULL;
     if (d->stream)
         d->ops->stream_destroy(d->stream);
     d->stream = NULL;

@@ -38,6 +38,9 @@ struct shoal_dev_comm {
     int stream_dev;
     shoal_dev_peer_mem_t *peer_mems;
     shoal_dev_peer_mem_t *peer_stale; /* replaced by a newer allocation */
+    void *scratch;        /* an in-place all-to-all's input, on scratch_dev */
+    size_t scratch_bytes;
+    int scratch_dev;
     int fallback_logged;
 };
 
