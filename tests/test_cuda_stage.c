@@ -17,11 +17,14 @@
  *   return, and the work queued behind the call on the same stream sees
  *   its result;
  * - a group is launched at its end, not before;
+ * - a rank that dies turns into an error on the others, whose streams go
+ *   on (both paths);
  * - without CUDA (no module, no driver, no device) the call is refused
  *   with the cause. */
 #include "cuda_user.h"
 #include "harness.h"
 
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -434,6 +437,49 @@ fail:
     return 1;
 }
 
+/* ---- a rank that dies ---- */
+
+/* Rank 1 dies before the call; the others' streams go on past it (the
+ * call's host side fails, its done flag still rises) and the failure,
+ * naming the dead rank's loss, is the communicator's async error. */
+static int rank_peer_dies(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    if (rank == 1)
+        raise(SIGKILL);
+    void *buf = cu_user_alloc(4096), *stream = cu_user_stream();
+    shoal_status_t s = shoal_allreduce_stream(buf, buf, 1024, SHOAL_FLOAT32, SHOAL_SUM, comm,
+                                              stream);
+    RANK_CHECK(s == SHOAL_OK || s == SHOAL_ERR_PEER, fail, "queueing: %s",
+               shoal_status_string(s));
+    cu_user_sync(stream);
+    shoal_status_t async = SHOAL_OK;
+    RANK_CHECK(shoal_comm_get_async_error(comm, &async) == SHOAL_OK, fail, "async error");
+    RANK_CHECK(async == SHOAL_ERR_PEER || async == SHOAL_ERR_TIMEOUT, fail,
+               "rank %d: async error %s after a peer died", rank, shoal_status_string(async));
+    cu_user_free(buf);
+    cu_user_stream_free(stream);
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_peer_dies(void **state)
+{
+    (void)state;
+    static const char *const paths[] = {"staged", "auto"};
+    harness_use_transport("shm", TEST_CHUNK);
+    for (int i = 0; i < 2; i++) {
+        harness_setenv("SHOAL_CUDA_PATH", paths[i]);
+        assert_int_equal(harness_run_ranks_victim(3, rank_peer_dies, NULL, 60, 1), 0);
+    }
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+}
+
 /* ---- cases ---- */
 
 static const int all_ranks[] = {1, 2, 3, 5, 8};
@@ -540,6 +586,7 @@ int main(void)
         cmocka_unit_test(test_colls_shm),
         cmocka_unit_test(test_colls_tcp),
         cmocka_unit_test(test_direct_refused),
+        cmocka_unit_test(test_peer_dies),
     };
     /* TEST_FILTER=name runs one case (for debugging). */
     if (getenv("TEST_FILTER"))
