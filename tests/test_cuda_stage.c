@@ -11,8 +11,9 @@
  *   (device to device through memory handles, falling back to staging
  *   where a rank's buffer is not device memory) and the staged one; fresh
  *   buffers for every case, so a handle cache that served freed memory
- *   would give wrong results; SHOAL_CUDA_PATH=direct refuses what it
- *   cannot do;
+ *   would give wrong results; SHOAL_CUDA_PATH=direct stages where a
+ *   rank cannot go direct; auto stages small calls and sends large ones
+ *   direct, by the cost model;
  * - the host never waits: a stream held behind a gate still lets the call
  *   return, and the work queued behind the call on the same stream sees
  *   its result;
@@ -23,6 +24,9 @@
  *   with the cause. */
 #include "cuda_user.h"
 #include "harness.h"
+
+#include "core/comm.h"
+#include "core/dev_priv.h"
 
 #include <signal.h>
 #include <stdatomic.h>
@@ -500,48 +504,76 @@ static void run_all(harness_rank_fn_t fn, const char *transport, const char *pat
     }
 }
 
-static void test_allreduce_direct(void **state) { (void)state; run_all(rank_allreduce, "shm", "auto"); }
+static void test_allreduce_direct(void **state) { (void)state; run_all(rank_allreduce, "shm", "direct"); }
 static void test_allreduce_shm(void **state) { (void)state; run_all(rank_allreduce, "shm", "staged"); }
 static void test_allreduce_tcp(void **state) { (void)state; run_all(rank_allreduce, "tcp", "staged"); }
-static void test_colls_direct(void **state) { (void)state; run_all(rank_colls, "shm", "auto"); }
+static void test_colls_direct(void **state) { (void)state; run_all(rank_colls, "shm", "direct"); }
 static void test_colls_shm(void **state) { (void)state; run_all(rank_colls, "shm", "staged"); }
 static void test_colls_tcp(void **state) { (void)state; run_all(rank_colls, "tcp", "staged"); }
 
-/* SHOAL_CUDA_PATH=direct on buffers that cannot go device to device (one
- * rank's is managed memory): refused on every rank, with the reason. */
-static int rank_direct_refused(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+/* SHOAL_CUDA_PATH=direct where one rank's buffer is managed memory, which
+ * its peers cannot open: every rank stages instead, with the right result. */
+static int rank_direct_fallback(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     (void)arg;
     shoal_comm_t comm;
     if (rank_open(rank, &comm, nranks, id))
         return 1;
-    int kind = rank == 1 ? MEM_MANAGED : MEM_DEVICE;
-    void *buf = mem_alloc(kind, 1024), *stream = cu_user_stream();
-    shoal_status_t s = shoal_allreduce_stream(buf, buf, 256, SHOAL_FLOAT32, SHOAL_SUM, comm,
-                                              stream);
-    RANK_CHECK(s == SHOAL_OK, fail, "queueing: %s", shoal_status_string(s));
-    cu_user_sync(stream);
-    /* The stream went on past the failed call, which recorded why. */
-    RANK_CHECK(strstr(shoal_comm_last_error(comm), "SHOAL_CUDA_PATH=direct"), fail,
-               "the error does not name the setting: %s", shoal_comm_last_error(comm));
-    shoal_status_t async = SHOAL_OK;
-    RANK_CHECK(shoal_comm_get_async_error(comm, &async) == SHOAL_OK, fail, "async error");
-    RANK_CHECK(async == SHOAL_ERR_UNSUPPORTED, fail, "rank %d: got %s", rank,
-               shoal_status_string(async));
-    mem_free(kind, buf);
+    void *stream = cu_user_stream();
+    int rc = check_allreduce(comm, stream, rank, nranks, rank == 1 ? MEM_MANAGED : MEM_DEVICE,
+                             SHOAL_FLOAT32, SHOAL_SUM, 3000, 0);
+    RANK_CHECK(rc == 0, fail, "rank %d: the fallback's result", rank);
+    RANK_CHECK(cu_user_launches("shoal_k_reduce") == 0, fail,
+               "rank %d: a reduction kernel ran though a rank could not go direct", rank);
     cu_user_stream_free(stream);
-    shoal_comm_abort(comm);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
     return 1;
 }
 
-static void test_direct_refused(void **state)
+static void test_direct_fallback(void **state)
 {
     (void)state;
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_CUDA_PATH", "direct");
-    int rc = harness_run_ranks(3, rank_direct_refused, NULL, 60);
+    int rc = harness_run_ranks(3, rank_direct_fallback, NULL, 60);
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+    assert_int_equal(rc, 0);
+}
+
+/* SHOAL_CUDA_PATH=auto: the cost model stages a one-element all-reduce
+ * (its host collective costs less than the direct path's four small ones)
+ * and sends a 16 MiB one device to device. */
+static int rank_auto_model(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    RANK_CHECK(check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
+                               1, 0) == 0, fail, "one element");
+    RANK_CHECK(comm->dev && comm->dev->staged_by_cost == 1 &&
+               cu_user_launches("shoal_k_reduce") == 0, fail,
+               "rank %d: one element was not staged by the cost model", rank);
+    RANK_CHECK(check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
+                               4u << 20, 0) == 0, fail, "16 MiB");
+    RANK_CHECK(comm->dev->staged_by_cost == 1 && cu_user_launches("shoal_k_reduce") > 0, fail,
+               "rank %d: 16 MiB did not go device to device", rank);
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_auto_model(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", "auto");
+    int rc = harness_run_ranks(3, rank_auto_model, NULL, 120);
     harness_setenv("SHOAL_CUDA_PATH", NULL);
     assert_int_equal(rc, 0);
 }
@@ -585,7 +617,8 @@ int main(void)
         cmocka_unit_test(test_colls_direct),
         cmocka_unit_test(test_colls_shm),
         cmocka_unit_test(test_colls_tcp),
-        cmocka_unit_test(test_direct_refused),
+        cmocka_unit_test(test_direct_fallback),
+        cmocka_unit_test(test_auto_model),
         cmocka_unit_test(test_peer_dies),
     };
     /* TEST_FILTER=name runs one case (for debugging). */

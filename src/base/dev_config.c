@@ -18,9 +18,10 @@ static const shoal_config_entry_t cuda_entries[] = {
             "operations (more is allocated while needed and given back)",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(cuda.stage_max)},
     {.name = "SHOAL_CUDA_PATH", .def = "auto",
-     .doc = "device buffers of ranks on one host: auto (device to device where every rank "
-            "can open its peers' memory, else staged through host memory), staged (always), "
-            "direct (device to device, and an error where it cannot be)",
+     .doc = "device buffers of ranks on one host: auto (device to device where the cost "
+            "model finds it cheaper and every rank can open its peers' memory, else staged "
+            "through host memory), staged (always), direct (device to device wherever every "
+            "rank can)",
      .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(cuda.path)},
 };
 

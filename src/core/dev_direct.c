@@ -157,31 +157,64 @@ static char *peer_ptr(struct shoal_dev_comm *d, struct shoal_comm *comm, int pee
     return (char *)m->mapped + b->offset;
 }
 
-/* Device memory of at least bytes on dev for an in-place all-to-all's
- * input, kept for the communicator's life (grown, never shrunk): freeing
- * may wait for the device's streams, and the caller's stream waits for
- * this call. NULL when there is none. */
+/* Scratch of at least bytes, kept for the communicator's life (grown,
+ * never shrunk): device memory on dev for an in-place all-to-all's input,
+ * or pinned host memory (dev -1) for staging a call. Nothing is freed
+ * while the caller's stream waits for this call, since freeing may wait
+ * for the device's streams: what a larger one replaces is retired like a
+ * peer's stale allocation and freed with the communicator. NULL when
+ * there is none. */
 static void *direct_scratch(struct shoal_dev_comm *d, int dev, size_t bytes)
 {
-    if (d->scratch && (d->scratch_dev != dev || d->scratch_bytes < bytes)) {
-        /* Retired like a peer's stale allocation: freed with the
-         * communicator. */
+    int host = dev < 0;
+    void **p = host ? &d->host_scratch : &d->scratch;
+    size_t *have = host ? &d->host_scratch_bytes : &d->scratch_bytes;
+    if (*p && ((!host && d->scratch_dev != dev) || *have < bytes)) {
         shoal_dev_peer_mem_t *m = calloc(1, sizeof(*m));
         if (!m)
             return NULL;
-        m->peer = -1;
-        m->mapped = d->scratch;
+        m->peer = host ? -2 : -1;
+        m->mapped = *p;
         m->next = d->peer_stale;
         d->peer_stale = m;
-        d->scratch = NULL;
+        *p = NULL;
     }
-    if (!d->scratch) {
-        if (d->ops->mem_alloc(dev, bytes, &d->scratch) != SHOAL_OK)
-            return d->scratch = NULL;
-        d->scratch_dev = dev;
-        d->scratch_bytes = bytes;
+    if (!*p) {
+        shoal_status_t s = host ? d->ops->host_alloc(bytes, p) : d->ops->mem_alloc(dev, bytes, p);
+        if (s != SHOAL_OK)
+            return *p = NULL;
+        if (!host)
+            d->scratch_dev = dev;
+        *have = bytes;
     }
-    return d->scratch;
+    return *p;
+}
+
+/* The cost model's choice (SHOAL_CUDA_PATH=auto): the direct path's host
+ * side is four small collectives (the handles' all-gather, the agreement,
+ * two barriers) around its device copies; the staged path is the call
+ * itself on the host around copies to and from pinned memory. The model
+ * takes the copies of both as alike (each moves the call's bytes about
+ * once over a device link) and compares the host sides, with the
+ * estimates algorithm selection uses, which every rank computes alike: so
+ * every rank chooses the same. Small calls stage; large ones, whose host
+ * collective costs more than four small ones, go direct. */
+static int direct_pays(const struct shoal_comm *comm, const shoal_call_t *call)
+{
+    if (strcmp(shoal_config_get()->cuda.path, "auto"))
+        return 1;
+    uint8_t rec[sizeof(direct_rec_t)];
+    int32_t ok = 0;
+    shoal_call_t ag = {.args = {.kind = SHOAL_COLL_ALLGATHER, .sendbuf = rec, .recvbuf = rec,
+                                .count = sizeof(rec), .dtype = SHOAL_UINT8, .op = SHOAL_SUM}};
+    shoal_call_t agree = {.args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &ok, .recvbuf = &ok,
+                                   .count = 1, .dtype = SHOAL_INT32, .op = SHOAL_MIN}};
+    shoal_call_t bar = {.barrier = 1};
+    double direct = shoal_call_estimate(comm, &ag) + shoal_call_estimate(comm, &agree) +
+                    2 * shoal_call_estimate(comm, &bar);
+    shoal_call_t host = *call;
+    host.run = NULL;
+    return shoal_call_estimate(comm, &host) > direct;
 }
 
 /* Elements of block r of count cut into n. */
@@ -212,7 +245,7 @@ static shoal_status_t run_staged(struct shoal_dev_comm *d, struct shoal_comm *co
     size_t need = together ? span : (dev_in ? in : 0) + (dev_out ? out : 0);
     void *host = NULL;
     shoal_status_t s = SHOAL_OK;
-    if (need && ops->host_alloc(need, &host) != SHOAL_OK)
+    if (need && !(host = direct_scratch(d, -1, need)))
         return shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no pinned memory for %zu "
                                  "bytes: %s", call->what, need, ops->why());
     char *h_in = together ? (char *)host + (sp - base) : host;
@@ -239,8 +272,6 @@ static shoal_status_t run_staged(struct shoal_dev_comm *d, struct shoal_comm *co
             s = shoal_coll_failed(comm, s, "%s: cannot copy the result back: %s", call->what,
                                   ops->why());
     }
-    if (host)
-        ops->host_free(host);
     return s;
 }
 
@@ -372,6 +403,10 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
                                      "on device %d: %s", call->what, dev, ops->why());
         d->stream_dev = dev;
     }
+    if (!direct_pays(comm, call)) {
+        d->staged_by_cost++;
+        return run_staged(d, comm, call, d->stream);
+    }
     /* An in-place all-to-all would overwrite blocks its peers still read:
      * its input is read from a copy. */
     if (a->kind == SHOAL_COLL_ALLTOALL && a->sendbuf == a->recvbuf && call->in_bytes &&
@@ -411,10 +446,6 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
         goto out;
     if (all_ok) {
         s = run_direct(d, comm, call, ps, pr, d->stream);
-    } else if (!strcmp(shoal_config_get()->cuda.path, "direct")) {
-        s = shoal_coll_failed(comm, SHOAL_ERR_UNSUPPORTED, "%s: SHOAL_CUDA_PATH=direct, but a "
-                              "rank's buffers are not device memory its peers can open (or it "
-                              "cannot open theirs)", call->what);
     } else {
         if (!d->fallback_logged) {
             d->fallback_logged = 1;
@@ -438,9 +469,11 @@ void shoal_dev_direct_release(struct shoal_dev_comm *d)
         while (lists[i]) {
             shoal_dev_peer_mem_t *m = lists[i];
             lists[i] = m->next;
-            /* peer -1: this rank's own retired scratch. */
-            if (m->peer < 0)
+            /* peer -1, -2: this rank's own retired device, host scratch. */
+            if (m->peer == -1)
                 d->ops->mem_free(m->mapped);
+            else if (m->peer == -2)
+                d->ops->host_free(m->mapped);
             else
                 d->ops->ipc_close(m->mapped);
             free(m);
@@ -449,7 +482,9 @@ void shoal_dev_direct_release(struct shoal_dev_comm *d)
     d->peer_mems = d->peer_stale = NULL;
     if (d->scratch)
         d->ops->mem_free(d->scratch);
-    d->scratch = NULL;
+    if (d->host_scratch)
+        d->ops->host_free(d->host_scratch);
+    d->scratch = d->host_scratch = NULL;
     if (d->stream)
         d->ops->stream_destroy(d->stream);
     d->stream = NULL;

@@ -41,7 +41,10 @@ struct shoal_dev_comm {
     void *scratch;        /* an in-place all-to-all's input, on scratch_dev */
     size_t scratch_bytes;
     int scratch_dev;
+    void *host_scratch;   /* pinned memory for staging a call here */
+    size_t host_scratch_bytes;
     int fallback_logged;
+    unsigned long staged_by_cost; /* calls the cost model staged (for tests) */
 };
 
 
