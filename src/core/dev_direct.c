@@ -234,37 +234,31 @@ static shoal_status_t run_staged(struct shoal_dev_comm *d, struct shoal_comm *co
     const shoal_dev_ops_t *ops = d->ops;
     shoal_call_t c = *call;
     c.run = NULL;
-    size_t in = call->in_bytes, out = call->out_bytes;
-    int dev_in = in && shoal_dev_kind(call->args.sendbuf) == SHOAL_DEV_MEM_DEVICE;
-    int dev_out = out && shoal_dev_kind(call->args.recvbuf) == SHOAL_DEV_MEM_DEVICE;
     const char *sp = call->args.sendbuf;
     char *rp = call->args.recvbuf;
-    int together = (dev_in || dev_out) && in && out && sp < rp + out && rp < sp + in;
-    const char *base = together ? (sp < rp ? sp : rp) : NULL;
-    size_t span = together ? (size_t)((sp + in > rp + out ? sp + in : rp + out) - base) : 0;
-    size_t need = together ? span : (dev_in ? in : 0) + (dev_out ? out : 0);
+    size_t in = call->in_bytes, out = call->out_bytes;
+    shoal_dev_layout_t l;
+    shoal_dev_stage_layout(call, &l);
     void *host = NULL;
     shoal_status_t s = SHOAL_OK;
-    if (need && !(host = direct_scratch(d, -1, need)))
+    if (l.need && !(host = direct_scratch(d, -1, l.need)))
         return shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no pinned memory for %zu "
-                                 "bytes: %s", call->what, need, ops->why());
-    char *h_in = together ? (char *)host + (sp - base) : host;
-    char *h_out = together ? (char *)host + (rp - base) : (char *)host + (dev_in ? in : 0);
-    if (dev_in) {
+                                 "bytes: %s", call->what, l.need, ops->why());
+    char *h_in = (char *)host + l.in_off, *h_out = (char *)host + l.out_off;
+    if (l.dev_in) {
         s = ops->copy(h_in, sp, in, stream);
         if (s == SHOAL_OK)
             s = ops->stream_sync(stream);
-        c.args.sendbuf = h_in;
     }
-    if (dev_out || together)
-        c.args.recvbuf = h_out;
-    if (together)
+    if (l.dev_in || l.together)
         c.args.sendbuf = h_in;
+    if (l.dev_out || l.together)
+        c.args.recvbuf = h_out;
     if (s == SHOAL_OK)
         s = shoal_call_run(comm, &c);
     else
         s = shoal_coll_failed(comm, s, "%s: cannot stage: %s", call->what, ops->why());
-    if (s == SHOAL_OK && dev_out) {
+    if (s == SHOAL_OK && l.dev_out) {
         s = ops->copy(rp, h_out, out, stream);
         if (s == SHOAL_OK)
             s = ops->stream_sync(stream);

@@ -48,6 +48,16 @@ struct shoal_dev_comm {
 };
 
 
+/* Where call c's data goes in host memory: need payload bytes, with the
+ * input at in_off and the output at out_off; dev_in and dev_out say which
+ * side is device memory (the others the host reaches as they are), and
+ * together that an in-place call keeps both in one region, as they lie. */
+typedef struct {
+    size_t need, in_off, out_off;
+    int dev_in, dev_out, together;
+} shoal_dev_layout_t;
+void shoal_dev_stage_layout(const shoal_call_t *c, shoal_dev_layout_t *l);
+
 /* The direct path (dev_direct.c). Whether call takes it: a collective it
  * has a schedule for, on a communicator of one host, with the path not
  * set to staged. The answer depends only on what every rank sees alike.

@@ -115,15 +115,7 @@ static int spans_overlap(const char *a, size_t alen, const char *b, size_t blen)
     return alen && blen && a < b + blen && b < a + alen;
 }
 
-/* Where call c's data goes in its slot: *need_p payload bytes, with the
- * input at in_off and the output at out_off; dev_in and dev_out say which
- * side is device memory (the others the host reaches as they are). */
-typedef struct {
-    size_t need, in_off, out_off;
-    int dev_in, dev_out, together;
-} stage_layout_t;
-
-static void stage_layout(const shoal_call_t *c, stage_layout_t *l)
+void shoal_dev_stage_layout(const shoal_call_t *c, shoal_dev_layout_t *l)
 {
     const char *sp = c->args.sendbuf, *rp = c->args.recvbuf;
     size_t in = c->in_bytes, out = c->out_bytes;
@@ -148,7 +140,7 @@ static void stage_layout(const shoal_call_t *c, stage_layout_t *l)
 /* The stream side before the host's: the device input into the slot, then
  * the ready flag. */
 static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *c,
-                                const stage_layout_t *l)
+                                const shoal_dev_layout_t *l)
 {
     struct shoal_dev_slot *s = c->slot;
     shoal_status_t r = SHOAL_OK;
@@ -162,7 +154,7 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
 /* After the host's: wait for the done flag, the result out of the slot,
  * the free flag. Then c's args point at the host side's memory. */
 static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *c,
-                                 const stage_layout_t *l)
+                                 const shoal_dev_layout_t *l)
 {
     struct shoal_dev_slot *s = c->slot;
     unsigned char *pay = slot_payload(s);
@@ -189,7 +181,7 @@ shoal_status_t shoal_dev_stage(struct shoal_comm *comm, shoal_call_t *calls, siz
     if (!ops)
         return SHOAL_OK;
     struct shoal_dev_comm *d = dev_comm(comm, ops);
-    stage_layout_t *lay = calloc(ncalls, sizeof(*lay));
+    shoal_dev_layout_t *lay = calloc(ncalls, sizeof(*lay));
     if (!d || !lay) {
         free(lay);
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory", calls[0].what);
@@ -210,7 +202,7 @@ shoal_status_t shoal_dev_stage(struct shoal_comm *comm, shoal_call_t *calls, siz
         if (shoal_dev_direct_takes(comm, c))
             c->run = shoal_dev_direct_run;
         else
-            stage_layout(c, &lay[i]);
+            shoal_dev_stage_layout(c, &lay[i]);
         c->slot = slot_take(d, lay[i].need);
         if (!c->slot) {
             s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no pinned memory for %zu bytes "
