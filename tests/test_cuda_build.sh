@@ -161,8 +161,9 @@ int main(int argc, char **argv)
 #define SLOT(x) if (!ops->x) { printf("slot %s is NULL\n", #x); return 1; }
     SLOT(why) SLOT(open) SLOT(device_count) SLOT(classify) SLOT(device_of) SLOT(extent)
     SLOT(mem_alloc) SLOT(mem_free) SLOT(host_alloc) SLOT(host_free) SLOT(copy) SLOT(reduce)
-    SLOT(avg) SLOT(flag_write) SLOT(flag_wait) SLOT(stream_create) SLOT(stream_destroy)
-    SLOT(stream_sync) SLOT(ipc_get) SLOT(ipc_open) SLOT(ipc_close)
+    SLOT(avg) SLOT(convert) SLOT(flag_write) SLOT(flag_wait) SLOT(stream_create)
+    SLOT(stream_destroy) SLOT(stream_sync) SLOT(ipc_get) SLOT(ipc_open) SLOT(ipc_close)
+    SLOT(codec)
     shoal_status_t st = ops->open(argv[2]);
     printf("open: %d: %s\n", (int)st, ops->why());
     return st == SHOAL_ERR_UNSUPPORTED && strstr(ops->why(), "cannot load") ? 0 : 1;

@@ -1,7 +1,8 @@
 /* The CUDA module's table (base/dev_ops.h) entry by entry, loaded the way
  * libshoal loads it (base/dev.h): pointer kinds, memory, copies, the
  * reduction and AVG kernels for every dtype x op against the scalar
- * references, the stream flags (and the wait kernel used where a device
+ * references, the convert kernel between every pair of its types against
+ * base/dtype.h's conversions, the stream flags (and the wait kernel used where a device
  * has no stream memory operations), and memory handles opened by another
  * process. In make test the driver is the CPU stand-in of tests/cuda/
  * (its kernels run the very range functions of cuda/kern.h); make
@@ -156,6 +157,168 @@ static void test_reduce_kernels(void **state)
     free(got);
 }
 
+/* One element of a convert type, decoded to float32 and encoded from it
+ * with base/dtype.h's conversions: the host's side of convert. */
+static float convert_decode(const unsigned char *buf, shoal_dtype_t dt, size_t i)
+{
+    uint16_t h;
+    uint32_t u;
+    switch (dt) {
+    case SHOAL_FLOAT16: memcpy(&h, buf + 2 * i, 2); return shoal_f16_to_f32(h);
+    case SHOAL_BFLOAT16: memcpy(&h, buf + 2 * i, 2); return shoal_bf16_to_f32(h);
+    case SHOAL_FP8_E4M3: return shoal_e4m3_to_f32(buf[i]);
+    case SHOAL_FP8_E5M2: return shoal_e5m2_to_f32(buf[i]);
+    default: memcpy(&u, buf + 4 * i, 4); return shoal_bits_f32(u);
+    }
+}
+
+static void convert_encode(unsigned char *buf, shoal_dtype_t dt, size_t i, float f)
+{
+    uint16_t h;
+    uint32_t u;
+    switch (dt) {
+    case SHOAL_FLOAT16: h = shoal_f32_to_f16(f); memcpy(buf + 2 * i, &h, 2); break;
+    case SHOAL_BFLOAT16: h = shoal_f32_to_bf16(f); memcpy(buf + 2 * i, &h, 2); break;
+    case SHOAL_FP8_E4M3: buf[i] = shoal_f32_to_e4m3(f); break;
+    case SHOAL_FP8_E5M2: buf[i] = shoal_f32_to_e5m2(f); break;
+    default: u = shoal_f32_bits(f); memcpy(buf + 4 * i, &u, 4); break;
+    }
+}
+
+static uint32_t convert_bits(const unsigned char *buf, size_t es, size_t i)
+{
+    uint32_t v = 0;
+    for (size_t b = 0; b < es; b++)
+        v |= (uint32_t)buf[i * es + b] << (8 * b);
+    return v;
+}
+
+/* float32 bit patterns (each also taken negative) where the conversions
+ * have edges: zero, float32 subnormals (bf16 keeps them, rounding at its
+ * ties), the ties of each narrow type's rounding, normal and subnormal,
+ * its smallest normal, its largest finite value and the tie above it
+ * (infinity, or saturation for fp8), infinity and NaNs with small and
+ * large payloads. */
+static const uint32_t convert_specials[] = {
+    0x00000000, 0x00000001, 0x00008000, 0x00018000, 0x007fffff, 0x00800000,
+    0x3f800000, 0x40490fdb, 0x3dcccccd,
+    /* ties at 1: fp16, bf16, e4m3, e5m2 (down to even, then up) */
+    0x3f801000, 0x3f803000, 0x3f808000, 0x3f818000, 0x3f880000, 0x3f980000,
+    0x3f900000, 0x3fb00000,
+    /* fp16: subnormal ties, smallest subnormal and normal, max, the tie
+     * above it, just under that tie */
+    0x33000000, 0x33c00000, 0x33800000, 0x38800000, 0x477fe000, 0x477ff000, 0x477fefff,
+    /* e4m3: subnormal ties, smallest normal, max 448, 464, far above */
+    0x3a800000, 0x3b400000, 0x3c800000, 0x43e00000, 0x43e80000, 0x49742400,
+    /* e5m2 (whose smallest normal is fp16's): subnormal ties, max 57344,
+     * 61440 */
+    0x37000000, 0x37c00000, 0x47600000, 0x47700000,
+    /* bf16: max, the tie above it, float32's max */
+    0x7f7f0000, 0x7f7f8000, 0x7f7fffff,
+    /* infinity; NaNs: quiet, signalling with a small payload, others */
+    0x7f800000, 0x7fc00000, 0x7f800001, 0x7fa00000, 0x7fffffff, 0x7f802000,
+};
+
+/* convert between every pair of its five types, on device memory, bitwise
+ * against the host's conversions; then what it refuses. */
+static void test_convert(void **state)
+{
+    (void)state;
+    open_module();
+    static const shoal_dtype_t types[] = {SHOAL_FLOAT32, SHOAL_FLOAT16, SHOAL_BFLOAT16,
+                                          SHOAL_FP8_E4M3, SHOAL_FP8_E5M2};
+    const int ntypes = (int)(sizeof(types) / sizeof(types[0]));
+    const size_t nspecial = sizeof(convert_specials) / sizeof(convert_specials[0]);
+    const size_t count = 4099, max_bytes = count * 4;
+    unsigned char *src = malloc(max_bytes), *want = malloc(max_bytes), *got = malloc(max_bytes);
+    void *ds = cu_user_alloc(max_bytes), *dd = cu_user_alloc(max_bytes);
+    void *stream = NULL;
+    assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
+    unsigned long before = cu_user_launches(SHOAL_K_CONVERT);
+    uint32_t seed = 7;
+    for (int si = 0; si < ntypes; si++) {
+        shoal_dtype_t st = types[si];
+        size_t ses = shoal_dtype_bytes(st);
+        /* The specials as this type holds them, then a pattern of codes
+         * (every code of the 8-bit types), then float32 values of
+         * moderate size as this type holds them, then random bits. */
+        for (size_t i = 0; i < count * ses; i++)
+            src[i] = (unsigned char)harness_mix(seed++);
+        size_t i = 0;
+        for (size_t j = 0; j < 2 * nspecial; j++, i++)
+            convert_encode(src, st, i,
+                           shoal_bits_f32(convert_specials[j / 2] | (uint32_t)(j & 1) << 31));
+        for (uint32_t j = 0; j < 256; j++, i++)
+            for (size_t b = 0; b < ses; b++)
+                src[i * ses + b] = (unsigned char)j;
+        for (; i < 3 * count / 4; i++) {
+            uint32_t r = harness_mix(seed++);
+            uint32_t exp = 127 - 30 + (harness_mix(seed++) % 51);
+            convert_encode(src, st, i, shoal_bits_f32((r & 0x807fffffu) | exp << 23));
+        }
+        cu_user_htod(ds, src, count * ses);
+        for (int di = 0; di < ntypes; di++) {
+            shoal_dtype_t dt = types[di];
+            size_t des = shoal_dtype_bytes(dt);
+            for (size_t e = 0; e < count; e++) {
+                if (dt == st)
+                    memcpy(want + e * des, src + e * ses, des);
+                else
+                    convert_encode(want, dt, e, convert_decode(src, st, e));
+            }
+            memset(got, 0, count * des);
+            cu_user_htod(dd, got, count * des);
+            assert_int_equal(ops->convert(dd, dt, ds, st, count, stream), SHOAL_OK);
+            assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+            cu_user_dtoh(got, dd, count * des);
+            for (size_t e = 0; e < count; e++)
+                if (memcmp(got + e * des, want + e * des, des) != 0)
+                    fail_msg("%s to %s: element %zu (%#x) gives %#x, the host %#x",
+                             shoal_dtype_name(st), shoal_dtype_name(dt), e,
+                             (unsigned)convert_bits(src, ses, e),
+                             (unsigned)convert_bits(got, des, e),
+                             (unsigned)convert_bits(want, des, e));
+        }
+    }
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_CONVERT) - before,
+                         (unsigned long)(ntypes * ntypes));
+
+    /* Refused with the type named; nothing queued for them or for zero
+     * elements, whose buffers are not looked at. */
+    before = cu_user_launches(SHOAL_K_CONVERT);
+    assert_int_equal(ops->convert(dd, SHOAL_FLOAT64, ds, SHOAL_FLOAT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "SHOAL_FLOAT64"));
+    assert_int_equal(ops->convert(dd, SHOAL_FLOAT16, ds, SHOAL_FLOAT64, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "SHOAL_FLOAT64"));
+    assert_int_equal(ops->convert(dd, SHOAL_FLOAT32, ds, SHOAL_INT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "SHOAL_INT32"));
+    assert_int_equal(ops->convert(dd, SHOAL_INT32, ds, SHOAL_INT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(ops->convert(dd, SHOAL_DTYPE_COUNT, ds, SHOAL_FLOAT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(ops->convert(NULL, SHOAL_FLOAT16, ds, SHOAL_FLOAT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "NULL"));
+    assert_int_equal(ops->convert(dd, SHOAL_FLOAT16, NULL, SHOAL_FLOAT32, count, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "NULL"));
+    assert_int_equal(ops->convert(NULL, SHOAL_FLOAT16, NULL, SHOAL_FLOAT32, 0, stream),
+                     SHOAL_OK);
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_CONVERT) - before, 0);
+    assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
+    cu_user_free(ds);
+    cu_user_free(dd);
+    free(src);
+    free(want);
+    free(got);
+}
+
 /* The stream holds at flag_wait until the host's store, then writes its
  * own flag after the work before it. */
 static int rank_flags(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
@@ -299,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_flags_wait_kernel),
         cmocka_unit_test(test_ipc),
+        cmocka_unit_test(test_convert),
         cmocka_unit_test(test_kinds),
         cmocka_unit_test(test_reduce_kernels),
     };

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 2
+#define SHOAL_DEV_ABI 3
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -129,6 +129,13 @@ typedef struct shoal_dev_ops {
     /* dst[i] = src[i] / n, as shoal_avg_finish. */
     shoal_status_t (*avg)(void *dst, const void *src, size_t count, shoal_dtype_t dtype, int n,
                           void *stream);
+    /* dst[i] = src[i] converted from src_dtype to dst_dtype, for the
+     * floating types but float64 (float32, float16, bfloat16, fp8 e4m3
+     * and e5m2): through float32, with base/dtype.h's conversions (round
+     * to nearest even, as the host's), so the bits are the host's. The
+     * same dtype on both sides copies. */
+    shoal_status_t (*convert)(void *dst, shoal_dtype_t dst_dtype, const void *src,
+                              shoal_dtype_t src_dtype, size_t count, void *stream);
     /* Stream order against the host through a 32-bit flag in host_alloc
      * memory: flag_write stores value when the stream reaches it (after
      * the work queued before it is complete and visible to the host);

@@ -24,6 +24,7 @@
 #define SHOAL_K_WAIT "shoal_k_wait"
 #define SHOAL_K_WRITE "shoal_k_write"
 #define SHOAL_K_CODEC "shoal_k_codec"
+#define SHOAL_K_CONVERT "shoal_k_convert"
 
 /* dst[i] = a[i] op b[i]; AVG is SUM. */
 typedef struct {
@@ -40,6 +41,15 @@ typedef struct {
     uint64_t count;
     int32_t dtype, n;
 } shoal_k_avg_t;
+
+/* dst[i] = src[i] converted from src_dtype to dst_dtype (dev_ops.h's
+ * convert entry). */
+typedef struct {
+    void *dst;
+    const void *src;
+    uint64_t count;
+    int32_t dst_dtype, src_dtype;
+} shoal_k_convert_t;
 
 /* SHOAL_K_WAIT: one thread waits until (int32_t)(*flag - value) >= 0;
  * SHOAL_K_WRITE: one thread stores value into *flag after a system-wide
@@ -158,6 +168,66 @@ static inline SHOAL_HD void shoal_k_avg_range(const shoal_k_avg_t *k, uint64_t b
     case SHOAL_BFLOAT16: SHOAL_K_AVG_FLOAT(uint16_t, float, shoal_bf16_to_f32, shoal_f32_to_bf16) break;
     case SHOAL_FP8_E4M3: SHOAL_K_AVG_FLOAT(uint8_t, float, shoal_e4m3_to_f32, shoal_f32_to_e4m3) break;
     case SHOAL_FP8_E5M2: SHOAL_K_AVG_FLOAT(uint8_t, float, shoal_e5m2_to_f32, shoal_f32_to_e5m2) break;
+    default: break;
+    }
+}
+
+/* Bytes of one element of a type the convert kernel takes (float32,
+ * float16, bfloat16, fp8 e4m3 and e5m2); 0 for any other. */
+static inline SHOAL_HD uint32_t shoal_k_convert_bytes(int32_t dtype)
+{
+    switch (dtype) {
+    case SHOAL_FLOAT32: return 4;
+    case SHOAL_FLOAT16:
+    case SHOAL_BFLOAT16: return 2;
+    case SHOAL_FP8_E4M3:
+    case SHOAL_FP8_E5M2: return 1;
+    default: return 0;
+    }
+}
+
+#define SHOAL_K_CONVERT_LOOP(S, dec, D, enc)                                           \
+    {                                                                                  \
+        D *d = (D *)k->dst;                                                            \
+        const S *s = (const S *)k->src;                                                \
+        for (uint64_t i = begin; i < end; i += step)                                   \
+            d[i] = enc(dec(s[i]));                                                     \
+    }
+
+/* From a source type, decoded by dec, to each destination type. */
+#define SHOAL_K_CONVERT_TO(S, dec)                                                        \
+    switch (k->dst_dtype) {                                                               \
+    case SHOAL_FLOAT32: SHOAL_K_CONVERT_LOOP(S, dec, float, SHOAL_K_SAME) break;          \
+    case SHOAL_FLOAT16: SHOAL_K_CONVERT_LOOP(S, dec, uint16_t, shoal_f32_to_f16) break;   \
+    case SHOAL_BFLOAT16: SHOAL_K_CONVERT_LOOP(S, dec, uint16_t, shoal_f32_to_bf16) break; \
+    case SHOAL_FP8_E4M3: SHOAL_K_CONVERT_LOOP(S, dec, uint8_t, shoal_f32_to_e4m3) break;  \
+    case SHOAL_FP8_E5M2: SHOAL_K_CONVERT_LOOP(S, dec, uint8_t, shoal_f32_to_e5m2) break;  \
+    default: break;                                                                       \
+    }
+
+/* Through float32 with base/dtype.h's conversions, as the host converts.
+ * The same type on both sides copies the bits: a round trip through
+ * float32 would quiet a signalling NaN. The dtype switches are uniform
+ * across threads and sit outside the loops; a type the entry would refuse
+ * does nothing here. */
+static inline SHOAL_HD void shoal_k_convert_range(const shoal_k_convert_t *k, uint64_t begin,
+                                                  uint64_t end, uint64_t step)
+{
+    if (k->dst_dtype == k->src_dtype) {
+        switch (shoal_k_convert_bytes(k->src_dtype)) {
+        case 4: SHOAL_K_CONVERT_LOOP(uint32_t, SHOAL_K_SAME, uint32_t, SHOAL_K_SAME) break;
+        case 2: SHOAL_K_CONVERT_LOOP(uint16_t, SHOAL_K_SAME, uint16_t, SHOAL_K_SAME) break;
+        case 1: SHOAL_K_CONVERT_LOOP(uint8_t, SHOAL_K_SAME, uint8_t, SHOAL_K_SAME) break;
+        default: break;
+        }
+        return;
+    }
+    switch (k->src_dtype) {
+    case SHOAL_FLOAT32: SHOAL_K_CONVERT_TO(float, SHOAL_K_SAME) break;
+    case SHOAL_FLOAT16: SHOAL_K_CONVERT_TO(uint16_t, shoal_f16_to_f32) break;
+    case SHOAL_BFLOAT16: SHOAL_K_CONVERT_TO(uint16_t, shoal_bf16_to_f32) break;
+    case SHOAL_FP8_E4M3: SHOAL_K_CONVERT_TO(uint8_t, shoal_e4m3_to_f32) break;
+    case SHOAL_FP8_E5M2: SHOAL_K_CONVERT_TO(uint8_t, shoal_e5m2_to_f32) break;
     default: break;
     }
 }

@@ -22,6 +22,13 @@ extern "C" __global__ void shoal_k_avg(shoal_k_avg_t k)
     shoal_k_avg_range(&k, begin, k.count, stride);
 }
 
+extern "C" __global__ void shoal_k_convert(shoal_k_convert_t k)
+{
+    uint64_t begin = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    shoal_k_convert_range(&k, begin, k.count, stride);
+}
+
 /* Holds the stream until the host's release store makes the flag reach
  * value (compared with wrap-around, as cuStreamWaitValue32's GEQ). The
  * volatile load rereads host memory on every turn; the short sleep keeps

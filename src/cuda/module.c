@@ -282,6 +282,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .copy = shoal_cuda_copy,
     .reduce = shoal_cuda_reduce,
     .avg = shoal_cuda_avg,
+    .convert = shoal_cuda_convert,
     .flag_write = shoal_cuda_flag_write,
     .flag_wait = shoal_cuda_flag_wait,
     .stream_create = shoal_cuda_stream_create,

@@ -59,6 +59,8 @@ shoal_status_t shoal_cuda_reduce(void *dst, const void *a, const void *b, size_t
                                  shoal_dtype_t dtype, shoal_op_t op, void *stream);
 shoal_status_t shoal_cuda_avg(void *dst, const void *src, size_t count, shoal_dtype_t dtype,
                               int n, void *stream);
+shoal_status_t shoal_cuda_convert(void *dst, shoal_dtype_t dst_dtype, const void *src,
+                                  shoal_dtype_t src_dtype, size_t count, void *stream);
 shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *stream);
 shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream);
 shoal_status_t shoal_cuda_stream_create(int device, void **stream_p);

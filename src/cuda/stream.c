@@ -1,7 +1,7 @@
-/* The CUDA module's stream work: copies, the reduction kernels, the host
- * flags that order a stream against the host, and the streams
- * themselves. Every entry runs in the stream's own context, which the
- * driver requires of the kernels it launches there. */
+/* The CUDA module's stream work: copies, the reduction and conversion
+ * kernels, the host flags that order a stream against the host, and the
+ * streams themselves. Every entry runs in the stream's own context,
+ * which the driver requires of the kernels it launches there. */
 #include "module.h"
 #include "kern.h"
 
@@ -14,13 +14,14 @@
 #define SHOAL_CUDA_THREADS 256u
 #define SHOAL_CUDA_MAX_BLOCKS 1024u
 
-enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_CODEC, K_COUNT };
+enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_CODEC, K_CONVERT, K_COUNT };
 static const char *const k_names[K_COUNT] = {
     [K_REDUCE] = SHOAL_K_REDUCE,
     [K_AVG] = SHOAL_K_AVG,
     [K_WAIT] = SHOAL_K_WAIT,
     [K_WRITE] = SHOAL_K_WRITE,
     [K_CODEC] = SHOAL_K_CODEC,
+    [K_CONVERT] = SHOAL_K_CONVERT,
 };
 
 /* The kernels loaded into one context. A module belongs to the context it
@@ -232,6 +233,60 @@ shoal_status_t shoal_cuda_avg(void *dst, const void *src, size_t count, shoal_dt
     if (st != SHOAL_OK)
         return st;
     st = kernel_launch(cu, ctx, K_AVG, grid_blocks(count), SHOAL_CUDA_THREADS, &k, stream);
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+/* Refusals name the type as shoal.h does: the module does not link
+ * libshoal's shoal_dtype_name. */
+static shoal_status_t check_convert_dtype(const char *side, shoal_dtype_t dtype)
+{
+    static const char *const names[SHOAL_DTYPE_COUNT] = {
+        [SHOAL_INT8] = "SHOAL_INT8",         [SHOAL_UINT8] = "SHOAL_UINT8",
+        [SHOAL_INT32] = "SHOAL_INT32",       [SHOAL_UINT32] = "SHOAL_UINT32",
+        [SHOAL_INT64] = "SHOAL_INT64",       [SHOAL_UINT64] = "SHOAL_UINT64",
+        [SHOAL_FLOAT16] = "SHOAL_FLOAT16",   [SHOAL_FLOAT32] = "SHOAL_FLOAT32",
+        [SHOAL_FLOAT64] = "SHOAL_FLOAT64",   [SHOAL_BFLOAT16] = "SHOAL_BFLOAT16",
+        [SHOAL_FP8_E4M3] = "SHOAL_FP8_E4M3", [SHOAL_FP8_E5M2] = "SHOAL_FP8_E5M2",
+    };
+    shoal_status_t st = check_dtype("convert", dtype);
+    if (st != SHOAL_OK)
+        return st;
+    if (shoal_k_convert_bytes((int32_t)dtype) == 0)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
+                                "convert: %s dtype %s is not float32, float16, bfloat16 or fp8",
+                                side, names[dtype]);
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_cuda_convert(void *dst, shoal_dtype_t dst_dtype, const void *src,
+                                  shoal_dtype_t src_dtype, size_t count, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    shoal_status_t st = check_convert_dtype("dst", dst_dtype);
+    if (st == SHOAL_OK)
+        st = check_convert_dtype("src", src_dtype);
+    if (st != SHOAL_OK)
+        return st;
+    if (count == 0)
+        return SHOAL_OK;
+    if (!dst || !src)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "convert: NULL buffer");
+    shoal_k_convert_t k = {
+        .dst = dst,
+        .src = src,
+        .count = (uint64_t)count,
+        .dst_dtype = (int32_t)dst_dtype,
+        .src_dtype = (int32_t)src_dtype,
+    };
+    st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = kernel_launch(cu, ctx, K_CONVERT, grid_blocks(count), SHOAL_CUDA_THREADS, &k, stream);
     shoal_cuda_leave(&s);
     return st;
 }

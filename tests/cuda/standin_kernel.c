@@ -28,6 +28,7 @@ static const char *const standin_kernel_names[STANDIN_K_COUNT] = {
     [STANDIN_K_WAIT] = SHOAL_K_WAIT,
     [STANDIN_K_WRITE] = SHOAL_K_WRITE,
     [STANDIN_K_CODEC] = SHOAL_K_CODEC,
+    [STANDIN_K_CONVERT] = SHOAL_K_CONVERT,
 };
 
 static atomic_ulong standin_launches[STANDIN_K_COUNT];
@@ -106,6 +107,7 @@ static size_t standin_launch_args(standin_kernel_t which)
     case STANDIN_K_REDUCE: return sizeof(shoal_k_reduce_t);
     case STANDIN_K_AVG: return sizeof(shoal_k_avg_t);
     case STANDIN_K_CODEC: return sizeof(shoal_k_codec_t);
+    case STANDIN_K_CONVERT: return sizeof(shoal_k_convert_t);
     default: return sizeof(shoal_k_wait_t);
     }
 }
@@ -255,6 +257,18 @@ void standin_kernel_run(standin_op_t *op)
         uint64_t units = shoal_k_codec_units(k);
         if (units == 0 || standin_codec_reaches(op, k))
             shoal_k_codec_range(k, 0, units, 1);
+        break;
+    }
+    case STANDIN_K_CONVERT: {
+        /* Each side is checked with its own element size. */
+        const shoal_k_convert_t *k = &op->u.kernel.args.convert;
+        const void *dst = k->dst, *src = k->src;
+        size_t dst_elem = shoal_k_convert_bytes(k->dst_dtype),
+               src_elem = shoal_k_convert_bytes(k->src_dtype);
+        if (dst_elem == 0 || src_elem == 0 || k->count == 0 ||
+            (standin_kernel_reaches(op, &dst, 1, k->count, dst_elem) &&
+             standin_kernel_reaches(op, &src, 1, k->count, src_elem)))
+            shoal_k_convert_range(k, 0, k->count, 1);
         break;
     }
     case STANDIN_K_WAIT: {
