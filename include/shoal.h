@@ -628,6 +628,29 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p);
 
 /*
+ * The stream-ordered form, for device tensors (INT8 compressors; the
+ * others say SHOAL_ERR_UNSUPPORTED): sendbuf and recvbuf are device (or
+ * managed) memory of one device, and the call is queued on stream (a
+ * CUstream; NULL: the legacy default stream) as the other _stream forms
+ * are. The first such call moves the compressor's state (its residual) to
+ * that device, where it stays: the compressor's later calls are all
+ * stream-ordered, on buffers of that device, and queue one behind the
+ * other on one stream (or streams the caller orders) without the host
+ * waiting. Quantisation, error feedback and dequantisation run on the
+ * device and only the compressed wire crosses to host memory; the
+ * schedule is the two-shot one (each contribution quantised once, each
+ * owner's sum once), whatever the options' algo. info is written by the
+ * time the stream passes the call. Checkpoints wait for the stream and
+ * move the residual from and to the device, in the host compressor's
+ * format, so either kind restores the other's. A call that fails once its
+ * stream side is queued leaves the device residual undefined: get_state
+ * then says SHOAL_ERR_INVALID_ARG until set_state or reset.
+ */
+shoal_status_t shoal_allreduce_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
+                                                 void *recvbuf, shoal_op_t op,
+                                                 shoal_compress_info_t *info, void *stream);
+
+/*
  * Stateless int8 all-reduce: INT8 with the default block, nearest
  * rounding and no error feedback, for any float32/float16/bfloat16
  * buffer, without a compressor. info may be NULL.

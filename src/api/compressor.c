@@ -1,6 +1,7 @@
 /* Compressors: options, creation (with the check that every rank agrees),
  * checkpoints, and the compressed all-reduce (compressor.h). */
 #include "compressor.h"
+#include "compressor_priv.h"
 
 #include "compress/codec.h"
 #include "compress/powersgd.h"
@@ -9,33 +10,9 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define COMP_MAGIC 0x73686f616c636f6dull  /* "shoalcom" */
-#define STATE_MAGIC 0x73686f616c737431ull /* "shoalst1" */
-
-struct shoal_compressor {
-    uint64_t magic;
-    struct shoal_comm *comm;
-    shoal_compress_options_t opt;
-    size_t count;
-    shoal_dtype_t dtype;
-    int nranks;        /* comm's, kept: checkpoints outlive the communicator */
-    uint64_t hash;     /* of everything that must agree across ranks */
-    int collective;    /* made by shoal_compressor_create (not per call) */
-    uint64_t step;     /* successful calls so far */
-    float *res, *res_next;  /* error feedback, count each (or NULL) */
-    float *x;          /* fp32 input: the widened input, or PowerSGD's input plus
-                        * residual; NULL when sendbuf serves */
-    float *out;        /* fp32 result, when recvbuf is not fp32 */
-    float *scales;     /* TERNARY: one per block */
-    uint16_t *scales16; /* TERNARY: the same as bf16, for their all-reduce */
-    size_t nblocks;
-    shoal_psgd_t *psgd;
-    float *buf1, *buf2;
-    atomic_int busy;   /* a call issued and not yet run */
-};
 
 /* The inner state a checkpoint carries, after its header. */
 typedef struct {
@@ -138,6 +115,7 @@ static void comp_free(shoal_compressor_t c)
 {
     if (!c)
         return;
+    shoal_comp_dev_free(c);
     c->magic = 0;
     free(c->res);
     free(c->res_next);
@@ -172,6 +150,7 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     c->dtype = dtype;
     c->nranks = comm->team.nranks;
     c->hash = options_hash(o, count, dtype, layout);
+    atomic_init(&c->dev.lost, 0);
     int ok = 1;
     if (o->error_feedback) {
         ok &= (c->res = calloc(count ? count : 1, sizeof(float))) != NULL;
@@ -294,8 +273,11 @@ shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, si
 {
     size_t need;
     if (shoal_compressor_state_size(comp, &need) != SHOAL_OK || !buf || bytes != need ||
-        atomic_load(&comp->busy))
+        atomic_load(&comp->busy) || atomic_load(&comp->dev.lost))
         return SHOAL_ERR_INVALID_ARG;
+    shoal_status_t s = shoal_comp_dev_pull(comp);
+    if (s != SHOAL_OK)
+        return s;
     state_head_t h = {.magic = STATE_MAGIC, .hash = comp->hash,
                       .nranks = (uint64_t)comp->nranks, .step = comp->step,
                       .nres = state_nres(comp), .nq = state_nq(comp)};
@@ -331,7 +313,7 @@ shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *b
     p += h.nres * sizeof(float);
     if (h.nq)
         memcpy(shoal_psgd_state(comp->psgd), p, h.nq * sizeof(float));
-    return SHOAL_OK;
+    return shoal_comp_dev_push(comp);
 }
 
 shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
@@ -343,7 +325,7 @@ shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
         memset(comp->res, 0, comp->count * sizeof(float));
     if (comp->psgd)
         shoal_psgd_reset(comp->psgd);
-    return SHOAL_OK;
+    return shoal_comp_dev_push(comp);
 }
 
 /* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL:
@@ -427,13 +409,6 @@ static shoal_status_t share_scales(struct shoal_comm *comm, const shoal_call_t *
     return s;
 }
 
-/* This rank's stream of stochastic rounding: the seed mixed with the rank,
- * so that ranks round independently. */
-static uint64_t rank_seed(const shoal_compressor_t c, int rank)
-{
-    return c->opt.seed ^ ((uint64_t)rank + 1) * 0xd1342543de82ef95ull;
-}
-
 /* x: the fp32 input; res_in, res: the last and the new residual (NULL
  * without error feedback). The input plus the residual is never written
  * out: the scales read both, and the codec adds them as it encodes. */
@@ -444,7 +419,7 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
     shoal_codec_t codec = {
         .ops = &shoal_codec_int8, .block = c->opt.block,
         .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
-        .seed = rank_seed(c, comm->team.rank), .step = c->step,
+        .seed = shoal_comp_rank_seed(c, comm->team.rank), .step = c->step,
     };
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
@@ -527,11 +502,27 @@ static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *
     return SHOAL_OK;
 }
 
+void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
+                     uint64_t rx0, uint64_t step)
+{
+    const struct shoal_compressor *c = call->comp;
+    if (!call->info)
+        return;
+    uint64_t sent = comm->team.tx_bytes - tx0;
+    double n = comm->team.nranks;
+    double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
+    *call->info = (shoal_compress_info_t){
+        .bytes_sent = sent, .bytes_received = comm->team.rx_bytes - rx0,
+        .ratio = sent ? plain / (double)sent : 0, .step = step};
+}
+
 shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     shoal_compressor_t c = call->comp;
     const shoal_coll_args_t *a = &call->args;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
+    if (call->on_stream)
+        return shoal_comp_dev_run(comm, call);
     /* The input: the buffer itself, or (float16, bfloat16) a widened copy.
      * The residual is not added here: the codecs add it piece by piece as
      * they encode, PowerSGD in its first product's pass, so no pass over
@@ -553,45 +544,38 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
             c->res_next = c->res;
             c->res = res;
         }
-        if (call->info) {
-            uint64_t sent = comm->team.tx_bytes - tx0;
-            double n = comm->team.nranks;
-            double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
-            *call->info = (shoal_compress_info_t){
-                .bytes_sent = sent, .bytes_received = comm->team.rx_bytes - rx0,
-                .ratio = sent ? plain / (double)sent : 0, .step = c->step};
-        }
+        shoal_comp_info(comm, call, tx0, rx0, c->step);
         c->step++;
     }
     atomic_store(&c->busy, 0);
     return s;
 }
 
-/* Check and issue a call on comp (nb: with a request). */
+/* A refusal of a call on c, on its communicator. */
+static shoal_status_t comp_refuse(shoal_compressor_t c, const char *what, shoal_status_t st,
+                                  const char *problem)
+{
+    shoal_status_t s = shoal_comm_enter_any(c->comm, what);
+    if (s != SHOAL_OK)
+        return s;
+    s = shoal_comm_fail(c->comm, st, "%s: %s", what, problem);
+    shoal_comm_leave(c->comm);
+    return s;
+}
+
+/* Check and issue a call on comp (nb: with a request; on_stream: ordered
+ * with stream, its state on the device, compressor_dev.c). */
 static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const void *sendbuf,
                                  void *recvbuf, shoal_op_t op, shoal_compress_info_t *info,
-                                 int nb, shoal_request_t *req_p)
+                                 int nb, shoal_request_t *req_p, int on_stream, void *stream)
 {
     if (!comp_valid(c))
         return SHOAL_ERR_INVALID_ARG;
     struct shoal_comm *comm = c->comm;
     if (op != SHOAL_SUM && op != SHOAL_AVG) {
-        shoal_status_t s = shoal_comm_enter_any(comm, what);
-        if (s != SHOAL_OK)
-            return s;
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                            "%s: compression takes sum and avg only, not op %d", what, (int)op);
-        shoal_comm_leave(comm);
-        return s;
-    }
-    if (atomic_exchange(&c->busy, 1)) {
-        shoal_status_t s = shoal_comm_enter_any(comm, what);
-        if (s != SHOAL_OK)
-            return s;
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                            "%s: a call on this compressor is still in flight", what);
-        shoal_comm_leave(comm);
-        return s;
+        char why[64];
+        snprintf(why, sizeof(why), "compression takes sum and avg only, not op %d", (int)op);
+        return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG, why);
     }
     shoal_call_t call = {
         .what = what,
@@ -600,8 +584,32 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
         .comp = c,
         .run = shoal_compressor_run,
         .info = info,
+        .on_stream = on_stream,
+        .stream = stream,
     };
-    shoal_status_t s = shoal_call_issue(comm, &call, nb, req_p);
+    shoal_status_t s;
+    if (on_stream) {
+        if ((s = shoal_comm_enter_any(comm, what)) != SHOAL_OK)
+            return s;
+        s = shoal_comp_dev_prepare(c, &call);
+        shoal_comm_leave(comm);
+        if (s != SHOAL_OK)
+            return s;
+        s = shoal_call_issue(comm, &call, 0, NULL);
+        if (s == SHOAL_OK && c->count == 0 && info)
+            *info = (shoal_compress_info_t){.step = c->step};
+        if (s == SHOAL_OK)
+            shoal_comp_dev_queued(c, &call);
+        return s;
+    }
+    if (c->dev.ops)
+        return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG, "this compressor's state lives on "
+                           "a device: its calls are stream-ordered "
+                           "(shoal_allreduce_compressed_stream)");
+    if (atomic_exchange(&c->busy, 1))
+        return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG,
+                           "a call on this compressor is still in flight");
+    s = shoal_call_issue(comm, &call, nb, req_p);
     /* A call that was refused, or that moves nothing, never runs. */
     if (s != SHOAL_OK || c->count == 0) {
         if (s == SHOAL_OK && info)
@@ -616,7 +624,8 @@ shoal_status_t shoal_allreduce_compressed(shoal_compressor_t comp, const void *s
                                           void *recvbuf, shoal_op_t op,
                                           shoal_compress_info_t *info)
 {
-    return comp_issue("shoal_allreduce_compressed", comp, sendbuf, recvbuf, op, info, 0, NULL);
+    return comp_issue("shoal_allreduce_compressed", comp, sendbuf, recvbuf, op, info, 0, NULL,
+                      0, NULL);
 }
 
 shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
@@ -624,7 +633,15 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p)
 {
     return comp_issue("shoal_iallreduce_compressed", comp, sendbuf, recvbuf, op, info, 1,
-                      req_p);
+                      req_p, 0, NULL);
+}
+
+shoal_status_t shoal_allreduce_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
+                                                 void *recvbuf, shoal_op_t op,
+                                                 shoal_compress_info_t *info, void *stream)
+{
+    return comp_issue("shoal_allreduce_compressed_stream", comp, sendbuf, recvbuf, op, info, 0,
+                      NULL, 1, stream);
 }
 
 shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t count,
@@ -652,7 +669,7 @@ shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t c
     s = comp_new(comm, &o, count, dtype, NULL, &c);
     if (s != SHOAL_OK)
         return shoal_comm_fail(comm, s, "%s: no memory", what);
-    s = comp_issue(what, c, sendbuf, recvbuf, op, info, 0, NULL);
+    s = comp_issue(what, c, sendbuf, recvbuf, op, info, 0, NULL, 0, NULL);
     comp_free(c);
     return s;
 }
@@ -661,6 +678,9 @@ shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **
 {
     if (!comp_valid(comp) || !res_p)
         return SHOAL_ERR_INVALID_ARG;
+    shoal_status_t s = shoal_comp_dev_pull(comp);
+    if (s != SHOAL_OK)
+        return s;
     *res_p = comp->res;
     return SHOAL_OK;
 }

@@ -144,7 +144,9 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
 {
     struct shoal_dev_slot *s = c->slot;
     shoal_status_t r = SHOAL_OK;
-    if (l->dev_in)
+    if (c->stager)
+        r = c->stager->pre(ops, c, slot_payload(s));
+    else if (l->dev_in)
         r = ops->copy(slot_payload(s) + l->in_off, c->args.sendbuf, c->in_bytes, c->stream);
     if (r == SHOAL_OK)
         r = ops->flag_write(&s->flags[FLAG_READY], c->seq, c->stream);
@@ -159,10 +161,14 @@ static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *c,
     struct shoal_dev_slot *s = c->slot;
     unsigned char *pay = slot_payload(s);
     shoal_status_t r = ops->flag_wait(&s->flags[FLAG_DONE], c->seq, c->stream);
-    if (r == SHOAL_OK && l->dev_out)
+    if (r == SHOAL_OK && c->stager)
+        r = c->stager->post(ops, c, pay);
+    else if (r == SHOAL_OK && l->dev_out)
         r = ops->copy(c->args.recvbuf, pay + l->out_off, c->out_bytes, c->stream);
     if (r == SHOAL_OK)
         r = ops->flag_write(&s->flags[FLAG_FREE], c->seq, c->stream);
+    if (c->stager)
+        return r;
     if (l->dev_in || l->together)
         c->args.sendbuf = pay + l->in_off;
     if (l->dev_out || l->together)
@@ -198,8 +204,11 @@ shoal_status_t shoal_dev_stage(struct shoal_comm *comm, shoal_call_t *calls, siz
         if (!c->on_stream)
             continue;
         what = c->what;
-        /* The direct path moves the data itself: the stream only orders. */
-        if (shoal_dev_direct_takes(comm, c))
+        /* The direct path moves the data itself: the stream only orders.
+         * A call with a stager of its own stages in its own layout. */
+        if (c->stager)
+            lay[i].need = c->stager->need(c);
+        else if (shoal_dev_direct_takes(comm, c))
             c->run = shoal_dev_direct_run;
         else
             shoal_dev_stage_layout(c, &lay[i]);

@@ -14,6 +14,24 @@
 #include "algos/algo.h"
 #include "comm.h"
 
+struct shoal_call;
+struct shoal_dev_ops;
+
+/* A call's own stream side on the staged path (dev_stage.c), in place of
+ * the plain copies between its buffers and the pinned slot: need gives
+ * the slot's payload bytes; pre queues on the call's stream what comes
+ * before the host side (it may write the payload), post what comes after
+ * the host side's done flag (it may read the payload), and points the
+ * call's args where the host side (call->run) finds its data. Called on
+ * the issuing thread, in the order of the calls' streams. */
+typedef struct shoal_dev_stager {
+    size_t (*need)(const struct shoal_call *call);
+    shoal_status_t (*pre)(const struct shoal_dev_ops *ops, const struct shoal_call *call,
+                          unsigned char *payload);
+    shoal_status_t (*post)(const struct shoal_dev_ops *ops, struct shoal_call *call,
+                           unsigned char *payload);
+} shoal_dev_stager_t;
+
 /* One recorded call. */
 typedef struct shoal_call {
     shoal_coll_args_t args;
@@ -44,6 +62,10 @@ typedef struct shoal_call {
     void *stream;
     struct shoal_dev_slot *slot;
     uint32_t seq;
+    /* NULL: the plain copies. A compressor's stream-ordered call sets its
+     * own, with the compressor's step as of the call. */
+    const shoal_dev_stager_t *stager;
+    uint64_t comp_step;
 } shoal_call_t;
 
 /* The scalar of a pre-multiplied call, as of now. */

@@ -1,0 +1,402 @@
+/* Compressed all-reduces of device tensors (shoal_allreduce_compressed_stream):
+ * INT8 with its error feedback on the device, through the staged path of
+ * stream-ordered calls (core/dev_stage.h) with a stager of its own, so
+ * that only the compressed wire crosses between device and host.
+ *
+ * The schedule is the two-shot one (algos/twoshot.c's), cut into n chunks
+ * of whole codec blocks, chunk j belonging to rank j:
+ * - on the stream, before the host side: the input (widened to fp32 on
+ *   the device for float16 and bfloat16) plus the last residual is
+ *   encoded chunk by chunk into the pinned slot, except this rank's own
+ *   chunk, which goes there exactly, in fp32; the encode writes the new
+ *   residual of those values on the device;
+ * - on the host (call->run, on the progress thread): an all-to-all brings
+ *   every rank's encoded contribution to the chunk's owner, who adds their
+ *   decoded values to its own exact ones in a fixed order (rank me-1
+ *   first, as twoshot.c), quantises the sum once (its residual: the sum
+ *   minus its decoded value) and all-gathers the encoded sums;
+ * - on the stream, after the host side: every chunk decoded into the
+ *   result on the device (AVG divides by n there; float16 and bfloat16
+ *   narrowed there), and the owner's residual of its chunk copied in.
+ * Every rank decodes the same bytes, so all end with the same bits. A rank
+ * alone returns its input plus residual exactly (residual 0), as the host
+ * path does.
+ *
+ * The residuals and the step a call uses are fixed when it is queued, and
+ * the next call's follow at once, so calls on one compressor queue one
+ * behind the other on one stream without waiting for each other. A call
+ * that fails after its stream side was queued leaves the device residual
+ * undefined: the compressor remembers it (dev.lost), and its checkpoint
+ * refuses until set_state or reset. */
+#include "compressor_priv.h"
+
+#include "compress/codec.h"
+#include "core/comm.h"
+
+#include <string.h>
+
+/* Where a call's data lies in its slot's payload (bytes). */
+typedef struct {
+    int n, me;
+    size_t cw, cl;                /* wire bytes and values of the largest chunk */
+    size_t w_in, w_rx, w_own, w_out; /* n * cw each, but w_own: cw */
+    size_t mine, tmp, sum, err;   /* cl floats each */
+    size_t need;
+} dev_lay_t;
+
+static size_t up64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
+static shoal_codec_t codec_of(const struct shoal_compressor *c, int rank, uint64_t step)
+{
+    return (shoal_codec_t){
+        .ops = &shoal_codec_int8, .block = c->opt.block,
+        .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+        .seed = shoal_comp_rank_seed(c, rank), .step = step,
+    };
+}
+
+/* Chunk j: blocks nb j / n .. nb (j + 1) / n of the nb codec blocks. */
+static void chunk_of(const struct shoal_compressor *c, int n, int j, size_t *lo, size_t *len)
+{
+    size_t b = c->opt.block, nb = c->count / b + (c->count % b != 0);
+    size_t b0 = nb * (size_t)j / (size_t)n, b1 = nb * ((size_t)j + 1) / (size_t)n;
+    size_t hi = b1 * b < c->count ? b1 * b : c->count;
+    *lo = b0 * b;
+    *len = hi > *lo ? hi - *lo : 0;
+}
+
+static void lay_of(const struct shoal_compressor *c, dev_lay_t *l)
+{
+    shoal_codec_t codec = codec_of(c, 0, 0);
+    memset(l, 0, sizeof(*l));
+    l->n = c->nranks;
+    l->me = c->comm->team.rank;
+    for (int j = 0; j < l->n; j++) {
+        size_t lo, len;
+        chunk_of(c, l->n, j, &lo, &len);
+        if (len > l->cl)
+            l->cl = len;
+    }
+    l->cw = codec.ops->wire_bytes(&codec, l->cl);
+    size_t wires = up64((size_t)l->n * l->cw), floats = up64(l->cl * sizeof(float));
+    l->w_in = 0;
+    l->w_rx = l->w_in + wires;
+    l->w_out = l->w_rx + wires;
+    l->w_own = l->w_out + wires;
+    l->mine = l->w_own + up64(l->cw);
+    l->tmp = l->mine + floats;
+    l->sum = l->tmp + floats;
+    l->err = l->sum + floats;
+    l->need = l->err + floats;
+}
+
+static size_t stage_need(const shoal_call_t *call)
+{
+    dev_lay_t l;
+    lay_of(call->comp, &l);
+    return l.need;
+}
+
+static shoal_dev_codec_args_t dev_codec_of(const struct shoal_compressor *c, int rank,
+                                           uint64_t step, shoal_dev_codec_op_t op)
+{
+    shoal_codec_t h = codec_of(c, rank, step);
+    return (shoal_dev_codec_args_t){.op = op, .kind = SHOAL_DEV_CODEC_INT8, .block = h.block,
+                                    .round = (int)h.round, .seed = h.seed, .step = h.step};
+}
+
+/* Before the host side: the contributions to the others' chunks encoded
+ * into w_in, this rank's own chunk exact into mine. */
+static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    const float *res_in = call->args.residual_in;
+    float *res = call->args.residual;
+    const float *x = call->args.sendbuf;
+    void *st = call->stream;
+    dev_lay_t l;
+    size_t lo, len;
+    shoal_status_t r = SHOAL_OK;
+    lay_of(c, &l);
+    if (c->dtype != SHOAL_FLOAT32) {
+        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count, st);
+        x = c->dev.x;
+    }
+    for (int j = 0; j < l.n && r == SHOAL_OK; j++) {
+        chunk_of(c, l.n, j, &lo, &len);
+        if (j == l.me || len == 0)
+            continue;
+        shoal_dev_codec_args_t a = dev_codec_of(c, l.me, call->comp_step,
+                                                SHOAL_DEV_CODEC_ENCODE);
+        a.wire_out = pay + l.w_in + (size_t)j * l.cw;
+        a.src = x + lo;
+        a.addend = res_in ? res_in + lo : NULL;
+        a.residual = res ? res + lo : NULL;
+        a.count = len;
+        a.first = lo;
+        r = ops->codec(&a, st);
+    }
+    chunk_of(c, l.n, l.me, &lo, &len);
+    if (r == SHOAL_OK && len > 0) {
+        r = res_in ? ops->reduce(pay + l.mine, x + lo, res_in + lo, len, SHOAL_FLOAT32,
+                                 SHOAL_SUM, st)
+                   : ops->copy(pay + l.mine, x + lo, len * sizeof(float), st);
+    }
+    return r;
+}
+
+/* After the host side: the encoded sums decoded into the result, the
+ * owner's residual of its chunk. The host side finds its data in the
+ * payload. */
+static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                 unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    float *res = call->args.residual;
+    float *out = c->dtype == SHOAL_FLOAT32 ? call->args.recvbuf : c->dev.x;
+    void *st = call->stream;
+    dev_lay_t l;
+    size_t lo, len;
+    shoal_status_t r = SHOAL_OK;
+    lay_of(c, &l);
+    if (l.n == 1)
+        r = ops->copy(out, pay + l.sum, c->count * sizeof(float), st);
+    for (int j = 0; l.n > 1 && j < l.n && r == SHOAL_OK; j++) {
+        chunk_of(c, l.n, j, &lo, &len);
+        if (len == 0)
+            continue;
+        shoal_dev_codec_args_t a = dev_codec_of(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        a.wire_in = pay + l.w_out + (size_t)j * l.cw;
+        a.dst = out + lo;
+        a.count = len;
+        a.first = lo;
+        r = ops->codec(&a, st);
+    }
+    if (r == SHOAL_OK && l.n > 1 && call->args.op == SHOAL_AVG)
+        r = ops->avg(out, out, c->count, SHOAL_FLOAT32, l.n, st);
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
+        r = ops->convert(call->args.recvbuf, c->dtype, out, SHOAL_FLOAT32, c->count, st);
+    chunk_of(c, l.n, l.me, &lo, &len);
+    if (r == SHOAL_OK && res && len > 0)
+        r = ops->copy(res + lo, pay + l.err, len * sizeof(float), st);
+    call->args.sendbuf = pay;
+    call->args.recvbuf = pay;
+    return r;
+}
+
+static const shoal_dev_stager_t comp_stager = {
+    .need = stage_need,
+    .pre = stage_pre,
+    .post = stage_post,
+};
+
+/* One inner call moving bytes of the payload; the compressor's signature
+ * kind keeps it from matching a plain collective elsewhere. */
+static shoal_status_t inner_bytes(struct shoal_comm *comm, const shoal_call_t *call,
+                                  shoal_coll_kind_t kind, const void *send, void *recv,
+                                  size_t bytes)
+{
+    shoal_call_t c = {
+        .what = call->what,
+        .args = {.kind = kind, .sendbuf = send, .recvbuf = recv, .count = bytes,
+                 .dtype = SHOAL_UINT8, .op = SHOAL_SUM},
+        .sig_kind = SHOAL_SIG_COMPRESSOR,
+    };
+    return shoal_call_run(comm, &c);
+}
+
+shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    unsigned char *pay = call->args.recvbuf;
+    uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
+    dev_lay_t l;
+    size_t lo, len;
+    lay_of(c, &l);
+    chunk_of(c, l.n, l.me, &lo, &len);
+    float *sum = (float *)(pay + l.sum), *err = (float *)(pay + l.err);
+    float *tmp = (float *)(pay + l.tmp);
+    memcpy(sum, pay + l.mine, len * sizeof(float));
+    shoal_status_t s = SHOAL_OK;
+    if (l.n == 1) {
+        memset(err, 0, len * sizeof(float));
+    } else {
+        s = inner_bytes(comm, call, SHOAL_COLL_ALLTOALL, pay + l.w_in, pay + l.w_rx, l.cw);
+        for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
+            int from = (l.me - k + l.n) % l.n;
+            shoal_codec_t cd = codec_of(c, from, call->comp_step);
+            cd.ops->decode(&cd, tmp, pay + l.w_rx + (size_t)from * l.cw, len, lo);
+            for (size_t i = 0; i < len; i++)
+                sum[i] = sum[i] + tmp[i];
+        }
+        if (s == SHOAL_OK) {
+            shoal_codec_t own = codec_of(c, l.me, call->comp_step);
+            own.ops->encode(&own, pay + l.w_own, sum, NULL, err, len, lo);
+            s = inner_bytes(comm, call, SHOAL_COLL_ALLGATHER, pay + l.w_own, pay + l.w_out,
+                            l.cw);
+        }
+    }
+    if (s == SHOAL_OK)
+        shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
+    else
+        atomic_store(&c->dev.lost, 1);
+    return s;
+}
+
+/* Where p lives: its device, or -1 when the device cannot reach it as a
+ * compressor's kernels need (host memory). */
+static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
+{
+    shoal_dev_mem_t kind;
+    int device;
+    if (!p || ops->classify(p, &kind, &device) != SHOAL_OK)
+        return -1;
+    return kind == SHOAL_DEV_MEM_DEVICE || kind == SHOAL_DEV_MEM_MANAGED ? device : -1;
+}
+
+static void free_buffers(const shoal_dev_ops_t *ops, shoal_comp_dev_t *d)
+{
+    if (d->res)
+        ops->mem_free(d->res);
+    if (d->res_next)
+        ops->mem_free(d->res_next);
+    if (d->x)
+        ops->mem_free(d->x);
+    if (d->host)
+        ops->host_free(d->host);
+    d->res = d->res_next = d->x = d->host = NULL;
+}
+
+/* The state moves to device on the first call: the residual as the host
+ * holds it (zero, or what set_state put there), through pinned memory, so
+ * that the copy waits for nothing on the host: the stream may be held
+ * behind work the caller queued. */
+static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_dev_ops_t *ops,
+                                      int device, void *stream)
+{
+    shoal_comp_dev_t *d = &c->dev;
+    size_t bytes = (c->count ? c->count : 1) * sizeof(float);
+    shoal_status_t r = SHOAL_OK;
+    if (c->res) {
+        r = ops->mem_alloc(device, bytes, (void **)&d->res);
+        if (r == SHOAL_OK)
+            r = ops->mem_alloc(device, bytes, (void **)&d->res_next);
+        if (r == SHOAL_OK)
+            r = ops->host_alloc(bytes, (void **)&d->host);
+    }
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
+        r = ops->mem_alloc(device, bytes, (void **)&d->x);
+    if (r == SHOAL_OK && c->res) {
+        memcpy(d->host, c->res, c->count * sizeof(float));
+        r = ops->copy(d->res, d->host, c->count * sizeof(float), stream);
+    }
+    if (r != SHOAL_OK) {
+        /* A copy that failed to queue left nothing on the stream. */
+        free_buffers(ops, d);
+        return r;
+    }
+    d->ops = ops;
+    d->device = device;
+    d->stream = stream;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_comp_dev_prepare(struct shoal_compressor *c, shoal_call_t *call)
+{
+    struct shoal_comm *comm = c->comm;
+    const char *what = call->what;
+    const shoal_dev_ops_t *ops = shoal_dev_get();
+    if (!ops)
+        return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: a stream-ordered call needs "
+                               "CUDA: %s", what, shoal_dev_why());
+    if (c->opt.kind != SHOAL_COMPRESS_INT8)
+        return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: only INT8 compressors take "
+                               "device tensors (this one's kind is %d: host buffers, through "
+                               "shoal_allreduce_compressed)", what, (int)c->opt.kind);
+    if (atomic_load(&c->busy))
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: a host call on this "
+                               "compressor is still in flight", what);
+    int sdev = buffer_device(ops, call->args.sendbuf);
+    int rdev = buffer_device(ops, call->args.recvbuf);
+    if (sdev < 0 || rdev != sdev)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: sendbuf %p and recvbuf %p "
+                               "must be device (or managed) memory of one device (here "
+                               "devices %d and %d; -1: host memory)", what, call->args.sendbuf,
+                               call->args.recvbuf, sdev, rdev);
+    if (c->dev.ops && sdev != c->dev.device)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: the buffers are on device "
+                               "%d, and the compressor's state on device %d", what, sdev,
+                               c->dev.device);
+    if (!c->dev.ops) {
+        shoal_status_t r = state_to_device(c, ops, sdev, call->stream);
+        if (r != SHOAL_OK)
+            return shoal_comm_fail(comm, r, "%s: cannot keep the compressor's state on device "
+                                   "%d: %s", what, sdev, ops->why());
+    }
+    call->stager = &comp_stager;
+    call->args.residual_in = c->dev.res;
+    call->args.residual = c->dev.res_next;
+    call->comp_step = c->step;
+    return SHOAL_OK;
+}
+
+void shoal_comp_dev_queued(struct shoal_compressor *c, const shoal_call_t *call)
+{
+    shoal_comp_dev_t *d = &c->dev;
+    if (d->res) {
+        float *t = d->res;
+        d->res = d->res_next;
+        d->res_next = t;
+    }
+    d->stream = call->stream;
+    c->step++;
+}
+
+static shoal_status_t dev_move(struct shoal_compressor *c, int to_host)
+{
+    shoal_comp_dev_t *d = &c->dev;
+    if (!d->ops)
+        return SHOAL_OK;
+    shoal_status_t r = d->ops->stream_sync(d->stream);
+    if (r != SHOAL_OK || !c->res)
+        return r;
+    size_t bytes = c->count * sizeof(float);
+    if (!to_host)
+        memcpy(d->host, c->res, bytes);
+    r = to_host ? d->ops->copy(d->host, d->res, bytes, d->stream)
+                : d->ops->copy(d->res, d->host, bytes, d->stream);
+    if (r == SHOAL_OK)
+        r = d->ops->stream_sync(d->stream);
+    if (r == SHOAL_OK && to_host)
+        memcpy(c->res, d->host, bytes);
+    return r;
+}
+
+shoal_status_t shoal_comp_dev_pull(struct shoal_compressor *c)
+{
+    return dev_move(c, 1);
+}
+
+shoal_status_t shoal_comp_dev_push(struct shoal_compressor *c)
+{
+    shoal_status_t r = dev_move(c, 0);
+    if (r == SHOAL_OK)
+        atomic_store(&c->dev.lost, 0);
+    return r;
+}
+
+void shoal_comp_dev_free(struct shoal_compressor *c)
+{
+    shoal_comp_dev_t *d = &c->dev;
+    if (!d->ops)
+        return;
+    /* Queued calls may still read them. */
+    d->ops->stream_sync(d->stream);
+    free_buffers(d->ops, d);
+    d->ops = NULL;
+    d->stream = NULL;
+}

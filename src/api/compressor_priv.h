@@ -1,0 +1,83 @@
+/* A compressor's record, shared by compressor.c (options, host calls,
+ * checkpoints) and compressor_dev.c (stream-ordered calls on device
+ * tensors, whose state lives on the device). */
+#ifndef SHOAL_COMPRESSOR_PRIV_H
+#define SHOAL_COMPRESSOR_PRIV_H
+
+#include "compressor.h"
+
+#include "base/dev.h"
+#include "compress/powersgd.h"
+
+#include <stdatomic.h>
+
+#define COMP_MAGIC 0x73686f616c636f6dull  /* "shoalcom" */
+#define STATE_MAGIC 0x73686f616c737431ull /* "shoalst1" */
+
+/* The state on a device, from the first stream-ordered call on. */
+typedef struct {
+    const shoal_dev_ops_t *ops; /* NULL while the state is on the host */
+    int device;
+    float *res, *res_next;      /* error feedback: count floats each (or NULL) */
+    float *x;                   /* fp32 input and result for float16 and bfloat16 */
+    float *host;                /* pinned: the residual on its way to and from the host */
+    void *stream;               /* the last stream-ordered call's */
+    /* A call failed after its stream side was queued: the residual the
+     * stream wrote is not the call's. Cleared by set_state and reset. */
+    atomic_int lost;
+} shoal_comp_dev_t;
+
+struct shoal_compressor {
+    uint64_t magic;
+    struct shoal_comm *comm;
+    shoal_compress_options_t opt;
+    size_t count;
+    shoal_dtype_t dtype;
+    int nranks;        /* comm's, kept: checkpoints outlive the communicator */
+    uint64_t hash;     /* of everything that must agree across ranks */
+    int collective;    /* made by shoal_compressor_create (not per call) */
+    uint64_t step;     /* successful calls so far (queued ones, on a stream) */
+    float *res, *res_next;  /* error feedback, count each (or NULL); with the
+                             * state on a device, res is its host copy */
+    float *x;          /* fp32 input: the widened input, or PowerSGD's input plus
+                        * residual; NULL when sendbuf serves */
+    float *out;        /* fp32 result, when recvbuf is not fp32 */
+    float *scales;     /* TERNARY: one per block */
+    uint16_t *scales16; /* TERNARY: the same as bf16, for their all-reduce */
+    size_t nblocks;
+    shoal_psgd_t *psgd;
+    float *buf1, *buf2;
+    atomic_int busy;   /* a host call issued and not yet run */
+    shoal_comp_dev_t dev;
+};
+
+/* This rank's stream of stochastic rounding: the seed mixed with the rank,
+ * so that ranks round independently. */
+static inline uint64_t shoal_comp_rank_seed(const struct shoal_compressor *c, int rank)
+{
+    return c->opt.seed ^ ((uint64_t)rank + 1) * 0xd1342543de82ef95ull;
+}
+
+/* call->info (when set) after a successful call: the bytes comm's links
+ * moved since tx0 and rx0, and the compressor's step as of the call. */
+void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
+                     uint64_t rx0, uint64_t step);
+
+/* compressor_dev.c. Ready call (a stream-ordered call on c, checked by the
+ * caller for its op) for the staged path: the checks of its buffers, the
+ * state moved to their device on the first call, the stager, the
+ * residuals and step as of the call. Fails with the reason on comm. */
+shoal_status_t shoal_comp_dev_prepare(struct shoal_compressor *c, shoal_call_t *call);
+/* After call was queued: the next call's residuals and step. */
+void shoal_comp_dev_queued(struct shoal_compressor *c, const shoal_call_t *call);
+/* The host side of a stream-ordered call (call->run). */
+shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call);
+/* With the state on a device: wait for the last call's stream, then copy
+ * the device residual into c->res (pull) or c->res into it (push).
+ * SHOAL_OK at once while the state is on the host. */
+shoal_status_t shoal_comp_dev_pull(struct shoal_compressor *c);
+shoal_status_t shoal_comp_dev_push(struct shoal_compressor *c);
+/* Free the device state, after the last call's stream. */
+void shoal_comp_dev_free(struct shoal_compressor *c);
+
+#endif

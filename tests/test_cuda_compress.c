@@ -1,0 +1,497 @@
+/* Compressed all-reduces of device tensors (shoal_allreduce_compressed_stream,
+ * api/compressor_dev.c), over forked ranks on shared memory and tcp. In
+ * make test the driver is the CPU stand-in of tests/cuda/, which runs the
+ * module's kernels' own element functions; make test-gpu runs the same
+ * binary on the real driver.
+ *
+ * - INT8, float32, float16 and bfloat16, SUM and AVG, error feedback on
+ *   and off, nearest and stochastic rounding, blocks 32, 64 and 128,
+ *   counts 1, odd and multi-block, in place and not, 1 to 8 ranks, three
+ *   calls in a row on one compressor (the residual and the step carried
+ *   on the device): the result and every rank's residual are bitwise
+ *   those of a model of the schedule built here from the host codec, on
+ *   every rank's input; summed over the ranks, the inputs and the last
+ *   residuals are the result and the new residuals, up to fp32 rounding
+ *   (error feedback loses nothing);
+ * - stream order: the call returns while its stream is held, and work
+ *   queued behind it on the same stream sees its result; the codec ran as
+ *   device kernels (the stand-in counts them);
+ * - checkpoints: a device compressor's state restores into a host
+ *   compressor byte for byte and back, and a device call after set_state
+ *   starts from the restored residual;
+ * - refusals, with the communicator still usable: TERNARY on the device,
+ *   host memory in the stream form, a host call once the state is on a
+ *   device. */
+#include "cuda_user.h"
+#include "harness.h"
+
+#include "api/compressor_priv.h"
+#include "base/dtype.h"
+#include "compress/codec.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TEST_CHUNK 16384
+#define CALLS 3
+
+static const int all_ranks[] = {1, 2, 3, 5, 8};
+static const int quick_ranks[] = {1, 3};
+
+typedef struct {
+    shoal_dtype_t dtype;
+    shoal_op_t op;
+    int ef, stochastic;
+    unsigned block;
+    size_t count;
+    int inplace;
+} ccase_t;
+
+/* Rank r's input value i of call k, as fp32 (exact in every dtype the
+ * case uses: a few significant bits, magnitudes varying by block). */
+static float input_of(int r, int k, size_t i)
+{
+    uint32_t h = harness_mix((uint32_t)(r * 7919 + k * 104729) ^ (uint32_t)i * 2654435761u);
+    float mag = ldexpf(1.0f, (int)((i / 50) % 9) - 4);
+    return (float)((int)(h >> 24) - 128) / 64.0f * mag;
+}
+
+static uint16_t narrow16(shoal_dtype_t dt, float f)
+{
+    return dt == SHOAL_FLOAT16 ? shoal_f32_to_f16(f) : shoal_f32_to_bf16(f);
+}
+
+static float widen16(shoal_dtype_t dt, uint16_t h)
+{
+    return dt == SHOAL_FLOAT16 ? shoal_f16_to_f32(h) : shoal_bf16_to_f32(h);
+}
+
+/* The schedule's model: chunk j is blocks nb j / n .. nb (j + 1) / n. */
+static void chunk_of(size_t count, size_t block, int n, int j, size_t *lo, size_t *len)
+{
+    size_t nb = count / block + (count % block != 0);
+    size_t b0 = nb * (size_t)j / (size_t)n, b1 = nb * ((size_t)j + 1) / (size_t)n;
+    size_t hi = b1 * block < count ? b1 * block : count;
+    *lo = b0 * block;
+    *len = hi > *lo ? hi - *lo : 0;
+}
+
+static shoal_codec_t model_codec(const ccase_t *cc, uint64_t seed, int r, uint64_t step)
+{
+    return (shoal_codec_t){
+        .ops = &shoal_codec_int8, .block = cc->block,
+        .round = cc->stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+        .seed = seed ^ ((uint64_t)r + 1) * 0xd1342543de82ef95ull, .step = step,
+    };
+}
+
+/* One call of the model: x[r] the ranks' fp32 inputs, res[r] their last
+ * residuals (updated in place; NULL without error feedback); out the fp32
+ * result (before AVG and narrowing). */
+static void model_call(const ccase_t *cc, uint64_t seed, int n, uint64_t step, float **x,
+                       float **res, float *out)
+{
+    size_t count = cc->count, cl = count;
+    shoal_codec_t c0 = model_codec(cc, seed, 0, step);
+    size_t wb = c0.ops->wire_bytes(&c0, cl);
+    unsigned char *wire = malloc(wb + 1);
+    float *dec = malloc(cl * sizeof(float) + 4), *sum = malloc(cl * sizeof(float) + 4);
+    float *err = malloc(cl * sizeof(float) + 4);
+    float **newres = calloc((size_t)n, sizeof(*newres));
+    for (int r = 0; r < n && res; r++)
+        newres[r] = malloc(count * sizeof(float) + 4);
+    if (n == 1) {
+        for (size_t i = 0; i < count; i++)
+            out[i] = res ? x[0][i] + res[0][i] : x[0][i];
+        if (res)
+            memset(res[0], 0, count * sizeof(float));
+        goto done;
+    }
+    for (int j = 0; j < n; j++) {
+        size_t lo, len;
+        chunk_of(count, cc->block, n, j, &lo, &len);
+        if (len == 0)
+            continue;
+        for (size_t i = 0; i < len; i++)
+            sum[i] = res ? x[j][lo + i] + res[j][lo + i] : x[j][lo + i];
+        for (int k = 1; k < n; k++) {
+            int r = (j - k + n) % n;
+            shoal_codec_t c = model_codec(cc, seed, r, step);
+            c.ops->encode(&c, wire, x[r] + lo, res ? res[r] + lo : NULL,
+                          res ? newres[r] + lo : NULL, len, lo);
+            c.ops->decode(&c, dec, wire, len, lo);
+            for (size_t i = 0; i < len; i++)
+                sum[i] = sum[i] + dec[i];
+        }
+        shoal_codec_t own = model_codec(cc, seed, j, step);
+        own.ops->encode(&own, wire, sum, NULL, err, len, lo);
+        own.ops->decode(&own, out + lo, wire, len, lo);
+        if (res)
+            memcpy(newres[j] + lo, err, len * sizeof(float));
+    }
+    for (int r = 0; r < n && res; r++)
+        memcpy(res[r], newres[r], count * sizeof(float));
+done:
+    for (int r = 0; r < n && res; r++)
+        free(newres[r]);
+    free(newres);
+    free(wire);
+    free(dec);
+    free(sum);
+    free(err);
+}
+
+static int rank_open(int rank, shoal_comm_t *comm, int nranks, const shoal_unique_id_t *id)
+{
+    char why[256];
+    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, comm) == SHOAL_OK, fail, "init");
+    return 0;
+fail:
+    return 1;
+}
+
+static int make_comp(shoal_comm_t comm, const ccase_t *cc, uint64_t seed, shoal_compressor_t *cp)
+{
+    shoal_compress_options_t o;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
+    o.error_feedback = cc->ef;
+    o.stochastic = cc->stochastic;
+    o.block = cc->block;
+    o.seed = seed;
+    return shoal_compressor_create(comm, &o, cc->count, cc->dtype, NULL, cp) != SHOAL_OK;
+}
+
+/* CALLS calls of case cc on one compressor, each checked against the
+ * model; gate: the first call is queued behind a held stream. */
+static int check_case(shoal_comm_t comm, void *stream, int rank, int n, const ccase_t *cc,
+                      int gate)
+{
+    size_t count = cc->count, es = shoal_dtype_bytes(cc->dtype), bytes = count * es;
+    uint64_t seed = 0x5eed0000u + count * 31 + cc->block;
+    float **x = calloc((size_t)n, sizeof(*x)), **res = calloc((size_t)n, sizeof(*res));
+    float *out = malloc(count * sizeof(float)), *want = malloc(count * sizeof(float));
+    double *exact = malloc(count * sizeof(double)), *scale = malloc(count * sizeof(double));
+    unsigned char *host = malloc(bytes), *got = cu_user_alloc_pinned(bytes);
+    void *sbuf = cu_user_alloc(bytes), *rbuf = cc->inplace ? sbuf : cu_user_alloc(bytes);
+    uint32_t *gate_word = cu_user_alloc_pinned(sizeof(uint32_t));
+    shoal_compressor_t comp = NULL;
+    int rc = 1;
+    for (int r = 0; r < n; r++) {
+        x[r] = malloc(count * sizeof(float));
+        res[r] = cc->ef ? calloc(count, sizeof(float)) : NULL;
+    }
+    RANK_CHECK(make_comp(comm, cc, seed, &comp) == 0, out, "create: %s",
+               shoal_comm_last_error(comm));
+    for (int k = 0; k < CALLS; k++) {
+        for (int r = 0; r < n; r++) {
+            for (size_t i = 0; i < count; i++) {
+                float v = input_of(r, k, i);
+                x[r][i] = cc->dtype == SHOAL_FLOAT32 ? v : widen16(cc->dtype, narrow16(cc->dtype, v));
+                if (r == rank && cc->dtype == SHOAL_FLOAT32)
+                    memcpy(host + i * 4, &v, 4);
+                else if (r == rank)
+                    memcpy(host + i * 2, &(uint16_t){narrow16(cc->dtype, v)}, 2);
+            }
+        }
+        /* Error feedback loses nothing (on the model, which the device
+         * must match bit for bit): inputs plus last residuals are the
+         * result plus the new residuals, up to fp32 rounding. */
+        for (size_t i = 0; i < count && cc->ef; i++) {
+            exact[i] = 0;
+            scale[i] = 0;
+            for (int r = 0; r < n; r++) {
+                exact[i] += (double)x[r][i] + (double)res[r][i];
+                scale[i] += fabs((double)x[r][i]) + fabs((double)res[r][i]);
+            }
+        }
+        model_call(cc, seed, n, (uint64_t)k, x, cc->ef ? res : NULL, out);
+        for (size_t i = 0; i < count && cc->ef; i++) {
+            double acc = out[i];
+            for (int r = 0; r < n; r++)
+                acc += res[r][i];
+            RANK_CHECK(fabs(acc - exact[i]) <= 8.0 * n * scale[i] * 0x1p-24, out,
+                       "value %zu: inputs and residuals %.9g, result and residuals %.9g", i,
+                       exact[i], acc);
+        }
+        for (size_t i = 0; i < count; i++)
+            want[i] = cc->op == SHOAL_AVG && n > 1 ? out[i] * (1.0f / (float)n) : out[i];
+        cu_user_htod(sbuf, host, bytes);
+        shoal_compress_info_t info;
+        if (gate && k == 0) {
+            *gate_word = 0;
+            cu_user_gate(stream, gate_word, 1);
+        }
+        shoal_status_t s = shoal_allreduce_compressed_stream(comp, sbuf, rbuf, cc->op, &info,
+                                                             stream);
+        RANK_CHECK(s == SHOAL_OK, out, "call %d: %s (%s)", k, shoal_status_string(s),
+                   shoal_comm_last_error(comm));
+        /* Behind the call on its stream: the copy of its result. */
+        cu_user_copy_async(got, rbuf, bytes, stream);
+        if (gate && k == 0) {
+            RANK_CHECK(!cu_user_idle(stream), out, "rank %d: the stream ran past its gate",
+                       rank);
+            __atomic_store_n(gate_word, 1, __ATOMIC_RELEASE);
+        }
+        cu_user_sync(stream);
+        RANK_CHECK(info.step == (uint64_t)k, out, "info.step %llu at call %d",
+                   (unsigned long long)info.step, k);
+        for (size_t i = 0; i < count; i++) {
+            float g;
+            if (cc->dtype == SHOAL_FLOAT32) {
+                memcpy(&g, got + i * 4, 4);
+                RANK_CHECK(memcmp(&g, &want[i], 4) == 0, out, "rank %d call %d value %zu: %a, "
+                           "the model says %a", rank, k, i, (double)g, (double)want[i]);
+            } else {
+                uint16_t h;
+                memcpy(&h, got + i * 2, 2);
+                RANK_CHECK(h == narrow16(cc->dtype, want[i]), out, "rank %d call %d value %zu: "
+                           "%#x, the model says %#x", rank, k, i, h,
+                           narrow16(cc->dtype, want[i]));
+            }
+        }
+        if (cc->ef) {
+            const float *mine;
+            RANK_CHECK(shoal_compressor_residual(comp, &mine) == SHOAL_OK, out, "residual");
+            RANK_CHECK(memcmp(mine, res[rank], count * sizeof(float)) == 0, out,
+                       "rank %d call %d: the residual differs from the model's", rank, k);
+        }
+    }
+    rc = 0;
+out:
+    if (comp)
+        shoal_compressor_destroy(comp);
+    for (int r = 0; r < n; r++) {
+        free(x[r]);
+        free(res[r]);
+    }
+    free(x);
+    free(res);
+    free(out);
+    free(want);
+    free(exact);
+    free(scale);
+    free(host);
+    cu_user_free_pinned(got);
+    cu_user_free_pinned(gate_word);
+    if (!cc->inplace)
+        cu_user_free(rbuf);
+    cu_user_free(sbuf);
+    return rc;
+}
+
+static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    static const size_t counts[] = {1, 1001, 40001};
+    static const shoal_dtype_t dtypes[] = {SHOAL_FLOAT32, SHOAL_FLOAT16, SHOAL_BFLOAT16};
+    static const unsigned blocks[] = {32, 64, 128};
+    int v = 0;
+    for (size_t c = 0; c < 3; c++) {
+        for (int d = 0; d < 3; d++, v++) {
+            if (harness_quick() && d == 1)
+                continue;
+            ccase_t cc = {.dtype = dtypes[d], .op = v & 1 ? SHOAL_AVG : SHOAL_SUM,
+                          .ef = (v % 3) != 2, .stochastic = (v & 2) != 0,
+                          .block = blocks[(size_t)v % 3], .count = counts[c],
+                          .inplace = (v % 4) == 1};
+            if (check_case(comm, stream, rank, nranks, &cc, v == 0)) {
+                fprintf(stderr, "# case: %s %s ef %d stochastic %d block %u count %zu%s\n",
+                        shoal_dtype_name(cc.dtype), cc.op == SHOAL_AVG ? "avg" : "sum", cc.ef,
+                        cc.stochastic, cc.block, cc.count, cc.inplace ? " in place" : "");
+                goto fail;
+            }
+        }
+    }
+    /* A rank alone quantises nothing. */
+    if (cu_user_is_standin() && nranks > 1)
+        RANK_CHECK(cu_user_launches("shoal_k_codec") > 0, fail, "no codec kernel ran");
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* Checkpoints between a device compressor and a host one. */
+static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    ccase_t cc = {.dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .ef = 1, .stochastic = 1,
+                  .block = 64, .count = 3001};
+    size_t bytes = cc.count * 4, sz = 0, sz2 = 0;
+    float *in = malloc(bytes);
+    void *buf = cu_user_alloc(bytes);
+    unsigned char *st1 = NULL, *st2 = NULL;
+    shoal_compressor_t dev = NULL, host = NULL;
+    for (size_t i = 0; i < cc.count; i++)
+        in[i] = input_of(rank, 9, i);
+    RANK_CHECK(make_comp(comm, &cc, 77, &dev) == 0 && make_comp(comm, &cc, 77, &host) == 0,
+               fail, "create");
+    for (int k = 0; k < 2; k++) {
+        cu_user_htod(buf, in, bytes);
+        RANK_CHECK(shoal_allreduce_compressed_stream(dev, buf, buf, SHOAL_SUM, NULL, stream) ==
+                   SHOAL_OK, fail, "device call: %s", shoal_comm_last_error(comm));
+    }
+    RANK_CHECK(shoal_compressor_state_size(dev, &sz) == SHOAL_OK &&
+               shoal_compressor_state_size(host, &sz2) == SHOAL_OK && sz == sz2, fail,
+               "state sizes %zu and %zu", sz, sz2);
+    st1 = malloc(sz);
+    st2 = malloc(sz);
+    /* get_state waits for the stream itself. */
+    RANK_CHECK(shoal_compressor_get_state(dev, st1, sz) == SHOAL_OK, fail, "get_state");
+    RANK_CHECK(shoal_compressor_set_state(host, st1, sz) == SHOAL_OK, fail, "host set_state");
+    RANK_CHECK(shoal_compressor_get_state(host, st2, sz) == SHOAL_OK &&
+               memcmp(st1, st2, sz) == 0, fail, "the host compressor's state differs");
+    const float *r_dev;
+    RANK_CHECK(shoal_compressor_residual(dev, &r_dev) == SHOAL_OK, fail, "residual");
+    int nonzero = 0;
+    for (size_t i = 0; i < cc.count; i++)
+        nonzero |= r_dev[i] != 0.0f;
+    RANK_CHECK(nranks == 1 || nonzero, fail, "a residual of zeros after two calls");
+    /* Back to the device: a state with a residual of this rank's own, and
+     * the next device call starts from it (the model with that residual). */
+    float *fake = (float *)(st2 + sz - bytes);
+    for (size_t i = 0; i < cc.count; i++)
+        fake[i] = input_of(rank + 100, 3, i) / 1024.0f;
+    RANK_CHECK(shoal_compressor_set_state(dev, st2, sz) == SHOAL_OK, fail, "device set_state");
+    RANK_CHECK(shoal_compressor_get_state(dev, st1, sz) == SHOAL_OK &&
+               memcmp(st1, st2, sz) == 0, fail, "the device state differs from what was set");
+    {
+        float **x = calloc((size_t)nranks, sizeof(*x)), **res = calloc((size_t)nranks,
+                                                                         sizeof(*res));
+        float *want = malloc(bytes), *got = malloc(bytes);
+        for (int r = 0; r < nranks; r++) {
+            x[r] = malloc(bytes);
+            res[r] = malloc(bytes);
+            for (size_t i = 0; i < cc.count; i++) {
+                x[r][i] = input_of(r, 9, i);
+                res[r][i] = input_of(r + 100, 3, i) / 1024.0f;
+            }
+        }
+        uint64_t step;
+        memcpy(&step, st2 + 3 * sizeof(uint64_t), sizeof(step));
+        model_call(&cc, 77, nranks, step, x, res, want);
+        cu_user_htod(buf, in, bytes);
+        shoal_status_t s = shoal_allreduce_compressed_stream(dev, buf, buf, SHOAL_SUM, NULL,
+                                                             stream);
+        cu_user_sync(stream);
+        cu_user_dtoh(got, buf, bytes);
+        int same = s == SHOAL_OK && memcmp(got, want, bytes) == 0;
+        for (int r = 0; r < nranks; r++) {
+            free(x[r]);
+            free(res[r]);
+        }
+        free(x);
+        free(res);
+        free(want);
+        free(got);
+        RANK_CHECK(same, fail, "rank %d: the call after set_state is not the model's", rank);
+    }
+    RANK_CHECK(shoal_compressor_destroy(dev) == SHOAL_OK &&
+               shoal_compressor_destroy(host) == SHOAL_OK, fail, "destroy");
+    free(st1);
+    free(st2);
+    free(in);
+    cu_user_free(buf);
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "comm destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+/* Refusals leave the communicator usable. */
+static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    size_t count = 500, bytes = count * 4;
+    void *buf = cu_user_alloc(bytes);
+    float *hbuf = calloc(count, 4);
+    shoal_compress_options_t o;
+    shoal_compressor_t tern = NULL, comp = NULL;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
+    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
+               fail, "create ternary");
+    shoal_status_t s = shoal_allreduce_compressed_stream(tern, buf, buf, SHOAL_SUM, NULL, stream);
+    RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED &&
+               strstr(shoal_comm_last_error(comm), "only INT8 compressors"), fail,
+               "ternary on the device: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
+    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &comp) == SHOAL_OK,
+               fail, "create int8");
+    s = shoal_allreduce_compressed_stream(comp, hbuf, hbuf, SHOAL_SUM, NULL, stream);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG && strstr(shoal_comm_last_error(comm), "device"),
+               fail, "host memory: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    s = shoal_allreduce_compressed_stream(comp, buf, buf, SHOAL_MAX, NULL, stream);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "max: %s", shoal_status_string(s));
+    RANK_CHECK(shoal_allreduce_compressed_stream(comp, buf, buf, SHOAL_SUM, NULL, stream) ==
+               SHOAL_OK, fail, "a good call after the refusals: %s",
+               shoal_comm_last_error(comm));
+    s = shoal_allreduce_compressed(comp, hbuf, hbuf, SHOAL_SUM, NULL);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG && strstr(shoal_comm_last_error(comm), "stream-ordered"),
+               fail, "a host call after a device one: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    /* The ternary compressor still serves host buffers. */
+    RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+               "ternary on host buffers: %s", shoal_comm_last_error(comm));
+    cu_user_sync(stream);
+    RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK &&
+               shoal_compressor_destroy(tern) == SHOAL_OK, fail, "destroy");
+    free(hbuf);
+    cu_user_free(buf);
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "comm destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
+{
+    harness_use_transport(transport, TEST_CHUNK);
+    int quick = harness_quick();
+    const int *ranks = quick ? quick_ranks : all_ranks;
+    size_t n = quick ? 2 : 5;
+    for (size_t i = 0; i < n; i++) {
+        if (ranks[i] <= max_ranks)
+            assert_int_equal(harness_run_ranks(ranks[i], fn, NULL, 240), 0);
+    }
+}
+
+static void test_matrix_shm(void **state) { (void)state; run_all(rank_matrix, "shm", 8); }
+static void test_matrix_tcp(void **state) { (void)state; run_all(rank_matrix, "tcp", 3); }
+static void test_state(void **state) { (void)state; run_all(rank_state, "shm", 3); }
+static void test_refuse(void **state) { (void)state; run_all(rank_refuse, "shm", 2); }
+
+int main(void)
+{
+    int rc;
+    if (!cu_user_testable(&rc))
+        return rc;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_matrix_shm),
+        cmocka_unit_test(test_matrix_tcp),
+        cmocka_unit_test(test_state),
+        cmocka_unit_test(test_refuse),
+    };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
