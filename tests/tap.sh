@@ -58,7 +58,9 @@ check() {
         return 1
     fi
 }
-# Show a run's output as TAP comments when one of its checks failed.
+# Show a run's output as TAP comments when one of its checks failed: on
+# stderr, which prove prints in its summary mode too, so that a failure in
+# CI says why (the last 80 lines).
 show() {
-    sed 's/^/# /' "$1"
+    sed 's/^/# /' "$1" | tail -n 80 >&2
 }
