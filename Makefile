@@ -109,8 +109,12 @@ $(BUILD)/tests/test_config: $(BUILD)/tests/test_config.o $(TEST_LIB) $(DOOR_CONF
                             $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(DOOR_CONFIG_OBJ) $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
 
-# allreduce_bench's compressed rows live in a file of their own.
-$(TOOLS_DIR)/allreduce_bench: $(BUILD)/tools/bench_compress.o
+# allreduce_bench's parts, each in a file of its own: the command line, the
+# collectives with their inputs and expected results, the buffers of each
+# --mem, the header and JSON settings, and the compressed rows.
+$(TOOLS_DIR)/allreduce_bench: $(BUILD)/tools/bench_args.o $(BUILD)/tools/bench_coll.o \
+                              $(BUILD)/tools/bench_mem.o $(BUILD)/tools/bench_report.o \
+                              $(BUILD)/tools/bench_compress.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_LIB) $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(filter %_sim.a,$^) $(BUILD)/libshoal.a $(LIBS) -lcmocka

@@ -1,8 +1,9 @@
 /* allreduce_bench --compress: one row of compressed all-reduces
  * (shoal_allreduce_compressed) timed and checked the way the plain rows
  * are, with what compression adds: the bytes on the wire, the compression
- * ratio and the relative error against the exact sum. The flags, the table
- * and the JSON stay in allreduce_bench.c. */
+ * ratio and the relative error against the exact sum. The flags are
+ * parsed in bench_args.c, and the table and the JSON written by
+ * allreduce_bench.c and bench_report.c. */
 #ifndef SHOAL_BENCH_COMPRESS_H
 #define SHOAL_BENCH_COMPRESS_H
 
