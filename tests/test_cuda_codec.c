@@ -7,7 +7,8 @@
  * not fill their last block, at offsets `first` that are not multiples of
  * the block (for int8 also one whose indices cross 2^32), and with NaN,
  * infinities, subnormals, tiny blocks and values near FLT_MAX in the
- * input. In make test the driver is the CPU stand-in of tests/cuda/,
+ * input; and the blocks' largest magnitudes (ABSMAX) against
+ * shoal_codec_block_absmax_sum. In make test the driver is the CPU stand-in of tests/cuda/,
  * whose kernel runs the very range function of cuda/kern.h; make
  * test-gpu runs this binary on the real driver. */
 #include "cuda_user.h"
@@ -411,6 +412,84 @@ static void test_ternary(void **state)
     bufs_free(b);
 }
 
+/* ABSMAX: the largest magnitude of each block of the run, of src or of
+ * src + addend, against shoal_codec_block_absmax_sum (either host path),
+ * for both kinds (ternary without scales: the op reads none), runs from
+ * the tensor's start and from a later block, and blocks of NaN only, of
+ * -0 only and of subnormals only besides fill's specials. The value after
+ * the last block must stay as it was; the longest run also writes into an
+ * allocation of exactly its blocks, which the stand-in's reach check
+ * takes as it is. */
+static void test_absmax(void **state)
+{
+    (void)state;
+    open_module();
+    bufs_t *b = bufs_new();
+    unsigned long before = cu_user_launches(SHOAL_K_CODEC);
+    launches = 0;
+    rng = 4;
+    static const size_t acounts[4] = {1, 63, 1000, 4097};
+    static float want[MAX_COUNT];
+    int n = 0;
+    for (int kind = SHOAL_DEV_CODEC_INT8; kind <= SHOAL_DEV_CODEC_TERNARY; kind++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int ci = 0; ci < 4; ci++)
+                for (int fi = 0; fi < 2; fi++)
+                    for (int has_add = 0; has_add < 2; has_add++, n++) {
+                        size_t count = acounts[ci], block = blocks[bi];
+                        size_t nb = (count + block - 1) / block, first = fi * 37 * block;
+                        size_t fbytes = count * sizeof(float), obytes = nb * sizeof(float);
+                        fill(b->src, count, 1.0f, 1);
+                        fill(b->add, count, 1e-2f, 1);
+                        for (size_t i = block; i < count && i < 2 * block; i++)
+                            b->src[i] = i % 2 ? NAN : -NAN;
+                        for (size_t i = 2 * block; i < count && i < 3 * block; i++)
+                            b->src[i] = -0.0f;
+                        for (size_t i = 3 * block; i < count && i < 4 * block; i++)
+                            b->src[i] = (float)((int)(i % 7) - 3) * 0x1p-147f;
+                        float *h_add = has_add ? b->add : NULL;
+                        void *d_add = has_add ? b->d_add : NULL;
+                        cu_user_htod(b->d_src, b->src, fbytes);
+                        cu_user_htod(b->d_add, b->add, fbytes);
+                        memset(b->dst, 0x5a, obytes + sizeof(float));
+                        cu_user_htod(b->d_dst, b->dst, obytes + sizeof(float));
+                        shoal_codec_simd_enable(n % 2);
+                        shoal_codec_block_absmax_sum(want, b->src, h_add, count, block);
+                        want[nb] = b->dst[nb];
+
+                        shoal_dev_codec_args_t a;
+                        memset(&a, 0, sizeof(a));
+                        a.op = SHOAL_DEV_CODEC_ABSMAX;
+                        a.kind = (shoal_dev_codec_kind_t)kind;
+                        a.block = block;
+                        a.src = b->d_src;
+                        a.addend = d_add;
+                        a.dst = b->d_dst;
+                        a.count = count;
+                        a.first = first;
+                        dev_run(b, &a);
+                        char what[112];
+                        snprintf(what, sizeof(what),
+                                 "absmax kind %d block %zu count %zu first %zu addend %d", kind,
+                                 block, count, first, has_add);
+                        cu_user_dtoh(b->got, b->d_dst, obytes + sizeof(float));
+                        check_floats(b->got, want, nb + 1, what);
+
+                        if (count != 4097)
+                            continue;
+                        float *tight = cu_user_alloc(obytes);
+                        a.dst = tight;
+                        dev_run(b, &a);
+                        cu_user_dtoh(b->got, tight, obytes);
+                        check_floats(b->got, want, nb, what);
+                        cu_user_free(tight);
+                    }
+    shoal_codec_simd_enable(1);
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_CODEC) - before, launches);
+    bufs_free(b);
+}
+
 /* What the entry refuses, before anything is queued. */
 static void test_refused(void **state)
 {
@@ -450,6 +529,28 @@ static void test_refused(void **state)
     bad = a;
     bad.op = SHOAL_DEV_CODEC_DECODE; /* without dst or wire_in */
     assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    /* ABSMAX: from a value that is not a block's first (even for no
+     * values), without dst or without src. */
+    shoal_dev_codec_args_t am = a;
+    am.op = SHOAL_DEV_CODEC_ABSMAX;
+    am.wire_out = NULL;
+    am.dst = b->d_dst;
+    am.first = 64;
+    bad = am;
+    bad.first = 48;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad.count = 0;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = am;
+    bad.dst = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = am;
+    bad.src = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = am;
+    bad.count = 0;
+    bad.src = bad.dst = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_OK);
     assert_int_equal(ops->codec(NULL, b->stream), SHOAL_ERR_INVALID_ARG);
     /* Nothing to do for no values, even with no buffers. */
     bad = a;
@@ -471,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_int8),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_ternary),
+        cmocka_unit_test(test_absmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

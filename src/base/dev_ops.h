@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 3
+#define SHOAL_DEV_ABI 4
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -49,6 +49,12 @@ typedef enum {
     SHOAL_DEV_CODEC_ENCODE = 0, /* wire_out = encode(src (+ addend)) */
     SHOAL_DEV_CODEC_ADD_ENCODE, /* wire_out = wire_in (+) (src (+ addend)); src is local */
     SHOAL_DEV_CODEC_DECODE,     /* dst = decode(wire_in) */
+    /* dst[b] = the largest |src[i] (+ addend[i])| of the run's block b (the
+     * fp32 sum; NaN ignored; 0 for a block without numbers), for the
+     * ceil(count / block) blocks of the run, first a multiple of block:
+     * shoal_codec_block_absmax_sum's, the ternary codec's shared scales
+     * before their max over the ranks. Any kind. */
+    SHOAL_DEV_CODEC_ABSMAX,
 } shoal_dev_codec_op_t;
 
 typedef enum {

@@ -183,15 +183,9 @@ static void shoal_ternary_decode_ref(const shoal_codec_t *c, float *dst, const v
 static void shoal_ternary_absmax_ref(float *out, const float *src, const float *add,
                                      size_t count, size_t block)
 {
-    for (size_t b = 0; b * block < count; b++) {
-        float m = 0.0f;
-        for (size_t i = b * block; i < count && i < (b + 1) * block; i++) {
-            float x = add ? src[i] + add[i] : src[i];
-            if (fabsf(x) > m) /* false for NaN: ignored */
-                m = fabsf(x);
-        }
-        out[b] = m;
-    }
+    for (size_t b = 0; b * block < count; b++)
+        out[b] = shoal_ternary_block_absmax(src, add, b * block,
+                                            count - b * block < block ? count : (b + 1) * block);
 }
 
 /* ---- kernels ---- */

@@ -1,7 +1,8 @@
 /* Element math of the ternary codec (compress/ternary.c, whose head
  * comment defines the codes, the shared scales, the wire forms and the
  * residuals): the scale of a value, its code, its decoded value, the
- * saturating sum of add_encode, and the wire's values in each form. The
+ * saturating sum of add_encode, the wire's values in each form, and a
+ * block's largest magnitude (the shared scales' inputs). The
  * CPU's scalar reference path calls these functions value by value, and
  * so does the CUDA module's codec kernel (cuda/kern.h), compiled there as
  * __host__ __device__, so that the tests of the reference check the
@@ -83,6 +84,22 @@ static inline SHOAL_HD float shoal_ternary_scale_of(const float *scales, size_t 
                                                     uint64_t index)
 {
     return scales[index / block];
+}
+
+/* The largest |src[i] (+ add[i])| for i in [begin, end): one block's
+ * shared scale before the max over the ranks (add NULL: src alone; else
+ * the fp32 sum). NaN is ignored, as its comparison is false; 0 for no
+ * numbers. */
+static inline SHOAL_HD float shoal_ternary_block_absmax(const float *src, const float *add,
+                                                        size_t begin, size_t end)
+{
+    float m = 0.0f;
+    for (size_t i = begin; i < end; i++) {
+        float x = add ? src[i] + add[i] : src[i];
+        if (fabsf(x) > m)
+            m = fabsf(x);
+    }
+    return m;
 }
 
 /* The code of value x of the block with this scale: sign(x) * up, with up

@@ -1,6 +1,7 @@
 /* The CUDA module's codec entry (dev_ops.h): compress/codec.h's encode,
- * add_encode and decode on device buffers, through one kernel whose
- * element math is the host codecs' own (kern.h). The kernel skips what it
+ * add_encode and decode, and the ternary codec's blocks' largest
+ * magnitudes (shoal_codec_block_absmax_sum), on device buffers, through
+ * one kernel whose element math is the host codecs' own (kern.h). The kernel skips what it
  * does not know, which would leave the outputs silently unwritten, so
  * every argument is checked here, before anything is queued. */
 #include "module.h"
@@ -18,7 +19,7 @@ static int codec_block_valid(size_t block)
 static shoal_status_t codec_check(const shoal_dev_codec_args_t *a)
 {
     if (a->op != SHOAL_DEV_CODEC_ENCODE && a->op != SHOAL_DEV_CODEC_ADD_ENCODE &&
-        a->op != SHOAL_DEV_CODEC_DECODE)
+        a->op != SHOAL_DEV_CODEC_DECODE && a->op != SHOAL_DEV_CODEC_ABSMAX)
         return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "codec: unknown operation %d",
                                 (int)a->op);
     if (a->kind != SHOAL_DEV_CODEC_INT8 && a->kind != SHOAL_DEV_CODEC_TERNARY)
@@ -33,8 +34,18 @@ static shoal_status_t codec_check(const shoal_dev_codec_args_t *a)
     if (a->kind == SHOAL_DEV_CODEC_TERNARY && a->wide && a->packed)
         return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
                                 "codec: a ternary wire cannot be both wide and packed");
+    /* The kernel writes one maximum per block of the run, which must be
+     * the tensor's blocks for the maxima to be its scales' inputs. */
+    if (a->op == SHOAL_DEV_CODEC_ABSMAX && a->first % a->block != 0)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
+                                "codec: absmax from value %zu, not a multiple of block %zu",
+                                a->first, a->block);
     if (a->count == 0)
         return SHOAL_OK;
+    if (a->op == SHOAL_DEV_CODEC_ABSMAX)
+        return a->src && a->dst
+                   ? SHOAL_OK
+                   : shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "codec: absmax with a NULL buffer");
     if (a->kind == SHOAL_DEV_CODEC_TERNARY && !a->scales)
         return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "codec: ternary without its scales");
     if (a->op == SHOAL_DEV_CODEC_DECODE)
@@ -72,12 +83,17 @@ shoal_status_t shoal_cuda_codec(const shoal_dev_codec_args_t *args, void *stream
     k.step = args->step;
     k.count = (uint64_t)args->count;
     k.first = (uint64_t)args->first;
-    if (args->kind == SHOAL_DEV_CODEC_TERNARY) {
+    /* ABSMAX reads no scales or wire, whatever the kind. */
+    if (args->kind == SHOAL_DEV_CODEC_TERNARY && args->op != SHOAL_DEV_CODEC_ABSMAX) {
         k.scales = args->scales;
         k.wide = args->wide != 0;
         k.packed = args->packed != 0;
     }
-    if (args->op == SHOAL_DEV_CODEC_DECODE) {
+    if (args->op == SHOAL_DEV_CODEC_ABSMAX) {
+        k.src = args->src;
+        k.addend = args->addend;
+        k.dst = args->dst;
+    } else if (args->op == SHOAL_DEV_CODEC_DECODE) {
         k.wire_in = args->wire_in;
         k.dst = args->dst;
     } else {

@@ -238,7 +238,8 @@ static inline SHOAL_HD void shoal_k_convert_range(const shoal_k_convert_t *k, ui
  * from a cooperative reduction across threads). For int8 a unit is a
  * codec block, which its scale makes indivisible; ternary values are
  * independent, and its units are runs of the same length, even (whole
- * bytes of the packed wire) and aligned with int8's. */
+ * bytes of the packed wire) and aligned with int8's. ABSMAX's unit is a
+ * codec block too, for either kind: its one output is the block's. */
 static inline SHOAL_HD uint64_t shoal_k_codec_units(const shoal_k_codec_t *k)
 {
     if (k->block != 32 && k->block != 64 && k->block != 128)
@@ -307,7 +308,9 @@ static inline SHOAL_HD void shoal_k_ternary_unit(const shoal_k_codec_t *k, uint3
 
 /* Units begin, begin + step, ... below end (at most
  * shoal_k_codec_units). The op and kind switches are uniform across
- * threads. A codec the entry would refuse does nothing here. */
+ * threads. A codec the entry would refuse does nothing here. ABSMAX
+ * writes dst[u], the largest magnitude of unit u's values, whatever the
+ * kind. */
 static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64_t begin,
                                                 uint64_t end, uint64_t step)
 {
@@ -317,6 +320,13 @@ static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64
     const size_t count = (size_t)k->count, block = (size_t)k->block, first = (size_t)k->first;
     const shoal_round_t round = (shoal_round_t)k->round;
     for (uint64_t u = begin; u < end; u += step) {
+        if (k->op == SHOAL_DEV_CODEC_ABSMAX) {
+            /* The run's block u is the tensor's block first / block + u:
+             * the entry takes only runs that start on a block. */
+            uint64_t lo = u * k->block, hi = lo + k->block < k->count ? lo + k->block : k->count;
+            k->dst[u] = shoal_ternary_block_absmax(k->src, k->addend, (size_t)lo, (size_t)hi);
+            continue;
+        }
         if (k->kind == SHOAL_DEV_CODEC_TERNARY) {
             shoal_k_ternary_unit(k, key, u);
             continue;
