@@ -32,8 +32,8 @@ elif command -v nvcc >/dev/null 2>&1; then
 else
     missing_all "no nvcc (CUDA toolkit) in $CUDA_HOME/bin or on the PATH: the module is not built"
 fi
-if ! command -v nm >/dev/null 2>&1; then
-    missing_all "nm (binutils) is missing"
+if ! command -v nm >/dev/null 2>&1 || ! command -v readelf >/dev/null 2>&1; then
+    missing_all "nm or readelf (binutils) is missing"
 fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_cuda_build.XXXXXX") || exit 1
@@ -169,13 +169,24 @@ int main(int argc, char **argv)
     return st == SHOAL_ERR_UNSUPPORTED && strstr(ops->why(), "cannot load") ? 0 : 1;
 }
 EOF
+# A sanitizer build's module needs its runtime loaded first: the check is
+# built with the sanitizer the module links (its leak check off: the
+# module stays loaded on purpose).
+SAN=
+if [ -r "$MODULE" ]; then
+    needed=$(readelf -d "$MODULE" 2>/dev/null)
+    case $needed in *libasan*) SAN=-fsanitize=address ;; esac
+    case $needed in *libubsan*) SAN="${SAN:+$SAN,undefined}" ;; esac
+    case $needed in *libtsan*) SAN=-fsanitize=thread ;; esac
+fi
 if [ ! -r "$MODULE" ]; then
     fail "$MODULE returns its table through dlopen"
-elif ! $CC -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -o "$TMP/table" "$TMP/table.c" -ldl \
+elif ! $CC -std=c11 -D_GNU_SOURCE ${SAN:+"$SAN"} -Iinclude -Isrc -o "$TMP/table" "$TMP/table.c" -ldl \
     >"$TMP/table.out" 2>&1; then
     fail "the table check compiles with $CC"
     show "$TMP/table.out"
-elif $LIMIT "$TMP/table" "$MODULE" "$TMP/no-such-libcuda.so.1" >"$TMP/table.out" 2>&1; then
+elif ASAN_OPTIONS=detect_leaks=0 $LIMIT "$TMP/table" "$MODULE" "$TMP/no-such-libcuda.so.1" \
+    >"$TMP/table.out" 2>&1; then
     pass "$MODULE returns a full table; open without a driver says it cannot load it"
 else
     fail "$MODULE returns a full table; open without a driver says it cannot load it"
