@@ -628,8 +628,9 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p);
 
 /*
- * The stream-ordered form, for device tensors (INT8 compressors; the
- * others say SHOAL_ERR_UNSUPPORTED): sendbuf and recvbuf are device (or
+ * The stream-ordered form, for device tensors (INT8, and TERNARY without
+ * clipping, up to 127 ranks and outside groups; the others say
+ * SHOAL_ERR_UNSUPPORTED): sendbuf and recvbuf are device (or
  * managed) memory of one device, and the call is queued on stream (a
  * CUstream; NULL: the legacy default stream) as the other _stream forms
  * are. The first such call moves the compressor's state (its residual) to
@@ -637,9 +638,10 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
  * stream-ordered, on buffers of that device, and queue one behind the
  * other on one stream (or streams the caller orders) without the host
  * waiting. Quantisation, error feedback and dequantisation run on the
- * device and only the compressed wire crosses to host memory; the
+ * device and only the compressed wire crosses to host memory; INT8's
  * schedule is the two-shot one (each contribution quantised once, each
- * owner's sum once), whatever the options' algo. info is written by the
+ * owner's sum once), whatever the options' algo; TERNARY sums its codes
+ * exactly, as on the host. info is written by the
  * time the stream passes the call. Checkpoints wait for the stream and
  * move the residual from and to the device, in the host compressor's
  * format, so either kind restores the other's. A call that fails once its

@@ -4,7 +4,7 @@
  * module's kernels' own element functions; make test-gpu runs the same
  * binary on the real driver.
  *
- * - INT8, float32, float16 and bfloat16, SUM and AVG, error feedback on
+ * - INT8 and TERNARY, float32, float16 and bfloat16, SUM and AVG, error feedback on
  *   and off, nearest and stochastic rounding, blocks 32, 64 and 128,
  *   counts 1, odd and multi-block, in place and not, 1 to 8 ranks, three
  *   calls in a row on one compressor (the residual and the step carried
@@ -19,9 +19,12 @@
  * - checkpoints: a device compressor's state restores into a host
  *   compressor byte for byte and back, and a device call after set_state
  *   starts from the restored residual;
- * - refusals, with the communicator still usable: TERNARY on the device,
- *   host memory in the stream form, a host call once the state is on a
- *   device. */
+ * - a rank that dies under a call becomes an error on the others, whose
+ *   streams go on; the residual that call left is refused as a
+ *   checkpoint until reset;
+ * - refusals, with the communicator still usable: PowerSGD and clipped
+ *   TERNARY on the device, host memory in the stream form, a host call
+ *   once the state is on a device. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -30,6 +33,7 @@
 #include "compress/codec.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +45,7 @@ static const int all_ranks[] = {1, 2, 3, 5, 8};
 static const int quick_ranks[] = {1, 3};
 
 typedef struct {
+    shoal_compress_kind_t kind;
     shoal_dtype_t dtype;
     shoal_op_t op;
     int ef, stochastic;
@@ -87,6 +92,48 @@ static shoal_codec_t model_codec(const ccase_t *cc, uint64_t seed, int r, uint64
     };
 }
 
+/* TERNARY's model on n > 1 ranks: shared scales (each rank's block
+ * maxima of input plus residual, rounded up to bf16, their max), each
+ * rank's codes and residual, the codes summed, the sum decoded. */
+static void model_ternary(const ccase_t *cc, uint64_t seed, int n, uint64_t step, float **x,
+                          float **res, float *out)
+{
+    size_t count = cc->count, nb = count / cc->block + (count % cc->block != 0);
+    float *scales = calloc(nb, sizeof(float));
+    int32_t *sum = calloc(count, sizeof(int32_t));
+    int8_t *wire = malloc(count);
+    for (int r = 0; r < n; r++) {
+        for (size_t b = 0; b < nb; b++) {
+            float m = 0.0f;
+            for (size_t i = b * cc->block; i < count && i < (b + 1) * cc->block; i++) {
+                float v = res ? x[r][i] + res[r][i] : x[r][i];
+                if (fabsf(v) > m)
+                    m = fabsf(v);
+            }
+            float up = shoal_bf16_to_f32(shoal_comp_scale_bf16_up(m));
+            if (up > scales[b])
+                scales[b] = up;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        shoal_codec_t c = {
+            .ops = &shoal_codec_ternary, .block = cc->block, .round = SHOAL_ROUND_STOCHASTIC,
+            .seed = seed ^ ((uint64_t)r + 1) * 0xd1342543de82ef95ull, .step = step,
+            .scales = scales,
+        };
+        c.ops->encode(&c, wire, x[r], res ? res[r] : NULL, res ? res[r] : NULL, count, 0);
+        for (size_t i = 0; i < count; i++)
+            sum[i] += wire[i];
+    }
+    for (size_t i = 0; i < count; i++)
+        wire[i] = (int8_t)sum[i];
+    shoal_codec_t d = {.ops = &shoal_codec_ternary, .block = cc->block, .scales = scales};
+    d.ops->decode(&d, out, wire, count, 0);
+    free(scales);
+    free(sum);
+    free(wire);
+}
+
 /* One call of the model: x[r] the ranks' fp32 inputs, res[r] their last
  * residuals (updated in place; NULL without error feedback); out the fp32
  * result (before AVG and narrowing). */
@@ -107,6 +154,10 @@ static void model_call(const ccase_t *cc, uint64_t seed, int n, uint64_t step, f
             out[i] = res ? x[0][i] + res[0][i] : x[0][i];
         if (res)
             memset(res[0], 0, count * sizeof(float));
+        goto done;
+    }
+    if (cc->kind == SHOAL_COMPRESS_TERNARY) {
+        model_ternary(cc, seed, n, step, x, res, out);
         goto done;
     }
     for (int j = 0; j < n; j++) {
@@ -156,7 +207,7 @@ fail:
 static int make_comp(shoal_comm_t comm, const ccase_t *cc, uint64_t seed, shoal_compressor_t *cp)
 {
     shoal_compress_options_t o;
-    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
+    shoal_compress_options_init(&o, cc->kind);
     o.error_feedback = cc->ef;
     o.stochastic = cc->stochastic;
     o.block = cc->block;
@@ -293,16 +344,18 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     static const shoal_dtype_t dtypes[] = {SHOAL_FLOAT32, SHOAL_FLOAT16, SHOAL_BFLOAT16};
     static const unsigned blocks[] = {32, 64, 128};
     int v = 0;
-    for (size_t c = 0; c < 3; c++) {
+    for (size_t c = 0; c < 6; c++) {
         for (int d = 0; d < 3; d++, v++) {
             if (harness_quick() && d == 1)
                 continue;
-            ccase_t cc = {.dtype = dtypes[d], .op = v & 1 ? SHOAL_AVG : SHOAL_SUM,
+            ccase_t cc = {.kind = c < 3 ? SHOAL_COMPRESS_INT8 : SHOAL_COMPRESS_TERNARY,
+                          .dtype = dtypes[d], .op = v & 1 ? SHOAL_AVG : SHOAL_SUM,
                           .ef = (v % 3) != 2, .stochastic = (v & 2) != 0,
-                          .block = blocks[(size_t)v % 3], .count = counts[c],
+                          .block = blocks[(size_t)v % 3], .count = counts[c % 3],
                           .inplace = (v % 4) == 1};
             if (check_case(comm, stream, rank, nranks, &cc, v == 0)) {
-                fprintf(stderr, "# case: %s %s ef %d stochastic %d block %u count %zu%s\n",
+                fprintf(stderr, "# case: %s %s %s ef %d stochastic %d block %u count %zu%s\n",
+                        cc.kind == SHOAL_COMPRESS_INT8 ? "int8" : "ternary",
                         shoal_dtype_name(cc.dtype), cc.op == SHOAL_AVG ? "avg" : "sum", cc.ef,
                         cc.stochastic, cc.block, cc.count, cc.inplace ? " in place" : "");
                 goto fail;
@@ -327,7 +380,8 @@ static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *a
     if (rank_open(rank, &comm, nranks, id))
         return 1;
     void *stream = cu_user_stream();
-    ccase_t cc = {.dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .ef = 1, .stochastic = 1,
+    ccase_t cc = {.kind = SHOAL_COMPRESS_INT8, .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .ef = 1,
+                  .stochastic = 1,
                   .block = 64, .count = 3001};
     size_t bytes = cc.count * 4, sz = 0, sz2 = 0;
     float *in = malloc(bytes);
@@ -424,13 +478,25 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     float *hbuf = calloc(count, 4);
     shoal_compress_options_t o;
     shoal_compressor_t tern = NULL, comp = NULL;
-    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_POWERSGD);
     RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
-               fail, "create ternary");
+               fail, "create powersgd");
     shoal_status_t s = shoal_allreduce_compressed_stream(tern, buf, buf, SHOAL_SUM, NULL, stream);
     RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED &&
-               strstr(shoal_comm_last_error(comm), "only INT8 compressors"), fail,
-               "ternary on the device: %s (%s)", shoal_status_string(s),
+               strstr(shoal_comm_last_error(comm), "POWERSGD compressors take host buffers"),
+               fail, "powersgd on the device: %s (%s)", shoal_status_string(s),
+               shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+               "powersgd on host buffers: %s", shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_compressor_destroy(tern) == SHOAL_OK, fail, "destroy powersgd");
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
+    o.clip_sigma = 2.5f;
+    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
+               fail, "create ternary");
+    s = shoal_allreduce_compressed_stream(tern, buf, buf, SHOAL_SUM, NULL, stream);
+    RANK_CHECK(nranks == 1 || (s == SHOAL_ERR_UNSUPPORTED &&
+                               strstr(shoal_comm_last_error(comm), "clip_sigma")), fail,
+               "clipped ternary on the device: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
     RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &comp) == SHOAL_OK,
@@ -448,9 +514,11 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(s == SHOAL_ERR_INVALID_ARG && strstr(shoal_comm_last_error(comm), "stream-ordered"),
                fail, "a host call after a device one: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
-    /* The ternary compressor still serves host buffers. */
-    RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
-               "ternary on host buffers: %s", shoal_comm_last_error(comm));
+    /* The clipped ternary compressor still serves host buffers (a rank
+     * alone took the device call: its state is on the device). */
+    if (nranks > 1)
+        RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK,
+                   fail, "ternary on host buffers: %s", shoal_comm_last_error(comm));
     cu_user_sync(stream);
     RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK &&
                shoal_compressor_destroy(tern) == SHOAL_OK, fail, "destroy");
@@ -461,6 +529,61 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     return 0;
 fail:
     return 1;
+}
+
+/* A rank dies under a call: the others' calls fail (the error named by
+ * the communicator), their streams go on, and the residual the stream
+ * left is refused as a checkpoint until reset. arg: the kind. */
+static int rank_peer_dies(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    ccase_t cc = {.kind = *(const shoal_compress_kind_t *)arg, .dtype = SHOAL_FLOAT32,
+                  .op = SHOAL_SUM, .ef = 1, .block = 64, .count = 4000};
+    shoal_compressor_t comp;
+    RANK_CHECK(make_comp(comm, &cc, 5, &comp) == 0, fail, "create");
+    if (rank == 1)
+        raise(SIGKILL);
+    void *buf = cu_user_alloc(cc.count * 4), *stream = cu_user_stream();
+    size_t sz;
+    shoal_status_t s = shoal_allreduce_compressed_stream(comp, buf, buf, SHOAL_SUM, NULL, stream);
+    RANK_CHECK(s == SHOAL_OK || s == SHOAL_ERR_PEER, fail, "queueing: %s",
+               shoal_status_string(s));
+    int queued = s == SHOAL_OK;
+    cu_user_sync(stream);
+    shoal_status_t async = SHOAL_OK;
+    RANK_CHECK(shoal_comm_get_async_error(comm, &async) == SHOAL_OK, fail, "async error");
+    RANK_CHECK(async == SHOAL_ERR_PEER || async == SHOAL_ERR_TIMEOUT, fail,
+               "rank %d: async error %s after a peer died", rank, shoal_status_string(async));
+    RANK_CHECK(shoal_compressor_state_size(comp, &sz) == SHOAL_OK, fail, "state size");
+    unsigned char *st = malloc(sz);
+    s = shoal_compressor_get_state(comp, st, sz);
+    int refused = s == SHOAL_ERR_INVALID_ARG;
+    int reset = shoal_compressor_reset(comp) == SHOAL_OK;
+    int again = shoal_compressor_get_state(comp, st, sz) == SHOAL_OK;
+    free(st);
+    /* A call refused at the start queued nothing and lost nothing. */
+    RANK_CHECK(queued ? refused : s == SHOAL_OK, fail, "get_state after a call %s: %s",
+               queued ? "that failed on its way" : "refused", shoal_status_string(s));
+    RANK_CHECK(reset && again, fail, "reset %d, get_state after it %d", reset, again);
+    RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK, fail, "destroy");
+    cu_user_free(buf);
+    cu_user_stream_free(stream);
+    shoal_comm_abort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_peer_dies(void **state)
+{
+    (void)state;
+    static const shoal_compress_kind_t kinds[] = {SHOAL_COMPRESS_INT8, SHOAL_COMPRESS_TERNARY};
+    harness_use_transport("shm", TEST_CHUNK);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(harness_run_ranks_victim(3, rank_peer_dies, (void *)&kinds[i], 60, 1),
+                         0);
 }
 
 static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
@@ -490,6 +613,7 @@ int main(void)
         cmocka_unit_test(test_matrix_tcp),
         cmocka_unit_test(test_state),
         cmocka_unit_test(test_refuse),
+        cmocka_unit_test(test_peer_dies),
     };
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -380,19 +380,6 @@ static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, c
                        residual);
 }
 
-/* A scale as bf16, rounded up: never below f (f >= 0), so that a shared
- * scale still covers every value of its block; a finite f stays finite
- * (the largest finite bf16, a hair below the largest floats, where the
- * rounding would reach infinity; the codec clips what lies beyond). */
-static uint16_t scale_bf16_up(float f)
-{
-    uint32_t u = shoal_f32_bits(f);
-    if ((u & 0x7fffffffu) >= 0x7f800000u)
-        return shoal_f32_to_bf16(f);
-    uint32_t up = (u + 0xffffu) >> 16;
-    return (uint16_t)((up & 0x7f80u) == 0x7f80u ? 0x7f7fu : up);
-}
-
 /* c->scales (this rank's block maxima) becomes the shared scales: their
  * max over the ranks, travelling as bf16 rounded up, so the all-reduce
  * that holds the wire back moves half the bytes of fp32 scales. A scale
@@ -401,7 +388,7 @@ static shoal_status_t share_scales(struct shoal_comm *comm, const shoal_call_t *
                                    shoal_compressor_t c)
 {
     for (size_t b = 0; b < c->nblocks; b++)
-        c->scales16[b] = scale_bf16_up(c->scales[b]);
+        c->scales16[b] = shoal_comp_scale_bf16_up(c->scales[b]);
     shoal_status_t s = inner_typed(comm, call, c->scales16, c->scales16, c->nblocks,
                                    SHOAL_BFLOAT16, SHOAL_MAX, NULL, NULL, NULL);
     for (size_t b = 0; s == SHOAL_OK && b < c->nblocks; b++)
@@ -588,20 +575,8 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
         .stream = stream,
     };
     shoal_status_t s;
-    if (on_stream) {
-        if ((s = shoal_comm_enter_any(comm, what)) != SHOAL_OK)
-            return s;
-        s = shoal_comp_dev_prepare(c, &call);
-        shoal_comm_leave(comm);
-        if (s != SHOAL_OK)
-            return s;
-        s = shoal_call_issue(comm, &call, 0, NULL);
-        if (s == SHOAL_OK && c->count == 0 && info)
-            *info = (shoal_compress_info_t){.step = c->step};
-        if (s == SHOAL_OK)
-            shoal_comp_dev_queued(c, &call);
-        return s;
-    }
+    if (on_stream)
+        return shoal_comp_dev_issue(c, &call);
     if (c->dev.ops)
         return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG, "this compressor's state lives on "
                            "a device: its calls are stream-ordered "

@@ -22,6 +22,17 @@
  * alone returns its input plus residual exactly (residual 0), as the host
  * path does.
  *
+ * TERNARY (its scales shared, without clipping) is two staged calls, each
+ * with a host side: the stream writes each block's largest |input plus
+ * residual| into the first one's slot, the host rounds them up to bf16
+ * and takes their max over the ranks (as compressor.c does), and the
+ * stream copies the shared scales to the device; then it encodes the
+ * input plus residual into the second's slot as 8-bit codes (the new
+ * residual on the device), the host sums the codes over the ranks (an
+ * int8 all-reduce, exact up to 127 ranks), and the stream decodes the
+ * sums, which every rank holds alike. A rank alone takes INT8's way: its
+ * input, exactly.
+ *
  * The residuals and the step a call uses are fixed when it is queued, and
  * the next call's follow at once, so calls on one compressor queue one
  * behind the other on one stream without waiting for each other. A call
@@ -194,23 +205,186 @@ static const shoal_dev_stager_t comp_stager = {
     .post = stage_post,
 };
 
-/* One inner call moving bytes of the payload; the compressor's signature
- * kind keeps it from matching a plain collective elsewhere. */
-static shoal_status_t inner_bytes(struct shoal_comm *comm, const shoal_call_t *call,
-                                  shoal_coll_kind_t kind, const void *send, void *recv,
-                                  size_t bytes)
+/* ---- TERNARY: the scales' call, then the codes' ---- */
+
+static size_t nblocks_of(const struct shoal_compressor *c)
+{
+    return c->count / c->opt.block + (c->count % c->opt.block != 0);
+}
+
+/* The scales' payload: the block maxima (fp32), the same as bf16 for
+ * their all-reduce, then the shared scales (fp32). */
+static size_t tscales_off(const struct shoal_compressor *c, int which)
+{
+    size_t nb = nblocks_of(c);
+    size_t offs[] = {0, up64(nb * sizeof(float)), 0, 0};
+    offs[2] = offs[1] + up64(nb * sizeof(uint16_t));
+    offs[3] = offs[2] + up64(nb * sizeof(float));
+    return offs[which];
+}
+
+static size_t tscales_need(const shoal_call_t *call)
+{
+    return tscales_off(call->comp, 3);
+}
+
+static shoal_dev_codec_args_t ternary_args(const struct shoal_compressor *c, uint64_t step,
+                                           shoal_dev_codec_op_t op)
+{
+    return (shoal_dev_codec_args_t){
+        .op = op, .kind = SHOAL_DEV_CODEC_TERNARY, .block = c->opt.block,
+        .round = SHOAL_ROUND_STOCHASTIC, .seed = shoal_comp_rank_seed(c, c->comm->team.rank),
+        .step = step, .scales = c->dev.scales, .count = c->count,
+    };
+}
+
+/* The fp32 input on the device: sendbuf, or its widened copy. */
+static const float *input_of(const struct shoal_compressor *c, const shoal_call_t *call)
+{
+    return c->dtype == SHOAL_FLOAT32 ? call->args.sendbuf : c->dev.x;
+}
+
+static shoal_status_t tscales_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                  unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    shoal_status_t r = SHOAL_OK;
+    if (c->dtype != SHOAL_FLOAT32)
+        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
+                         call->stream);
+    shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_ABSMAX);
+    a.src = input_of(c, call);
+    a.addend = call->args.residual_in;
+    a.dst = (float *)(pay + tscales_off(c, 0));
+    return r == SHOAL_OK ? ops->codec(&a, call->stream) : r;
+}
+
+static shoal_status_t tscales_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                   unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    shoal_status_t r = ops->copy(c->dev.scales, pay + tscales_off(c, 2),
+                                 nblocks_of(c) * sizeof(float), call->stream);
+    call->args.sendbuf = pay;
+    call->args.recvbuf = pay;
+    return r;
+}
+
+static const shoal_dev_stager_t tscales_stager = {
+    .need = tscales_need,
+    .pre = tscales_pre,
+    .post = tscales_post,
+};
+
+static size_t tcodes_need(const shoal_call_t *call)
+{
+    return up64(call->comp->count);
+}
+
+static shoal_status_t tcodes_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                 unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_ENCODE);
+    a.wire_out = pay;
+    a.src = input_of(c, call);
+    a.addend = call->args.residual_in;
+    a.residual = call->args.residual;
+    return ops->codec(&a, call->stream);
+}
+
+static shoal_status_t tcodes_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                  unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    float *out = c->dtype == SHOAL_FLOAT32 ? call->args.recvbuf : c->dev.x;
+    shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+    a.wire_in = pay;
+    a.dst = out;
+    shoal_status_t r = ops->codec(&a, call->stream);
+    if (r == SHOAL_OK && call->args.op == SHOAL_AVG)
+        r = ops->avg(out, out, c->count, SHOAL_FLOAT32, c->nranks, call->stream);
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
+        r = ops->convert(call->args.recvbuf, c->dtype, out, SHOAL_FLOAT32, c->count,
+                         call->stream);
+    call->args.sendbuf = pay;
+    call->args.recvbuf = pay;
+    return r;
+}
+
+static const shoal_dev_stager_t tcodes_stager = {
+    .need = tcodes_need,
+    .pre = tcodes_pre,
+    .post = tcodes_post,
+};
+
+/* One inner call on the payload; the compressor's signature kind keeps
+ * it from matching a plain collective elsewhere. */
+static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call,
+                            shoal_coll_kind_t kind, const void *send, void *recv, size_t count,
+                            shoal_dtype_t dtype, shoal_op_t op)
 {
     shoal_call_t c = {
         .what = call->what,
-        .args = {.kind = kind, .sendbuf = send, .recvbuf = recv, .count = bytes,
-                 .dtype = SHOAL_UINT8, .op = SHOAL_SUM},
+        .args = {.kind = kind, .sendbuf = send, .recvbuf = recv, .count = count,
+                 .dtype = dtype, .op = op},
         .sig_kind = SHOAL_SIG_COMPRESSOR,
     };
     return shoal_call_run(comm, &c);
 }
 
+static shoal_status_t inner_bytes(struct shoal_comm *comm, const shoal_call_t *call,
+                                  shoal_coll_kind_t kind, const void *send, void *recv,
+                                  size_t bytes)
+{
+    return inner(comm, call, kind, send, recv, bytes, SHOAL_UINT8, SHOAL_SUM);
+}
+
+/* The scales' host side: each rank's block maxima rounded up to bf16, their
+ * max over the ranks, back to fp32 for the stream to copy. */
+static shoal_status_t tscales_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    unsigned char *pay = call->args.recvbuf;
+    const float *amax = (const float *)(pay + tscales_off(c, 0));
+    uint16_t *s16 = (uint16_t *)(pay + tscales_off(c, 1));
+    float *scales = (float *)(pay + tscales_off(c, 2));
+    size_t nb = nblocks_of(c);
+    uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
+    for (size_t b = 0; b < nb; b++)
+        s16[b] = shoal_comp_scale_bf16_up(amax[b]);
+    shoal_status_t s = inner(comm, call, SHOAL_COLL_ALLREDUCE, s16, s16, nb, SHOAL_BFLOAT16,
+                             SHOAL_MAX);
+    for (size_t b = 0; s == SHOAL_OK && b < nb; b++)
+        scales[b] = shoal_bf16_to_f32(s16[b]);
+    c->dev.scales_tx = comm->team.tx_bytes - tx0;
+    c->dev.scales_rx = comm->team.rx_bytes - rx0;
+    if (s != SHOAL_OK)
+        atomic_store(&c->dev.lost, 1);
+    return s;
+}
+
+/* The codes' host side: their sum over the ranks. */
+static shoal_status_t tcodes_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    uint64_t tx0 = comm->team.tx_bytes - c->dev.scales_tx;
+    uint64_t rx0 = comm->team.rx_bytes - c->dev.scales_rx;
+    shoal_status_t s = inner(comm, call, SHOAL_COLL_ALLREDUCE, call->args.sendbuf,
+                             call->args.recvbuf, c->count, SHOAL_INT8, SHOAL_SUM);
+    if (s == SHOAL_OK)
+        shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
+    else
+        atomic_store(&c->dev.lost, 1);
+    return s;
+}
+
 shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
+    if (call->stager == &tscales_stager)
+        return tscales_run(comm, call);
+    if (call->stager == &tcodes_stager)
+        return tcodes_run(comm, call);
     struct shoal_compressor *c = call->comp;
     unsigned char *pay = call->args.recvbuf;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
@@ -268,7 +442,9 @@ static void free_buffers(const shoal_dev_ops_t *ops, shoal_comp_dev_t *d)
         ops->mem_free(d->x);
     if (d->host)
         ops->host_free(d->host);
-    d->res = d->res_next = d->x = d->host = NULL;
+    if (d->scales)
+        ops->mem_free(d->scales);
+    d->res = d->res_next = d->x = d->host = d->scales = NULL;
 }
 
 /* The state moves to device on the first call: the residual as the host
@@ -290,6 +466,8 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
     }
     if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
         r = ops->mem_alloc(device, bytes, (void **)&d->x);
+    if (r == SHOAL_OK && c->opt.kind == SHOAL_COMPRESS_TERNARY)
+        r = ops->mem_alloc(device, (nblocks_of(c) + 1) * sizeof(float), (void **)&d->scales);
     if (r == SHOAL_OK && c->res) {
         memcpy(d->host, c->res, c->count * sizeof(float));
         r = ops->copy(d->res, d->host, c->count * sizeof(float), stream);
@@ -305,18 +483,37 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
     return SHOAL_OK;
 }
 
-shoal_status_t shoal_comp_dev_prepare(struct shoal_compressor *c, shoal_call_t *call)
+/* Why c cannot take call on the device, or NULL. */
+static const char *dev_problem(const struct shoal_compressor *c)
+{
+    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD)
+        return "POWERSGD compressors take host buffers only (shoal_allreduce_compressed)";
+    if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
+        if (c->opt.clip_sigma > 0)
+            return "a TERNARY compressor with clip_sigma > 0 takes host buffers only";
+        if (c->nranks > 127)
+            return "a TERNARY compressor takes device tensors up to 127 ranks";
+        if (shoal_group_active())
+            return "a TERNARY compressor's stream-ordered call is two calls, which a group "
+                   "cannot hold";
+    }
+    return NULL;
+}
+
+/* Ready call for the staged path: the checks of its buffers, the state
+ * moved to their device on the first call, the residuals and step as of
+ * the call. Entered comm; fails with the reason on it. */
+static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call)
 {
     struct shoal_comm *comm = c->comm;
     const char *what = call->what;
     const shoal_dev_ops_t *ops = shoal_dev_get();
+    const char *problem = dev_problem(c);
     if (!ops)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: a stream-ordered call needs "
                                "CUDA: %s", what, shoal_dev_why());
-    if (c->opt.kind != SHOAL_COMPRESS_INT8)
-        return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: only INT8 compressors take "
-                               "device tensors (this one's kind is %d: host buffers, through "
-                               "shoal_allreduce_compressed)", what, (int)c->opt.kind);
+    if (problem)
+        return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: %s", what, problem);
     if (atomic_load(&c->busy))
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: a host call on this "
                                "compressor is still in flight", what);
@@ -344,8 +541,30 @@ shoal_status_t shoal_comp_dev_prepare(struct shoal_compressor *c, shoal_call_t *
     return SHOAL_OK;
 }
 
-void shoal_comp_dev_queued(struct shoal_compressor *c, const shoal_call_t *call)
+shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *call)
 {
+    struct shoal_comm *comm = c->comm;
+    shoal_status_t s = shoal_comm_enter_any(comm, call->what);
+    if (s != SHOAL_OK)
+        return s;
+    s = dev_prepare(c, call);
+    shoal_comm_leave(comm);
+    if (s != SHOAL_OK)
+        return s;
+    if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
+        shoal_call_t scales = *call;
+        scales.stager = &tscales_stager;
+        scales.info = NULL;
+        if ((s = shoal_call_issue(comm, &scales, 0, NULL)) != SHOAL_OK)
+            return s;
+        call->stager = &tcodes_stager;
+    }
+    s = shoal_call_issue(comm, call, 0, NULL);
+    if (s != SHOAL_OK)
+        return s;
+    if (c->count == 0 && call->info)
+        *call->info = (shoal_compress_info_t){.step = c->step};
+    /* The next call's residuals and step. */
     shoal_comp_dev_t *d = &c->dev;
     if (d->res) {
         float *t = d->res;
@@ -354,6 +573,7 @@ void shoal_comp_dev_queued(struct shoal_compressor *c, const shoal_call_t *call)
     }
     d->stream = call->stream;
     c->step++;
+    return SHOAL_OK;
 }
 
 static shoal_status_t dev_move(struct shoal_compressor *c, int to_host)

@@ -7,6 +7,7 @@
 #include "compressor.h"
 
 #include "base/dev.h"
+#include "base/dtype.h"
 #include "compress/powersgd.h"
 
 #include <stdatomic.h>
@@ -21,6 +22,8 @@ typedef struct {
     float *res, *res_next;      /* error feedback: count floats each (or NULL) */
     float *x;                   /* fp32 input and result for float16 and bfloat16 */
     float *host;                /* pinned: the residual on its way to and from the host */
+    float *scales;              /* TERNARY: the shared scales of the call being run */
+    uint64_t scales_tx, scales_rx; /* TERNARY: what the scales' all-reduce moved */
     void *stream;               /* the last stream-ordered call's */
     /* A call failed after its stream side was queued: the residual the
      * stream wrote is not the call's. Cleared by set_state and reset. */
@@ -58,18 +61,28 @@ static inline uint64_t shoal_comp_rank_seed(const struct shoal_compressor *c, in
     return c->opt.seed ^ ((uint64_t)rank + 1) * 0xd1342543de82ef95ull;
 }
 
+/* A scale as bf16, rounded up: never below f (f >= 0), so that a shared
+ * scale still covers every value of its block; a finite f stays finite
+ * (the largest finite bf16, a hair below the largest floats, where the
+ * rounding would reach infinity; the codec clips what lies beyond). */
+static inline uint16_t shoal_comp_scale_bf16_up(float f)
+{
+    uint32_t u = shoal_f32_bits(f);
+    if ((u & 0x7fffffffu) >= 0x7f800000u)
+        return shoal_f32_to_bf16(f);
+    uint32_t up = (u + 0xffffu) >> 16;
+    return (uint16_t)((up & 0x7f80u) == 0x7f80u ? 0x7f7fu : up);
+}
+
 /* call->info (when set) after a successful call: the bytes comm's links
  * moved since tx0 and rx0, and the compressor's step as of the call. */
 void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
                      uint64_t rx0, uint64_t step);
 
-/* compressor_dev.c. Ready call (a stream-ordered call on c, checked by the
- * caller for its op) for the staged path: the checks of its buffers, the
- * state moved to their device on the first call, the stager, the
- * residuals and step as of the call. Fails with the reason on comm. */
-shoal_status_t shoal_comp_dev_prepare(struct shoal_compressor *c, shoal_call_t *call);
-/* After call was queued: the next call's residuals and step. */
-void shoal_comp_dev_queued(struct shoal_compressor *c, const shoal_call_t *call);
+/* compressor_dev.c. Check and queue call, a stream-ordered call on c
+ * whose op the caller checked: the state moved to its buffers' device on
+ * the first call, the stream work of the compressor's kind. */
+shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *call);
 /* The host side of a stream-ordered call (call->run). */
 shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call);
 /* With the state on a device: wait for the last call's stream, then copy
