@@ -237,6 +237,15 @@ shoal_status_t shoal_compressor_create(shoal_comm_t comm, const shoal_compress_o
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_compressor_local(struct shoal_comm *comm,
+                                      const shoal_compress_options_t *options, size_t count,
+                                      shoal_dtype_t dtype, shoal_compressor_t *comp_p)
+{
+    if (!comm || !comp_p || options_problem(options, count, dtype, NULL))
+        return SHOAL_ERR_INVALID_ARG;
+    return comp_new(comm, options, count, dtype, NULL, comp_p);
+}
+
 static int comp_valid(shoal_compressor_t c)
 {
     return c && c->magic == COMP_MAGIC;

@@ -25,6 +25,14 @@
 /* Run call (call->comp set) on comm: the executor's side. */
 shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call);
 
+/* A compressor made by this rank alone, without the agreement of
+ * shoal_compressor_create: for callers whose every rank makes the same one
+ * (a door's stateless compression). SHOAL_ERR_INVALID_ARG for options
+ * that create would refuse, SHOAL_ERR_NO_MEMORY. */
+shoal_status_t shoal_compressor_local(struct shoal_comm *comm,
+                                      const shoal_compress_options_t *options, size_t count,
+                                      shoal_dtype_t dtype, shoal_compressor_t *comp_p);
+
 /* This rank's error-feedback residual (count floats; NULL without error
  * feedback), as of the last successful call: for tests. */
 shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p);

@@ -59,10 +59,10 @@ $(CUDA_TESTS): %: %.o $(TEST_LIB) $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/tests/cuda_user.o $(TEST_LIB) $(BUILD)/libshoal.a \
 	    $(LIBS) $(CUDA_TEST_LIBS) -lcmocka
 
-# The NCCL door's CUDA test calls shoal's libnccl.so.2 as a program would.
-$(BUILD)/tests/test_cuda_nccl: $(NCCL_LIB)
-$(BUILD)/tests/test_cuda_nccl: CUDA_TEST_LIBS = -L$(BUILD) -l:libnccl.so.2 \
-                                -Wl,-rpath,$(CURDIR)/$(BUILD)
+# The NCCL door's CUDA tests call shoal's libnccl.so.2 as a program would.
+CUDA_NCCL_TESTS := $(BUILD)/tests/test_cuda_nccl $(BUILD)/tests/test_cuda_nccl_compress
+$(CUDA_NCCL_TESTS): $(NCCL_LIB)
+$(CUDA_NCCL_TESTS): CUDA_TEST_LIBS = -L$(BUILD) -l:libnccl.so.2 -Wl,-rpath,$(CURDIR)/$(BUILD)
 
 # make test-gpu: the CUDA tests on the real driver (tests/gpu/run.sh says
 # plainly when there is no GPU, and runs nothing then).

@@ -13,11 +13,13 @@
  * A stream where the process has no CUDA driver loaded cannot be a real
  * one: it is ignored, as it was before the door knew CUDA.
  *
- * With SHOAL_COMPRESS=int8, the host all-reduces that a training program's
+ * With SHOAL_COMPRESS=int8, the all-reduces that a training program's
  * gradients make (float sums and averages of SHOAL_COMPRESS_MIN bytes or
- * more) go through shoal_allreduce_int8 on the same host buffers. Every
- * rank reads the same settings and sees the same count, type and op, so
- * all take the same path; a rank whose settings differ meets a mismatch. */
+ * more) go through shoal_allreduce_int8 on host buffers, and through the
+ * stream-ordered compressed all-reduce on device buffers (compress.c).
+ * Every rank reads the same settings and sees the same count, type, op
+ * and kind of buffer, so all take the same path; a rank whose settings
+ * differ meets a mismatch. */
 #include "door.h"
 
 #include "base/config.h"
@@ -110,7 +112,15 @@ static ncclResult_t classify(struct ncclComm *comm, shoal_comm_t sc, door_call_t
  * error feedback to keep, so it is safe on any call of a supported type
  * and op; what it loses is what the setting accepts. It cannot be recorded
  * in a group, so between ncclGroupStart and ncclGroupEnd the all-reduces go
- * the usual way (every rank is inside the group alike). */
+ * the usual way (every rank is inside the group alike). A stream-ordered
+ * call compresses when both its buffers are device memory, which the
+ * device's kernels read. */
+static int device_memory(const void *p)
+{
+    shoal_dev_mem_t kind = shoal_dev_kind(p);
+    return kind == SHOAL_DEV_MEM_DEVICE || kind == SHOAL_DEV_MEM_MANAGED;
+}
+
 static int door_compressed(const door_call_t *c)
 {
     const shoal_compress_config_t *cc = &shoal_config_get()->compress;
@@ -118,7 +128,9 @@ static int door_compressed(const door_call_t *c)
     shoal_op_t op = (shoal_op_t)c->op;
     size_t es;
     if (cc->kind != SHOAL_COMPRESS_INT8 || c->kind != SHOAL_COLL_ALLREDUCE || c->count == 0 ||
-        shoal_nccl_in_group() || c->on_stream)
+        shoal_nccl_in_group())
+        return 0;
+    if (c->on_stream && (!device_memory(c->sendbuf) || !device_memory(c->recvbuf)))
         return 0;
     if (dt != SHOAL_FLOAT32 && dt != SHOAL_FLOAT16 && dt != SHOAL_BFLOAT16)
         return 0;
@@ -175,7 +187,7 @@ static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request
 }
 
 /* Queue c on its stream. */
-static shoal_status_t issue_stream(shoal_comm_t sc, const door_call_t *c)
+static shoal_status_t issue_stream(struct ncclComm *comm, shoal_comm_t sc, const door_call_t *c)
 {
     shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
     shoal_op_t op = (shoal_op_t)c->op;
@@ -184,7 +196,14 @@ static shoal_status_t issue_stream(shoal_comm_t sc, const door_call_t *c)
     size_t n = c->count;
     int root = c->root;
     switch (c->kind) {
-    case SHOAL_COLL_ALLREDUCE: return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
+    case SHOAL_COLL_ALLREDUCE:
+        if (door_compressed(c)) {
+            int taken;
+            shoal_status_t s = shoal_nccl_compress_stream(comm, sc, sb, rb, n, dt, op, st, &taken);
+            if (taken || s != SHOAL_OK)
+                return s;
+        }
+        return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
     case SHOAL_COLL_REDUCE_SCATTER: return shoal_reduce_scatter_stream(sb, rb, n, dt, op, sc, st);
     case SHOAL_COLL_ALLGATHER: return shoal_allgather_stream(sb, rb, n, dt, sc, st);
     case SHOAL_COLL_ALLTOALL: return shoal_alltoall_stream(sb, rb, n, dt, sc, st);
@@ -207,7 +226,7 @@ static ncclResult_t door_run(struct ncclComm *comm, door_call_t *c)
     if (res != ncclSuccess)
         return res;
     if (c->on_stream)
-        return shoal_nccl_result(issue_stream(sc, c));
+        return shoal_nccl_result(issue_stream(comm, sc, c));
     /* The compressed all-reduce has no non-blocking form: it completes
      * before it returns, which a non-blocking communicator allows. */
     if (comm->blocking || shoal_nccl_in_group() || door_compressed(c))

@@ -108,6 +108,7 @@ ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclCo
 void shoal_nccl_comm_free(struct ncclComm *comm)
 {
     shoal_nccl_windows_free(comm);
+    shoal_nccl_compress_free(comm);
     pthread_mutex_destroy(&comm->lock);
     free(comm->reqs);
     comm_shell_free(comm);

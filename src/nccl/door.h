@@ -48,6 +48,8 @@ struct ncclComm {
     ncclResult_t async_error;     /* first failure among them */
 
     struct ncclWindow_vidmem *windows; /* live windows (mem.c), under lock */
+    struct shoal_nccl_comp *comps;     /* SHOAL_COMPRESS's compressors (compress.c), under lock */
+    size_t ncomps;
 };
 
 /* First thing of every entry point: map NCCL_* settings and log the banner,
@@ -121,5 +123,17 @@ int shoal_nccl_is_memory(const void *p, size_t len, int writable);
 
 /* Free comm's registrations and windows (destroy and abort). */
 void shoal_nccl_windows_free(struct ncclComm *comm);
+
+/* compress.c. SHOAL_COMPRESS=int8 on device buffers: queue the compressed
+ * all-reduce on stream through the communicator's compressor for count
+ * and dtype (made on first use). *taken = 0, queueing nothing, when the
+ * communicator holds too many already: the call then goes the usual way
+ * (every rank alike, as every rank makes the same calls). */
+shoal_status_t shoal_nccl_compress_stream(struct ncclComm *comm, shoal_comm_t sc,
+                                          const void *sendbuf, void *recvbuf, size_t count,
+                                          shoal_dtype_t dtype, shoal_op_t op, void *stream,
+                                          int *taken);
+/* The compressors, after their streams' last calls. */
+void shoal_nccl_compress_free(struct ncclComm *comm);
 
 #endif

@@ -29,8 +29,9 @@ static int parse_compress(const char *text, void *field)
 static const shoal_config_entry_t compress_entries[] = {
     {.name = "SHOAL_COMPRESS", .def = "off",
      .doc = "NCCL door: all-reduces of float32, float16 and bfloat16 sums and averages "
-            "of SHOAL_COMPRESS_MIN bytes or more go through shoal_allreduce_int8 (int8 "
-            "with a scale per 64 values, no error feedback): off or int8",
+            "of SHOAL_COMPRESS_MIN bytes or more go through shoal_allreduce_int8, or on "
+            "device buffers its stream-ordered form (int8 with a scale per 64 values, no "
+            "error feedback): off or int8",
      .parse = parse_compress, .offset = SHOAL_CONFIG_FIELD(compress.kind)},
     {.name = "SHOAL_COMPRESS_MIN", .def = "1M",
      .doc = "NCCL door: the smallest all-reduce buffer that SHOAL_COMPRESS compresses",
