@@ -7,10 +7,11 @@
  * not fill their last block, at offsets `first` that are not multiples of
  * the block (for int8 also one whose indices cross 2^32), and with NaN,
  * infinities, subnormals, tiny blocks and values near FLT_MAX in the
- * input; and the blocks' largest magnitudes (ABSMAX) against
- * shoal_codec_block_absmax_sum. In make test the driver is the CPU stand-in of tests/cuda/,
- * whose kernel runs the very range function of cuda/kern.h; make
- * test-gpu runs this binary on the real driver. */
+ * input; the blocks' largest magnitudes (ABSMAX) against
+ * shoal_codec_block_absmax_sum; and the blocks' moments (MOMENTS) against
+ * sums written out here. In make test the driver is the CPU stand-in of
+ * tests/cuda/, whose kernel runs the very range function of cuda/kern.h;
+ * make test-gpu runs this binary on the real driver. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -490,6 +491,125 @@ static void test_absmax(void **state)
     bufs_free(b);
 }
 
+/* MOMENTS' numbers as dev_ops.h defines them, written out independently
+ * of the kernel's code: for each block, v = (double)(src[i] (+ add[i])),
+ * their sum from 0.0 in order, then the sum of (v - sum / n)^2 from 0.0
+ * in order. Each product is a statement of its own, so that no compiler
+ * fuses it into the addition (clang contracts within an expression). */
+static void moments_ref(double *out, const float *src, const float *add, size_t count,
+                        size_t block)
+{
+    for (size_t lo = 0, b = 0; lo < count; lo += block, b++) {
+        size_t hi = lo + block < count ? lo + block : count;
+        double sum = 0.0, sq = 0.0;
+        for (size_t i = lo; i < hi; i++) {
+            float x = add ? src[i] + add[i] : src[i];
+            sum = sum + (double)x;
+        }
+        double mean = sum / (double)(hi - lo);
+        for (size_t i = lo; i < hi; i++) {
+            float x = add ? src[i] + add[i] : src[i];
+            double d = (double)x - mean;
+            double d2 = d * d;
+            sq = sq + d2;
+        }
+        out[2 * b] = sum;
+        out[2 * b + 1] = sq;
+    }
+}
+
+/* Equal bits, or NaN where the reference has NaN: which NaN an operation
+ * gives (its sign and payload, the GPU's canonical one) is not promised. */
+static void check_doubles(const double *got, const double *want, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(want[i]) ? isnan(got[i]) : memcmp(&got[i], &want[i], sizeof(double)) == 0)
+            continue;
+        fail_msg("%s: value %zu is %a, the reference's is %a", what, i, got[i], want[i]);
+    }
+}
+
+/* MOMENTS: each block's sum and sum of squared deviations, of src or of
+ * src + addend, bitwise against moments_ref, for both kinds (ternary
+ * without scales: the op reads none), blocks 32/64/128, counts that do
+ * and do not fill their last block, runs from the tensor's start and
+ * from a later block, over values of mixed magnitudes (where the order of
+ * the additions shows in the bits) and, in a second pass, with NaN,
+ * infinities and blocks of +inf only and of both infinities. The double
+ * after the last block must stay as it was; the longest run also writes
+ * into an allocation of exactly its doubles, which the stand-in's reach
+ * check takes as it is. */
+static void test_moments(void **state)
+{
+    (void)state;
+    open_module();
+    bufs_t *b = bufs_new();
+    unsigned long before = cu_user_launches(SHOAL_K_CODEC);
+    launches = 0;
+    rng = 5;
+    static const size_t mcounts[4] = {1, 63, 1000, 4097};
+    static double want[2 * MAX_COUNT + 1], got[2 * MAX_COUNT + 1];
+    int n = 0;
+    for (int specials = 0; specials < 2; specials++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int ci = 0; ci < 4; ci++)
+                for (int fi = 0; fi < 2; fi++)
+                    for (int has_add = 0; has_add < 2; has_add++, n++) {
+                        size_t count = mcounts[ci], block = blocks[bi];
+                        size_t nb = (count + block - 1) / block, first = fi * 37 * block;
+                        size_t fbytes = count * sizeof(float);
+                        size_t obytes = 2 * nb * sizeof(double);
+                        int kind = n % 2 ? SHOAL_DEV_CODEC_TERNARY : SHOAL_DEV_CODEC_INT8;
+                        fill(b->src, count, 1.0f, specials);
+                        fill(b->add, count, 1e-2f, specials);
+                        if (specials) {
+                            for (size_t i = block; i < count && i < 2 * block; i++)
+                                b->src[i] = INFINITY;
+                            for (size_t i = 2 * block; i < count && i < 3 * block; i++)
+                                b->src[i] = i % 2 ? INFINITY : -INFINITY;
+                        }
+                        float *h_add = has_add ? b->add : NULL;
+                        void *d_add = has_add ? b->d_add : NULL;
+                        cu_user_htod(b->d_src, b->src, fbytes);
+                        cu_user_htod(b->d_add, b->add, fbytes);
+                        memset(got, 0x5a, obytes + sizeof(double));
+                        cu_user_htod(b->d_wire, got, obytes + sizeof(double));
+                        moments_ref(want, b->src, h_add, count, block);
+                        want[2 * nb] = got[2 * nb];
+
+                        shoal_dev_codec_args_t a;
+                        memset(&a, 0, sizeof(a));
+                        a.op = SHOAL_DEV_CODEC_MOMENTS;
+                        a.kind = (shoal_dev_codec_kind_t)kind;
+                        a.block = block;
+                        a.src = b->d_src;
+                        a.addend = d_add;
+                        a.wire_out = b->d_wire;
+                        a.count = count;
+                        a.first = first;
+                        dev_run(b, &a);
+                        char what[128];
+                        snprintf(what, sizeof(what),
+                                 "moments kind %d block %zu count %zu first %zu addend %d "
+                                 "specials %d",
+                                 kind, block, count, first, has_add, specials);
+                        cu_user_dtoh(got, b->d_wire, obytes + sizeof(double));
+                        check_doubles(got, want, 2 * nb + 1, what);
+
+                        if (count != 4097)
+                            continue;
+                        void *tight = cu_user_alloc(obytes);
+                        a.wire_out = tight;
+                        dev_run(b, &a);
+                        cu_user_dtoh(got, tight, obytes);
+                        check_doubles(got, want, 2 * nb, what);
+                        cu_user_free(tight);
+                    }
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_CODEC) - before, launches);
+    bufs_free(b);
+}
+
 /* What the entry refuses, before anything is queued. */
 static void test_refused(void **state)
 {
@@ -551,6 +671,31 @@ static void test_refused(void **state)
     bad.count = 0;
     bad.src = bad.dst = NULL;
     assert_int_equal(ops->codec(&bad, b->stream), SHOAL_OK);
+    /* MOMENTS: from a value that is not a block's first (even for no
+     * values), without wire_out, without src, or into doubles that are
+     * not aligned. */
+    shoal_dev_codec_args_t mo = a;
+    mo.op = SHOAL_DEV_CODEC_MOMENTS;
+    mo.first = 64;
+    bad = mo;
+    bad.first = 48;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad.count = 0;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = mo;
+    bad.wire_out = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = mo;
+    bad.src = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = mo;
+    bad.wire_out = (unsigned char *)b->d_wire + 4;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_ERR_INVALID_ARG);
+    bad = mo;
+    bad.count = 0;
+    bad.src = NULL;
+    bad.wire_out = NULL;
+    assert_int_equal(ops->codec(&bad, b->stream), SHOAL_OK);
     assert_int_equal(ops->codec(NULL, b->stream), SHOAL_ERR_INVALID_ARG);
     /* Nothing to do for no values, even with no buffers. */
     bad = a;
@@ -573,6 +718,7 @@ int main(void)
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_ternary),
         cmocka_unit_test(test_absmax),
+        cmocka_unit_test(test_moments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

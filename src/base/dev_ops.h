@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 4
+#define SHOAL_DEV_ABI 5
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -55,6 +55,12 @@ typedef enum {
      * shoal_codec_block_absmax_sum's, the ternary codec's shared scales
      * before their max over the ranks. Any kind. */
     SHOAL_DEV_CODEC_ABSMAX,
+    /* The moments of each block b of the run (first a multiple of block),
+     * for the ternary codec's clipping bound: with v the values src[i]
+     * (+ addend[i]) (the fp32 sum) as doubles, n_b of them,
+     * ((double *)wire_out)[2 b] = the sum of v and [2 b + 1] = the sum of
+     * (v - sum / n_b)^2, each added in the values' order. Any kind. */
+    SHOAL_DEV_CODEC_MOMENTS,
 } shoal_dev_codec_op_t;
 
 typedef enum {

@@ -1,8 +1,9 @@
 /* Element math of the ternary codec (compress/ternary.c, whose head
  * comment defines the codes, the shared scales, the wire forms and the
  * residuals): the scale of a value, its code, its decoded value, the
- * saturating sum of add_encode, the wire's values in each form, and a
- * block's largest magnitude (the shared scales' inputs). The
+ * saturating sum of add_encode, the wire's values in each form, a
+ * block's largest magnitude (the shared scales' inputs) and a block's
+ * sum and sum of squared deviations (the clipping bound's inputs). The
  * CPU's scalar reference path calls these functions value by value, and
  * so does the CUDA module's codec kernel (cuda/kern.h), compiled there as
  * __host__ __device__, so that the tests of the reference check the
@@ -10,7 +11,8 @@
  * operations in their own loops (their tests compare them to these).
  *
  * The one division and the products go through shoal_codec_div and
- * shoal_codec_mul (never fused); fabsf is exact on host and device. */
+ * shoal_codec_mul (never fused); fabsf is exact on host and device. The
+ * moments' squares go through shoal_ternary_sq for the same reason. */
 #ifndef SHOAL_COMPRESS_TERNARY_ELEM_H
 #define SHOAL_COMPRESS_TERNARY_ELEM_H
 
@@ -100,6 +102,39 @@ static inline SHOAL_HD float shoal_ternary_block_absmax(const float *src, const 
             m = fabsf(x);
     }
     return m;
+}
+
+/* d * d in double, rounded on its own: nvcc would otherwise fuse the
+ * square into the sum it is added to (see shoal_codec_mul). */
+static inline SHOAL_HD double shoal_ternary_sq(double d)
+{
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(d, d);
+#else
+    return d * d;
+#endif
+}
+
+/* The moments of the values v_i = (double)(src[i] (+ add[i])) for i in
+ * [begin, end) (add NULL: src alone; else the fp32 sum, then widened),
+ * n = end - begin of them, begin < end: moments_p[0] = the sum of v_i and
+ * moments_p[1] = the sum of (v_i - moments_p[0] / n)^2, each added from
+ * 0.0 in the values' order, one rounding per operation, so that a host
+ * model that adds in the same order gets the same bits. NaN and
+ * infinities propagate. Both outputs are written after the values were
+ * read. */
+static inline SHOAL_HD void shoal_ternary_block_moments(const float *src, const float *add,
+                                                        size_t begin, size_t end,
+                                                        double *moments_p)
+{
+    double sum = 0.0, sq = 0.0;
+    for (size_t i = begin; i < end; i++)
+        sum += (double)(add ? src[i] + add[i] : src[i]);
+    double mean = sum / (double)(end - begin);
+    for (size_t i = begin; i < end; i++)
+        sq += shoal_ternary_sq((double)(add ? src[i] + add[i] : src[i]) - mean);
+    moments_p[0] = sum;
+    moments_p[1] = sq;
 }
 
 /* The code of value x of the block with this scale: sign(x) * up, with up

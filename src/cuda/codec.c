@@ -1,12 +1,14 @@
 /* The CUDA module's codec entry (dev_ops.h): compress/codec.h's encode,
- * add_encode and decode, and the ternary codec's blocks' largest
- * magnitudes (shoal_codec_block_absmax_sum), on device buffers, through
- * one kernel whose element math is the host codecs' own (kern.h). The kernel skips what it
- * does not know, which would leave the outputs silently unwritten, so
- * every argument is checked here, before anything is queued. */
+ * add_encode and decode, the ternary codec's blocks' largest magnitudes
+ * (shoal_codec_block_absmax_sum) and their moments (the clipping bound's
+ * sums), on device buffers, through one kernel whose element math is the
+ * host codecs' own (kern.h). The kernel skips what it does not know,
+ * which would leave the outputs silently unwritten, so every argument is
+ * checked here, before anything is queued. */
 #include "module.h"
 #include "kern.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static int codec_block_valid(size_t block)
@@ -19,7 +21,8 @@ static int codec_block_valid(size_t block)
 static shoal_status_t codec_check(const shoal_dev_codec_args_t *a)
 {
     if (a->op != SHOAL_DEV_CODEC_ENCODE && a->op != SHOAL_DEV_CODEC_ADD_ENCODE &&
-        a->op != SHOAL_DEV_CODEC_DECODE && a->op != SHOAL_DEV_CODEC_ABSMAX)
+        a->op != SHOAL_DEV_CODEC_DECODE && a->op != SHOAL_DEV_CODEC_ABSMAX &&
+        a->op != SHOAL_DEV_CODEC_MOMENTS)
         return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "codec: unknown operation %d",
                                 (int)a->op);
     if (a->kind != SHOAL_DEV_CODEC_INT8 && a->kind != SHOAL_DEV_CODEC_TERNARY)
@@ -40,8 +43,23 @@ static shoal_status_t codec_check(const shoal_dev_codec_args_t *a)
         return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
                                 "codec: absmax from value %zu, not a multiple of block %zu",
                                 a->first, a->block);
+    /* MOMENTS, likewise, gives the tensor's blocks' sums. */
+    if (a->op == SHOAL_DEV_CODEC_MOMENTS && a->first % a->block != 0)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
+                                "codec: moments from value %zu, not a multiple of block %zu",
+                                a->first, a->block);
     if (a->count == 0)
         return SHOAL_OK;
+    if (a->op == SHOAL_DEV_CODEC_MOMENTS && (!a->src || !a->wire_out))
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "codec: moments with a NULL buffer");
+    /* Its outputs are doubles, which the device stores only where they
+     * are aligned. */
+    if (a->op == SHOAL_DEV_CODEC_MOMENTS)
+        return (uintptr_t)a->wire_out % sizeof(double) == 0
+                   ? SHOAL_OK
+                   : shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
+                                      "codec: moments into %p, not aligned for doubles",
+                                      a->wire_out);
     if (a->op == SHOAL_DEV_CODEC_ABSMAX)
         return a->src && a->dst
                    ? SHOAL_OK
@@ -83,8 +101,10 @@ shoal_status_t shoal_cuda_codec(const shoal_dev_codec_args_t *args, void *stream
     k.step = args->step;
     k.count = (uint64_t)args->count;
     k.first = (uint64_t)args->first;
-    /* ABSMAX reads no scales or wire, whatever the kind. */
-    if (args->kind == SHOAL_DEV_CODEC_TERNARY && args->op != SHOAL_DEV_CODEC_ABSMAX) {
+    /* ABSMAX and MOMENTS read no scales and no incoming wire, whatever
+     * the kind; MOMENTS writes its doubles to wire_out. */
+    int sums = args->op == SHOAL_DEV_CODEC_ABSMAX || args->op == SHOAL_DEV_CODEC_MOMENTS;
+    if (args->kind == SHOAL_DEV_CODEC_TERNARY && !sums) {
         k.scales = args->scales;
         k.wide = args->wide != 0;
         k.packed = args->packed != 0;
@@ -93,6 +113,10 @@ shoal_status_t shoal_cuda_codec(const shoal_dev_codec_args_t *args, void *stream
         k.src = args->src;
         k.addend = args->addend;
         k.dst = args->dst;
+    } else if (args->op == SHOAL_DEV_CODEC_MOMENTS) {
+        k.src = args->src;
+        k.addend = args->addend;
+        k.wire_out = args->wire_out;
     } else if (args->op == SHOAL_DEV_CODEC_DECODE) {
         k.wire_in = args->wire_in;
         k.dst = args->dst;

@@ -238,8 +238,9 @@ static inline SHOAL_HD void shoal_k_convert_range(const shoal_k_convert_t *k, ui
  * from a cooperative reduction across threads). For int8 a unit is a
  * codec block, which its scale makes indivisible; ternary values are
  * independent, and its units are runs of the same length, even (whole
- * bytes of the packed wire) and aligned with int8's. ABSMAX's unit is a
- * codec block too, for either kind: its one output is the block's. */
+ * bytes of the packed wire) and aligned with int8's. ABSMAX's and
+ * MOMENTS' unit is a codec block too, for either kind: their outputs are
+ * the block's, each a sequential sum over its values. */
 static inline SHOAL_HD uint64_t shoal_k_codec_units(const shoal_k_codec_t *k)
 {
     if (k->block != 32 && k->block != 64 && k->block != 128)
@@ -309,8 +310,9 @@ static inline SHOAL_HD void shoal_k_ternary_unit(const shoal_k_codec_t *k, uint3
 /* Units begin, begin + step, ... below end (at most
  * shoal_k_codec_units). The op and kind switches are uniform across
  * threads. A codec the entry would refuse does nothing here. ABSMAX
- * writes dst[u], the largest magnitude of unit u's values, whatever the
- * kind. */
+ * writes dst[u], the largest magnitude of unit u's values, and MOMENTS
+ * ((double *)wire_out)[2 u] and [2 u + 1], their sum and sum of squared
+ * deviations, whatever the kind. */
 static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64_t begin,
                                                 uint64_t end, uint64_t step)
 {
@@ -325,6 +327,13 @@ static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64
              * the entry takes only runs that start on a block. */
             uint64_t lo = u * k->block, hi = lo + k->block < k->count ? lo + k->block : k->count;
             k->dst[u] = shoal_ternary_block_absmax(k->src, k->addend, (size_t)lo, (size_t)hi);
+            continue;
+        }
+        if (k->op == SHOAL_DEV_CODEC_MOMENTS) {
+            /* As ABSMAX: the run's block u is one of the tensor's. */
+            uint64_t lo = u * k->block, hi = lo + k->block < k->count ? lo + k->block : k->count;
+            shoal_ternary_block_moments(k->src, k->addend, (size_t)lo, (size_t)hi,
+                                        (double *)k->wire_out + 2 * u);
             continue;
         }
         if (k->kind == SHOAL_DEV_CODEC_TERNARY) {

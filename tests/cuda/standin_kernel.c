@@ -211,9 +211,18 @@ static size_t standin_codec_wire_bytes(const shoal_k_codec_t *k)
  * each checked for its own length: count floats for the value arrays,
  * the wire's bytes, and for ternary the scales of the blocks of the
  * tensor that the run's values first .. first + count - 1 fall in;
- * ABSMAX's inputs and its one output per block of the run. */
+ * ABSMAX's inputs and its one output per block of the run; MOMENTS'
+ * inputs and its two doubles per block of the run. */
 static bool standin_codec_reaches(standin_op_t *op, const shoal_k_codec_t *k)
 {
+    if (k->op == SHOAL_DEV_CODEC_MOMENTS) {
+        /* count floats in, a sum and a sum of squares out per block */
+        const void *in[] = {k->src, k->addend}, *out = k->wire_out;
+        for (int i = 0; i < 2; i++)
+            if (in[i] && !standin_kernel_reaches(op, &in[i], 1, k->count, sizeof(float)))
+                return false;
+        return standin_kernel_reaches(op, &out, 1, 2 * shoal_k_codec_units(k), sizeof(double));
+    }
     if (k->op == SHOAL_DEV_CODEC_ABSMAX) {
         /* count floats in, one maximum out per block of the run */
         const void *in[] = {k->src, k->addend}, *dst = k->dst;
