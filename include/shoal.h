@@ -628,8 +628,8 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p);
 
 /*
- * The stream-ordered form, for device tensors (INT8, and TERNARY without
- * clipping, up to 127 ranks and outside groups; the others say
+ * The stream-ordered form, for device tensors (INT8, and TERNARY up to
+ * 127 ranks and outside groups; POWERSGD says
  * SHOAL_ERR_UNSUPPORTED): sendbuf and recvbuf are device (or
  * managed) memory of one device, and the call is queued on stream (a
  * CUstream; NULL: the legacy default stream) as the other _stream forms

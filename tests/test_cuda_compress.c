@@ -4,7 +4,8 @@
  * module's kernels' own element functions; make test-gpu runs the same
  * binary on the real driver.
  *
- * - INT8 and TERNARY, float32, float16 and bfloat16, SUM and AVG, error feedback on
+ * - INT8 and TERNARY (with and without clipping), float32, float16 and
+ *   bfloat16, SUM and AVG, error feedback on
  *   and off, nearest and stochastic rounding, blocks 32, 64 and 128,
  *   counts 1, odd and multi-block, in place and not, 1 to 8 ranks, three
  *   calls in a row on one compressor (the residual and the step carried
@@ -22,9 +23,9 @@
  * - a rank that dies under a call becomes an error on the others, whose
  *   streams go on; the residual that call left is refused as a
  *   checkpoint until reset;
- * - refusals, with the communicator still usable: PowerSGD and clipped
- *   TERNARY on the device, host memory in the stream form, a host call
- *   once the state is on a device. */
+ * - refusals, with the communicator still usable: PowerSGD on the device,
+ *   host memory in the stream form, a host call once the state is on a
+ *   device. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -52,6 +53,7 @@ typedef struct {
     unsigned block;
     size_t count;
     int inplace;
+    float clip; /* TERNARY's clip_sigma */
 } ccase_t;
 
 /* Rank r's input value i of call k, as fp32 (exact in every dtype the
@@ -92,9 +94,41 @@ static shoal_codec_t model_codec(const ccase_t *cc, uint64_t seed, int r, uint64
     };
 }
 
+/* TERNARY's clipping bound of one rank: k population deviations of v =
+ * input plus residual, from each block's sum and squared deviations from
+ * its own mean (in the values' order), combined block by block. */
+static float model_bound(const float *x, const float *res, size_t count, size_t block, float k)
+{
+    double total = 0, m2 = 0, *sums = calloc(count / block + 2, sizeof(double)),
+           *devs = calloc(count / block + 2, sizeof(double));
+    size_t nb = 0;
+    for (size_t b0 = 0; b0 < count; b0 += block, nb++) {
+        size_t n = count - b0 < block ? count - b0 : block;
+        for (size_t i = b0; i < b0 + n; i++)
+            sums[nb] += res ? (double)(x[i] + res[i]) : (double)x[i];
+        double mb = sums[nb] / (double)n;
+        for (size_t i = b0; i < b0 + n; i++) {
+            double d = (res ? (double)(x[i] + res[i]) : (double)x[i]) - mb;
+            devs[nb] += d * d;
+        }
+        total += sums[nb];
+    }
+    double mean = total / (double)count;
+    for (size_t b = 0; b < nb; b++) {
+        size_t n = b + 1 < nb || count % block == 0 ? block : count % block;
+        double d = sums[b] / (double)n - mean;
+        m2 += devs[b] + (double)n * (d * d);
+    }
+    free(sums);
+    free(devs);
+    double bound = (double)k * sqrt(m2 / (double)count);
+    return bound > 0 && bound <= 3.4028234663852886e38 ? (float)bound : 0.0f;
+}
+
 /* TERNARY's model on n > 1 ranks: shared scales (each rank's block
- * maxima of input plus residual, rounded up to bf16, their max), each
- * rank's codes and residual, the codes summed, the sum decoded. */
+ * maxima of input plus residual, clipped to its bound, rounded up to
+ * bf16, their max), each rank's codes and residual, the codes summed, the
+ * sum decoded. */
 static void model_ternary(const ccase_t *cc, uint64_t seed, int n, uint64_t step, float **x,
                           float **res, float *out)
 {
@@ -103,6 +137,9 @@ static void model_ternary(const ccase_t *cc, uint64_t seed, int n, uint64_t step
     int32_t *sum = calloc(count, sizeof(int32_t));
     int8_t *wire = malloc(count);
     for (int r = 0; r < n; r++) {
+        float bound = cc->clip > 0 ? model_bound(x[r], res ? res[r] : NULL, count, cc->block,
+                                                 cc->clip)
+                                   : 0.0f;
         for (size_t b = 0; b < nb; b++) {
             float m = 0.0f;
             for (size_t i = b * cc->block; i < count && i < (b + 1) * cc->block; i++) {
@@ -110,6 +147,8 @@ static void model_ternary(const ccase_t *cc, uint64_t seed, int n, uint64_t step
                 if (fabsf(v) > m)
                     m = fabsf(v);
             }
+            if (bound > 0)
+                m = fminf(m, bound);
             float up = shoal_bf16_to_f32(shoal_comp_scale_bf16_up(m));
             if (up > scales[b])
                 scales[b] = up;
@@ -212,6 +251,7 @@ static int make_comp(shoal_comm_t comm, const ccase_t *cc, uint64_t seed, shoal_
     o.stochastic = cc->stochastic;
     o.block = cc->block;
     o.seed = seed;
+    o.clip_sigma = cc->clip;
     return shoal_compressor_create(comm, &o, cc->count, cc->dtype, NULL, cp) != SHOAL_OK;
 }
 
@@ -352,10 +392,12 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                           .dtype = dtypes[d], .op = v & 1 ? SHOAL_AVG : SHOAL_SUM,
                           .ef = (v % 3) != 2, .stochastic = (v & 2) != 0,
                           .block = blocks[(size_t)v % 3], .count = counts[c % 3],
-                          .inplace = (v % 4) == 1};
+                          .inplace = (v % 4) == 1,
+                          .clip = c >= 3 && (v & 1) == 0 ? 1.5f : 0.0f};
             if (check_case(comm, stream, rank, nranks, &cc, v == 0)) {
-                fprintf(stderr, "# case: %s %s %s ef %d stochastic %d block %u count %zu%s\n",
-                        cc.kind == SHOAL_COMPRESS_INT8 ? "int8" : "ternary",
+                fprintf(stderr, "# case: %s (clip %g) %s %s ef %d stochastic %d block %u count "
+                        "%zu%s\n", cc.kind == SHOAL_COMPRESS_INT8 ? "int8" : "ternary",
+                        (double)cc.clip,
                         shoal_dtype_name(cc.dtype), cc.op == SHOAL_AVG ? "avg" : "sum", cc.ef,
                         cc.stochastic, cc.block, cc.count, cc.inplace ? " in place" : "");
                 goto fail;
@@ -477,27 +519,18 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     void *buf = cu_user_alloc(bytes);
     float *hbuf = calloc(count, 4);
     shoal_compress_options_t o;
-    shoal_compressor_t tern = NULL, comp = NULL;
+    shoal_compressor_t psgd = NULL, comp = NULL;
     shoal_compress_options_init(&o, SHOAL_COMPRESS_POWERSGD);
-    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
+    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &psgd) == SHOAL_OK,
                fail, "create powersgd");
-    shoal_status_t s = shoal_allreduce_compressed_stream(tern, buf, buf, SHOAL_SUM, NULL, stream);
+    shoal_status_t s = shoal_allreduce_compressed_stream(psgd, buf, buf, SHOAL_SUM, NULL, stream);
     RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED &&
                strstr(shoal_comm_last_error(comm), "POWERSGD compressors take host buffers"),
                fail, "powersgd on the device: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
-    RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
+    RANK_CHECK(shoal_allreduce_compressed(psgd, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
                "powersgd on host buffers: %s", shoal_comm_last_error(comm));
-    RANK_CHECK(shoal_compressor_destroy(tern) == SHOAL_OK, fail, "destroy powersgd");
-    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
-    o.clip_sigma = 2.5f;
-    RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
-               fail, "create ternary");
-    s = shoal_allreduce_compressed_stream(tern, buf, buf, SHOAL_SUM, NULL, stream);
-    RANK_CHECK(nranks == 1 || (s == SHOAL_ERR_UNSUPPORTED &&
-                               strstr(shoal_comm_last_error(comm), "clip_sigma")), fail,
-               "clipped ternary on the device: %s (%s)", shoal_status_string(s),
-               shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_compressor_destroy(psgd) == SHOAL_OK, fail, "destroy powersgd");
     shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
     RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &comp) == SHOAL_OK,
                fail, "create int8");
@@ -514,14 +547,8 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(s == SHOAL_ERR_INVALID_ARG && strstr(shoal_comm_last_error(comm), "stream-ordered"),
                fail, "a host call after a device one: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
-    /* The clipped ternary compressor still serves host buffers (a rank
-     * alone took the device call: its state is on the device). */
-    if (nranks > 1)
-        RANK_CHECK(shoal_allreduce_compressed(tern, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK,
-                   fail, "ternary on host buffers: %s", shoal_comm_last_error(comm));
     cu_user_sync(stream);
-    RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK &&
-               shoal_compressor_destroy(tern) == SHOAL_OK, fail, "destroy");
+    RANK_CHECK(shoal_compressor_destroy(comp) == SHOAL_OK, fail, "destroy");
     free(hbuf);
     cu_user_free(buf);
     cu_user_stream_free(stream);

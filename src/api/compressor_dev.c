@@ -22,10 +22,12 @@
  * alone returns its input plus residual exactly (residual 0), as the host
  * path does.
  *
- * TERNARY (its scales shared, without clipping) is two staged calls, each
- * with a host side: the stream writes each block's largest |input plus
- * residual| into the first one's slot, the host rounds them up to bf16
- * and takes their max over the ranks (as compressor.c does), and the
+ * TERNARY (its scales shared) is two staged calls, each with a host side:
+ * the stream writes each block's largest |input plus residual| (and, to
+ * clip, the block's sum and squared deviations) into the first one's
+ * slot, the host clips the maxima to k deviations of the whole tensor,
+ * rounds them up to bf16 and takes their max over the ranks (as
+ * compressor.c does), and the
  * stream copies the shared scales to the device; then it encodes the
  * input plus residual into the second's slot as 8-bit codes (the new
  * residual on the device), the host sums the codes over the ranks (an
@@ -44,6 +46,8 @@
 #include "compress/codec.h"
 #include "core/comm.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 /* Where a call's data lies in its slot's payload (bytes). */
@@ -213,19 +217,48 @@ static size_t nblocks_of(const struct shoal_compressor *c)
 }
 
 /* The scales' payload: the block maxima (fp32), the same as bf16 for
- * their all-reduce, then the shared scales (fp32). */
+ * their all-reduce, the shared scales (fp32), then with clipping the
+ * blocks' moments (two doubles each). */
+enum { T_AMAX, T_S16, T_SCALES, T_MOMENTS, T_END };
+
 static size_t tscales_off(const struct shoal_compressor *c, int which)
 {
     size_t nb = nblocks_of(c);
-    size_t offs[] = {0, up64(nb * sizeof(float)), 0, 0};
-    offs[2] = offs[1] + up64(nb * sizeof(uint16_t));
-    offs[3] = offs[2] + up64(nb * sizeof(float));
+    size_t offs[T_END + 1] = {0};
+    offs[T_S16] = up64(nb * sizeof(float));
+    offs[T_SCALES] = offs[T_S16] + up64(nb * sizeof(uint16_t));
+    offs[T_MOMENTS] = offs[T_SCALES] + up64(nb * sizeof(float));
+    offs[T_END] = offs[T_MOMENTS] + (c->opt.clip_sigma > 0 ? 2 * nb * sizeof(double) : 0);
     return offs[which];
 }
 
 static size_t tscales_need(const shoal_call_t *call)
 {
-    return tscales_off(call->comp, 3);
+    return tscales_off(call->comp, T_END);
+}
+
+/* The clipping bound (compress/codec.h's clip bound, k population
+ * standard deviations of input plus residual) from the blocks' moments:
+ * the mean of the block sums, then the blocks' squared deviations, each
+ * moved to that mean (Chan's combination), in the blocks' order. 0 (no
+ * clipping) for a constant tensor, non-finite values, or a bound beyond
+ * the floats. */
+static float clip_bound_of(const double *mom, size_t count, size_t block, float k)
+{
+    size_t nb = count / block + (count % block != 0);
+    double total = 0, m2 = 0;
+    if (!(k > 0) || count == 0)
+        return 0.0f;
+    for (size_t b = 0; b < nb; b++)
+        total += mom[2 * b];
+    double mean = total / (double)count;
+    for (size_t b = 0; b < nb; b++) {
+        size_t n = b + 1 < nb || count % block == 0 ? block : count % block;
+        double d = mom[2 * b] / (double)n - mean;
+        m2 += mom[2 * b + 1] + (double)n * (d * d);
+    }
+    double bound = (double)k * sqrt(m2 / (double)count);
+    return bound > 0 && bound <= FLT_MAX ? (float)bound : 0.0f;
 }
 
 static shoal_dev_codec_args_t ternary_args(const struct shoal_compressor *c, uint64_t step,
@@ -255,15 +288,23 @@ static shoal_status_t tscales_pre(const shoal_dev_ops_t *ops, const shoal_call_t
     shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_ABSMAX);
     a.src = input_of(c, call);
     a.addend = call->args.residual_in;
-    a.dst = (float *)(pay + tscales_off(c, 0));
-    return r == SHOAL_OK ? ops->codec(&a, call->stream) : r;
+    a.dst = (float *)(pay + tscales_off(c, T_AMAX));
+    if (r == SHOAL_OK)
+        r = ops->codec(&a, call->stream);
+    if (r == SHOAL_OK && c->opt.clip_sigma > 0) {
+        a.op = SHOAL_DEV_CODEC_MOMENTS;
+        a.dst = NULL;
+        a.wire_out = pay + tscales_off(c, T_MOMENTS);
+        r = ops->codec(&a, call->stream);
+    }
+    return r;
 }
 
 static shoal_status_t tscales_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
                                    unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    shoal_status_t r = ops->copy(c->dev.scales, pay + tscales_off(c, 2),
+    shoal_status_t r = ops->copy(c->dev.scales, pay + tscales_off(c, T_SCALES),
                                  nblocks_of(c) * sizeof(float), call->stream);
     call->args.sendbuf = pay;
     call->args.recvbuf = pay;
@@ -340,19 +381,24 @@ static shoal_status_t inner_bytes(struct shoal_comm *comm, const shoal_call_t *c
     return inner(comm, call, kind, send, recv, bytes, SHOAL_UINT8, SHOAL_SUM);
 }
 
-/* The scales' host side: each rank's block maxima rounded up to bf16, their
- * max over the ranks, back to fp32 for the stream to copy. */
+/* The scales' host side: each rank's block maxima (clipped to its bound)
+ * rounded up to bf16, their max over the ranks, back to fp32 for the
+ * stream to copy. */
 static shoal_status_t tscales_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     struct shoal_compressor *c = call->comp;
     unsigned char *pay = call->args.recvbuf;
-    const float *amax = (const float *)(pay + tscales_off(c, 0));
-    uint16_t *s16 = (uint16_t *)(pay + tscales_off(c, 1));
-    float *scales = (float *)(pay + tscales_off(c, 2));
+    const float *amax = (const float *)(pay + tscales_off(c, T_AMAX));
+    uint16_t *s16 = (uint16_t *)(pay + tscales_off(c, T_S16));
+    float *scales = (float *)(pay + tscales_off(c, T_SCALES));
     size_t nb = nblocks_of(c);
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
+    float bound = 0.0f;
+    if (c->opt.clip_sigma > 0)
+        bound = clip_bound_of((const double *)(pay + tscales_off(c, T_MOMENTS)), c->count,
+                              c->opt.block, c->opt.clip_sigma);
     for (size_t b = 0; b < nb; b++)
-        s16[b] = shoal_comp_scale_bf16_up(amax[b]);
+        s16[b] = shoal_comp_scale_bf16_up(bound > 0 ? fminf(amax[b], bound) : amax[b]);
     shoal_status_t s = inner(comm, call, SHOAL_COLL_ALLREDUCE, s16, s16, nb, SHOAL_BFLOAT16,
                              SHOAL_MAX);
     for (size_t b = 0; s == SHOAL_OK && b < nb; b++)
@@ -489,8 +535,6 @@ static const char *dev_problem(const struct shoal_compressor *c)
     if (c->opt.kind == SHOAL_COMPRESS_POWERSGD)
         return "POWERSGD compressors take host buffers only (shoal_allreduce_compressed)";
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
-        if (c->opt.clip_sigma > 0)
-            return "a TERNARY compressor with clip_sigma > 0 takes host buffers only";
         if (c->nranks > 127)
             return "a TERNARY compressor takes device tensors up to 127 ranks";
         if (shoal_group_active())
