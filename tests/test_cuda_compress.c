@@ -17,6 +17,8 @@
  * - stream order: the call returns while its stream is held, and work
  *   queued behind it on the same stream sees its result; the codec ran as
  *   device kernels (the stand-in counts them);
+ * - a group runs its calls at its end, each the model's (TERNARY, two
+ *   calls of its own, is refused inside one);
  * - checkpoints: a device compressor's state restores into a host
  *   compressor byte for byte and back, and a device call after set_state
  *   starts from the restored residual;
@@ -414,6 +416,92 @@ fail:
     return 1;
 }
 
+/* Two INT8 calls inside a group run at its end, each the model's; a
+ * TERNARY call (two calls of its own) is refused there. */
+static int rank_group(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    ccase_t cc[2] = {
+        {.kind = SHOAL_COMPRESS_INT8, .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .ef = 1,
+         .block = 64, .count = 1001},
+        {.kind = SHOAL_COMPRESS_INT8, .dtype = SHOAL_FLOAT32, .op = SHOAL_AVG, .ef = 1,
+         .stochastic = 1, .block = 32, .count = 3001},
+    };
+    shoal_compressor_t comp[2] = {NULL, NULL}, tern = NULL;
+    void *buf[2] = {NULL, NULL};
+    float *got = malloc(3001 * sizeof(float)), *want = malloc(3001 * sizeof(float));
+    float **x = calloc((size_t)nranks, sizeof(*x)), **res = calloc((size_t)nranks, sizeof(*res));
+    int rc = 1;
+    for (int r = 0; r < nranks; r++) {
+        x[r] = malloc(3001 * sizeof(float));
+        res[r] = malloc(3001 * sizeof(float));
+    }
+    for (int k = 0; k < 2; k++) {
+        RANK_CHECK(make_comp(comm, &cc[k], 11 + (uint64_t)k, &comp[k]) == 0, out, "create");
+        buf[k] = cu_user_alloc(cc[k].count * sizeof(float));
+        for (size_t i = 0; i < cc[k].count; i++)
+            got[i] = input_of(rank, k, i);
+        cu_user_htod(buf[k], got, cc[k].count * sizeof(float));
+    }
+    shoal_compress_options_t o;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_TERNARY);
+    RANK_CHECK(shoal_compressor_create(comm, &o, 500, SHOAL_FLOAT32, NULL, &tern) == SHOAL_OK,
+               out, "create ternary");
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, out, "group start");
+    for (int k = 0; k < 2; k++)
+        RANK_CHECK(shoal_allreduce_compressed_stream(comp[k], buf[k], buf[k], cc[k].op, NULL,
+                                                     stream) == SHOAL_OK, out, "call %d: %s",
+                   k, shoal_comm_last_error(comm));
+    shoal_status_t s = shoal_allreduce_compressed_stream(tern, buf[1], buf[1], SHOAL_SUM, NULL,
+                                                         stream);
+    RANK_CHECK(nranks == 1 || (s == SHOAL_ERR_UNSUPPORTED &&
+                               strstr(shoal_comm_last_error(comm), "group")), out,
+               "ternary in a group: %s", shoal_status_string(s));
+    RANK_CHECK(cu_user_idle(stream), out, "a grouped call queued work before the group's end");
+    RANK_CHECK(shoal_group_end() == SHOAL_OK, out, "group end: %s", shoal_comm_last_error(comm));
+    cu_user_sync(stream);
+    for (int k = 0; k < 2; k++) {
+        size_t count = cc[k].count;
+        for (int r = 0; r < nranks; r++) {
+            memset(res[r], 0, count * sizeof(float));
+            for (size_t i = 0; i < count; i++)
+                x[r][i] = input_of(r, k, i);
+        }
+        model_call(&cc[k], 11 + (uint64_t)k, nranks, 0, x, res, want);
+        for (size_t i = 0; i < count && cc[k].op == SHOAL_AVG && nranks > 1; i++)
+            want[i] = want[i] * (1.0f / (float)nranks);
+        cu_user_dtoh(got, buf[k], count * sizeof(float));
+        RANK_CHECK(memcmp(got, want, count * sizeof(float)) == 0, out,
+                   "rank %d: grouped call %d is not the model's", rank, k);
+    }
+    rc = 0;
+out:
+    for (int k = 0; k < 2; k++) {
+        if (comp[k])
+            shoal_compressor_destroy(comp[k]);
+        if (buf[k])
+            cu_user_free(buf[k]);
+    }
+    if (tern)
+        shoal_compressor_destroy(tern);
+    for (int r = 0; r < nranks; r++) {
+        free(x[r]);
+        free(res[r]);
+    }
+    free(x);
+    free(res);
+    free(got);
+    free(want);
+    cu_user_stream_free(stream);
+    if (shoal_comm_destroy(comm) != SHOAL_OK)
+        rc = 1;
+    return rc;
+}
+
 /* Checkpoints between a device compressor and a host one. */
 static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
@@ -484,6 +572,19 @@ static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *a
         cu_user_sync(stream);
         cu_user_dtoh(got, buf, bytes);
         int same = s == SHOAL_OK && memcmp(got, want, bytes) == 0;
+        /* The same state set before a compressor's first device call: that
+         * call copies it in on its stream. */
+        shoal_compressor_t fresh = NULL;
+        int fresh_same = make_comp(comm, &cc, 77, &fresh) == 0 &&
+                         shoal_compressor_set_state(fresh, st2, sz) == SHOAL_OK;
+        cu_user_htod(buf, in, bytes);
+        fresh_same = fresh_same && shoal_allreduce_compressed_stream(fresh, buf, buf, SHOAL_SUM,
+                                                                     NULL, stream) == SHOAL_OK;
+        cu_user_sync(stream);
+        cu_user_dtoh(got, buf, bytes);
+        fresh_same = fresh_same && memcmp(got, want, bytes) == 0;
+        if (fresh)
+            shoal_compressor_destroy(fresh);
         for (int r = 0; r < nranks; r++) {
             free(x[r]);
             free(res[r]);
@@ -493,6 +594,8 @@ static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *a
         free(want);
         free(got);
         RANK_CHECK(same, fail, "rank %d: the call after set_state is not the model's", rank);
+        RANK_CHECK(fresh_same, fail, "rank %d: a first device call after set_state is not "
+                   "the model's", rank);
     }
     RANK_CHECK(shoal_compressor_destroy(dev) == SHOAL_OK &&
                shoal_compressor_destroy(host) == SHOAL_OK, fail, "destroy");
@@ -628,6 +731,7 @@ static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
 static void test_matrix_shm(void **state) { (void)state; run_all(rank_matrix, "shm", 8); }
 static void test_matrix_tcp(void **state) { (void)state; run_all(rank_matrix, "tcp", 3); }
 static void test_state(void **state) { (void)state; run_all(rank_state, "shm", 3); }
+static void test_group(void **state) { (void)state; run_all(rank_group, "shm", 5); }
 static void test_refuse(void **state) { (void)state; run_all(rank_refuse, "shm", 2); }
 
 int main(void)
@@ -639,6 +743,7 @@ int main(void)
         cmocka_unit_test(test_matrix_shm),
         cmocka_unit_test(test_matrix_tcp),
         cmocka_unit_test(test_state),
+        cmocka_unit_test(test_group),
         cmocka_unit_test(test_refuse),
         cmocka_unit_test(test_peer_dies),
     };

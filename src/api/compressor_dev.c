@@ -123,6 +123,8 @@ static shoal_dev_codec_args_t dev_codec_of(const struct shoal_compressor *c, int
                                     .round = (int)h.round, .seed = h.seed, .step = h.step};
 }
 
+static shoal_status_t upload_pending(const shoal_dev_ops_t *ops, const shoal_call_t *call);
+
 /* Before the host side: the contributions to the others' chunks encoded
  * into w_in, this rank's own chunk exact into mine. */
 static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
@@ -135,9 +137,9 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
     void *st = call->stream;
     dev_lay_t l;
     size_t lo, len;
-    shoal_status_t r = SHOAL_OK;
+    shoal_status_t r = upload_pending(ops, call);
     lay_of(c, &l);
-    if (c->dtype != SHOAL_FLOAT32) {
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
         r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count, st);
         x = c->dev.x;
     }
@@ -281,8 +283,8 @@ static shoal_status_t tscales_pre(const shoal_dev_ops_t *ops, const shoal_call_t
                                   unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    shoal_status_t r = SHOAL_OK;
-    if (c->dtype != SHOAL_FLOAT32)
+    shoal_status_t r = upload_pending(ops, call);
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
         r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
                          call->stream);
     shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_ABSMAX);
@@ -497,6 +499,15 @@ static void free_buffers(const shoal_dev_ops_t *ops, shoal_comp_dev_t *d)
  * holds it (zero, or what set_state put there), through pinned memory, so
  * that the copy waits for nothing on the host: the stream may be held
  * behind work the caller queued. */
+static shoal_status_t upload_pending(const shoal_dev_ops_t *ops, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    if (!c->dev.upload)
+        return SHOAL_OK;
+    c->dev.upload = 0;
+    return ops->copy(c->dev.upload_to, c->dev.host, c->count * sizeof(float), call->stream);
+}
+
 static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_dev_ops_t *ops,
                                       int device, void *stream)
 {
@@ -514,14 +525,16 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
         r = ops->mem_alloc(device, bytes, (void **)&d->x);
     if (r == SHOAL_OK && c->opt.kind == SHOAL_COMPRESS_TERNARY)
         r = ops->mem_alloc(device, (nblocks_of(c) + 1) * sizeof(float), (void **)&d->scales);
-    if (r == SHOAL_OK && c->res) {
-        memcpy(d->host, c->res, c->count * sizeof(float));
-        r = ops->copy(d->res, d->host, c->count * sizeof(float), stream);
-    }
     if (r != SHOAL_OK) {
-        /* A copy that failed to queue left nothing on the stream. */
         free_buffers(ops, d);
         return r;
+    }
+    /* The first call's stream work copies it in (upload_pending): inside a
+     * group, nothing is queued before the group's end. */
+    if (c->res) {
+        memcpy(d->host, c->res, c->count * sizeof(float));
+        d->upload = 1;
+        d->upload_to = d->res;
     }
     d->ops = ops;
     d->device = device;
@@ -625,10 +638,16 @@ static shoal_status_t dev_move(struct shoal_compressor *c, int to_host)
     shoal_comp_dev_t *d = &c->dev;
     if (!d->ops)
         return SHOAL_OK;
+    size_t bytes = c->count * sizeof(float);
+    if (d->upload) {
+        /* No call has copied the residual in yet: the host's is current. */
+        if (!to_host)
+            memcpy(d->host, c->res, bytes);
+        return SHOAL_OK;
+    }
     shoal_status_t r = d->ops->stream_sync(d->stream);
     if (r != SHOAL_OK || !c->res)
         return r;
-    size_t bytes = c->count * sizeof(float);
     if (!to_host)
         memcpy(d->host, c->res, bytes);
     r = to_host ? d->ops->copy(d->host, d->res, bytes, d->stream)

@@ -22,6 +22,8 @@ typedef struct {
     float *res, *res_next;      /* error feedback: count floats each (or NULL) */
     float *x;                   /* fp32 input and result for float16 and bfloat16 */
     float *host;                /* pinned: the residual on its way to and from the host */
+    int upload;                 /* host holds the residual the first call's stream copies in */
+    float *upload_to;           /* ... into this one, the first call's last residual */
     float *scales;              /* TERNARY: the shared scales of the call being run */
     uint64_t scales_tx, scales_rx; /* TERNARY: what the scales' all-reduce moved */
     void *stream;               /* the last stream-ordered call's */
