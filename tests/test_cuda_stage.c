@@ -13,7 +13,8 @@
  *   buffers for every case, so a handle cache that served freed memory
  *   would give wrong results; SHOAL_CUDA_PATH=direct stages where a
  *   rank cannot go direct; auto stages small calls and sends large ones
- *   direct, by the cost model;
+ *   direct, by the cost model, whose device link figures count (a slow
+ *   PCIe sends a mid-sized call direct);
  * - the host never waits: a stream held behind a gate still lets the call
  *   return, and the work queued behind the call on the same stream sees
  *   its result;
@@ -568,12 +569,43 @@ fail:
     return 1;
 }
 
+/* The device links' figures count: with PCIe at 1 MB/s (SHOAL_TOPO_LINKS),
+ * staging a 1 KiB all-reduce would copy all of it twice over PCIe, the
+ * direct path reads two thirds of it from the peers (no NVLink here): it
+ * goes direct, where the default figures stage it. */
+static int rank_auto_links(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    int slow = *(const int *)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    RANK_CHECK(check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
+                               256, 0) == 0, fail, "1 KiB");
+    unsigned long staged = comm->dev ? comm->dev->staged_by_cost : 0;
+    RANK_CHECK(slow ? staged == 0 && cu_user_launches("shoal_k_reduce") > 0 : staged == 1, fail,
+               "rank %d: PCIe at %s: 1 KiB staged by the cost model %lu times", rank,
+               slow ? "1 MB/s" : "its default figure", staged);
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
 static void test_auto_model(void **state)
 {
     (void)state;
+    static const int slow = 1, fast = 0;
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_CUDA_PATH", "auto");
     int rc = harness_run_ranks(3, rank_auto_model, NULL, 120);
+    if (rc == 0)
+        rc = harness_run_ranks(3, rank_auto_links, (void *)&fast, 120);
+    harness_setenv("SHOAL_TOPO_LINKS", "pcie:10us:1M");
+    if (rc == 0)
+        rc = harness_run_ranks(3, rank_auto_links, (void *)&slow, 120);
+    harness_setenv("SHOAL_TOPO_LINKS", NULL);
     harness_setenv("SHOAL_CUDA_PATH", NULL);
     assert_int_equal(rc, 0);
 }

@@ -190,15 +190,18 @@ static void *direct_scratch(struct shoal_dev_comm *d, int dev, size_t bytes)
     return *p;
 }
 
-/* The cost model's choice (SHOAL_CUDA_PATH=auto): the direct path's host
- * side is four small collectives (the handles' all-gather, the agreement,
- * two barriers) around its device copies; the staged path is the call
- * itself on the host around copies to and from pinned memory. The model
- * takes the copies of both as alike (each moves the call's bytes about
- * once over a device link) and compares the host sides, with the
- * estimates algorithm selection uses, which every rank computes alike: so
- * every rank chooses the same. Small calls stage; large ones, whose host
- * collective costs more than four small ones, go direct. */
+/* The cost model's choice (SHOAL_CUDA_PATH=auto), from the estimates
+ * algorithm selection uses and the link classes' figures, which every
+ * rank holds alike: so every rank chooses the same.
+ * - direct: four small host collectives (the handles' all-gather, the
+ *   agreement, two barriers), and the device reads about (n-1)/n of the
+ *   call's input and output from its peers' devices in about n
+ *   operations (a reduction, then a copy from each peer), over NVLink
+ *   where every two GPUs of the host have it, else over PCIe;
+ * - staged: the call itself on the host, and the input's copy to pinned
+ *   memory and the result's back, over PCIe.
+ * Small calls stage; large ones, whose host collective and copies cost
+ * more than four small collectives and the peer reads, go direct. */
 static int direct_pays(const struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (strcmp(shoal_config_get()->cuda.path, "auto"))
@@ -210,11 +213,21 @@ static int direct_pays(const struct shoal_comm *comm, const shoal_call_t *call)
     shoal_call_t agree = {.args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &ok, .recvbuf = &ok,
                                    .count = 1, .dtype = SHOAL_INT32, .op = SHOAL_MIN}};
     shoal_call_t bar = {.barrier = 1};
+    const shoal_team_t *t = &comm->team;
+    const shoal_links_t *links = &t->cost.links;
+    const shoal_link_cost_t *pcie = &links->cls[SHOAL_LINK_GPU_PCIE];
+    const shoal_link_cost_t *peer =
+        shoal_place_gpus_nvlinked(&t->cluster, t->cluster.host_of[t->rank])
+            ? &links->cls[SHOAL_LINK_GPU_NVLINK]
+            : pcie;
+    double bytes = (double)call->in_bytes + (double)call->out_bytes;
     double direct = shoal_call_estimate(comm, &ag) + shoal_call_estimate(comm, &agree) +
-                    2 * shoal_call_estimate(comm, &bar);
+                    2 * shoal_call_estimate(comm, &bar) + t->nranks * peer->lat_s +
+                    bytes * (t->nranks - 1) / t->nranks / peer->bw_Bps;
     shoal_call_t host = *call;
     host.run = NULL;
-    return shoal_call_estimate(comm, &host) > direct;
+    double staged = shoal_call_estimate(comm, &host) + 2 * pcie->lat_s + bytes / pcie->bw_Bps;
+    return staged > direct;
 }
 
 /* Elements of block r of count cut into n. */

@@ -60,6 +60,22 @@ void shoal_place_self(shoal_place_t *place_p)
     pthread_mutex_unlock(&place_lock);
 }
 
+int shoal_place_gpus_nvlinked(const shoal_cluster_t *c, int host)
+{
+    int all = 1;
+    pthread_mutex_lock(&place_lock);
+    place_topo_locked();
+    for (int i = c->host_start[host]; all && i < c->host_start[host + 1]; i++) {
+        for (int j = i + 1; all && j < c->host_start[host + 1]; j++) {
+            int a = c->place[c->by_host[i]].gpu, b = c->place[c->by_host[j]].gpu;
+            all = place_topo && a >= 0 && b >= 0 &&
+                  (a == b || shoal_topo_nvlink_bw(place_topo, a, b) > 0);
+        }
+    }
+    pthread_mutex_unlock(&place_lock);
+    return all;
+}
+
 void shoal_place_nic_name(int nic, char *name, size_t cap)
 {
     name[0] = '\0';

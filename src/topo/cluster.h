@@ -76,6 +76,12 @@ typedef struct {
     int *rail_mod_ranks;
 } shoal_cluster_t;
 
+/* 1 when the places of every two ranks of host h of c name GPUs that
+ * this process's topology joins by NVLink (or the same GPU); 0 when a
+ * place has no GPU or the topology does not say. Ranks of one host read
+ * the same topology, so they answer alike. Thread-safe. */
+int shoal_place_gpus_nvlinked(const shoal_cluster_t *c, int host);
+
 /* Build the view of nranks ranks: host_of[r] in 0..nhosts-1 (kept, not
  * copied: it must outlive the cluster), places[r] copied. SHOAL_OK or
  * SHOAL_ERR_NO_MEMORY (then c holds nothing to free). */
