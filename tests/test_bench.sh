@@ -321,6 +321,9 @@ check "--compress powersgd:4: each row's matrix, the squarest one (529x529 for 2
 
 # Half and bfloat16, averages, the options, JSON.
 crun_err_ok() { crun_ok "$1" "$2" && cerr_ok "$1" "$3"; }
+# same_err A B: A has rows, and their relerr columns are B's.
+cerrs() { awk '!/^#/ && NF == 15 {print $9, $13}' "$1"; }
+same_err() { [ "$(crows "$1")" -gt 0 ] && [ "$(cerrs "$1")" = "$(cerrs "$2")" ]; }
 for dtype in half bfloat16; do
     out="$TMP/comp.$dtype.out"
     # shellcheck disable=SC2086 # CSIZES is several flags
@@ -392,7 +395,8 @@ bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress 
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
 bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
-bad_comp "device buffers" 'host buffers only, not --mem device' --compress int8 --mem device
+bad_comp "powersgd on device buffers" 'powersgd times host buffers only, not --mem device: device tensors take int8 and ternary' \
+    --compress powersgd --mem device
 
 # --mem shared: the send and receive buffers from shoal_mem_alloc, which
 # peers can map. Over shared memory the all-gather, all-to-all, broadcast,
@@ -510,6 +514,20 @@ if [ -n "$reason" ]; then
         for np in 1 3; do missing "--mem device --coll $coll -np $np" "$reason"; done
     done
     for what in "-m 4 -z 0" "header" "JSON"; do missing "--mem device $what" "$reason"; done
+    for kind in int8 ternary; do
+        for np in 1 2; do
+            for what in "exits 0" "relerr" "bytes sent"; do
+                missing "--compress $kind --mem device -np $np: $what" "$reason"
+            done
+        done
+    done
+    for what in "-z 0 -d half -o avg" "header" "JSON"; do
+        missing "--compress int8 --mem device $what" "$reason"
+    done
+    missing "--compress ternary --mem device -np 2: the host's relerr" "$reason"
+    for what in "relerr below 0.5" "the host's relerr"; do
+        missing "--compress ternary --compress-opts clip=1 --mem device -np 2: $what" "$reason"
+    done
 else
     for coll in $DCOLLS; do
         for np in 1 3; do
@@ -541,6 +559,70 @@ else
     check "--mem device -J: the JSON settings name the memory" \
         sh -c "grep -q '^  \"memory\": \"device\",\$' '$TMP/dev.json' &&
             grep -q '\"status\": \"ok\"' '$TMP/dev.json'" || show "$TMP/dev.json"
+    # --compress on device buffers: shoal_allreduce_compressed_stream on the
+    # rank's stream, the inputs written on the host and copied onto the
+    # device, the results copied back for the relerr columns, the bytes
+    # sent from the calls' info once the stream has passed them. A rank
+    # alone keeps its input exactly (relerr 0); with two, int8's error is
+    # below 1e-2, ternary's below 1 (nearer the exact sum than zero is).
+    for kind in int8 ternary; do
+        for np in 1 2; do
+            out="$TMP/comp.$kind.dev$np.out"
+            # shellcheck disable=SC2086 # CSIZES is several flags
+            SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np $np --mem device --compress $kind \
+                $CSIZES -n 2 -w 1 >"$out" 2>&1
+            rc=$?
+            maxerr=1e-300 errtext="relerr 0" wiretext="nothing sent, ratio N/A"
+            if [ $np -gt 1 ]; then
+                maxerr=1e-2
+                [ $kind = ternary ] && maxerr=1
+                errtext="relerr columns below $maxerr"
+                wiretext="bytes sent and ratio (above 3 at 1.07 MB)"
+            fi
+            check "--compress $kind --mem device -np $np: exits 0, $CNSIZES rows of 15 columns, guards intact" \
+                crun_ok "$out" $rc || show "$out"
+            check "--compress $kind --mem device -np $np: $errtext" \
+                cerr_ok "$out" $maxerr || show "$out"
+            check "--compress $kind --mem device -np $np: $wiretext" \
+                cwire_ok "$out" $np 3 || show "$out"
+        done
+    done
+    # Half, averages, the stream waited for once after the timed loop, JSON.
+    out="$TMP/comp.devz0.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 2 --mem device --compress int8 -d half -o avg -z 0 $CSIZES -n 2 -w 1 \
+        -J "$TMP/comp.dev.json" >"$out" 2>&1
+    rc=$?
+    check "--compress int8 --mem device -z 0 -d half -o avg -np 2: exits 0, relerr below 2e-2" \
+        crun_err_ok "$out" $rc 2e-2 || show "$out"
+    check "--compress int8 --mem device: the header names the memory, the call and the timing" \
+        sh -c "grep -q '^# Memory: device (send and receive buffers from the device module' '$out' &&
+            grep -q '^# Compression: int8, block 64, nearest rounding, algo auto, error feedback on, seed 0; device memory: shoal_allreduce_compressed_stream on each rank.s stream (two-shot, whatever algo)\$' '$out' &&
+            grep -q 'stream-ordered calls, timed up to the stream.s end after the loop (-z 0)' '$out'" ||
+        show "$out"
+    check "--compress int8 --mem device -J: the settings name the memory and the compression" \
+        sh -c "grep -q '^  \"memory\": \"device\",\$' '$TMP/comp.dev.json' &&
+            grep -q '\"compression\": {\"kind\": \"int8\"' '$TMP/comp.dev.json' &&
+            grep -Eq '\"bytes_sent\": [1-9][0-9]*, \"bytes_received\": [1-9][0-9]*, \"ratio\": [0-9.]+, \"wrong\": 0\\}' '$TMP/comp.dev.json' &&
+            grep -q '\"status\": \"ok\"' '$TMP/comp.dev.json'" || show "$TMP/comp.dev.json"
+    # Ternary sums its codes exactly on the device as on the host, so each
+    # row's result, and its error, is the host's; clipped too, where
+    # clipping at one standard deviation brings the error below 0.5.
+    check "--compress ternary --mem device -np 2: the host's relerr in every row" \
+        same_err "$TMP/comp.ternary.dev2.out" "$TMP/comp.ternary.2.y.out" ||
+        { show "$TMP/comp.ternary.dev2.out"; show "$TMP/comp.ternary.2.y.out"; }
+    out="$TMP/comp.clip.device.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 2 --compress ternary --compress-opts clip=1 $CSIZES -n 2 -w 1 \
+        >"$TMP/comp.clip.host.out" 2>&1
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 2 --mem device --compress ternary --compress-opts clip=1 $CSIZES \
+        -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--compress ternary --compress-opts clip=1 --mem device -np 2: exits 0, relerr below 0.5" \
+        crun_err_ok "$out" $rc 0.5 || show "$out"
+    check "--compress ternary --compress-opts clip=1 --mem device -np 2: the host's relerr in every row" \
+        same_err "$out" "$TMP/comp.clip.host.out" || { show "$out"; show "$TMP/comp.clip.host.out"; }
 fi
 # Without the module, --mem device stops at the start and says why, naming
 # the module it looked for; no stand-in is needed for that.

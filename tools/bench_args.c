@@ -52,7 +52,8 @@ void shoal_bench_usage(FILE *out, const char *prog)
             "                           read from peers' buffers); device: GPU memory of\n"
             "                           device (local rank %% device count), driven through\n"
             "                           the calls' _stream forms on one stream per rank\n"
-            "                           (needs the CUDA module; no --compress)\n"
+            "                           (needs the CUDA module; --compress int8 or\n"
+            "                           ternary)\n"
             "  --waits <0/1>            each rank prints at the end how long its waits\n"
             "                           lasted, for each peer's data and for room in\n"
             "                           each peer's slots (default 0)\n"
@@ -255,15 +256,14 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
 
 /* What --compress cannot time: another collective, a type or op that the
  * compressors do not take, groups (one call per compressor at a time), a
- * --shape that some row's count does not fill, device buffers (the
- * compressed rows read and write their buffers on the host). */
-static int shoal_bench_comp_check(const shoal_bench_opts_t *o)
+ * --shape that some row's count does not fill, device buffers of a kind
+ * that the stream-ordered call does not take (PowerSGD). With --mem
+ * device the rows time that call, and -z says when they wait for the
+ * stream. */
+static int shoal_bench_comp_check(shoal_bench_opts_t *o)
 {
-    if (o->mem == SHOAL_BENCH_MEM_DEVICE) {
-        fprintf(stderr, "allreduce_bench: --compress times host buffers only, not --mem "
-                "device: the compressed rows fill and check their buffers on the host\n");
+    if (o->mem == SHOAL_BENCH_MEM_DEVICE && shoal_bench_comp_on_device(&o->comp, o->blocking))
         return -1;
-    }
     if (o->coll != &shoal_bench_colls[0]) {
         fprintf(stderr, "allreduce_bench: --compress times the all-reduce only, not --coll %s\n",
                 o->coll->name);

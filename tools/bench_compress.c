@@ -1,5 +1,7 @@
 /* allreduce_bench --compress: settings, PowerSGD's layout, inputs, and one
- * row of timed and checked compressed all-reduces (bench_compress.h).
+ * row of timed and checked compressed all-reduces (bench_compress.h), of
+ * host buffers or, with --mem device, of device buffers through the
+ * stream-ordered call.
  *
  * The plain rows' inputs are small integers, chosen so that every sum is
  * exact; a block of them holds nearly equal values, which no compressor
@@ -7,6 +9,9 @@
  * from a hash of the rank and the index, as gradients would be: every rank
  * can still compute every other rank's input, and so the exact sum. */
 #include "bench_compress.h"
+
+#include "bench_coll.h"
+#include "bench_mem.h"
 
 #include "base/dtype.h"
 
@@ -234,6 +239,21 @@ int shoal_bench_comp_setup(shoal_bench_comp_t *c, const char *kind, const char *
     return 0;
 }
 
+/* What shoal_allreduce_compressed_stream takes: the kinds whose codec
+ * runs on the device (shoal.h). */
+int shoal_bench_comp_on_device(shoal_bench_comp_t *c, int blocking)
+{
+    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD) {
+        fprintf(stderr, "allreduce_bench: --compress powersgd times host buffers only, not "
+                "--mem device: device tensors take int8 and ternary "
+                "(shoal_allreduce_compressed_stream)\n");
+        return -1;
+    }
+    c->device = 1;
+    c->blocking = blocking;
+    return 0;
+}
+
 void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t len)
 {
     const shoal_compress_options_t *o = &c->opt;
@@ -257,8 +277,13 @@ void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t le
         break;
     }
     if (n >= 0 && (size_t)n < len)
-        snprintf(out + n, len - (size_t)n, ", error feedback %s, seed %llu",
-                 o->error_feedback ? "on" : "off", (unsigned long long)o->seed);
+        n += snprintf(out + n, len - (size_t)n, ", error feedback %s, seed %llu",
+                      o->error_feedback ? "on" : "off", (unsigned long long)o->seed);
+    /* The stream form picks its own schedule (shoal.h): say which. */
+    if (c->device && n >= 0 && (size_t)n < len)
+        snprintf(out + n, len - (size_t)n, "; device memory: "
+                 "shoal_allreduce_compressed_stream on each rank's stream (%s, whatever algo)",
+                 o->kind == SHOAL_COMPRESS_INT8 ? "two-shot" : "the codes summed exactly");
 }
 
 void shoal_bench_comp_json(FILE *f, const shoal_bench_comp_t *c)
@@ -391,6 +416,19 @@ static uint64_t bench_comp_hash(const unsigned char *p, size_t n)
 
 /* ---- Timing and checking ----------------------------------------------------- */
 
+/* Where a row's calls go. The host fills and reads row->send and
+ * row->recv: the row's own buffers, which shoal takes too; or with --mem
+ * device the rank's host mirrors, copied to and from the device buffers
+ * (send, recv) that the stream-ordered calls take on the rank's stream. */
+typedef struct {
+    const shoal_bench_comp_row_t *row; /* the buffers as the host sees them */
+    shoal_bench_bufs_t *bufs;          /* --mem device; NULL for host memory */
+    const void *send;                  /* the buffers shoal gets */
+    void *recv;
+    int blocking;                      /* --mem device: -z */
+    const char *call_name;
+} bench_comp_run_t;
+
 static double bench_comp_now_s(void)
 {
     struct timespec ts;
@@ -404,6 +442,31 @@ static shoal_status_t bench_comp_fail(const shoal_bench_comp_row_t *row, const c
     fprintf(stderr, "# rank %d: %s: %s (%s)\n", row->rank, what, shoal_status_string(s),
             shoal_comm_last_error(row->comm));
     return s;
+}
+
+/* --mem device: bytes [off, off + len) of the send (recv 0) or receive
+ * (recv 1) mirror onto the device, or back, waiting for the copy. Nothing
+ * to do for host memory, where the mirrors are the buffers. */
+static shoal_status_t bench_comp_to_dev(const bench_comp_run_t *run, int recv, size_t off,
+                                        size_t len)
+{
+    return run->bufs ? shoal_bench_to_dev(run->bufs, run->row->rank, recv, off, len) : SHOAL_OK;
+}
+
+static shoal_status_t bench_comp_from_dev(const bench_comp_run_t *run, int recv, size_t off,
+                                          size_t len)
+{
+    return run->bufs ? shoal_bench_from_dev(run->bufs, run->row->rank, recv, off, len)
+                     : SHOAL_OK;
+}
+
+/* --mem device: waits for the stream and returns the error of the work
+ * the calls queued there (said on stderr). Host calls are done when they
+ * return. */
+static shoal_status_t bench_comp_sync(const bench_comp_run_t *run, const char *what)
+{
+    return run->bufs ? shoal_bench_sync(run->row->comm, run->row->rank, run->bufs, what)
+                     : SHOAL_OK;
 }
 
 /* The receive buffer before a call: poison, so that a result never
@@ -426,11 +489,16 @@ static long long bench_comp_guard_check(const shoal_bench_comp_row_t *row)
     return bad;
 }
 
-static shoal_status_t bench_comp_call(shoal_compressor_t comp, const shoal_bench_comp_row_t *row,
+/* One call; with --mem device only queued on the stream, its info written
+ * once the stream has passed it. */
+static shoal_status_t bench_comp_call(shoal_compressor_t comp, const bench_comp_run_t *run,
                                       int in_place, shoal_compress_info_t *info)
 {
-    const void *src = in_place ? row->recv : row->send;
-    return shoal_allreduce_compressed(comp, src, row->recv, row->op, info);
+    const void *src = in_place ? run->recv : run->send;
+    if (run->bufs)
+        return shoal_allreduce_compressed_stream(comp, src, run->recv, run->row->op, info,
+                                                 run->bufs->stream);
+    return shoal_allreduce_compressed(comp, src, run->recv, run->row->op, info);
 }
 
 /* Whether every rank holds bitwise the same result: the largest and the
@@ -446,46 +514,91 @@ static shoal_status_t bench_comp_agree(const shoal_bench_comp_row_t *row, int *s
     return SHOAL_OK;
 }
 
-/* One placement: warm-up, the timed calls, then with check one call on
- * fresh inputs whose result is measured. The compressor is reset before
- * that call: what the timed calls left (error feedback's residuals,
- * PowerSGD's warm start) would otherwise enter the result, so that its
- * error would depend on -n and -w; measured from a fresh state it is the
- * error of one call (with PowerSGD's warmup=N, a plain all-reduce). */
-static shoal_status_t bench_comp_placement(shoal_compressor_t comp,
-                                           const shoal_bench_comp_row_t *row, int in_place,
-                                           shoal_bench_comp_result_t *res,
-                                           shoal_compress_info_t *info)
+/* Warm-up, then the mean time of one call over the timed ones. With --mem
+ * device the calls only queue their work, so the clock is read after the
+ * stream has run it, as for the plain rows (allreduce_bench.c's
+ * shoal_bench_time): waiting after each call with -z 1, once after the
+ * loop with -z 0. */
+static shoal_status_t bench_comp_time(shoal_compressor_t comp, const bench_comp_run_t *run,
+                                      int in_place, shoal_bench_comp_result_t *res,
+                                      shoal_compress_info_t *info)
 {
+    const shoal_bench_comp_row_t *row = run->row;
+    char what[96];
     shoal_status_t s;
-    bench_comp_prepare(row, in_place);
+    snprintf(what, sizeof(what), "%s (warm-up)", run->call_name);
     for (int w = 0; w < row->warmup; w++) {
-        s = bench_comp_call(comp, row, in_place, info);
+        s = bench_comp_call(comp, run, in_place, info);
         if (s != SHOAL_OK)
-            return bench_comp_fail(row, "shoal_allreduce_compressed (warm-up)", s);
+            return bench_comp_fail(row, what, s);
     }
+    s = bench_comp_sync(run, what);
+    if (s != SHOAL_OK)
+        return s;
     int32_t one = 1;
     s = shoal_allreduce(&one, &one, 1, SHOAL_INT32, SHOAL_SUM, row->comm);
     if (s != SHOAL_OK)
         return bench_comp_fail(row, "barrier", s);
     double t0 = bench_comp_now_s();
     for (int it = 0; it < row->iters; it++) {
-        s = bench_comp_call(comp, row, in_place, info);
+        s = bench_comp_call(comp, run, in_place, info);
         if (s != SHOAL_OK)
-            return bench_comp_fail(row, "shoal_allreduce_compressed", s);
+            return bench_comp_fail(row, run->call_name, s);
+        if (run->blocking && (s = bench_comp_sync(run, run->call_name)) != SHOAL_OK)
+            return s;
     }
+    if (!run->blocking && (s = bench_comp_sync(run, run->call_name)) != SHOAL_OK)
+        return s;
     res->us[in_place] = (bench_comp_now_s() - t0) * 1e6 / (double)row->iters;
+    return SHOAL_OK;
+}
+
+/* One placement: warm-up, the timed calls, then with check one call on
+ * fresh inputs whose result is measured. The compressor is reset before
+ * that call: what the timed calls left (error feedback's residuals,
+ * PowerSGD's warm start) would otherwise enter the result, so that its
+ * error would depend on -n and -w; measured from a fresh state it is the
+ * error of one call (with PowerSGD's warmup=N, a plain all-reduce). With
+ * --mem device the receive buffer's poison, input and guard go onto the
+ * device before the calls, and the guard, the result and the send buffer
+ * come back before they are looked at. */
+static shoal_status_t bench_comp_placement(shoal_compressor_t comp, const bench_comp_run_t *run,
+                                           int in_place, shoal_bench_comp_result_t *res,
+                                           shoal_compress_info_t *info)
+{
+    const shoal_bench_comp_row_t *row = run->row;
+    size_t bytes = row->count * shoal_dtype_bytes(row->dtype);
+    bench_comp_prepare(row, in_place);
+    shoal_status_t s = bench_comp_to_dev(run, 1, 0, bytes + row->guard);
+    if (s == SHOAL_OK)
+        s = bench_comp_time(comp, run, in_place, res, info);
+    if (s == SHOAL_OK)
+        s = bench_comp_from_dev(run, 1, bytes, row->guard);
+    if (s != SHOAL_OK)
+        return s;
     res->out_of_bounds += bench_comp_guard_check(row);
     if (!row->check)
         return SHOAL_OK;
 
     bench_comp_prepare(row, in_place);
+    s = bench_comp_to_dev(run, 1, 0, bytes + row->guard);
+    if (s != SHOAL_OK)
+        return s;
     s = shoal_compressor_reset(comp);
     if (s != SHOAL_OK)
         return bench_comp_fail(row, "shoal_compressor_reset", s);
-    s = bench_comp_call(comp, row, in_place, info);
+    char what[96];
+    snprintf(what, sizeof(what), "%s (check)", run->call_name);
+    s = bench_comp_call(comp, run, in_place, info);
     if (s != SHOAL_OK)
-        return bench_comp_fail(row, "shoal_allreduce_compressed (check)", s);
+        return bench_comp_fail(row, what, s);
+    s = bench_comp_sync(run, what);
+    if (s == SHOAL_OK)
+        s = bench_comp_from_dev(run, 1, 0, bytes + row->guard);
+    if (s == SHOAL_OK && !in_place)
+        s = bench_comp_from_dev(run, 0, 0, bytes);
+    if (s != SHOAL_OK)
+        return s;
     res->out_of_bounds += bench_comp_guard_check(row);
     res->rel_error[in_place] = bench_comp_rel_error(row, row->recv);
     if (!in_place)
@@ -502,12 +615,40 @@ static shoal_status_t bench_comp_placement(shoal_compressor_t comp,
     return SHOAL_OK;
 }
 
+/* The row's calls: on its own buffers, or with the settings' device on
+ * the rank's device buffers, the host working on their mirrors. */
+static int bench_comp_run_init(const shoal_bench_comp_t *c, const shoal_bench_comp_row_t *row,
+                               shoal_bench_comp_row_t *host, bench_comp_run_t *run)
+{
+    *run = (bench_comp_run_t){row, NULL, row->send, row->recv, 0, "shoal_allreduce_compressed"};
+    if (!c->device)
+        return 0;
+    shoal_bench_bufs_t *b = shoal_bench_bufs_of(row->recv);
+    if (!b || !b->dev || b->send != row->send) {
+        fprintf(stderr, "# rank %d: --compress with --mem device: the row's buffers are not "
+                "the rank's device buffers\n", row->rank);
+        return -1;
+    }
+    *host = *row;
+    host->send = b->hsend;
+    host->recv = b->hrecv;
+    run->row = host;
+    run->bufs = b;
+    run->blocking = c->blocking;
+    run->call_name = "shoal_allreduce_compressed_stream";
+    return 0;
+}
+
 shoal_status_t shoal_bench_comp_row(const shoal_bench_comp_t *c, const shoal_bench_comp_row_t *row,
                                     shoal_bench_comp_result_t *res_p)
 {
     shoal_bench_comp_result_t res;
     memset(&res, 0, sizeof(res));
     res.rel_error[0] = res.rel_error[1] = -1;
+    shoal_bench_comp_row_t host;
+    bench_comp_run_t run;
+    if (bench_comp_run_init(c, row, &host, &run) != 0)
+        return SHOAL_ERR_INVALID_ARG;
     shoal_compress_layout_t layout = {0, NULL, NULL};
     const shoal_compress_layout_t *lp = NULL;
     if (c->opt.kind == SHOAL_COMPRESS_POWERSGD) {
@@ -529,11 +670,14 @@ shoal_status_t shoal_bench_comp_row(const shoal_bench_comp_t *c, const shoal_ben
                                                &comp);
     if (s != SHOAL_OK)
         return bench_comp_fail(row, "shoal_compressor_create", s);
-    bench_comp_fill(row, row->send);
+    bench_comp_fill(run.row, run.row->send);
+    s = bench_comp_to_dev(&run, 0, 0, row->count * shoal_dtype_bytes(row->dtype));
+    /* With --mem device, info is the last call's once its stream has
+     * passed it: every placement ends waiting for the stream. */
     shoal_compress_info_t info;
     memset(&info, 0, sizeof(info));
     for (int in_place = 0; in_place < 2 && s == SHOAL_OK; in_place++)
-        s = bench_comp_placement(comp, row, in_place, &res, &info);
+        s = bench_comp_placement(comp, &run, in_place, &res, &info);
     if (s != SHOAL_OK)
         goto out_destroy;
 

@@ -1,8 +1,9 @@
 /* allreduce_bench --compress: one row of compressed all-reduces
- * (shoal_allreduce_compressed) timed and checked the way the plain rows
- * are, with what compression adds: the bytes on the wire, the compression
- * ratio and the relative error against the exact sum. The flags are
- * parsed in bench_args.c, and the table and the JSON written by
+ * (shoal_allreduce_compressed, or with --mem device
+ * shoal_allreduce_compressed_stream) timed and checked the way the plain
+ * rows are, with what compression adds: the bytes on the wire, the
+ * compression ratio and the relative error against the exact sum. The
+ * flags are parsed in bench_args.c, and the table and the JSON written by
  * allreduce_bench.c and bench_report.c. */
 #ifndef SHOAL_BENCH_COMPRESS_H
 #define SHOAL_BENCH_COMPRESS_H
@@ -18,6 +19,9 @@ typedef struct {
     int on;                      /* --compress given */
     shoal_compress_options_t opt;
     size_t shape_rows, shape_cols; /* --shape; 0: the squarest matrix of each count */
+    int device;   /* --mem device: the stream-ordered calls on the rank's device buffers */
+    int blocking; /* with device, -z: wait for the stream after each timed call (1) or
+                   * once after the loop (0) */
 } shoal_bench_comp_t;
 
 /* The settings from the text of --compress KIND[:RANK], --compress-opts
@@ -26,11 +30,18 @@ typedef struct {
 int shoal_bench_comp_setup(shoal_bench_comp_t *c, const char *kind, const char *opts,
                            const char *shape);
 
+/* --mem device, with -z given as blocking: the rows time
+ * shoal_allreduce_compressed_stream on the rank's device buffers. Returns
+ * 0, or -1 after saying on stderr why the settings cannot be (device
+ * tensors take int8 and ternary, not PowerSGD). */
+int shoal_bench_comp_on_device(shoal_bench_comp_t *c, int blocking);
+
 /* "int8", "ternary", "powersgd". */
 const char *shoal_bench_comp_kind_name(shoal_compress_kind_t kind);
 
-/* The settings in words, for the header ("int8, block 64, nearest, error
- * feedback, seed 0, algo auto"). */
+/* The settings in words, for the header ("int8, block 64, nearest
+ * rounding, algo auto, error feedback on, seed 0"; with device, then the
+ * memory and the call). */
 void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t len);
 
 /* The settings as a JSON member ("compression": {...},) on a line of its own. */
@@ -42,7 +53,10 @@ void shoal_bench_comp_json(FILE *f, const shoal_bench_comp_t *c);
 int shoal_bench_comp_layout(const shoal_bench_comp_t *c, size_t count, size_t *rows_p,
                             size_t *cols_p);
 
-/* One row on one rank. recv has guard bytes after its count elements. */
+/* One row on one rank. recv has guard bytes after its count elements.
+ * With the settings' device, send and recv are the rank's device buffers
+ * (shoal_bench_bufs_alloc's), whose host mirrors and stream the row
+ * takes from there. */
 typedef struct {
     shoal_comm_t comm;
     int rank;
@@ -73,8 +87,10 @@ typedef struct {
 
 /* Create the row's compressor, time both placements (warm-up, then iters
  * calls), and with check run each once more on fresh inputs to measure the
- * error. SHOAL_OK, or the status of the call that failed (said on
- * stderr). */
+ * error. With the settings' device the inputs are written on the host and
+ * copied onto the device, the calls queued on the rank's stream and timed
+ * up to its end, and the results copied back to be checked. SHOAL_OK, or
+ * the status of the call that failed (said on stderr). */
 shoal_status_t shoal_bench_comp_row(const shoal_bench_comp_t *c, const shoal_bench_comp_row_t *row,
                                     shoal_bench_comp_result_t *res_p);
 

@@ -24,6 +24,17 @@ const char *const shoal_bench_mem_sources[SHOAL_BENCH_MEM_COUNT] = {
     [SHOAL_BENCH_MEM_DEVICE] = "the device module's mem_alloc, one stream per rank",
 };
 
+/* The buffers shoal_bench_bufs_alloc made last and that are not freed
+ * yet (shoal_bench_bufs_of): one set per process, as a process runs one
+ * rank. */
+static shoal_bench_bufs_t *shoal_bench_bufs_live;
+
+shoal_bench_bufs_t *shoal_bench_bufs_of(const void *buf)
+{
+    shoal_bench_bufs_t *b = shoal_bench_bufs_live;
+    return b && buf && (buf == b->send || buf == b->recv) ? b : NULL;
+}
+
 /* --mem device: bytes [off, off + len) of a host mirror onto its device
  * buffer (to_dev) or back (from_dev), waiting for the copy. The copy goes
  * on the rank's stream, so it comes after the calls queued there. Nothing
@@ -190,6 +201,8 @@ static void shoal_bench_buf_free(const shoal_bench_bufs_t *b, unsigned char *p)
  * stream is waited for before anything is freed. */
 void shoal_bench_bufs_free(shoal_bench_bufs_t *b)
 {
+    if (shoal_bench_bufs_live == b)
+        shoal_bench_bufs_live = NULL;
     if (b->stream)
         b->dev->stream_sync(b->stream);
     shoal_bench_buf_free(b, b->send);
@@ -251,6 +264,7 @@ int shoal_bench_bufs_alloc(shoal_comm_t comm, shoal_bench_mem_t mem, size_t max_
             goto err_free_bufs;
         }
     }
+    shoal_bench_bufs_live = b;
     return 0;
 
 err_free_bufs:

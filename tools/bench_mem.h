@@ -60,6 +60,13 @@ int shoal_bench_bufs_alloc(shoal_comm_t comm, shoal_bench_mem_t mem, size_t max_
  * the buffers; b is left empty. */
 void shoal_bench_bufs_free(shoal_bench_bufs_t *b);
 
+/* The buffers of this process (which runs one rank) that
+ * shoal_bench_bufs_alloc made and shoal_bench_bufs_free has not freed,
+ * if buf is their send or receive buffer; else NULL. How the compressed
+ * rows (bench_compress.c), which are handed the buffers themselves, find
+ * their host mirrors and stream. */
+shoal_bench_bufs_t *shoal_bench_bufs_of(const void *buf);
+
 /* --mem device: bytes [off, off + len) of the send (recv 0) or receive
  * (recv 1) mirror onto the device buffer, or back; waits for the copy.
  * SHOAL_OK at once for the other kinds. */
