@@ -167,6 +167,7 @@ test: all $(if $(filter 0,$(SHOAL_FUZZ_SECONDS)),,fuzz)
 	BUILD=$(BUILD) CUDA_HOME=$(CUDA_HOME) FUZZ_DIR=$(FUZZ_DIR) \
 	$(if $(CUDA_LIB),SHOAL_CUDA_MODULE=$(CURDIR)/$(CUDA_LIB)) \
 	$(if $(STANDIN_LIB),SHOAL_CUDA_DRIVER=$(CURDIR)/$(STANDIN_LIB)) \
+	$(if $(CUBLAS_STANDIN_LIB),SHOAL_CUBLAS=$(CURDIR)/$(CUBLAS_STANDIN_LIB)) \
 	prove -f $(TESTS) $(TEST_SCRIPTS)
 
 # The RDMA rig alone: a qemu guest with Soft-RoCE (tests/rdma/guest.sh;

@@ -2,9 +2,10 @@
 # The CUDA module as built (src/cuda/cuda.mk): its fat binary holds SASS
 # for every architecture of CUDA_ARCHS and PTX for the newest, which the
 # driver compiles for GPUs newer than the list; $BUILD/libshoal_cuda.so
-# exports shoal_cuda_module and nothing else, and reaches the driver only
-# through dlopen (no cu* symbol left for the dynamic linker, so the module
-# loads where there is no driver); and the table it returns is the one
+# exports shoal_cuda_module and nothing else, and reaches the driver and
+# cuBLAS only through dlopen (no cu* or cublas* symbol left for the dynamic
+# linker and neither library needed, so the module loads where there is no
+# driver and no cuBLAS); and the table it returns is the one
 # src/base/dev_ops.h describes, with no empty slot, whose open names the
 # cause when the driver library is missing.
 #
@@ -99,9 +100,10 @@ else
     fi
 fi
 
+LINKER_TITLE="$MODULE leaves no driver or cuBLAS symbol to the dynamic linker and needs neither library"
 if [ ! -r "$MODULE" ]; then
     fail "$MODULE was built (make builds it where nvcc is)"
-    fail "$MODULE leaves no driver symbol to the dynamic linker"
+    fail "$LINKER_TITLE"
 else
     # Every defined dynamic symbol, whatever its type: only the entry
     # point may be there, as a function.
@@ -116,14 +118,18 @@ else
         fail "$MODULE exports shoal_cuda_module and nothing else"
         show "$TMP/defined"
     fi
+    # cu[A-Z]: the driver's functions (cuMemAlloc_v2); cublas: cuBLAS's.
     if ! nm -D --undefined-only "$MODULE" >"$TMP/nm" 2>&1; then
-        fail "$MODULE leaves no driver symbol to the dynamic linker"
+        fail "$LINKER_TITLE"
         show "$TMP/nm"
-    elif awk '{ print $NF }' "$TMP/nm" | grep -E '^cu[A-Z]' >"$TMP/driver"; then
-        fail "$MODULE leaves no driver symbol to the dynamic linker"
+    elif awk '{ print $NF }' "$TMP/nm" | grep -E '^cu([A-Z]|blas)' >"$TMP/driver"; then
+        fail "$LINKER_TITLE"
+        show "$TMP/driver"
+    elif readelf -d "$MODULE" 2>&1 | grep -E 'NEEDED.*\[lib(cuda|cublas)' >"$TMP/driver"; then
+        fail "$LINKER_TITLE"
         show "$TMP/driver"
     else
-        pass "$MODULE leaves no driver symbol to the dynamic linker"
+        pass "$LINKER_TITLE"
     fi
 fi
 
@@ -163,8 +169,8 @@ int main(int argc, char **argv)
     SLOT(mem_alloc) SLOT(mem_free) SLOT(host_alloc) SLOT(host_free) SLOT(copy) SLOT(reduce)
     SLOT(avg) SLOT(convert) SLOT(flag_write) SLOT(flag_wait) SLOT(stream_create)
     SLOT(stream_destroy) SLOT(stream_sync) SLOT(ipc_get) SLOT(ipc_open) SLOT(ipc_close)
-    SLOT(codec)
-    shoal_status_t st = ops->open(argv[2]);
+    SLOT(gemm) SLOT(codec)
+    shoal_status_t st = ops->open(argv[2], NULL);
     printf("open: %d: %s\n", (int)st, ops->why());
     return st == SHOAL_ERR_UNSUPPORTED && strstr(ops->why(), "cannot load") ? 0 : 1;
 }

@@ -3,10 +3,12 @@
  * reduction and AVG kernels for every dtype x op against the scalar
  * references, the convert kernel between every pair of its types against
  * base/dtype.h's conversions, the stream flags (and the wait kernel used where a device
- * has no stream memory operations), and memory handles opened by another
- * process. In make test the driver is the CPU stand-in of tests/cuda/
- * (its kernels run the very range functions of cuda/kern.h); make
- * test-gpu runs this binary on the real driver. */
+ * has no stream memory operations), memory handles opened by another
+ * process, and the row-major matrix product through cuBLAS against a
+ * reference. In make test the driver is the CPU stand-in of tests/cuda/
+ * (its kernels run the very range functions of cuda/kern.h) and cuBLAS
+ * its stand-in there; make test-gpu runs this binary on the real driver
+ * and cuBLAS. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -15,7 +17,11 @@
 #include "base/dtype.h"
 #include "cuda/kern.h"
 
+#include <dlfcn.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -451,20 +457,599 @@ static void test_ipc(void **state)
     munmap(sh, sizeof(*sh));
 }
 
+
+/* gemm: the row-major product through cuBLAS (the CPU stand-in of
+ * tests/cuda/standin_cublas.c in make test, libcublas.so.13 in make
+ * test-gpu). */
+
+/* Whether there is a cuBLAS to test on: make test names the stand-in
+ * beside the driver's; without it the module would pair the driver
+ * stand-in with the real cuBLAS. */
+static int gemm_testable(void)
+{
+    if (getenv("SHOAL_CUDA_DRIVER") && !getenv("SHOAL_CUBLAS")) {
+        printf("# SHOAL_CUBLAS does not name the cuBLAS stand-in: gemm is not tested\n");
+        return 0;
+    }
+    return 1;
+}
+
+/* Products the cuBLAS stand-in ran in this process (0 before the module
+ * loaded it, and with the real cuBLAS). */
+static unsigned long standin_gemms(void)
+{
+    const char *path = getenv("SHOAL_CUBLAS");
+    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void *sym = lib ? dlsym(lib, "shoal_standin_gemms") : NULL;
+    unsigned long (*fn)(void) = NULL;
+    unsigned long n;
+    if (sym)
+        memcpy(&fn, &sym, sizeof(fn));
+    n = fn ? fn() : 0;
+    if (lib)
+        dlclose(lib);
+    return n;
+}
+
+typedef struct {
+    int ta, tb;
+    size_t m, n, k;
+    size_t lda, ldb, ldc;
+    float alpha, beta;
+    int nan_c; /* C holds NaN before the call (beta 0: it must not spread) */
+} gemm_case_t;
+
+/* The stored shapes: A is m x k (k x m transposed), B k x n (n x k). */
+static size_t gemm_rows_a(const gemm_case_t *g) { return g->ta ? g->k : g->m; }
+static size_t gemm_cols_a(const gemm_case_t *g) { return g->ta ? g->m : g->k; }
+static size_t gemm_rows_b(const gemm_case_t *g) { return g->tb ? g->n : g->k; }
+static size_t gemm_cols_b(const gemm_case_t *g) { return g->tb ? g->k : g->n; }
+
+static float gemm_op_a(const gemm_case_t *g, const float *a, size_t i, size_t l)
+{
+    return g->ta ? a[l * g->lda + i] : a[i * g->lda + l];
+}
+
+static float gemm_op_b(const gemm_case_t *g, const float *b, size_t l, size_t j)
+{
+    return g->tb ? b[j * g->ldb + l] : b[l * g->ldb + j];
+}
+
+/* The row-major reference, element by element: the products over l in
+ * increasing order summed in float, then alpha times the sum plus beta
+ * times C, each step rounded on its own (separate statements, so that no
+ * compiler fuses them). That is the stand-in's column-major loop on the
+ * same element: cuBLAS is handed C^T = op(B)^T op(A)^T, whose element
+ * (j, i) sums op(B)[l][j] * op(A)[i][l] over the same l, the same two
+ * floats in the other order, whose product is the same. So the stand-in's
+ * results must equal these exactly. As BLAS specifies, C is not read when
+ * beta is 0 and A and B are not when alpha is 0. bound_p gets each
+ * element's error bound for a cuBLAS that adds in its own order (or
+ * fuses): a few k ulps of the magnitudes summed. */
+static void gemm_ref(const gemm_case_t *g, const float *a, const float *b, float *c,
+                     float *bound)
+{
+    for (size_t i = 0; i < g->m; i++) {
+        for (size_t j = 0; j < g->n; j++) {
+            float *cij = &c[i * g->ldc + j];
+            float t = 0.0f;
+            double mag = 0;
+            if (g->alpha != 0.0f) {
+                float sum = 0.0f;
+                for (size_t l = 0; l < g->k; l++) {
+                    float p = gemm_op_a(g, a, i, l) * gemm_op_b(g, b, l, j);
+                    sum += p;
+                    mag += fabs((double)p);
+                }
+                t = g->alpha * sum;
+                mag *= fabs((double)g->alpha);
+            }
+            if (g->beta != 0.0f) {
+                float u = g->beta * *cij;
+                t = g->alpha != 0.0f ? t + u : u;
+                mag += fabs((double)u);
+            }
+            *cij = t;
+            bound[i * g->ldc + j] = (float)(4.0 * (double)(g->k + 2) * FLT_EPSILON * mag);
+        }
+    }
+}
+
+static float gemm_value(uint32_t *seed)
+{
+    /* [-1, 1) in steps of 2^-23: exact in float. */
+    return (float)(harness_mix((*seed)++) >> 8) / 8388608.0f - 1.0f;
+}
+
+/* A matrix of rows x cols values with row stride ld; the padding between
+ * cols and ld holds pad (NaN in A and B, so a product that strays into
+ * it shows). nan fills the values with NaN too. */
+static float *gemm_matrix(size_t rows, size_t cols, size_t ld, float pad, int nan,
+                          uint32_t *seed)
+{
+    float *m = malloc(rows * ld * sizeof(float));
+    assert_non_null(m);
+    for (size_t r = 0; r < rows; r++)
+        for (size_t c = 0; c < ld; c++)
+            m[r * ld + c] = c >= cols ? pad : nan ? NAN : gemm_value(seed);
+    return m;
+}
+
+#define GEMM_C_PAD 12345.0f
+
+/* The stand-in's element is the reference's, exactly (NaN never is);
+ * cuBLAS's is within the bound. */
+static int gemm_close(float got, float want, float bound)
+{
+    return cu_user_is_standin() ? got == want : fabsf(got - want) <= bound;
+}
+
+/* One case on stream: the product on device copies of fresh matrices,
+ * compared with the reference: exactly on the stand-in, within the
+ * bound on cuBLAS. C's padding must be left as it was. Returns 0, or -1
+ * after saying which element differs. */
+static int gemm_run_case(const gemm_case_t *g, void *stream, uint32_t *seed)
+{
+    char what[160];
+    snprintf(what, sizeof(what), "%s%s m %zu n %zu k %zu lda %zu ldb %zu ldc %zu alpha %g "
+             "beta %g%s", g->ta ? "A^T" : "A", g->tb ? " B^T" : " B", g->m, g->n, g->k, g->lda,
+             g->ldb, g->ldc, (double)g->alpha, (double)g->beta, g->nan_c ? " C NaN" : "");
+    size_t abytes = gemm_rows_a(g) * g->lda * sizeof(float);
+    size_t bbytes = gemm_rows_b(g) * g->ldb * sizeof(float);
+    size_t cbytes = g->m * g->ldc * sizeof(float);
+    float *a = gemm_matrix(gemm_rows_a(g), gemm_cols_a(g), g->lda, NAN, 0, seed);
+    float *b = gemm_matrix(gemm_rows_b(g), gemm_cols_b(g), g->ldb, NAN, 0, seed);
+    float *c = gemm_matrix(g->m, g->n, g->ldc, GEMM_C_PAD, g->nan_c, seed);
+    float *want = malloc(cbytes), *bound = malloc(cbytes), *got = malloc(cbytes);
+    void *da = cu_user_alloc(abytes), *db = cu_user_alloc(bbytes), *dc = cu_user_alloc(cbytes);
+    int rc = 0;
+    assert_true(want && bound && got);
+    memcpy(want, c, cbytes);
+    memset(bound, 0, cbytes);
+    gemm_ref(g, a, b, want, bound);
+    cu_user_htod(da, a, abytes);
+    cu_user_htod(db, b, bbytes);
+    cu_user_htod(dc, c, cbytes);
+    shoal_status_t st = ops->gemm(g->ta, g->tb, g->m, g->n, g->k, g->alpha, da, g->lda, db,
+                                  g->ldb, g->beta, dc, g->ldc, stream);
+    if (st != SHOAL_OK) {
+        printf("# %s: gemm: %s: %s\n", what, shoal_status_string(st), ops->why());
+        rc = -1;
+        goto out;
+    }
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    cu_user_dtoh(got, dc, cbytes);
+    for (size_t i = 0; i < g->m && rc == 0; i++) {
+        for (size_t j = 0; j < g->ldc && rc == 0; j++) {
+            size_t e = i * g->ldc + j;
+            int ok = j >= g->n ? got[e] == GEMM_C_PAD : gemm_close(got[e], want[e], bound[e]);
+            if (!ok) {
+                printf("# %s: C[%zu][%zu] is %.9g, the reference %.9g\n", what, i, j,
+                       (double)got[e], (double)want[e]);
+                rc = -1;
+            }
+        }
+    }
+out:
+    cu_user_free(da);
+    cu_user_free(db);
+    cu_user_free(dc);
+    free(a);
+    free(b);
+    free(c);
+    free(want);
+    free(bound);
+    free(got);
+    return rc;
+}
+
+/* Every transpose pair, a few shapes, tight and wider strides, and
+ * alpha/beta pairs (beta 0 over a C of NaN, which must not spread; beta
+ * 1, accumulating; alpha 0, scaling C alone), each against the
+ * reference; all of them through the stand-in's products. */
+static void test_gemm(void **state)
+{
+    (void)state;
+    open_module();
+    if (!gemm_testable())
+        return;
+    static const size_t shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 33, 17}};
+    static const struct {
+        float alpha, beta;
+        int nan_c;
+    } scalars[] = {{1.0f, 0.0f, 1}, {-0.5f, 2.0f, 0}, {2.5f, 1.0f, 0}, {0.0f, -1.5f, 0}};
+    const size_t nshapes = sizeof(shapes) / sizeof(shapes[0]);
+    const size_t nscalars = sizeof(scalars) / sizeof(scalars[0]);
+    void *stream = NULL;
+    uint32_t seed = 11;
+    unsigned long before = standin_gemms(), runs = 0;
+    int failed = 0;
+    assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
+    for (size_t s = 0; s < nshapes; s++) {
+        for (size_t pad = 0; pad <= 3; pad += 3) {
+            for (int t = 0; t < 4; t++) {
+                for (size_t v = 0; v < nscalars; v++) {
+                    gemm_case_t g = {
+                        .ta = t & 1, .tb = t >> 1,
+                        .m = shapes[s][0], .n = shapes[s][1], .k = shapes[s][2],
+                        .alpha = scalars[v].alpha, .beta = scalars[v].beta,
+                        .nan_c = scalars[v].nan_c,
+                    };
+                    g.lda = gemm_cols_a(&g) + pad;
+                    g.ldb = gemm_cols_b(&g) + pad + (pad ? 2 : 0);
+                    g.ldc = g.n + pad + (pad ? 1 : 0);
+                    failed |= gemm_run_case(&g, stream, &seed) != 0;
+                    runs++;
+                }
+            }
+        }
+    }
+    if (failed)
+        fail_msg("gemm differs from the row-major reference (cases above)");
+    if (cu_user_is_standin())
+        assert_int_equal(standin_gemms() - before, runs);
+    assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
+}
+
+/* The product is queued on the stream, behind what is queued before it:
+ * held by a gate, it has not run until the gate opens. */
+static void test_gemm_stream_order(void **state)
+{
+    (void)state;
+    open_module();
+    if (!gemm_testable())
+        return;
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4], want[4] = {4, 5, 10, 11};
+    void *da = cu_user_alloc(sizeof(a)), *db = cu_user_alloc(sizeof(b)),
+         *dc = cu_user_alloc(sizeof(c));
+    uint32_t *gate = cu_user_alloc_pinned(sizeof(*gate));
+    void *stream = NULL;
+    *gate = 0;
+    cu_user_htod(da, a, sizeof(a));
+    cu_user_htod(db, b, sizeof(b));
+    assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
+    unsigned long before = standin_gemms();
+    cu_user_gate(stream, gate, 1);
+    /* (2 x 3) (3 x 2), beta 0 over C's fresh bytes. */
+    shoal_status_t st = ops->gemm(0, 0, 2, 2, 3, 1.0f, da, 3, db, 2, 0.0f, dc, 2, stream);
+    int idle = cu_user_idle(stream);
+    unsigned long held = standin_gemms() - before;
+    /* Open before any check, so that a failure leaves no stream held
+     * (the stand-in's frees wait for every stream). */
+    atomic_store((_Atomic uint32_t *)gate, 1);
+    assert_int_equal(st, SHOAL_OK);
+    assert_int_equal(idle, 0);
+    if (cu_user_is_standin())
+        assert_int_equal(held, 0);
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    if (cu_user_is_standin())
+        assert_int_equal(standin_gemms() - before, 1);
+    cu_user_dtoh(c, dc, sizeof(c));
+    assert_memory_equal(c, want, sizeof(c));
+    assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
+    cu_user_free(da);
+    cu_user_free(db);
+    cu_user_free(dc);
+    cu_user_free_pinned(gate);
+}
+
+/* Refused before anything is queued: sizes and strides above INT_MAX
+ * (cuBLAS's int), strides below a row, transpose flags other than 0 and
+ * 1, NULL matrices. Sizes of 0 queue nothing and leave C as it is. */
+static void test_gemm_refusals(void **state)
+{
+    (void)state;
+    open_module();
+    if (!gemm_testable())
+        return;
+    float c[4] = {1, 2, 3, 4}, got[4];
+    void *da = cu_user_alloc(64), *db = cu_user_alloc(64), *dc = cu_user_alloc(sizeof(c));
+    void *stream = NULL;
+    cu_user_htod(dc, c, sizeof(c));
+    assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
+    unsigned long before = standin_gemms();
+    static const struct {
+        int ta, tb;
+        size_t m, n, k, lda, ldb, ldc;
+        const char *why;
+    } bad[] = {
+        {0, 0, (size_t)INT_MAX + 1, 2, 2, 2, 2, 2, "m"},
+        {0, 0, 2, (size_t)INT_MAX + 1, 2, 2, 2, 2, "n"},
+        {0, 0, 2, 2, (size_t)INT_MAX + 1, 2, 2, 2, "k"},
+        {0, 0, 2, 2, 2, (size_t)INT_MAX + 1, 2, 2, "lda"},
+        {0, 0, 2, 2, 2, 2, (size_t)INT_MAX + 1, 2, "ldb"},
+        {0, 0, 2, 2, 2, 2, 2, (size_t)INT_MAX + 1, "ldc"},
+        {0, 0, 2, 3, 4, 3, 3, 3, "lda"}, /* A's rows hold k = 4 values */
+        {1, 0, 4, 3, 2, 3, 3, 4, "lda"}, /* A^T stored 2 x 4 */
+        {0, 0, 2, 3, 4, 4, 2, 3, "ldb"}, /* B's rows hold n = 3 */
+        {0, 1, 2, 3, 4, 4, 3, 3, "ldb"}, /* B^T stored 3 x 4 */
+        {0, 0, 2, 3, 4, 4, 3, 2, "ldc"},
+        {2, 0, 2, 2, 2, 2, 2, 2, "trans_a"},
+        {0, -1, 2, 2, 2, 2, 2, 2, "trans_b"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(ops->gemm(bad[i].ta, bad[i].tb, bad[i].m, bad[i].n, bad[i].k, 1.0f, da,
+                                   bad[i].lda, db, bad[i].ldb, 0.0f, dc, bad[i].ldc, stream),
+                         SHOAL_ERR_INVALID_ARG);
+        if (!strstr(ops->why(), bad[i].why))
+            fail_msg("refusal %zu: \"%s\" does not name %s", i, ops->why(), bad[i].why);
+    }
+    assert_int_equal(ops->gemm(0, 0, 2, 2, 2, 1.0f, NULL, 2, db, 2, 0.0f, dc, 2, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "NULL"));
+    assert_int_equal(ops->gemm(0, 0, 2, 2, 2, 1.0f, da, 2, db, 2, 0.0f, NULL, 2, stream),
+                     SHOAL_ERR_INVALID_ARG);
+    /* Nothing to multiply: no buffer is looked at, C keeps its values
+     * (even with k 0, where BLAS would scale C by beta). */
+    assert_int_equal(ops->gemm(0, 0, 0, 2, 2, 1.0f, NULL, 2, NULL, 2, 0.0f, NULL, 2, stream),
+                     SHOAL_OK);
+    assert_int_equal(ops->gemm(0, 0, 2, 0, 2, 1.0f, NULL, 2, NULL, 1, 0.0f, NULL, 1, stream),
+                     SHOAL_OK);
+    assert_int_equal(ops->gemm(1, 1, 2, 2, 0, 1.0f, da, 2, db, 2, 0.0f, dc, 2, stream),
+                     SHOAL_OK);
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    cu_user_dtoh(got, dc, sizeof(got));
+    assert_memory_equal(got, c, sizeof(c));
+    if (cu_user_is_standin())
+        assert_int_equal(standin_gemms(), before);
+    assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
+    cu_user_free(da);
+    cu_user_free(db);
+    cu_user_free(dc);
+}
+
+/* Threads that share the module's handle, each multiplying on its own
+ * stream: each product lands on its thread's stream (C is copied back on
+ * that stream right after it), and the stand-in's handle, which refuses
+ * two threads inside it at once, is never entered concurrently. */
+#define GEMM_THREADS 4
+#define GEMM_THREAD_ITERS 24
+#define GEMM_T_N 8
+
+typedef struct {
+    void *stream;
+    void *da, *db, *dc;
+    float a[GEMM_T_N * GEMM_T_N], b[GEMM_T_N * GEMM_T_N];
+    float want[GEMM_T_N * GEMM_T_N], bound[GEMM_T_N * GEMM_T_N];
+    float got[GEMM_T_N * GEMM_T_N], nan[GEMM_T_N * GEMM_T_N];
+    char why[300];
+} gemm_thread_t;
+
+static void *gemm_thread(void *arg)
+{
+    gemm_thread_t *t = arg;
+    const size_t bytes = sizeof(t->got);
+    for (int it = 0; it < GEMM_THREAD_ITERS && !t->why[0]; it++) {
+        shoal_status_t st = ops->copy(t->dc, t->nan, bytes, t->stream);
+        if (st == SHOAL_OK)
+            st = ops->gemm(0, 1, GEMM_T_N, GEMM_T_N, GEMM_T_N, 1.0f, t->da, GEMM_T_N, t->db,
+                           GEMM_T_N, 0.0f, t->dc, GEMM_T_N, t->stream);
+        if (st == SHOAL_OK)
+            st = ops->copy(t->got, t->dc, bytes, t->stream);
+        if (st == SHOAL_OK)
+            st = ops->stream_sync(t->stream);
+        if (st != SHOAL_OK) {
+            snprintf(t->why, sizeof(t->why), "iteration %d: %s", it, ops->why());
+            break;
+        }
+        for (size_t e = 0; e < GEMM_T_N * GEMM_T_N; e++) {
+            if (!gemm_close(t->got[e], t->want[e], t->bound[e])) {
+                snprintf(t->why, sizeof(t->why),
+                         "iteration %d: C[%zu] is %g, not its own product %g", it, e,
+                         (double)t->got[e], (double)t->want[e]);
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void test_gemm_threads(void **state)
+{
+    (void)state;
+    open_module();
+    if (!gemm_testable())
+        return;
+    gemm_thread_t *t = calloc(GEMM_THREADS, sizeof(*t));
+    pthread_t tid[GEMM_THREADS];
+    const gemm_case_t g = {.ta = 0, .tb = 1, .m = GEMM_T_N, .n = GEMM_T_N, .k = GEMM_T_N,
+                           .lda = GEMM_T_N, .ldb = GEMM_T_N, .ldc = GEMM_T_N, .alpha = 1.0f};
+    const size_t bytes = sizeof(t->got);
+    uint32_t seed = 99;
+    unsigned long before = standin_gemms();
+    assert_non_null(t);
+    for (int i = 0; i < GEMM_THREADS; i++) {
+        for (size_t e = 0; e < GEMM_T_N * GEMM_T_N; e++) {
+            t[i].a[e] = gemm_value(&seed);
+            t[i].b[e] = gemm_value(&seed);
+            t[i].nan[e] = NAN;
+        }
+        gemm_ref(&g, t[i].a, t[i].b, t[i].want, t[i].bound);
+        t[i].da = cu_user_alloc(bytes);
+        t[i].db = cu_user_alloc(bytes);
+        t[i].dc = cu_user_alloc(bytes);
+        cu_user_htod(t[i].da, t[i].a, bytes);
+        cu_user_htod(t[i].db, t[i].b, bytes);
+        assert_int_equal(ops->stream_create(0, &t[i].stream), SHOAL_OK);
+    }
+    for (int i = 0; i < GEMM_THREADS; i++)
+        assert_int_equal(pthread_create(&tid[i], NULL, gemm_thread, &t[i]), 0);
+    for (int i = 0; i < GEMM_THREADS; i++)
+        pthread_join(tid[i], NULL);
+    for (int i = 0; i < GEMM_THREADS; i++)
+        if (t[i].why[0])
+            fail_msg("thread %d: %s", i, t[i].why);
+    if (cu_user_is_standin())
+        assert_int_equal(standin_gemms() - before,
+                         (unsigned long)GEMM_THREADS * GEMM_THREAD_ITERS);
+    for (int i = 0; i < GEMM_THREADS; i++) {
+        assert_int_equal(ops->stream_destroy(t[i].stream), SHOAL_OK);
+        cu_user_free(t[i].da);
+        cu_user_free(t[i].db);
+        cu_user_free(t[i].dc);
+    }
+    free(t);
+}
+
+/* With SHOAL_CUBLAS naming a library that is not there, a product fails
+ * with the library named (and keeps failing: the first load decides for
+ * the process); what needs no cuBLAS goes on working. In a process of its
+ * own, whose module has not loaded cuBLAS yet. */
+#define GEMM_MISSING "/nonexistent/libcublas-missing.so.13"
+
+static int rank_gemm_no_cublas(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)rank;
+    (void)nranks;
+    (void)id;
+    (void)arg;
+    char why[256];
+    int x = 7, y = 0;
+    void *stream = NULL;
+    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "%s", why);
+    ops = shoal_dev_get();
+    RANK_CHECK(ops, fail, "%s", shoal_dev_why());
+    void *d = cu_user_alloc(64);
+    RANK_CHECK(ops->stream_create(0, &stream) == SHOAL_OK, fail, "stream: %s", ops->why());
+    for (int i = 0; i < 2; i++) {
+        shoal_status_t st = ops->gemm(0, 0, 2, 2, 2, 1.0f, d, 2, d, 2, 0.0f, d, 2, stream);
+        RANK_CHECK(st == SHOAL_ERR_UNSUPPORTED, fail, "gemm %d: %s: %s", i,
+                   shoal_status_string(st), ops->why());
+        RANK_CHECK(strstr(ops->why(), "cannot load") && strstr(ops->why(), GEMM_MISSING), fail,
+                   "gemm %d: the message \"%s\" does not say the library cannot be loaded", i,
+                   ops->why());
+    }
+    RANK_CHECK(ops->gemm(0, 0, 0, 2, 2, 1.0f, d, 2, d, 2, 0.0f, d, 2, stream) == SHOAL_OK, fail,
+               "an empty product needs no cuBLAS");
+    RANK_CHECK(ops->copy(d, &x, sizeof(x), stream) == SHOAL_OK &&
+                   ops->copy(&y, d, sizeof(y), stream) == SHOAL_OK &&
+                   ops->stream_sync(stream) == SHOAL_OK && y == 7,
+               fail, "the module stopped working without cuBLAS: %s", ops->why());
+    ops->stream_destroy(stream);
+    cu_user_free(d);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_gemm_no_cublas(void **state)
+{
+    (void)state;
+    const char *was = getenv("SHOAL_CUBLAS");
+    char *saved = was ? strdup(was) : NULL;
+    harness_setenv("SHOAL_CUBLAS", GEMM_MISSING);
+    int rc = harness_run_ranks(1, rank_gemm_no_cublas, NULL, 60);
+    harness_setenv("SHOAL_CUBLAS", saved);
+    free(saved);
+    assert_int_equal(rc, 0);
+}
+
+/* Two devices: a product on each device's stream and memory, from a
+ * thread whose context is device 0's, so the module makes a handle in
+ * each device's context (the stand-in refuses a stream of another
+ * context than its handle's). Device 1 first, then 0, then 1 again. */
+static int rank_gemm_devices(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)rank;
+    (void)nranks;
+    (void)id;
+    (void)arg;
+    char why[256];
+    const gemm_case_t g = {.ta = 1, .tb = 0, .m = 5, .n = 4, .k = 3, .lda = 5, .ldb = 4,
+                           .ldc = 4, .alpha = 1.5f, .beta = 0.0f};
+    float a[15], b[12], want[20], bound[20], got[20];
+    void *stream[2] = {NULL, NULL}, *da[2] = {NULL, NULL}, *db[2] = {NULL, NULL},
+         *dc[2] = {NULL, NULL};
+    uint32_t seed = 5;
+    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "%s", why);
+    ops = shoal_dev_get();
+    RANK_CHECK(ops, fail, "%s", shoal_dev_why());
+    if (ops->device_count() < 2) {
+        RANK_CHECK(!cu_user_is_standin(), fail, "the stand-in has %d device(s), not 2",
+                   ops->device_count());
+        printf("# one device: products on two devices are not tested\n");
+        return 0;
+    }
+    for (size_t e = 0; e < 15; e++)
+        a[e] = gemm_value(&seed);
+    for (size_t e = 0; e < 12; e++)
+        b[e] = gemm_value(&seed);
+    gemm_ref(&g, a, b, want, bound);
+    unsigned long before = standin_gemms();
+    for (int d = 0; d < 2; d++) {
+        RANK_CHECK(ops->stream_create(d, &stream[d]) == SHOAL_OK, fail, "stream: %s",
+                   ops->why());
+        RANK_CHECK(ops->mem_alloc(d, sizeof(a), &da[d]) == SHOAL_OK &&
+                       ops->mem_alloc(d, sizeof(b), &db[d]) == SHOAL_OK &&
+                       ops->mem_alloc(d, sizeof(got), &dc[d]) == SHOAL_OK,
+                   fail, "mem_alloc: %s", ops->why());
+        RANK_CHECK(ops->copy(da[d], a, sizeof(a), stream[d]) == SHOAL_OK &&
+                       ops->copy(db[d], b, sizeof(b), stream[d]) == SHOAL_OK,
+                   fail, "copy: %s", ops->why());
+    }
+    static const int order[] = {1, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        int d = order[i];
+        memset(got, 0, sizeof(got));
+        shoal_status_t st = ops->gemm(g.ta, g.tb, g.m, g.n, g.k, g.alpha, da[d], g.lda, db[d],
+                                      g.ldb, g.beta, dc[d], g.ldc, stream[d]);
+        RANK_CHECK(st == SHOAL_OK, fail, "gemm on device %d: %s", d, ops->why());
+        RANK_CHECK(ops->copy(got, dc[d], sizeof(got), stream[d]) == SHOAL_OK &&
+                       ops->stream_sync(stream[d]) == SHOAL_OK,
+                   fail, "device %d: %s", d, ops->why());
+        for (size_t e = 0; e < 20; e++)
+            RANK_CHECK(gemm_close(got[e], want[e], bound[e]), fail,
+                       "device %d: C[%zu] is %g, the reference %g", d, e, (double)got[e],
+                       (double)want[e]);
+    }
+    if (cu_user_is_standin())
+        RANK_CHECK(standin_gemms() - before == 3, fail, "%lu products ran on the stand-in",
+                   standin_gemms() - before);
+    for (int d = 0; d < 2; d++) {
+        ops->stream_destroy(stream[d]);
+        ops->mem_free(da[d]);
+        ops->mem_free(db[d]);
+        ops->mem_free(dc[d]);
+    }
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_gemm_devices(void **state)
+{
+    (void)state;
+    if (!gemm_testable())
+        return;
+    if (getenv("SHOAL_CUDA_DRIVER"))
+        harness_setenv("SHOAL_STANDIN_DEVICES", "2");
+    int rc = harness_run_ranks(1, rank_gemm_devices, NULL, 60);
+    harness_setenv("SHOAL_STANDIN_DEVICES", NULL);
+    assert_int_equal(rc, 0);
+}
+
 int main(void)
 {
     int rc;
     if (!cu_user_testable(&rc))
         return rc;
-    /* Each case that touches the driver runs in processes of its own, so
-     * that a failure in one leaves the others their own driver state. */
+    /* The cases that run ranks in processes of their own come first: the
+     * driver refuses the child of a process that has opened it, and the
+     * module's first load of cuBLAS decides for its process. The rest
+     * run in this process. */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_flags),
         cmocka_unit_test(test_flags_wait_kernel),
         cmocka_unit_test(test_ipc),
+        cmocka_unit_test(test_gemm_no_cublas),
+        cmocka_unit_test(test_gemm_devices),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_kinds),
         cmocka_unit_test(test_reduce_kernels),
+        cmocka_unit_test(test_gemm),
+        cmocka_unit_test(test_gemm_stream_order),
+        cmocka_unit_test(test_gemm_refusals),
+        cmocka_unit_test(test_gemm_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

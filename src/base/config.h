@@ -140,6 +140,7 @@ typedef struct {
 typedef struct {
     char module[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUDA_MODULE: the module's path or name */
     char driver[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUDA_DRIVER: the driver library */
+    char cublas[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUBLAS: the cuBLAS library */
     size_t stage_max;                  /* SHOAL_CUDA_STAGE_MAX: pinned staging kept per comm */
     char path[SHOAL_CONFIG_STR_MAX];   /* SHOAL_CUDA_PATH: auto, staged or direct */
 } shoal_cuda_config_t;

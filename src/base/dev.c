@@ -57,7 +57,7 @@ static void dev_load(void)
                  "version)", path, SHOAL_DEV_MODULE_SYMBOL);
         goto err_close;
     }
-    if (ops->open(cc->driver) != SHOAL_OK) {
+    if (ops->open(cc->driver, cc->cublas) != SHOAL_OK) {
         snprintf(dev_why, sizeof(dev_why), "CUDA is unavailable: %s", ops->why());
         goto err_close;
     }

@@ -13,6 +13,10 @@ static const shoal_config_entry_t cuda_entries[] = {
     {.name = "SHOAL_CUDA_DRIVER", .def = "libcuda.so.1",
      .doc = "the CUDA driver library the module loads (tests name a CPU stand-in of it)",
      .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(cuda.driver)},
+    {.name = "SHOAL_CUBLAS", .def = "libcublas.so.13",
+     .doc = "the cuBLAS library the module loads for PowerSGD's products on device tensors "
+            "(tests name a CPU stand-in of it)",
+     .parse = shoal_config_field_string, .offset = SHOAL_CONFIG_FIELD(cuda.cublas)},
     {.name = "SHOAL_CUDA_STAGE_MAX", .def = "256M",
      .doc = "pinned host memory a communicator keeps for staging device buffers between "
             "operations (more is allocated while needed and given back)",

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 5
+#define SHOAL_DEV_ABI 6
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -109,8 +109,9 @@ typedef struct shoal_dev_ops {
      * system's libcuda.so.1), initialise it and count the devices. Fails
      * with SHOAL_ERR_UNSUPPORTED and a message that names the cause (no
      * driver library, driver too old, no device). Idempotent: later calls
-     * return the first one's result. */
-    shoal_status_t (*open)(const char *driver);
+     * return the first one's result. cublas (NULL: libcublas.so.13) is the
+     * library gemm loads on its first use, not now. */
+    shoal_status_t (*open)(const char *driver, const char *cublas);
     /* Devices visible to this process (after open). */
     int (*device_count)(void);
 
@@ -167,6 +168,17 @@ typedef struct shoal_dev_ops {
     shoal_status_t (*ipc_open)(const shoal_dev_ipc_t *h, void **p_p);
     shoal_status_t (*ipc_close)(void *p);
 
+    /* C = alpha op(A) op(B) + beta C in fp32, row-major (as cblas_sgemm
+     * with CblasRowMajor): op(A) is m x k, op(B) k x n, C m x n; trans_a
+     * and trans_b 1 for the transpose; lda, ldb, ldc the row strides. On
+     * the device through cuBLAS, loaded on first use (open's cublas):
+     * SHOAL_ERR_UNSUPPORTED with the reason when it cannot be loaded. m,
+     * n or k 0 queues nothing (C is not scaled). SHOAL_ERR_INVALID_ARG
+     * for a size or stride above INT_MAX (cuBLAS's int), a stride below
+     * its row, a flag other than 0 and 1, or a NULL matrix. */
+    shoal_status_t (*gemm)(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                           const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                           float *c, size_t ldc, void *stream);
     /* Queue the codec operation args describes on the stream (args is
      * read before the entry returns). The element math is the host
      * codecs' own (compress/int8_elem.h, compress/ternary_elem.h), so the

@@ -38,17 +38,28 @@ $(BUILD)/libshoal_cuda.so: $(CUDA_OBJ) src/cuda/cuda.map
 	$(CC) -shared -Wl,-soname,libshoal_cuda.so -Wl,--version-script=src/cuda/cuda.map \
 	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(CUDA_OBJ) -ldl -lpthread
 
-# The CPU stand-in of the driver, for tests only: never installed.
-STANDIN_SRC := $(sort $(wildcard tests/cuda/standin*.c))
+# The CPU stand-ins of the driver and of cuBLAS, for tests only: never
+# installed.
+CUBLAS_STANDIN_SRC := tests/cuda/standin_cublas.c
+STANDIN_SRC := $(filter-out $(CUBLAS_STANDIN_SRC),$(sort $(wildcard tests/cuda/standin*.c)))
 STANDIN_OBJ := $(STANDIN_SRC:%.c=$(BUILD)/%.o)
 STANDIN_LIB := $(if $(CUDA_H),$(BUILD)/tests/libcuda_standin.so)
-$(STANDIN_OBJ): ALL_CFLAGS += -I$(CUDA_HOME)/include
+CUBLAS_STANDIN_OBJ := $(CUBLAS_STANDIN_SRC:%.c=$(BUILD)/%.o)
+CUBLAS_STANDIN_LIB := $(if $(CUDA_H),$(BUILD)/tests/libcublas_standin.so)
+$(STANDIN_OBJ) $(CUBLAS_STANDIN_OBJ): ALL_CFLAGS += -I$(CUDA_HOME)/include
 # libm: the codec kernel's rounding (nearbyintf, floorf) where the CPU
 # has no instruction for it.
 $(BUILD)/tests/libcuda_standin.so: $(STANDIN_OBJ)
 	$(CC) -shared $(NO_UNDEF) $(LDFLAGS) -o $@ $(STANDIN_OBJ) -lpthread -lrt -lm
+# The cuBLAS stand-in queues its products through the driver stand-in's
+# cuLaunchHostFunc: linked against it by file name and found beside it
+# ($$ORIGIN), so that the loader hands it the instance the module and the
+# tests already opened by path (one file, one instance).
+$(BUILD)/tests/libcublas_standin.so: $(CUBLAS_STANDIN_OBJ) $(BUILD)/tests/libcuda_standin.so
+	$(CC) -shared $(NO_UNDEF) $(LDFLAGS) -o $@ $(CUBLAS_STANDIN_OBJ) -L$(BUILD)/tests \
+	    -l:libcuda_standin.so -Wl,-rpath,'$$ORIGIN' -lpthread
 
-all: $(CUDA_LIB) $(STANDIN_LIB)
+all: $(CUDA_LIB) $(STANDIN_LIB) $(CUBLAS_STANDIN_LIB)
 
 # The CUDA tests act as an application: cuda_user.c reaches the driver the
 # way a program does (through the library SHOAL_CUDA_DRIVER names).
@@ -64,9 +75,10 @@ CUDA_NCCL_TESTS := $(BUILD)/tests/test_cuda_nccl $(BUILD)/tests/test_cuda_nccl_c
 $(CUDA_NCCL_TESTS): $(NCCL_LIB)
 $(CUDA_NCCL_TESTS): CUDA_TEST_LIBS = -L$(BUILD) -l:libnccl.so.2 -Wl,-rpath,$(CURDIR)/$(BUILD)
 
-# make test-gpu: the CUDA tests on the real driver (tests/gpu/run.sh says
-# plainly when there is no GPU, and runs nothing then).
+# make test-gpu: the CUDA tests on the real driver and cuBLAS
+# (tests/gpu/run.sh says plainly when there is no GPU, and runs nothing
+# then).
 .PHONY: test-gpu
 test-gpu: all
 	SHOAL_CUDA_MODULE=$(CURDIR)/$(BUILD)/libshoal_cuda.so BENCH=$(TOOLS_DIR)/allreduce_bench \
-	    tests/gpu/run.sh $(CUDA_TESTS)
+	    CUDA_HOME=$(CUDA_HOME) tests/gpu/run.sh $(CUDA_TESTS)

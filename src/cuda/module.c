@@ -1,7 +1,8 @@
 /* The CUDA module's ops table (dev_ops.h), its one export, and what every
  * entry leans on: opening the driver once and finding the right context
  * for the calling thread. Memory entries are in mem.c, stream work in
- * stream.c, the codec kernel's entry in codec.c.
+ * stream.c, the codec kernel's entry in codec.c, the matrix product's in
+ * gemm.c.
  *
  * Contexts: the module uses each device's primary context, the one the
  * CUDA runtime (and so PyTorch and friends) uses, retained the first time
@@ -10,6 +11,7 @@
  * An entry never leaves a context of its own pushed: what it pushes it
  * pops before returning. */
 #include "module.h"
+#include "cublas_api.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -73,13 +75,16 @@ err_free_table:
  * communicator that meets a device pointer asks): the first call decides,
  * and the later ones return its status and, on failure, its message on
  * their own thread. A mutex rather than pthread_once, since the driver
- * path is an argument. */
-static shoal_status_t cuda_open(const char *path)
+ * path is an argument. cuBLAS is only named here: gemm loads it when it
+ * first multiplies, so a process that never does pays nothing for it and
+ * needs no cuBLAS installed. */
+static shoal_status_t cuda_open(const char *path, const char *cublas)
 {
     shoal_status_t st;
 
     pthread_mutex_lock(&open_lock);
     if (!open_done) {
+        shoal_cublas_set_path(cublas);
         open_status = cuda_load(path);
         open_done = 1;
         if (open_status != SHOAL_OK)
@@ -291,6 +296,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .ipc_get = shoal_cuda_ipc_get,
     .ipc_open = shoal_cuda_ipc_open,
     .ipc_close = shoal_cuda_ipc_close,
+    .gemm = shoal_cuda_gemm,
     .codec = shoal_cuda_codec,
 };
 

@@ -9,6 +9,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Few contexts ever exist in one process (one primary context per device,
+ * and rarely one of the caller's own), so what the module keeps per
+ * context (the kernels, a cuBLAS handle) is a short table that only
+ * grows: readers scan the published entries without a lock. */
+#define SHOAL_CUDA_MAX_CONTEXTS 64
+
 /* What an entry did to the calling thread's context stack, so that it can
  * undo it before returning. */
 typedef struct {
@@ -71,6 +77,11 @@ shoal_status_t shoal_cuda_stream_sync(void *stream);
  * context ctx the caller made current. */
 shoal_status_t shoal_cuda_launch_codec(const shoal_cu_t *cu, CUcontext ctx, size_t units,
                                        void *arg, void *stream);
+
+/* gemm.c */
+shoal_status_t shoal_cuda_gemm(int trans_a, int trans_b, size_t m, size_t n, size_t k, float alpha,
+                               const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                               float *c, size_t ldc, void *stream);
 
 /* codec.c */
 shoal_status_t shoal_cuda_codec(const shoal_dev_codec_args_t *args, void *stream);

@@ -33,10 +33,7 @@ typedef struct {
     CUfunction fn[K_COUNT];
 } cuda_kernels_t;
 
-/* Few contexts ever exist in one process (one primary context per device,
- * and rarely one of the caller's own), so a short table that only grows:
- * readers scan the published entries without the lock. */
-#define SHOAL_CUDA_MAX_CONTEXTS 64
+/* One entry per context (module.h's SHOAL_CUDA_MAX_CONTEXTS). */
 static cuda_kernels_t kernels[SHOAL_CUDA_MAX_CONTEXTS];
 static atomic_int nkernels;
 static pthread_mutex_t kernels_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # make test-gpu: the CUDA tests on the real driver and GPU. The same test
-# binaries that make test runs on the CPU stand-in of the driver run here
-# on libcuda.so.1, so every device path they cover runs on a GPU. Then
+# binaries that make test runs on the CPU stand-ins of the driver and of
+# cuBLAS run here on libcuda.so.1 and libcublas.so.13, so every device
+# path they cover runs on a GPU. Then
 # allreduce_bench times the all-reduce on device buffers (--mem device)
 # with every result checked, on one rank and, with several devices, on one
 # rank per device, and prints its tables. Where there is no GPU this says
@@ -40,8 +41,14 @@ if [ -z "${SHOAL_CUDA_MODULE:-}" ] || [ ! -r "${SHOAL_CUDA_MODULE}" ]; then
 fi
 echo "make test-gpu: $probe; module $SHOAL_CUDA_MODULE"
 command -v nvidia-smi >/dev/null && nvidia-smi -L
-# The real driver: nothing names the stand-in.
-unset SHOAL_CUDA_DRIVER
+# The real driver and cuBLAS: nothing names a stand-in. cuBLAS is the
+# module's default, libcublas.so.13, wherever the loader finds it, else
+# the toolkit's own copy.
+unset SHOAL_CUDA_DRIVER SHOAL_CUBLAS
+cublas=${CUDA_HOME:-/usr/local/cuda}/lib64/libcublas.so.13
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13 ' && [ -r "$cublas" ]; then
+    export SHOAL_CUBLAS=$cublas
+fi
 export CMOCKA_MESSAGE_OUTPUT=TAP SHOAL_CUDA_MODULE
 prove -f "$@"
 status=$?
