@@ -628,9 +628,9 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p);
 
 /*
- * The stream-ordered form, for device tensors (INT8, and TERNARY up to
- * 127 ranks and outside groups; POWERSGD says
- * SHOAL_ERR_UNSUPPORTED): sendbuf and recvbuf are device (or
+ * The stream-ordered form, for device tensors (TERNARY up to 127 ranks;
+ * TERNARY and POWERSGD outside groups, where they are SHOAL_ERR_UNSUPPORTED:
+ * each is two calls of its own): sendbuf and recvbuf are device (or
  * managed) memory of one device, and the call is queued on stream (a
  * CUstream; NULL: the legacy default stream) as the other _stream forms
  * are. The first such call moves the compressor's state (its residual) to
@@ -641,7 +641,9 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
  * device and only the compressed wire crosses to host memory; INT8's
  * schedule is the two-shot one (each contribution quantised once, each
  * owner's sum once), whatever the options' algo; TERNARY sums its codes
- * exactly, as on the host. info is written by the
+ * exactly, as on the host; POWERSGD's products run on the device through
+ * cuBLAS (SHOAL_CUBLAS), and its results agree with the host path's to
+ * their rounding. info is written by the
  * time the stream passes the call. Checkpoints wait for the stream and
  * move the residual from and to the device, in the host compressor's
  * format, so either kind restores the other's. A call that fails once its

@@ -24,6 +24,9 @@ int cu_user_open(int dev, char *why, size_t len);
 int cu_user_is_standin(void);
 /* Kernel launches of name so far, in this process (stand-in only; 0 else). */
 unsigned long cu_user_launches(const char *name);
+/* Products the cuBLAS stand-in (SHOAL_CUBLAS) ran in this process, once
+ * the module loaded it; 0 otherwise. */
+unsigned long cu_user_gemms(void);
 
 void *cu_user_alloc(size_t bytes);          /* device memory */
 void cu_user_free(void *p);

@@ -324,6 +324,20 @@ crun_err_ok() { crun_ok "$1" "$2" && cerr_ok "$1" "$3"; }
 # same_err A B: A has rows, and their relerr columns are B's.
 cerrs() { awk '!/^#/ && NF == 15 {print $9, $13}' "$1"; }
 same_err() { [ "$(crows "$1")" -gt 0 ] && [ "$(cerrs "$1")" = "$(cerrs "$2")" ]; }
+# crun_near_ok OUT RC HOST TOL: a clean run whose relerrs are near HOST's.
+crun_near_ok() { crun_ok "$1" "$2" && near_err "$1" "$3" "$4"; }
+# near_err A B TOL: as same_err, each relerr within TOL of B's (relative).
+near_err() {
+    [ "$(crows "$1")" -gt 0 ] && [ "$(crows "$1")" = "$(crows "$2")" ] &&
+        awk -v t="$3" '
+            function off(x, y) { d = x - y; if (d < 0) d = -d; if (y < 0) y = -y; return d > t * y + 1e-12 }
+            !/^#/ && NF == 15 {
+                if (NR == FNR) { a[++n] = $9; b[n] = $13; next }
+                m++
+                if (off(a[m], $9) || off(b[m], $13)) bad = 1
+            }
+            END { exit bad }' "$1" "$2"
+}
 for dtype in half bfloat16; do
     out="$TMP/comp.$dtype.out"
     # shellcheck disable=SC2086 # CSIZES is several flags
@@ -395,8 +409,6 @@ bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress 
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
 bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
-bad_comp "powersgd on device buffers" 'powersgd times host buffers only, not --mem device: device tensors take int8 and ternary' \
-    --compress powersgd --mem device
 
 # --mem shared: the send and receive buffers from shoal_mem_alloc, which
 # peers can map. Over shared memory the all-gather, all-to-all, broadcast,
@@ -525,6 +537,7 @@ if [ -n "$reason" ]; then
         missing "--compress int8 --mem device $what" "$reason"
     done
     missing "--compress ternary --mem device -np 2: the host's relerr" "$reason"
+    missing "--compress powersgd:4 --mem device -np 2: the host's relerr, to 1%" "$reason"
     for what in "relerr below 0.5" "the host's relerr"; do
         missing "--compress ternary --compress-opts clip=1 --mem device -np 2: $what" "$reason"
     done
@@ -623,6 +636,16 @@ else
         crun_err_ok "$out" $rc 0.5 || show "$out"
     check "--compress ternary --compress-opts clip=1 --mem device -np 2: the host's relerr in every row" \
         same_err "$out" "$TMP/comp.clip.host.out" || { show "$out"; show "$TMP/comp.clip.host.out"; }
+    # PowerSGD's products run on the device (cuBLAS; in make test its CPU
+    # stand-in, SHOAL_CUBLAS), in another order than the host's: the same
+    # error to rounding.
+    out="$TMP/comp.psgd.device.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    $LIMIT "$BENCH" -np 2 --mem device --compress powersgd:4 $CSIZES -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--compress powersgd:4 --mem device -np 2: the host's relerr, to 1%" \
+        crun_near_ok "$out" $rc "$TMP/comp.powersgd:4.2.y.out" 0.01 ||
+        { show "$out"; show "$TMP/comp.powersgd:4.2.y.out"; }
 fi
 # Without the module, --mem device stops at the start and says why, naming
 # the module it looked for; no stand-in is needed for that.

@@ -25,7 +25,12 @@
  * - a rank that dies under a call becomes an error on the others, whose
  *   streams go on; the residual that call left is refused as a
  *   checkpoint until reset;
- * - refusals, with the communicator still usable: PowerSGD on the device,
+ * - POWERSGD (matrices and a vector in one bucket, warm-up, float32 and
+ *   bfloat16, SUM and AVG, with and without error feedback): the result,
+ *   the residual and the state agree with a host compressor's on the same
+ *   inputs, to the products' rounding (the device's sums run in cuBLAS's
+ *   order); the products ran on the device;
+ * - refusals, with the communicator still usable: PowerSGD in a group,
  *   host memory in the stream form, a host call once the state is on a
  *   device. */
 #include "cuda_user.h"
@@ -610,6 +615,133 @@ fail:
     return 1;
 }
 
+/* ---- PowerSGD: the device against a host compressor ---- */
+
+static const size_t psgd_rows[] = {64, 1, 33}, psgd_cols[] = {48, 100, 17};
+#define PSGD_COUNT (64 * 48 + 100 + 33 * 17)
+
+/* The largest |a - b| over n values, against the largest |b|. */
+static int close_enough(const float *a, const float *b, size_t n, double tol, double *err_p)
+{
+    double top = 0, err = 0;
+    for (size_t i = 0; i < n; i++) {
+        top = fmax(top, fabs((double)b[i]));
+        err = fmax(err, fabs((double)a[i] - (double)b[i]));
+    }
+    *err_p = top > 0 ? err / top : err;
+    return err <= tol * top + 1e-30;
+}
+
+static int rank_psgd(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    if (rank_open(rank, &comm, nranks, id))
+        return 1;
+    void *stream = cu_user_stream();
+    const shoal_compress_layout_t layout = {3, psgd_rows, psgd_cols};
+    const size_t count = PSGD_COUNT;
+    float *in = malloc(count * sizeof(float)), *host = malloc(count * sizeof(float)),
+          *got = malloc(count * sizeof(float));
+    uint16_t *in16 = malloc(count * 2), *got16 = malloc(count * 2);
+    void *dbuf = cu_user_alloc(count * sizeof(float));
+    unsigned char *st1 = NULL, *st2 = NULL;
+    int rc = 1;
+    for (int v = 0; v < 4; v++) {
+        shoal_dtype_t dt = v & 2 ? SHOAL_BFLOAT16 : SHOAL_FLOAT32;
+        shoal_op_t op = v & 1 ? SHOAL_AVG : SHOAL_SUM;
+        size_t es = dt == SHOAL_FLOAT32 ? 4 : 2;
+        shoal_compress_options_t o;
+        shoal_compress_options_init(&o, SHOAL_COMPRESS_POWERSGD);
+        o.rank = 4;
+        o.warmup_steps = 1;
+        o.seed = 21;
+        o.error_feedback = v != 1;
+        shoal_compressor_t dev = NULL, ref = NULL;
+        RANK_CHECK(shoal_compressor_create(comm, &o, count, dt, &layout, &dev) == SHOAL_OK &&
+                   shoal_compressor_create(comm, &o, count, dt, &layout, &ref) == SHOAL_OK, out,
+                   "create: %s", shoal_comm_last_error(comm));
+        for (int k = 0; k < CALLS; k++) {
+            for (size_t i = 0; i < count; i++) {
+                in[i] = input_of(rank, k + 10 * v, i);
+                in16[i] = shoal_f32_to_bf16(in[i]);
+            }
+            const void *src = dt == SHOAL_FLOAT32 ? (const void *)in : (const void *)in16;
+            memcpy(host, src, count * es);
+            RANK_CHECK(shoal_allreduce_compressed(ref, host, host, op, NULL) == SHOAL_OK, out,
+                       "host call: %s", shoal_comm_last_error(comm));
+            cu_user_htod(dbuf, src, count * es);
+            RANK_CHECK(shoal_allreduce_compressed_stream(dev, dbuf, dbuf, op, NULL, stream) ==
+                       SHOAL_OK, out, "device call: %s", shoal_comm_last_error(comm));
+            cu_user_sync(stream);
+            double err;
+            if (dt == SHOAL_FLOAT32) {
+                cu_user_dtoh(got, dbuf, count * 4);
+            } else {
+                cu_user_dtoh(got16, dbuf, count * 2);
+                memcpy(in16, host, count * 2);
+                for (size_t i = 0; i < count; i++) {
+                    got[i] = shoal_bf16_to_f32(got16[i]);
+                    host[i] = shoal_bf16_to_f32(in16[i]);
+                }
+            }
+            RANK_CHECK(close_enough(got, host, count, dt == SHOAL_FLOAT32 ? 1e-4 : 2e-2, &err),
+                       out, "rank %d case %d call %d: the result is %g off the host's", rank, v,
+                       k, err);
+            if (o.error_feedback) {
+                const float *rd, *rh;
+                RANK_CHECK(shoal_compressor_residual(dev, &rd) == SHOAL_OK &&
+                           shoal_compressor_residual(ref, &rh) == SHOAL_OK, out, "residual");
+                RANK_CHECK(close_enough(rd, rh, count, dt == SHOAL_FLOAT32 ? 1e-4 : 2e-2, &err),
+                           out, "rank %d case %d call %d: the residual is %g off the host's",
+                           rank, v, k, err);
+            }
+        }
+        /* The state (step, residual, Q) as the host's, to rounding; it
+         * restores into the host compressor and back. */
+        size_t sz, sz2;
+        RANK_CHECK(shoal_compressor_state_size(dev, &sz) == SHOAL_OK &&
+                   shoal_compressor_state_size(ref, &sz2) == SHOAL_OK && sz == sz2, out,
+                   "state sizes");
+        st1 = malloc(sz);
+        st2 = malloc(sz);
+        RANK_CHECK(shoal_compressor_get_state(dev, st1, sz) == SHOAL_OK &&
+                   shoal_compressor_get_state(ref, st2, sz) == SHOAL_OK, out, "get_state");
+        RANK_CHECK(memcmp(st1, st2, 6 * sizeof(uint64_t)) == 0, out, "the states' heads differ");
+        double err;
+        size_t nf = (sz - 6 * sizeof(uint64_t)) / sizeof(float);
+        RANK_CHECK(close_enough((const float *)(st1 + 48), (const float *)(st2 + 48), nf, 1e-3,
+                                &err), out, "rank %d case %d: the state is %g off the host's",
+                   rank, v, err);
+        RANK_CHECK(shoal_compressor_set_state(ref, st1, sz) == SHOAL_OK &&
+                   shoal_compressor_set_state(dev, st2, sz) == SHOAL_OK &&
+                   shoal_compressor_get_state(dev, st1, sz) == SHOAL_OK &&
+                   memcmp(st1, st2, sz) == 0, out, "rank %d case %d: the states do not cross",
+                   rank, v);
+        free(st1);
+        free(st2);
+        st1 = st2 = NULL;
+        shoal_compressor_destroy(dev);
+        shoal_compressor_destroy(ref);
+    }
+    if (cu_user_is_standin())
+        RANK_CHECK(cu_user_gemms() > 0, out, "no product ran on the device");
+    rc = 0;
+out:
+    free(st1);
+    free(st2);
+    free(in);
+    free(host);
+    free(got);
+    free(in16);
+    free(got16);
+    cu_user_free(dbuf);
+    cu_user_stream_free(stream);
+    if (shoal_comm_destroy(comm) != SHOAL_OK)
+        rc = 1;
+    return rc;
+}
+
 /* Refusals leave the communicator usable. */
 static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
@@ -626,10 +758,11 @@ static int rank_refuse(int rank, int nranks, const shoal_unique_id_t *id, void *
     shoal_compress_options_init(&o, SHOAL_COMPRESS_POWERSGD);
     RANK_CHECK(shoal_compressor_create(comm, &o, count, SHOAL_FLOAT32, NULL, &psgd) == SHOAL_OK,
                fail, "create powersgd");
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
     shoal_status_t s = shoal_allreduce_compressed_stream(psgd, buf, buf, SHOAL_SUM, NULL, stream);
-    RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED &&
-               strstr(shoal_comm_last_error(comm), "POWERSGD compressors take host buffers"),
-               fail, "powersgd on the device: %s (%s)", shoal_status_string(s),
+    RANK_CHECK(shoal_group_end() == SHOAL_OK, fail, "group end");
+    RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED && strstr(shoal_comm_last_error(comm), "group"), fail,
+               "powersgd on the device in a group: %s (%s)", shoal_status_string(s),
                shoal_comm_last_error(comm));
     RANK_CHECK(shoal_allreduce_compressed(psgd, hbuf, hbuf, SHOAL_SUM, NULL) == SHOAL_OK, fail,
                "powersgd on host buffers: %s", shoal_comm_last_error(comm));
@@ -732,6 +865,7 @@ static void test_matrix_shm(void **state) { (void)state; run_all(rank_matrix, "s
 static void test_matrix_tcp(void **state) { (void)state; run_all(rank_matrix, "tcp", 3); }
 static void test_state(void **state) { (void)state; run_all(rank_state, "shm", 3); }
 static void test_group(void **state) { (void)state; run_all(rank_group, "shm", 5); }
+static void test_psgd(void **state) { (void)state; run_all(rank_psgd, "shm", 5); }
 static void test_refuse(void **state) { (void)state; run_all(rank_refuse, "shm", 2); }
 
 int main(void)
@@ -744,6 +878,7 @@ int main(void)
         cmocka_unit_test(test_matrix_tcp),
         cmocka_unit_test(test_state),
         cmocka_unit_test(test_group),
+        cmocka_unit_test(test_psgd),
         cmocka_unit_test(test_refuse),
         cmocka_unit_test(test_peer_dies),
     };

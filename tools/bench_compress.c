@@ -239,16 +239,10 @@ int shoal_bench_comp_setup(shoal_bench_comp_t *c, const char *kind, const char *
     return 0;
 }
 
-/* What shoal_allreduce_compressed_stream takes: the kinds whose codec
- * runs on the device (shoal.h). */
+/* The rows time shoal_allreduce_compressed_stream, which takes every
+ * kind (shoal.h). */
 int shoal_bench_comp_on_device(shoal_bench_comp_t *c, int blocking)
 {
-    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD) {
-        fprintf(stderr, "allreduce_bench: --compress powersgd times host buffers only, not "
-                "--mem device: device tensors take int8 and ternary "
-                "(shoal_allreduce_compressed_stream)\n");
-        return -1;
-    }
     c->device = 1;
     c->blocking = blocking;
     return 0;
@@ -283,7 +277,9 @@ void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t le
     if (c->device && n >= 0 && (size_t)n < len)
         snprintf(out + n, len - (size_t)n, "; device memory: "
                  "shoal_allreduce_compressed_stream on each rank's stream (%s, whatever algo)",
-                 o->kind == SHOAL_COMPRESS_INT8 ? "two-shot" : "the codes summed exactly");
+                 o->kind == SHOAL_COMPRESS_INT8      ? "two-shot"
+                 : o->kind == SHOAL_COMPRESS_TERNARY ? "the codes summed exactly"
+                                                     : "the products through cuBLAS");
 }
 
 void shoal_bench_comp_json(FILE *f, const shoal_bench_comp_t *c)

@@ -32,8 +32,7 @@ int shoal_bench_comp_setup(shoal_bench_comp_t *c, const char *kind, const char *
 
 /* --mem device, with -z given as blocking: the rows time
  * shoal_allreduce_compressed_stream on the rank's device buffers. Returns
- * 0, or -1 after saying on stderr why the settings cannot be (device
- * tensors take int8 and ternary, not PowerSGD). */
+ * 0, or -1 after saying on stderr why the settings cannot be. */
 int shoal_bench_comp_on_device(shoal_bench_comp_t *c, int blocking);
 
 /* "int8", "ternary", "powersgd". */

@@ -517,8 +517,6 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
     shoal_compressor_t c = call->comp;
     const shoal_coll_args_t *a = &call->args;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
-    if (call->on_stream)
-        return shoal_comp_dev_run(comm, call);
     /* The input: the buffer itself, or (float16, bfloat16) a widened copy.
      * The residual is not added here: the codecs add it piece by piece as
      * they encode, PowerSGD in its first product's pass, so no pass over

@@ -123,7 +123,6 @@ static shoal_dev_codec_args_t dev_codec_of(const struct shoal_compressor *c, int
                                     .round = (int)h.round, .seed = h.seed, .step = h.step};
 }
 
-static shoal_status_t upload_pending(const shoal_dev_ops_t *ops, const shoal_call_t *call);
 
 /* Before the host side: the contributions to the others' chunks encoded
  * into w_in, this rank's own chunk exact into mine. */
@@ -137,7 +136,7 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
     void *st = call->stream;
     dev_lay_t l;
     size_t lo, len;
-    shoal_status_t r = upload_pending(ops, call);
+    shoal_status_t r = shoal_comp_dev_upload(ops, call);
     lay_of(c, &l);
     if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
         r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count, st);
@@ -283,7 +282,7 @@ static shoal_status_t tscales_pre(const shoal_dev_ops_t *ops, const shoal_call_t
                                   unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    shoal_status_t r = upload_pending(ops, call);
+    shoal_status_t r = shoal_comp_dev_upload(ops, call);
     if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
         r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
                          call->stream);
@@ -361,11 +360,9 @@ static const shoal_dev_stager_t tcodes_stager = {
     .post = tcodes_post,
 };
 
-/* One inner call on the payload; the compressor's signature kind keeps
- * it from matching a plain collective elsewhere. */
-static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call,
-                            shoal_coll_kind_t kind, const void *send, void *recv, size_t count,
-                            shoal_dtype_t dtype, shoal_op_t op)
+shoal_status_t shoal_comp_dev_inner(struct shoal_comm *comm, const shoal_call_t *call,
+                                    shoal_coll_kind_t kind, const void *send, void *recv,
+                                    size_t count, shoal_dtype_t dtype, shoal_op_t op)
 {
     shoal_call_t c = {
         .what = call->what,
@@ -380,7 +377,7 @@ static shoal_status_t inner_bytes(struct shoal_comm *comm, const shoal_call_t *c
                                   shoal_coll_kind_t kind, const void *send, void *recv,
                                   size_t bytes)
 {
-    return inner(comm, call, kind, send, recv, bytes, SHOAL_UINT8, SHOAL_SUM);
+    return shoal_comp_dev_inner(comm, call, kind, send, recv, bytes, SHOAL_UINT8, SHOAL_SUM);
 }
 
 /* The scales' host side: each rank's block maxima (clipped to its bound)
@@ -401,12 +398,12 @@ static shoal_status_t tscales_run(struct shoal_comm *comm, const shoal_call_t *c
                               c->opt.block, c->opt.clip_sigma);
     for (size_t b = 0; b < nb; b++)
         s16[b] = shoal_comp_scale_bf16_up(bound > 0 ? fminf(amax[b], bound) : amax[b]);
-    shoal_status_t s = inner(comm, call, SHOAL_COLL_ALLREDUCE, s16, s16, nb, SHOAL_BFLOAT16,
-                             SHOAL_MAX);
+    shoal_status_t s = shoal_comp_dev_inner(comm, call, SHOAL_COLL_ALLREDUCE, s16, s16, nb,
+                                            SHOAL_BFLOAT16, SHOAL_MAX);
     for (size_t b = 0; s == SHOAL_OK && b < nb; b++)
         scales[b] = shoal_bf16_to_f32(s16[b]);
-    c->dev.scales_tx = comm->team.tx_bytes - tx0;
-    c->dev.scales_rx = comm->team.rx_bytes - rx0;
+    c->dev.first_tx = comm->team.tx_bytes - tx0;
+    c->dev.first_rx = comm->team.rx_bytes - rx0;
     if (s != SHOAL_OK)
         atomic_store(&c->dev.lost, 1);
     return s;
@@ -416,10 +413,11 @@ static shoal_status_t tscales_run(struct shoal_comm *comm, const shoal_call_t *c
 static shoal_status_t tcodes_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     struct shoal_compressor *c = call->comp;
-    uint64_t tx0 = comm->team.tx_bytes - c->dev.scales_tx;
-    uint64_t rx0 = comm->team.rx_bytes - c->dev.scales_rx;
-    shoal_status_t s = inner(comm, call, SHOAL_COLL_ALLREDUCE, call->args.sendbuf,
-                             call->args.recvbuf, c->count, SHOAL_INT8, SHOAL_SUM);
+    uint64_t tx0 = comm->team.tx_bytes - c->dev.first_tx;
+    uint64_t rx0 = comm->team.rx_bytes - c->dev.first_rx;
+    shoal_status_t s = shoal_comp_dev_inner(comm, call, SHOAL_COLL_ALLREDUCE,
+                                            call->args.sendbuf, call->args.recvbuf, c->count,
+                                            SHOAL_INT8, SHOAL_SUM);
     if (s == SHOAL_OK)
         shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
     else
@@ -427,12 +425,9 @@ static shoal_status_t tcodes_run(struct shoal_comm *comm, const shoal_call_t *ca
     return s;
 }
 
-shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call)
+/* INT8's host side. */
+static shoal_status_t int8_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
-    if (call->stager == &tscales_stager)
-        return tscales_run(comm, call);
-    if (call->stager == &tcodes_stager)
-        return tcodes_run(comm, call);
     struct shoal_compressor *c = call->comp;
     unsigned char *pay = call->args.recvbuf;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
@@ -480,8 +475,11 @@ static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
     return kind == SHOAL_DEV_MEM_DEVICE || kind == SHOAL_DEV_MEM_MANAGED ? device : -1;
 }
 
-static void free_buffers(const shoal_dev_ops_t *ops, shoal_comp_dev_t *d)
+static void free_buffers(const shoal_dev_ops_t *ops, struct shoal_compressor *c)
 {
+    shoal_comp_dev_t *d = &c->dev;
+    if (c->psgd)
+        shoal_comp_psgd_free(ops, c);
     if (d->res)
         ops->mem_free(d->res);
     if (d->res_next)
@@ -499,13 +497,19 @@ static void free_buffers(const shoal_dev_ops_t *ops, shoal_comp_dev_t *d)
  * holds it (zero, or what set_state put there), through pinned memory, so
  * that the copy waits for nothing on the host: the stream may be held
  * behind work the caller queued. */
-static shoal_status_t upload_pending(const shoal_dev_ops_t *ops, const shoal_call_t *call)
+shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_call_t *call)
 {
     struct shoal_compressor *c = call->comp;
-    if (!c->dev.upload)
+    shoal_comp_dev_t *d = &c->dev;
+    shoal_status_t r = SHOAL_OK;
+    if (!d->upload)
         return SHOAL_OK;
-    c->dev.upload = 0;
-    return ops->copy(c->dev.upload_to, c->dev.host, c->count * sizeof(float), call->stream);
+    d->upload = 0;
+    if (c->res)
+        r = ops->copy(d->upload_to, d->host, c->count * sizeof(float), call->stream);
+    if (r == SHOAL_OK && c->psgd)
+        r = shoal_comp_psgd_upload(ops, c, call->stream);
+    return r;
 }
 
 static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_dev_ops_t *ops,
@@ -521,21 +525,24 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
         if (r == SHOAL_OK)
             r = ops->host_alloc(bytes, (void **)&d->host);
     }
-    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
+    if (r == SHOAL_OK && (c->dtype != SHOAL_FLOAT32 || c->psgd))
         r = ops->mem_alloc(device, bytes, (void **)&d->x);
     if (r == SHOAL_OK && c->opt.kind == SHOAL_COMPRESS_TERNARY)
         r = ops->mem_alloc(device, (nblocks_of(c) + 1) * sizeof(float), (void **)&d->scales);
+    if (r == SHOAL_OK && c->psgd)
+        r = shoal_comp_psgd_alloc(ops, c, device);
     if (r != SHOAL_OK) {
-        free_buffers(ops, d);
+        free_buffers(ops, c);
         return r;
     }
-    /* The first call's stream work copies it in (upload_pending): inside a
-     * group, nothing is queued before the group's end. */
-    if (c->res) {
+    /* The first call's stream work copies it in (shoal_comp_dev_upload):
+     * inside a group, nothing is queued before the group's end. */
+    if (c->res)
         memcpy(d->host, c->res, c->count * sizeof(float));
-        d->upload = 1;
-        d->upload_to = d->res;
-    }
+    if (c->psgd)
+        shoal_comp_psgd_stage_state(c);
+    d->upload = 1;
+    d->upload_to = d->res;
     d->ops = ops;
     d->device = device;
     d->stream = stream;
@@ -545,8 +552,9 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
 /* Why c cannot take call on the device, or NULL. */
 static const char *dev_problem(const struct shoal_compressor *c)
 {
-    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD)
-        return "POWERSGD compressors take host buffers only (shoal_allreduce_compressed)";
+    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD && shoal_group_active())
+        return "a POWERSGD compressor's stream-ordered call is two calls, which a group "
+               "cannot hold";
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
         if (c->nranks > 127)
             return "a TERNARY compressor takes device tensors up to 127 ranks";
@@ -592,6 +600,7 @@ static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call
                                    "%d: %s", what, sdev, ops->why());
     }
     call->stager = &comp_stager;
+    call->run = int8_run;
     call->args.residual_in = c->dev.res;
     call->args.residual = c->dev.res_next;
     call->comp_step = c->step;
@@ -608,15 +617,21 @@ shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *ca
     shoal_comm_leave(comm);
     if (s != SHOAL_OK)
         return s;
-    if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
-        shoal_call_t scales = *call;
-        scales.stager = &tscales_stager;
-        scales.info = NULL;
-        if ((s = shoal_call_issue(comm, &scales, 0, NULL)) != SHOAL_OK)
-            return s;
-        call->stager = &tcodes_stager;
+    if (c->psgd) {
+        s = shoal_comp_psgd_issue(c, call);
+    } else {
+        if (c->opt.kind == SHOAL_COMPRESS_TERNARY && c->nranks > 1) {
+            shoal_call_t scales = *call;
+            scales.stager = &tscales_stager;
+            scales.run = tscales_run;
+            scales.info = NULL;
+            if ((s = shoal_call_issue(comm, &scales, 0, NULL)) != SHOAL_OK)
+                return s;
+            call->stager = &tcodes_stager;
+            call->run = tcodes_run;
+        }
+        s = shoal_call_issue(comm, call, 0, NULL);
     }
-    s = shoal_call_issue(comm, call, 0, NULL);
     if (s != SHOAL_OK)
         return s;
     if (c->count == 0 && call->info)
@@ -633,28 +648,34 @@ shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *ca
     return SHOAL_OK;
 }
 
+/* pull: wait for the stream, then the device residual into the host's
+ * (PowerSGD's Q is the host's already: each call's host side keeps it).
+ * push: the host's state goes in with the next call's stream work, after
+ * whatever the stream still runs. */
 static shoal_status_t dev_move(struct shoal_compressor *c, int to_host)
 {
     shoal_comp_dev_t *d = &c->dev;
+    size_t bytes = c->count * sizeof(float);
+    shoal_status_t r = SHOAL_OK;
     if (!d->ops)
         return SHOAL_OK;
-    size_t bytes = c->count * sizeof(float);
-    if (d->upload) {
-        /* No call has copied the residual in yet: the host's is current. */
-        if (!to_host)
+    if (!to_host) {
+        if (c->res)
             memcpy(d->host, c->res, bytes);
+        if (c->psgd)
+            shoal_comp_psgd_stage_state(c);
+        d->upload = 1;
+        d->upload_to = d->res;
         return SHOAL_OK;
     }
-    shoal_status_t r = d->ops->stream_sync(d->stream);
-    if (r != SHOAL_OK || !c->res)
+    r = d->ops->stream_sync(d->stream);
+    /* Nothing copied in yet: the host's is current. */
+    if (r != SHOAL_OK || !c->res || d->upload)
         return r;
-    if (!to_host)
-        memcpy(d->host, c->res, bytes);
-    r = to_host ? d->ops->copy(d->host, d->res, bytes, d->stream)
-                : d->ops->copy(d->res, d->host, bytes, d->stream);
+    r = d->ops->copy(d->host, d->res, bytes, d->stream);
     if (r == SHOAL_OK)
         r = d->ops->stream_sync(d->stream);
-    if (r == SHOAL_OK && to_host)
+    if (r == SHOAL_OK)
         memcpy(c->res, d->host, bytes);
     return r;
 }
@@ -679,7 +700,7 @@ void shoal_comp_dev_free(struct shoal_compressor *c)
         return;
     /* Queued calls may still read them. */
     d->ops->stream_sync(d->stream);
-    free_buffers(d->ops, d);
+    free_buffers(d->ops, c);
     d->ops = NULL;
     d->stream = NULL;
 }

@@ -25,7 +25,13 @@ typedef struct {
     int upload;                 /* host holds the residual the first call's stream copies in */
     float *upload_to;           /* ... into this one, the first call's last residual */
     float *scales;              /* TERNARY: the shared scales of the call being run */
-    uint64_t scales_tx, scales_rx; /* TERNARY: what the scales' all-reduce moved */
+    /* What the first of a call's two host sides moved (TERNARY's scales,
+     * POWERSGD's P), for the second's info. */
+    uint64_t first_tx, first_rx;
+    /* POWERSGD (compressor_psgd.c): Q, the summed and orthonormalised P
+     * (with the plain tensors' sums), the summed Q, the constant 1 (a
+     * product's operand), and the pinned Q with that 1 on their way in. */
+    float *q, *buf1, *buf2, *one, *qhost;
     void *stream;               /* the last stream-ordered call's */
     /* A call failed after its stream side was queued: the residual the
      * stream wrote is not the call's. Cleared by set_state and reset. */
@@ -85,8 +91,25 @@ void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t
  * whose op the caller checked: the state moved to its buffers' device on
  * the first call, the stream work of the compressor's kind. */
 shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *call);
-/* The host side of a stream-ordered call (call->run). */
-shoal_status_t shoal_comp_dev_run(struct shoal_comm *comm, const shoal_call_t *call);
+/* For compressor_psgd.c: an inner call on the payload (the compressor's
+ * signature kind); the state's first copy in, queued by the first call's
+ * stream work. */
+shoal_status_t shoal_comp_dev_inner(struct shoal_comm *comm, const shoal_call_t *call,
+                                    shoal_coll_kind_t kind, const void *send, void *recv,
+                                    size_t count, shoal_dtype_t dtype, shoal_op_t op);
+shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_call_t *call);
+
+/* compressor_psgd.c: PowerSGD on device tensors. Its device buffers (made
+ * with the rest of the state, freed with it); Q and the constant 1 into
+ * their pinned copy, for the next upload; that upload on stream; queue a
+ * prepared call (one staged call in warm-up, else two). */
+shoal_status_t shoal_comp_psgd_alloc(const shoal_dev_ops_t *ops, struct shoal_compressor *c,
+                                     int device);
+void shoal_comp_psgd_free(const shoal_dev_ops_t *ops, struct shoal_compressor *c);
+void shoal_comp_psgd_stage_state(struct shoal_compressor *c);
+shoal_status_t shoal_comp_psgd_upload(const shoal_dev_ops_t *ops, struct shoal_compressor *c,
+                                      void *stream);
+shoal_status_t shoal_comp_psgd_issue(struct shoal_compressor *c, shoal_call_t *call);
 /* With the state on a device: wait for the last call's stream, then copy
  * the device residual into c->res (pull) or c->res into it (push).
  * SHOAL_OK at once while the state is on the host. */

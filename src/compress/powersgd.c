@@ -18,14 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    size_t rows, cols;
-    size_t rank;  /* r_t; 0 for a plain tensor */
-    size_t off;   /* first value in the bucket (x, out, residual) */
-    size_t off1;  /* first float of P_t or of the plain values in buf1 */
-    size_t off2;  /* first float of Q_t in buf2 and in the state */
-} shoal_psgd_tensor_t;
-
 struct shoal_psgd {
     size_t ntensors;
     size_t count, len1, len2;
@@ -288,6 +280,25 @@ static void shoal_psgd_orthonormalise(float *p, size_t rows, size_t r, double *c
     }
 }
 
+size_t shoal_psgd_ntensors(const shoal_psgd_t *ps)
+{
+    return ps->ntensors;
+}
+
+const shoal_psgd_tensor_t *shoal_psgd_tensor(const shoal_psgd_t *ps, size_t t)
+{
+    return &ps->tensors[t];
+}
+
+void shoal_psgd_orthonormalise_all(shoal_psgd_t *ps, float *buf1)
+{
+    for (size_t t = 0; t < ps->ntensors; t++) {
+        const shoal_psgd_tensor_t *tt = &ps->tensors[t];
+        if (tt->rank > 0)
+            shoal_psgd_orthonormalise(buf1 + tt->off1, tt->rows, tt->rank, ps->col);
+    }
+}
+
 void shoal_psgd_phase2(shoal_psgd_t *ps, const float *x, float *buf1, float *buf2)
 {
     for (size_t t = 0; t < ps->ntensors; t++) {
@@ -303,7 +314,7 @@ void shoal_psgd_phase2(shoal_psgd_t *ps, const float *x, float *buf1, float *buf
 
 /* The state takes the summed Q_t; a column that is all zero takes its
  * initial values instead (powersgd.h: a zero start would stay zero). */
-static void shoal_psgd_keep_q(shoal_psgd_t *ps, const float *buf2)
+void shoal_psgd_keep_q(shoal_psgd_t *ps, const float *buf2)
 {
     if (ps->len2 == 0)
         return;

@@ -68,6 +68,17 @@
 
 typedef struct shoal_psgd shoal_psgd_t;
 
+/* Where tensor t of a bucket lies (shoal_psgd_tensor): for a caller that
+ * runs the products elsewhere (on a device) and leaves the
+ * orthonormalisation and the state here. */
+typedef struct {
+    size_t rows, cols;
+    size_t rank;  /* r_t; 0 for a plain tensor */
+    size_t off;   /* first value in the bucket (x, out, residual) */
+    size_t off1;  /* first float of P_t or of the plain values in buf1 */
+    size_t off2;  /* first float of Q_t in buf2 and in the state */
+} shoal_psgd_tensor_t;
+
 /* A compressor for a bucket of ntensors tensors of rows[i] x cols[i]
  * values (the arrays are read, not kept) at the given rank, with warm-start
  * values drawn from seed. ntensors may be 0 (an empty bucket; rows and cols
@@ -123,6 +134,15 @@ void shoal_psgd_phase2(shoal_psgd_t *ps, const float *x, float *buf1, float *buf
  * written) but must not overlap each other, buf1 or buf2. */
 void shoal_psgd_phase3(shoal_psgd_t *ps, const float *x, const float *buf1, const float *buf2,
                        float *out, float *residual, int nranks, float scale);
+
+/* The bucket's tensors, and tensor t (t < ntensors). */
+size_t shoal_psgd_ntensors(const shoal_psgd_t *ps);
+const shoal_psgd_tensor_t *shoal_psgd_tensor(const shoal_psgd_t *ps, size_t t);
+/* phase2 without its product: each P_t of buf1 orthonormalised in place. */
+void shoal_psgd_orthonormalise_all(shoal_psgd_t *ps, float *buf1);
+/* phase3's last step: the state takes the summed Q_t of buf2 (a column
+ * all zero takes its initial values again). */
+void shoal_psgd_keep_q(shoal_psgd_t *ps, const float *buf2);
 
 /* The warm-start state: len2 floats, every Q_t in the layout of buf2,
  * owned by ps and valid until shoal_psgd_destroy. The caller may read it
