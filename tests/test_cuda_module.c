@@ -17,7 +17,6 @@
 #include "base/dtype.h"
 #include "cuda/kern.h"
 
-#include <dlfcn.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -474,23 +473,6 @@ static int gemm_testable(void)
     return 1;
 }
 
-/* Products the cuBLAS stand-in ran in this process (0 before the module
- * loaded it, and with the real cuBLAS). */
-static unsigned long standin_gemms(void)
-{
-    const char *path = getenv("SHOAL_CUBLAS");
-    void *lib = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
-    void *sym = lib ? dlsym(lib, "shoal_standin_gemms") : NULL;
-    unsigned long (*fn)(void) = NULL;
-    unsigned long n;
-    if (sym)
-        memcpy(&fn, &sym, sizeof(fn));
-    n = fn ? fn() : 0;
-    if (lib)
-        dlclose(lib);
-    return n;
-}
-
 typedef struct {
     int ta, tb;
     size_t m, n, k;
@@ -662,7 +644,7 @@ static void test_gemm(void **state)
     const size_t nscalars = sizeof(scalars) / sizeof(scalars[0]);
     void *stream = NULL;
     uint32_t seed = 11;
-    unsigned long before = standin_gemms(), runs = 0;
+    unsigned long before = cu_user_gemms(), runs = 0;
     int failed = 0;
     assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
     for (size_t s = 0; s < nshapes; s++) {
@@ -687,7 +669,7 @@ static void test_gemm(void **state)
     if (failed)
         fail_msg("gemm differs from the row-major reference (cases above)");
     if (cu_user_is_standin())
-        assert_int_equal(standin_gemms() - before, runs);
+        assert_int_equal(cu_user_gemms() - before, runs);
     assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
 }
 
@@ -708,12 +690,12 @@ static void test_gemm_stream_order(void **state)
     cu_user_htod(da, a, sizeof(a));
     cu_user_htod(db, b, sizeof(b));
     assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
-    unsigned long before = standin_gemms();
+    unsigned long before = cu_user_gemms();
     cu_user_gate(stream, gate, 1);
     /* (2 x 3) (3 x 2), beta 0 over C's fresh bytes. */
     shoal_status_t st = ops->gemm(0, 0, 2, 2, 3, 1.0f, da, 3, db, 2, 0.0f, dc, 2, stream);
     int idle = cu_user_idle(stream);
-    unsigned long held = standin_gemms() - before;
+    unsigned long held = cu_user_gemms() - before;
     /* Open before any check, so that a failure leaves no stream held
      * (the stand-in's frees wait for every stream). */
     atomic_store((_Atomic uint32_t *)gate, 1);
@@ -723,7 +705,7 @@ static void test_gemm_stream_order(void **state)
         assert_int_equal(held, 0);
     assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
     if (cu_user_is_standin())
-        assert_int_equal(standin_gemms() - before, 1);
+        assert_int_equal(cu_user_gemms() - before, 1);
     cu_user_dtoh(c, dc, sizeof(c));
     assert_memory_equal(c, want, sizeof(c));
     assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
@@ -747,7 +729,7 @@ static void test_gemm_refusals(void **state)
     void *stream = NULL;
     cu_user_htod(dc, c, sizeof(c));
     assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
-    unsigned long before = standin_gemms();
+    unsigned long before = cu_user_gemms();
     static const struct {
         int ta, tb;
         size_t m, n, k, lda, ldb, ldc;
@@ -791,7 +773,7 @@ static void test_gemm_refusals(void **state)
     cu_user_dtoh(got, dc, sizeof(got));
     assert_memory_equal(got, c, sizeof(c));
     if (cu_user_is_standin())
-        assert_int_equal(standin_gemms(), before);
+        assert_int_equal(cu_user_gemms(), before);
     assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
     cu_user_free(da);
     cu_user_free(db);
@@ -856,7 +838,7 @@ static void test_gemm_threads(void **state)
                            .lda = GEMM_T_N, .ldb = GEMM_T_N, .ldc = GEMM_T_N, .alpha = 1.0f};
     const size_t bytes = sizeof(t->got);
     uint32_t seed = 99;
-    unsigned long before = standin_gemms();
+    unsigned long before = cu_user_gemms();
     assert_non_null(t);
     for (int i = 0; i < GEMM_THREADS; i++) {
         for (size_t e = 0; e < GEMM_T_N * GEMM_T_N; e++) {
@@ -880,7 +862,7 @@ static void test_gemm_threads(void **state)
         if (t[i].why[0])
             fail_msg("thread %d: %s", i, t[i].why);
     if (cu_user_is_standin())
-        assert_int_equal(standin_gemms() - before,
+        assert_int_equal(cu_user_gemms() - before,
                          (unsigned long)GEMM_THREADS * GEMM_THREAD_ITERS);
     for (int i = 0; i < GEMM_THREADS; i++) {
         assert_int_equal(ops->stream_destroy(t[i].stream), SHOAL_OK);
@@ -975,7 +957,7 @@ static int rank_gemm_devices(int rank, int nranks, const shoal_unique_id_t *id, 
     for (size_t e = 0; e < 12; e++)
         b[e] = gemm_value(&seed);
     gemm_ref(&g, a, b, want, bound);
-    unsigned long before = standin_gemms();
+    unsigned long before = cu_user_gemms();
     for (int d = 0; d < 2; d++) {
         RANK_CHECK(ops->stream_create(d, &stream[d]) == SHOAL_OK, fail, "stream: %s",
                    ops->why());
@@ -1003,8 +985,8 @@ static int rank_gemm_devices(int rank, int nranks, const shoal_unique_id_t *id, 
                        (double)want[e]);
     }
     if (cu_user_is_standin())
-        RANK_CHECK(standin_gemms() - before == 3, fail, "%lu products ran on the stand-in",
-                   standin_gemms() - before);
+        RANK_CHECK(cu_user_gemms() - before == 3, fail, "%lu products ran on the stand-in",
+                   cu_user_gemms() - before);
     for (int d = 0; d < 2; d++) {
         ops->stream_destroy(stream[d]);
         ops->mem_free(da[d]);
