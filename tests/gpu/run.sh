@@ -68,4 +68,10 @@ for np in $ranks; do
     echo "make test-gpu: $BENCH --mem device, $np rank(s)"
     "$BENCH" -np "$np" --mem device -b 8 -e 256M -f 4 -c 1 || status=1
 done
+# The compressed all-reduce of device tensors, each kind: the relerr
+# column says how far each row is from the exact sum.
+for kind in int8 ternary powersgd:4; do
+    echo "make test-gpu: $BENCH --mem device --compress $kind, 2 ranks"
+    "$BENCH" -np 2 --mem device --compress "$kind" -b 1M -e 256M -f 4 || status=1
+done
 exit "$status"
