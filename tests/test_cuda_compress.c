@@ -528,6 +528,9 @@ static int rank_state(int rank, int nranks, const shoal_unique_id_t *id, void *a
     RANK_CHECK(make_comp(comm, &cc, 77, &dev) == 0 && make_comp(comm, &cc, 77, &host) == 0,
                fail, "create");
     for (int k = 0; k < 2; k++) {
+        /* The stream is non-blocking: the synchronous copy into buf waits
+         * for nothing on it, so the call before must be done. */
+        cu_user_sync(stream);
         cu_user_htod(buf, in, bytes);
         RANK_CHECK(shoal_allreduce_compressed_stream(dev, buf, buf, SHOAL_SUM, NULL, stream) ==
                    SHOAL_OK, fail, "device call: %s", shoal_comm_last_error(comm));
