@@ -59,11 +59,6 @@ typedef struct {
     size_t need;
 } dev_lay_t;
 
-static size_t up64(size_t x)
-{
-    return (x + 63) & ~(size_t)63;
-}
-
 static shoal_codec_t codec_of(const struct shoal_compressor *c, int rank, uint64_t step)
 {
     return (shoal_codec_t){
@@ -96,12 +91,13 @@ static void lay_of(const struct shoal_compressor *c, dev_lay_t *l)
             l->cl = len;
     }
     l->cw = codec.ops->wire_bytes(&codec, l->cl);
-    size_t wires = up64((size_t)l->n * l->cw), floats = up64(l->cl * sizeof(float));
+    size_t wires = shoal_comp_up64((size_t)l->n * l->cw);
+    size_t floats = shoal_comp_up64(l->cl * sizeof(float));
     l->w_in = 0;
     l->w_rx = l->w_in + wires;
     l->w_out = l->w_rx + wires;
     l->w_own = l->w_out + wires;
-    l->mine = l->w_own + up64(l->cw);
+    l->mine = l->w_own + shoal_comp_up64(l->cw);
     l->tmp = l->mine + floats;
     l->sum = l->tmp + floats;
     l->err = l->sum + floats;
@@ -226,9 +222,9 @@ static size_t tscales_off(const struct shoal_compressor *c, int which)
 {
     size_t nb = nblocks_of(c);
     size_t offs[T_END + 1] = {0};
-    offs[T_S16] = up64(nb * sizeof(float));
-    offs[T_SCALES] = offs[T_S16] + up64(nb * sizeof(uint16_t));
-    offs[T_MOMENTS] = offs[T_SCALES] + up64(nb * sizeof(float));
+    offs[T_S16] = shoal_comp_up64(nb * sizeof(float));
+    offs[T_SCALES] = offs[T_S16] + shoal_comp_up64(nb * sizeof(uint16_t));
+    offs[T_MOMENTS] = offs[T_SCALES] + shoal_comp_up64(nb * sizeof(float));
     offs[T_END] = offs[T_MOMENTS] + (c->opt.clip_sigma > 0 ? 2 * nb * sizeof(double) : 0);
     return offs[which];
 }
@@ -320,7 +316,7 @@ static const shoal_dev_stager_t tscales_stager = {
 
 static size_t tcodes_need(const shoal_call_t *call)
 {
-    return up64(call->comp->count);
+    return shoal_comp_up64(call->comp->count);
 }
 
 static shoal_status_t tcodes_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,

@@ -82,6 +82,12 @@ static inline uint16_t shoal_comp_scale_bf16_up(float f)
     return (uint16_t)((up & 0x7f80u) == 0x7f80u ? 0x7f7fu : up);
 }
 
+/* x rounded up to a cache line: the regions of a staged call's payload. */
+static inline size_t shoal_comp_up64(size_t x)
+{
+    return (x + 63) & ~(size_t)63;
+}
+
 /* call->info (when set) after a successful call: the bytes comm's links
  * moved since tx0 and rx0, and the compressor's step as of the call. */
 void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,

@@ -24,11 +24,6 @@
 
 #include <string.h>
 
-static size_t up64(size_t x)
-{
-    return (x + 63) & ~(size_t)63;
-}
-
 static size_t len1_of(const struct shoal_compressor *c)
 {
     return shoal_psgd_len1(c->psgd);
@@ -145,7 +140,7 @@ static void failed(struct shoal_compressor *c, shoal_status_t s)
 
 static size_t warm_need(const shoal_call_t *call)
 {
-    return 2 * up64(call->comp->count * sizeof(float));
+    return 2 * shoal_comp_up64(call->comp->count * sizeof(float));
 }
 
 static shoal_status_t warm_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
@@ -166,7 +161,7 @@ static shoal_status_t warm_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
     if (r == SHOAL_OK)
         r = narrow(ops, call);
     if (r == SHOAL_OK && call->args.residual)
-        r = ops->copy(call->args.residual, pay + up64(bytes), bytes, call->stream);
+        r = ops->copy(call->args.residual, pay + shoal_comp_up64(bytes), bytes, call->stream);
     point_at(call, pay);
     return r;
 }
@@ -176,7 +171,7 @@ static shoal_status_t warm_run(struct shoal_comm *comm, const shoal_call_t *call
     struct shoal_compressor *c = call->comp;
     unsigned char *pay = call->args.recvbuf;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
-    memset(pay + up64(c->count * sizeof(float)), 0, c->count * sizeof(float));
+    memset(pay + shoal_comp_up64(c->count * sizeof(float)), 0, c->count * sizeof(float));
     shoal_status_t s = shoal_comp_dev_inner(comm, call, SHOAL_COLL_ALLREDUCE, pay, pay, c->count,
                                             SHOAL_FLOAT32, call->args.op);
     if (s == SHOAL_OK)
@@ -193,7 +188,7 @@ static const shoal_dev_stager_t warm_stager = {
 
 static size_t p_need(const shoal_call_t *call)
 {
-    return up64(len1_of(call->comp) * sizeof(float));
+    return shoal_comp_up64(len1_of(call->comp) * sizeof(float));
 }
 
 static shoal_status_t p_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
@@ -250,7 +245,7 @@ static const shoal_dev_stager_t p_stager = {
 /* The slot: the summed Q, then the state the host kept from it. */
 static size_t q_need(const shoal_call_t *call)
 {
-    return 2 * up64(len2_of(call->comp) * sizeof(float));
+    return 2 * shoal_comp_up64(len2_of(call->comp) * sizeof(float));
 }
 
 static shoal_status_t q_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
@@ -286,7 +281,7 @@ static shoal_status_t q_post(const shoal_dev_ops_t *ops, shoal_call_t *call, uns
     void *st = call->stream;
     shoal_status_t r = ops->copy(d->buf2, pay, len2 * sizeof(float), st);
     if (r == SHOAL_OK)
-        r = ops->copy(d->q, pay + up64(len2 * sizeof(float)), len2 * sizeof(float), st);
+        r = ops->copy(d->q, pay + shoal_comp_up64(len2 * sizeof(float)), len2 * sizeof(float), st);
     for (size_t t = 0; res && t < nt && r == SHOAL_OK; t++) {
         const shoal_psgd_tensor_t *tt = shoal_psgd_tensor(c->psgd, t);
         size_t n = tt->rows * tt->cols;
@@ -329,7 +324,7 @@ static shoal_status_t q_run(struct shoal_comm *comm, const shoal_call_t *call)
                                  SHOAL_FLOAT32, SHOAL_SUM);
     if (s == SHOAL_OK) {
         shoal_psgd_keep_q(c->psgd, buf2);
-        memcpy(pay + up64(len2 * sizeof(float)), shoal_psgd_state(c->psgd),
+        memcpy(pay + shoal_comp_up64(len2 * sizeof(float)), shoal_psgd_state(c->psgd),
                len2 * sizeof(float));
         shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
     }
