@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 6
+#define SHOAL_DEV_ABI 7
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -123,6 +123,12 @@ typedef struct shoal_dev_ops {
     shoal_status_t (*device_of)(void *stream, int *device_p);
     /* Bytes of the allocation that holds p, from p on. */
     shoal_status_t (*extent)(const void *p, size_t *bytes_p);
+    /* Where the calling thread has a current context, load the module's
+     * kernels into it now (nothing otherwise): loading waits for all the
+     * context's queued work, so it belongs before any stream-ordered call
+     * (communicator init), not under a stream that waits for the host.
+     * Best effort: a failure shows at the first launch. */
+    void (*prepare)(void);
 
     /* Device memory of device (freed with mem_free), exportable with
      * ipc_get. */

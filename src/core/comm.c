@@ -16,6 +16,7 @@
 #include "bootstrap.h"
 #include "base/cancel.h"
 #include "base/clock.h"
+#include "base/dev.h"
 #include "base/log.h"
 
 #include <pthread.h>
@@ -487,6 +488,12 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     if (s != SHOAL_OK)
         goto err_free;
     comm_publish(comm);
+    /* A process that already uses CUDA gets shoal's kernels loaded into
+     * its current context now, before any stream-ordered call
+     * (dev_ops.h's prepare); one that does not is not made to load it. */
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    if (dev)
+        dev->prepare();
     shoal_info(INIT, "rank %d/%d ready: %d host(s), chunk %zu B", rank, nranks,
                comm->team.nhosts, comm->team.chunk_size);
     *comm_p = comm;

@@ -279,6 +279,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .device_count = cuda_device_count,
     .classify = shoal_cuda_classify,
     .device_of = shoal_cuda_device_of,
+    .prepare = shoal_cuda_prepare,
     .extent = shoal_cuda_extent,
     .mem_alloc = shoal_cuda_mem_alloc,
     .mem_free = shoal_cuda_mem_free,

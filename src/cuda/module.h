@@ -60,6 +60,7 @@ shoal_status_t shoal_cuda_ipc_close(void *p);
 
 /* stream.c */
 shoal_status_t shoal_cuda_device_of(void *stream, int *device_p);
+void shoal_cuda_prepare(void);
 shoal_status_t shoal_cuda_copy(void *dst, const void *src, size_t bytes, void *stream);
 shoal_status_t shoal_cuda_reduce(void *dst, const void *a, const void *b, size_t count,
                                  shoal_dtype_t dtype, shoal_op_t op, void *stream);

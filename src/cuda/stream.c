@@ -94,6 +94,36 @@ static shoal_status_t kernel_get(const shoal_cu_t *cu, CUcontext ctx, int which,
     return SHOAL_OK;
 }
 
+/* Load the kernels into ctx (current) now, if they are not yet. Loading a
+ * module waits for all of its context's queued work, so it must happen in
+ * the caller's thread before shoal queues a wait on the host: the first
+ * kernel of a direct call runs on the executor while the caller's stream
+ * waits for that very call, and loading there would never return. So
+ * prepare (communicator init), device_of (the NCCL door's init) and every
+ * flag operation (queued by each stream-ordered call before its wait)
+ * load them first. Best effort:
+ * where loading fails, the first launch says why, and no later call tries
+ * again. */
+static atomic_int preload_failed;
+
+static void kernels_preload(const shoal_cu_t *cu, CUcontext ctx)
+{
+    CUfunction fn;
+    if (atomic_load_explicit(&preload_failed, memory_order_relaxed) ||
+        kernels_find(ctx, atomic_load_explicit(&nkernels, memory_order_acquire)))
+        return;
+    if (kernel_get(cu, ctx, 0, &fn) != SHOAL_OK)
+        atomic_store_explicit(&preload_failed, 1, memory_order_relaxed);
+}
+
+void shoal_cuda_prepare(void)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    CUcontext ctx = NULL;
+    if (cu && cu->cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx)
+        kernels_preload(cu, ctx);
+}
+
 /* One kernel with its one argument, arg (cuLaunchKernel copies it), on
  * the stream; the entry made the stream's context ctx current. */
 static shoal_status_t kernel_launch(const shoal_cu_t *cu, CUcontext ctx, int which,
@@ -129,6 +159,7 @@ shoal_status_t shoal_cuda_device_of(void *stream, int *device_p)
     shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
     if (st != SHOAL_OK)
         return st;
+    kernels_preload(shoal_cuda_driver(), ctx);
     st = shoal_cuda_current_device(&device);
     shoal_cuda_leave(&s);
     if (st == SHOAL_OK)
@@ -329,6 +360,7 @@ static shoal_status_t flag_op(uint32_t *flag, uint32_t value, void *stream, int 
     shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
     if (st != SHOAL_OK)
         return st;
+    kernels_preload(cu, ctx);
     st = flag_device_ptr(cu, what, flag, &d);
     if (st == SHOAL_OK)
         st = shoal_cuda_current_device(&device);

@@ -55,6 +55,9 @@ CUresult cuModuleLoadData(CUmodule *module, const void *image)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (module == NULL || image == NULL)
         return CUDA_ERROR_INVALID_VALUE;
+    /* As the driver's: loading waits for all the context's queued work
+     * (a wait that the caller itself must release never returns). */
+    standin_stream_sync_all(ctx);
     m = calloc(1, sizeof(*m));
     if (m == NULL)
         return CUDA_ERROR_OUT_OF_MEMORY;
