@@ -64,7 +64,12 @@ int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *ca
     const shoal_coll_args_t *a = &call->args;
     if (call->premul || a->codec || call->comp || (unsigned)a->op >= SHOAL_OP_COUNT)
         return 0;
-    switch (a->kind) {
+    return shoal_dev_direct_takes_kind(a->kind);
+}
+
+int shoal_dev_direct_takes_kind(shoal_coll_kind_t kind)
+{
+    switch (kind) {
     case SHOAL_COLL_ALLREDUCE:
     case SHOAL_COLL_REDUCE_SCATTER:
     case SHOAL_COLL_ALLGATHER:

@@ -63,6 +63,8 @@ void shoal_dev_stage_layout(const shoal_call_t *c, shoal_dev_layout_t *l);
  * set to staged. The answer depends only on what every rank sees alike.
  * Then call->run is its host side. */
 int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *call);
+/* The collective kinds the direct path (and one rank's copy) serve. */
+int shoal_dev_direct_takes_kind(shoal_coll_kind_t kind);
 shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call);
 /* Close the peers' allocations and the stream (comm's destroy). */
 void shoal_dev_direct_release(struct shoal_dev_comm *d);

@@ -241,6 +241,41 @@ shoal_status_t shoal_dev_stage(struct shoal_comm *comm, shoal_call_t *calls, siz
     return s;
 }
 
+/* One rank: the result is the input, so one copy on the stream is the
+ * whole call, with no staging and no host side (the direct path's kinds,
+ * with a plain op). Pageable host buffers keep the staged path: a copy
+ * from or to them may wait for the stream. */
+static int one_rank_takes(const struct shoal_comm *comm, const shoal_call_t *call)
+{
+    const shoal_coll_args_t *a = &call->args;
+    if (comm->team.nranks != 1 || !call->on_stream || call->barrier || call->stager ||
+        call->comp || call->premul || a->codec || call->in_bytes != call->out_bytes ||
+        !shoal_dev_direct_takes_kind(a->kind))
+        return 0;
+    return shoal_dev_kind(a->sendbuf) != SHOAL_DEV_MEM_HOST &&
+           shoal_dev_kind(a->recvbuf) != SHOAL_DEV_MEM_HOST;
+}
+
+int shoal_dev_one_rank(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls,
+                       shoal_status_t *s_p)
+{
+    for (size_t i = 0; i < ncalls; i++) {
+        if (!one_rank_takes(comm, &calls[i]))
+            return 0;
+    }
+    const shoal_dev_ops_t *ops = shoal_dev_get();
+    shoal_status_t s = ops ? SHOAL_OK : SHOAL_ERR_UNSUPPORTED;
+    for (size_t i = 0; i < ncalls && s == SHOAL_OK; i++) {
+        const shoal_call_t *c = &calls[i];
+        if (c->args.sendbuf != c->args.recvbuf &&
+            (s = ops->copy(c->args.recvbuf, c->args.sendbuf, c->out_bytes, c->stream)) != SHOAL_OK)
+            s = shoal_comm_fail(comm, s, "%s: cannot queue its copy on its stream: %s", c->what,
+                                ops->why());
+    }
+    *s_p = s;
+    return 1;
+}
+
 /* A stream-ordered call outside a group: its stream side queued, its host
  * side queued for the progress thread, nothing waited for. A call that
  * moves nothing is left out altogether: its stream has nothing to wait
@@ -253,7 +288,10 @@ shoal_status_t shoal_call_enqueue(struct shoal_comm *comm, shoal_call_t *call)
         return shoal_comm_fail(comm, SHOAL_ERR_UNSUPPORTED, "%s: stream-ordered calls need "
                                "the progress thread, which SHOAL_PROGRESS=caller turns off",
                                call->what);
-    shoal_status_t s = shoal_dev_stage(comm, call, 1);
+    shoal_status_t s;
+    if (shoal_dev_one_rank(comm, call, 1, &s))
+        return s;
+    s = shoal_dev_stage(comm, call, 1);
     if (s == SHOAL_OK && (s = shoal_exec_submit(comm, call, 1, NULL, 0, NULL)) != SHOAL_OK)
         shoal_dev_task_end(call, 1);
     return s;

@@ -28,6 +28,13 @@ shoal_status_t shoal_call_enqueue(struct shoal_comm *comm, shoal_call_t *call);
 /* Whether every call of calls[0..ncalls) is stream-ordered: the task is
  * then never waited for on the host. */
 int shoal_dev_calls_all(const shoal_call_t *calls, size_t ncalls);
+/* On a communicator of one rank, stream-ordered calls whose result is
+ * their input (every collective kind the direct path serves, with a plain
+ * op, on buffers that are not pageable host memory) are one copy each on
+ * their streams, queued here with nothing for the host to do: 1 and *s_p
+ * set when every one of calls is such, 0 (nothing done) otherwise. */
+int shoal_dev_one_rank(struct shoal_comm *comm, const shoal_call_t *calls, size_t ncalls,
+                       shoal_status_t *s_p);
 
 /* The host side's start: wait for each staged call's ready flag (the
  * stream reached the call). Returns SHOAL_ERR_ABORTED if comm is aborted

@@ -139,6 +139,8 @@ shoal_status_t shoal_group_end(void)
                 s = shoal_comm_fail(g->comm, SHOAL_ERR_UNSUPPORTED, "shoal_group_end: "
                                     "stream-ordered calls need the progress thread, which "
                                     "SHOAL_PROGRESS=caller turns off");
+            else if (streamed && !g->nreqs && shoal_dev_one_rank(g->comm, g->calls, g->ncalls, &s))
+                ;
             else if ((s = shoal_dev_stage(g->comm, g->calls, g->ncalls)) != SHOAL_OK)
                 ;
             else if ((s = shoal_exec_submit(g->comm, g->calls, g->ncalls, g->reqs, g->nreqs,
