@@ -158,10 +158,15 @@ void *cu_user_alloc_managed(size_t bytes)
     return (void *)(uintptr_t)p;
 }
 
+/* From pageable memory the driver may return once it has the bytes, before
+ * they reach the device: the legacy stream's sync waits for them, so that
+ * work on the caller's (non-blocking) streams sees them. */
 void cu_user_htod(void *dst, const void *src, size_t bytes)
 {
-    if (bytes)
+    if (bytes) {
         check(p_cuMemcpyHtoD((CUdeviceptr)(uintptr_t)dst, src, bytes), "cuMemcpyHtoD");
+        check(p_cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    }
 }
 
 void cu_user_dtoh(void *dst, const void *src, size_t bytes)
