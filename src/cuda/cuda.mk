@@ -75,10 +75,21 @@ CUDA_NCCL_TESTS := $(BUILD)/tests/test_cuda_nccl $(BUILD)/tests/test_cuda_nccl_c
 $(CUDA_NCCL_TESTS): $(NCCL_LIB)
 $(CUDA_NCCL_TESTS): CUDA_TEST_LIBS = -L$(BUILD) -l:libnccl.so.2 -Wl,-rpath,$(CURDIR)/$(BUILD)
 
+# make test-gpu's comparison with NVIDIA's NCCL (tests/gpu/nccl_bench.c):
+# built against the vendor's nccl.h and libnccl.so.2, with the runtime
+# linked statically, so that one binary runs on either library.
+GPU_NCCL_BENCH := $(if $(and $(CUDA_H),$(wildcard $(CUDA_HOME)/include/nccl.h)),$(BUILD)/tests/nccl_bench)
+all: $(GPU_NCCL_BENCH)
+$(BUILD)/tests/nccl_bench: tests/gpu/nccl_bench.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -isystem $(CUDA_HOME)/include $< $(LDFLAGS) \
+	    -L$(CUDA_HOME)/lib64 -lnccl -lcudart_static -ldl -lrt -lpthread -o $@
+
 # make test-gpu: the CUDA tests on the real driver and cuBLAS
 # (tests/gpu/run.sh says plainly when there is no GPU, and runs nothing
 # then).
 .PHONY: test-gpu
 test-gpu: all
 	SHOAL_CUDA_MODULE=$(CURDIR)/$(BUILD)/libshoal_cuda.so BENCH=$(TOOLS_DIR)/allreduce_bench \
+	    NCCL_BENCH=$(GPU_NCCL_BENCH) SHOAL_NCCL=$(CURDIR)/$(NCCL_LIB) \
 	    CUDA_HOME=$(CUDA_HOME) tests/gpu/run.sh $(CUDA_TESTS)
