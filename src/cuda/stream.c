@@ -101,18 +101,15 @@ static shoal_status_t kernel_get(const shoal_cu_t *cu, CUcontext ctx, int which,
  * waits for that very call, and loading there would never return. So
  * prepare (communicator init), device_of (the NCCL door's init) and every
  * flag operation (queued by each stream-ordered call before its wait)
- * load them first. Best effort:
- * where loading fails, the first launch says why, and no later call tries
- * again. */
+ * load them first. Best effort: where loading fails, the first launch
+ * says why, and no later call tries again. */
 static atomic_int preload_failed;
 
 static void kernels_preload(const shoal_cu_t *cu, CUcontext ctx)
 {
     CUfunction fn;
-    if (atomic_load_explicit(&preload_failed, memory_order_relaxed) ||
-        kernels_find(ctx, atomic_load_explicit(&nkernels, memory_order_acquire)))
-        return;
-    if (kernel_get(cu, ctx, 0, &fn) != SHOAL_OK)
+    if (!atomic_load_explicit(&preload_failed, memory_order_relaxed) &&
+        kernel_get(cu, ctx, 0, &fn) != SHOAL_OK)
         atomic_store_explicit(&preload_failed, 1, memory_order_relaxed);
 }
 
