@@ -29,7 +29,7 @@
  *   bfloat16, SUM and AVG, with and without error feedback): the result,
  *   the residual and the state agree with a host compressor's on the same
  *   inputs, to the products' rounding (the device's sums run in cuBLAS's
- *   order); the products ran on the device;
+ *   order); the products and the orthonormalisation ran on the device;
  * - refusals, with the communicator still usable: PowerSGD in a group,
  *   host memory in the stream form, a host call once the state is on a
  *   device. */
@@ -727,8 +727,11 @@ static int rank_psgd(int rank, int nranks, const shoal_unique_id_t *id, void *ar
         shoal_compressor_destroy(dev);
         shoal_compressor_destroy(ref);
     }
-    if (cu_user_is_standin())
+    if (cu_user_is_standin()) {
         RANK_CHECK(cu_user_gemms() > 0, out, "no product ran on the device");
+        RANK_CHECK(cu_user_launches("shoal_k_ortho") > 0, out,
+                   "P was not orthonormalised on the device");
+    }
     rc = 0;
 out:
     free(st1);

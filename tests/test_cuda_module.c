@@ -2,7 +2,8 @@
  * libshoal loads it (base/dev.h): pointer kinds, memory, copies, the
  * reduction and AVG kernels for every dtype x op against the scalar
  * references, the convert kernel between every pair of its types against
- * base/dtype.h's conversions, the stream flags (and the wait kernel used where a device
+ * base/dtype.h's conversions, PowerSGD's orthonormalisation against the
+ * host's, the stream flags (and the wait kernel used where a device
  * has no stream memory operations), memory handles opened by another
  * process, and the row-major matrix product through cuBLAS against a
  * reference. In make test the driver is the CPU stand-in of tests/cuda/
@@ -339,6 +340,89 @@ static void test_convert(void **state)
     free(src);
     free(want);
     free(got);
+}
+
+/* PowerSGD's orthonormalisation of several factors at once, on device
+ * memory, bitwise against the host's (compress/psgd_elem.h): tall and
+ * small factors, a zero column, a column in the span of the earlier ones,
+ * a NaN, tiny values; nothing queued for none, NULL refused. */
+static void test_orthonormalise(void **state)
+{
+    (void)state;
+    open_module();
+    static const size_t shapes[][2] = {{1, 1}, {5, 3}, {200, 4}, {4099, 2}, {9, 4}, {7, 3},
+                                       {6, 2}, {33, 5}};
+    enum { NT = sizeof(shapes) / sizeof(shapes[0]) };
+    shoal_dev_psgd_desc_t desc[NT];
+    size_t floats = 0, cols = 0;
+    for (size_t t = 0; t < NT; t++) {
+        /* Records in another order than the buffer's, with a gap. */
+        desc[t] = (shoal_dev_psgd_desc_t){.off = floats + 3, .rows = shapes[t][0],
+                                          .rank = shapes[t][1], .col = cols};
+        floats += 3 + shapes[t][0] * shapes[t][1];
+        cols += shapes[t][0];
+    }
+    float *p = malloc(floats * sizeof(float)), *want = malloc(floats * sizeof(float));
+    float *got = malloc(floats * sizeof(float));
+    double *col = malloc(cols * sizeof(double));
+    assert_true(p && want && got && col);
+    uint32_t seed = 5;
+    for (size_t i = 0; i < floats; i++)
+        p[i] = (float)harness_mix(seed++) / 4294967296.0f - 0.5f;
+    /* Tensor 4: column 2 zero; tensor 5: column 1 twice column 0; tensor
+     * 6: a NaN in column 1; tensor 7: values near the smallest normal. */
+    for (size_t i = 0; i < shapes[4][0]; i++)
+        p[desc[4].off + i * 4 + 2] = 0.0f;
+    for (size_t i = 0; i < shapes[5][0]; i++)
+        p[desc[5].off + i * 3 + 1] = 2.0f * p[desc[5].off + i * 3];
+    p[desc[6].off + 3 * 2 + 1] = NAN;
+    for (size_t i = 0; i < shapes[7][0] * shapes[7][1]; i++)
+        p[desc[7].off + i] *= 0x1p-120f;
+    memcpy(want, p, floats * sizeof(float));
+    for (size_t t = 0; t < NT; t++)
+        shoal_psgd_orthonormalise(want + desc[t].off, desc[t].rows, desc[t].rank,
+                                  col + desc[t].col);
+    float *dp = cu_user_alloc(floats * sizeof(float));
+    double *dcol = cu_user_alloc(cols * sizeof(double));
+    shoal_dev_psgd_desc_t *ddesc = cu_user_alloc(sizeof(desc));
+    shoal_dev_psgd_desc_t rev[NT];
+    for (size_t t = 0; t < NT; t++)
+        rev[t] = desc[NT - 1 - t];
+    cu_user_htod(dp, p, floats * sizeof(float));
+    cu_user_htod(ddesc, rev, sizeof(rev));
+    void *stream = NULL;
+    assert_int_equal(ops->stream_create(0, &stream), SHOAL_OK);
+    unsigned long before = cu_user_launches(SHOAL_K_ORTHO);
+    assert_int_equal(ops->orthonormalise(dp, ddesc, NT, dcol, stream), SHOAL_OK);
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    cu_user_dtoh(got, dp, floats * sizeof(float));
+    for (size_t i = 0; i < floats; i++)
+        if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+            fail_msg("float %zu of the factors is %a on the device, %a on the host", i,
+                     (double)got[i], (double)want[i]);
+    /* What the cases are there for: zeroed, normalised, NaN. */
+    assert_true(want[desc[4].off + 2] == 0.0f && want[desc[5].off + 1] == 0.0f);
+    assert_true(isnan(want[desc[6].off + 1]) && !isnan(want[desc[6].off]));
+    assert_true(want[desc[7].off] != 0.0f && fabsf(want[desc[7].off]) < 1.0f);
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_ORTHO) - before, 1);
+
+    before = cu_user_launches(SHOAL_K_ORTHO);
+    assert_int_equal(ops->orthonormalise(NULL, NULL, 0, NULL, stream), SHOAL_OK);
+    assert_int_equal(ops->orthonormalise(dp, NULL, 1, dcol, stream), SHOAL_ERR_INVALID_ARG);
+    assert_non_null(strstr(ops->why(), "NULL"));
+    assert_int_equal(ops->orthonormalise(dp, ddesc, 1, NULL, stream), SHOAL_ERR_INVALID_ARG);
+    assert_int_equal(ops->stream_sync(stream), SHOAL_OK);
+    if (cu_user_is_standin())
+        assert_int_equal(cu_user_launches(SHOAL_K_ORTHO) - before, 0);
+    assert_int_equal(ops->stream_destroy(stream), SHOAL_OK);
+    cu_user_free(dp);
+    cu_user_free(dcol);
+    cu_user_free(ddesc);
+    free(p);
+    free(want);
+    free(got);
+    free(col);
 }
 
 /* The stream holds at flag_wait until the host's store, then writes its
@@ -1049,6 +1133,7 @@ int main(void)
         cmocka_unit_test(test_gemm_no_cublas),
         cmocka_unit_test(test_gemm_devices),
         cmocka_unit_test(test_convert),
+        cmocka_unit_test(test_orthonormalise),
         cmocka_unit_test(test_kinds),
         cmocka_unit_test(test_reduce_kernels),
         cmocka_unit_test(test_gemm),

@@ -30,8 +30,13 @@ typedef struct {
     uint64_t first_tx, first_rx;
     /* POWERSGD (compressor_psgd.c): Q, the summed and orthonormalised P
      * (with the plain tensors' sums), the summed Q, the constant 1 (a
-     * product's operand), and the pinned Q with that 1 on their way in. */
+     * product's operand), and the pinned Q with that 1 on their way in;
+     * the compressed tensors' records for the orthonormalisation (device,
+     * and pinned on their way in) and its scratch columns. */
     float *q, *buf1, *buf2, *one, *qhost;
+    shoal_dev_psgd_desc_t *desc, *deschost;
+    double *col;
+    size_t ndesc;
     void *stream;               /* the last stream-ordered call's */
     /* A call failed after its stream side was queued: the residual the
      * stream wrote is not the call's. Cleared by set_state and reset. */

@@ -4,8 +4,9 @@
  * anyway. Two staged calls (core/dev_stage.h), each with a host side:
  * - P: on the stream, x = input (widened) + residual, then P_t = M_t Q_t
  *   for each compressed tensor and the plain tensors' values, into the
- *   slot; on the host, their sum over the ranks and each P_t
- *   orthonormalised (shoal_psgd_orthonormalise_all); back on the device;
+ *   slot; on the host, their sum over the ranks; back on the device, each
+ *   P_t orthonormalised there (the module's orthonormalise: the host's
+ *   arithmetic, compress/psgd_elem.h);
  * - Q: on the stream, Q_t = M_t^T P_t into the slot; on the host, their
  *   sum and the state's update (shoal_psgd_keep_q, which the host keeps:
  *   checkpoints read it there); on the stream, the summed and kept Q back,
@@ -34,11 +35,33 @@ static size_t len2_of(const struct shoal_compressor *c)
     return shoal_psgd_len2(c->psgd);
 }
 
+/* The compressed tensors' records in d->deschost (NULL: only count
+ * them); returns how many, and the doubles of scratch they need. */
+static size_t describe(const struct shoal_compressor *c, shoal_dev_psgd_desc_t *out,
+                       size_t *cols_p)
+{
+    size_t n = 0, cols = 0;
+    for (size_t t = 0; t < shoal_psgd_ntensors(c->psgd); t++) {
+        const shoal_psgd_tensor_t *tt = shoal_psgd_tensor(c->psgd, t);
+        if (tt->rank == 0)
+            continue;
+        if (out)
+            out[n] = (shoal_dev_psgd_desc_t){.off = tt->off1, .rows = tt->rows,
+                                             .rank = tt->rank, .col = cols};
+        n++;
+        cols += tt->rows;
+    }
+    *cols_p = cols;
+    return n;
+}
+
 shoal_status_t shoal_comp_psgd_alloc(const shoal_dev_ops_t *ops, struct shoal_compressor *c,
                                      int device)
 {
     shoal_comp_dev_t *d = &c->dev;
     size_t b1 = (len1_of(c) + 1) * sizeof(float), b2 = (len2_of(c) + 1) * sizeof(float);
+    size_t cols, n = describe(c, NULL, &cols);
+    size_t bd = (n ? n : 1) * sizeof(shoal_dev_psgd_desc_t);
     shoal_status_t r = ops->mem_alloc(device, b2, (void **)&d->q);
     if (r == SHOAL_OK)
         r = ops->mem_alloc(device, b1, (void **)&d->buf1);
@@ -48,13 +71,22 @@ shoal_status_t shoal_comp_psgd_alloc(const shoal_dev_ops_t *ops, struct shoal_co
         r = ops->mem_alloc(device, sizeof(float), (void **)&d->one);
     if (r == SHOAL_OK)
         r = ops->host_alloc(b2, (void **)&d->qhost);
+    if (r == SHOAL_OK)
+        r = ops->mem_alloc(device, bd, (void **)&d->desc);
+    if (r == SHOAL_OK)
+        r = ops->host_alloc(bd, (void **)&d->deschost);
+    if (r == SHOAL_OK)
+        r = ops->mem_alloc(device, (cols ? cols : 1) * sizeof(double), (void **)&d->col);
+    if (r == SHOAL_OK)
+        d->ndesc = describe(c, d->deschost, &cols);
     return r;
 }
 
 void shoal_comp_psgd_free(const shoal_dev_ops_t *ops, struct shoal_compressor *c)
 {
     shoal_comp_dev_t *d = &c->dev;
-    float **dev[] = {&d->q, &d->buf1, &d->buf2, &d->one};
+    void **dev[] = {(void **)&d->q,    (void **)&d->buf1, (void **)&d->buf2,
+                    (void **)&d->one,  (void **)&d->desc, (void **)&d->col};
     for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) {
         if (*dev[i])
             ops->mem_free(*dev[i]);
@@ -62,7 +94,11 @@ void shoal_comp_psgd_free(const shoal_dev_ops_t *ops, struct shoal_compressor *c
     }
     if (d->qhost)
         ops->host_free(d->qhost);
+    if (d->deschost)
+        ops->host_free(d->deschost);
     d->qhost = NULL;
+    d->deschost = NULL;
+    d->ndesc = 0;
 }
 
 void shoal_comp_psgd_stage_state(struct shoal_compressor *c)
@@ -76,8 +112,12 @@ shoal_status_t shoal_comp_psgd_upload(const shoal_dev_ops_t *ops, struct shoal_c
                                       void *stream)
 {
     size_t len2 = len2_of(c);
-    shoal_status_t r = ops->copy(c->dev.q, c->dev.qhost, len2 * sizeof(float), stream);
-    return r == SHOAL_OK ? ops->copy(c->dev.one, c->dev.qhost + len2, sizeof(float), stream)
+    const shoal_comp_dev_t *d = &c->dev;
+    shoal_status_t r = ops->copy(d->q, d->qhost, len2 * sizeof(float), stream);
+    if (r == SHOAL_OK)
+        r = ops->copy(d->one, d->qhost + len2, sizeof(float), stream);
+    return r == SHOAL_OK ? ops->copy(d->desc, d->deschost,
+                                     d->ndesc * sizeof(shoal_dev_psgd_desc_t), stream)
                          : r;
 }
 
@@ -184,7 +224,8 @@ static const shoal_dev_stager_t warm_stager = {
     .need = warm_need, .pre = warm_pre, .post = warm_post,
 };
 
-/* ---- P: the products M Q and the plain values, summed, orthonormalised ---- */
+/* ---- P: the products M Q and the plain values, summed; orthonormalised
+ * on the device ---- */
 
 static size_t p_need(const shoal_call_t *call)
 {
@@ -215,8 +256,10 @@ static shoal_status_t p_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call
 
 static shoal_status_t p_post(const shoal_dev_ops_t *ops, shoal_call_t *call, unsigned char *pay)
 {
-    const struct shoal_compressor *c = call->comp;
-    shoal_status_t r = ops->copy(c->dev.buf1, pay, len1_of(c) * sizeof(float), call->stream);
+    const shoal_comp_dev_t *d = &call->comp->dev;
+    shoal_status_t r = ops->copy(d->buf1, pay, len1_of(call->comp) * sizeof(float), call->stream);
+    if (r == SHOAL_OK)
+        r = ops->orthonormalise(d->buf1, d->desc, d->ndesc, d->col, call->stream);
     point_at(call, pay);
     return r;
 }
@@ -228,8 +271,6 @@ static shoal_status_t p_run(struct shoal_comm *comm, const shoal_call_t *call)
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
     shoal_status_t s = shoal_comp_dev_inner(comm, call, SHOAL_COLL_ALLREDUCE, buf1, buf1,
                                             len1_of(c), SHOAL_FLOAT32, SHOAL_SUM);
-    if (s == SHOAL_OK)
-        shoal_psgd_orthonormalise_all(c->psgd, buf1);
     c->dev.first_tx = comm->team.tx_bytes - tx0;
     c->dev.first_rx = comm->team.rx_bytes - rx0;
     failed(c, s);

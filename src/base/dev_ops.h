@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 7
+#define SHOAL_DEV_ABI 8
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -97,6 +97,13 @@ typedef struct {
     size_t count;
     size_t first;
 } shoal_dev_codec_args_t;
+
+/* One factor P_t for the orthonormalise entry: rows x rank floats,
+ * row-major, from float off of the buffer, and rows doubles of scratch
+ * from double col of the scratch (no two records' overlap). */
+typedef struct {
+    uint64_t off, rows, rank, col;
+} shoal_dev_psgd_desc_t;
 
 typedef struct shoal_dev_ops {
     size_t size;      /* sizeof(shoal_dev_ops_t) */
@@ -195,6 +202,15 @@ typedef struct shoal_dev_ops {
      * or 128, an unknown round, a ternary codec both wide and packed, or a
      * NULL buffer the operation needs. */
     shoal_status_t (*codec)(const shoal_dev_codec_args_t *args, void *stream);
+    /* Queue PowerSGD's orthonormalisation (compress/psgd_elem.h) of the
+     * ntensors factors that desc (device memory, ntensors records) names
+     * in p, with col as their scratch, all on the device: the bits are
+     * what the host's phase2 gives. ntensors 0 queues nothing;
+     * SHOAL_ERR_INVALID_ARG for a NULL buffer. The factors are done in
+     * parallel, each by one thread, so a single tall factor runs at one
+     * GPU thread's speed. */
+    shoal_status_t (*orthonormalise)(float *p, const shoal_dev_psgd_desc_t *desc,
+                                     size_t ntensors, double *col, void *stream);
 } shoal_dev_ops_t;
 
 /* The module's one export. */

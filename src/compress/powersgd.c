@@ -8,6 +8,7 @@
 #include "compress/powersgd.h"
 
 #include "compress/codec.h"
+#include "compress/psgd_elem.h"
 #include "base/log.h"
 
 #include <cblas.h>
@@ -245,41 +246,6 @@ void shoal_psgd_phase1_ef(shoal_psgd_t *ps, const float *m, const float *r, floa
     }
 }
 
-/* Modified Gram-Schmidt over the r columns of p (rows x r, row-major), in
- * double: each column is copied out, freed of its components along the
- * finished columns one after the other, and normalised; rounding to float
- * happens once, when it goes back. A column left with at most
- * SHOAL_PSGD_NEAR_ZERO of its length is rounding noise in the span of the
- * earlier ones (or zero) and becomes zero; a NaN length fails that test
- * and propagates. */
-static void shoal_psgd_orthonormalise(float *p, size_t rows, size_t r, double *col)
-{
-    for (size_t j = 0; j < r; j++) {
-        double len0 = 0.0, len = 0.0;
-        for (size_t i = 0; i < rows; i++) {
-            col[i] = p[i * r + j];
-            len0 += col[i] * col[i];
-        }
-        for (size_t k = 0; k < j; k++) {
-            double d = 0.0;
-            for (size_t i = 0; i < rows; i++)
-                d += col[i] * p[i * r + k];
-            for (size_t i = 0; i < rows; i++)
-                col[i] -= d * p[i * r + k];
-        }
-        for (size_t i = 0; i < rows; i++)
-            len += col[i] * col[i];
-        len = sqrt(len);
-        if (len <= SHOAL_PSGD_NEAR_ZERO * sqrt(len0)) {
-            for (size_t i = 0; i < rows; i++)
-                p[i * r + j] = 0.0f;
-            continue;
-        }
-        for (size_t i = 0; i < rows; i++)
-            p[i * r + j] = (float)(col[i] / len);
-    }
-}
-
 size_t shoal_psgd_ntensors(const shoal_psgd_t *ps)
 {
     return ps->ntensors;
@@ -288,15 +254,6 @@ size_t shoal_psgd_ntensors(const shoal_psgd_t *ps)
 const shoal_psgd_tensor_t *shoal_psgd_tensor(const shoal_psgd_t *ps, size_t t)
 {
     return &ps->tensors[t];
-}
-
-void shoal_psgd_orthonormalise_all(shoal_psgd_t *ps, float *buf1)
-{
-    for (size_t t = 0; t < ps->ntensors; t++) {
-        const shoal_psgd_tensor_t *tt = &ps->tensors[t];
-        if (tt->rank > 0)
-            shoal_psgd_orthonormalise(buf1 + tt->off1, tt->rows, tt->rank, ps->col);
-    }
 }
 
 void shoal_psgd_phase2(shoal_psgd_t *ps, const float *x, float *buf1, float *buf2)

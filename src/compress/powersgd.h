@@ -62,9 +62,7 @@
 #include <stdint.h>
 
 #include "shoal.h"
-
-/* Relative length under which phase2 sets a column of P to zero. */
-#define SHOAL_PSGD_NEAR_ZERO 0x1p-20
+#include "compress/psgd_elem.h"
 
 typedef struct shoal_psgd shoal_psgd_t;
 
@@ -138,8 +136,6 @@ void shoal_psgd_phase3(shoal_psgd_t *ps, const float *x, const float *buf1, cons
 /* The bucket's tensors, and tensor t (t < ntensors). */
 size_t shoal_psgd_ntensors(const shoal_psgd_t *ps);
 const shoal_psgd_tensor_t *shoal_psgd_tensor(const shoal_psgd_t *ps, size_t t);
-/* phase2 without its product: each P_t of buf1 orthonormalised in place. */
-void shoal_psgd_orthonormalise_all(shoal_psgd_t *ps, float *buf1);
 /* phase3's last step: the state takes the summed Q_t of buf2 (a column
  * all zero takes its initial values again). */
 void shoal_psgd_keep_q(shoal_psgd_t *ps, const float *buf2);

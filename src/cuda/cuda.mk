@@ -27,7 +27,7 @@ $(CUDA_OBJ): ALL_CFLAGS += -I$(CUDA_HOME)/include
 # loads into each device's context with cuModuleLoadData.
 $(CUDA_FATBIN): src/cuda/kernels.cu src/cuda/kern.h src/algos/reduce_elem.h src/base/dtype.h \
                 src/base/dev_ops.h src/compress/codec.h src/compress/int8_elem.h \
-                src/compress/ternary_elem.h
+                src/compress/ternary_elem.h src/compress/psgd_elem.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) $(CUDA_GENCODE) -fatbin -o $@ $<
 

@@ -15,6 +15,7 @@
 #include "base/dev_ops.h"
 #include "base/dtype.h"
 #include "compress/int8_elem.h"
+#include "compress/psgd_elem.h"
 #include "compress/ternary_elem.h"
 
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #define SHOAL_K_WRITE "shoal_k_write"
 #define SHOAL_K_CODEC "shoal_k_codec"
 #define SHOAL_K_CONVERT "shoal_k_convert"
+#define SHOAL_K_ORTHO "shoal_k_ortho"
 
 /* dst[i] = a[i] op b[i]; AVG is SUM. */
 typedef struct {
@@ -73,6 +75,16 @@ typedef struct {
     uint64_t count, first, block;
     int32_t op, kind, round, wide, packed;
 } shoal_k_codec_t;
+
+/* PowerSGD's orthonormalisation of ntensors factors (dev_ops.h's
+ * orthonormalise entry): tensor t is the record desc[t] (device memory),
+ * which names P_t in p and its column of scratch in col. */
+typedef struct {
+    float *p;
+    double *col;
+    const shoal_dev_psgd_desc_t *desc;
+    uint64_t ntensors;
+} shoal_k_ortho_t;
 
 #define SHOAL_K_RANGE_INT(T, fn)                                                       \
     {                                                                                  \
@@ -356,6 +368,19 @@ static inline SHOAL_HD void shoal_k_codec_range(const shoal_k_codec_t *k, uint64
                                        (size_t)u);
             break;
         }
+    }
+}
+
+/* Tensors begin, begin + step, ... below end (at most ntensors), each
+ * orthonormalised whole by one thread: the columns' dot products are
+ * sums in a fixed order, which is what makes the bits the host's. */
+static inline SHOAL_HD void shoal_k_ortho_range(const shoal_k_ortho_t *k, uint64_t begin,
+                                               uint64_t end, uint64_t step)
+{
+    for (uint64_t t = begin; t < end; t += step) {
+        const shoal_dev_psgd_desc_t *d = &k->desc[t];
+        shoal_psgd_orthonormalise(k->p + d->off, (size_t)d->rows, (size_t)d->rank,
+                                  k->col + d->col);
     }
 }
 

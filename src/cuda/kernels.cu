@@ -63,3 +63,11 @@ extern "C" __global__ void shoal_k_codec(shoal_k_codec_t k)
     uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
     shoal_k_codec_range(&k, begin, shoal_k_codec_units(&k), stride);
 }
+
+/* One thread per tensor (kern.h's shoal_k_ortho_range). */
+extern "C" __global__ void shoal_k_ortho(shoal_k_ortho_t k)
+{
+    uint64_t begin = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    uint64_t stride = (uint64_t)gridDim.x * blockDim.x;
+    shoal_k_ortho_range(&k, begin, k.ntensors, stride);
+}

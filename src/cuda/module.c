@@ -299,6 +299,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .ipc_close = shoal_cuda_ipc_close,
     .gemm = shoal_cuda_gemm,
     .codec = shoal_cuda_codec,
+    .orthonormalise = shoal_cuda_orthonormalise,
 };
 
 /* The module's one export (cuda.map). Callable before open. */

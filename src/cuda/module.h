@@ -68,6 +68,8 @@ shoal_status_t shoal_cuda_avg(void *dst, const void *src, size_t count, shoal_dt
                               int n, void *stream);
 shoal_status_t shoal_cuda_convert(void *dst, shoal_dtype_t dst_dtype, const void *src,
                                   shoal_dtype_t src_dtype, size_t count, void *stream);
+shoal_status_t shoal_cuda_orthonormalise(float *p, const shoal_dev_psgd_desc_t *desc,
+                                         size_t ntensors, double *col, void *stream);
 shoal_status_t shoal_cuda_flag_write(uint32_t *flag, uint32_t value, void *stream);
 shoal_status_t shoal_cuda_flag_wait(uint32_t *flag, uint32_t value, void *stream);
 shoal_status_t shoal_cuda_stream_create(int device, void **stream_p);

@@ -1,5 +1,5 @@
-/* The CUDA module's stream work: copies, the reduction and conversion
- * kernels, the host flags that order a stream against the host, and the
+/* The CUDA module's stream work: copies, the reduction, conversion and
+ * orthonormalisation kernels, the host flags that order a stream against the host, and the
  * streams themselves. Every entry runs in the stream's own context,
  * which the driver requires of the kernels it launches there. */
 #include "module.h"
@@ -14,7 +14,7 @@
 #define SHOAL_CUDA_THREADS 256u
 #define SHOAL_CUDA_MAX_BLOCKS 1024u
 
-enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_CODEC, K_CONVERT, K_COUNT };
+enum { K_REDUCE, K_AVG, K_WAIT, K_WRITE, K_CODEC, K_CONVERT, K_ORTHO, K_COUNT };
 static const char *const k_names[K_COUNT] = {
     [K_REDUCE] = SHOAL_K_REDUCE,
     [K_AVG] = SHOAL_K_AVG,
@@ -22,6 +22,7 @@ static const char *const k_names[K_COUNT] = {
     [K_WRITE] = SHOAL_K_WRITE,
     [K_CODEC] = SHOAL_K_CODEC,
     [K_CONVERT] = SHOAL_K_CONVERT,
+    [K_ORTHO] = SHOAL_K_ORTHO,
 };
 
 /* The kernels loaded into one context. A module belongs to the context it
@@ -312,6 +313,27 @@ shoal_status_t shoal_cuda_convert(void *dst, shoal_dtype_t dst_dtype, const void
     if (st != SHOAL_OK)
         return st;
     st = kernel_launch(cu, ctx, K_CONVERT, grid_blocks(count), SHOAL_CUDA_THREADS, &k, stream);
+    shoal_cuda_leave(&s);
+    return st;
+}
+
+shoal_status_t shoal_cuda_orthonormalise(float *p, const shoal_dev_psgd_desc_t *desc,
+                                         size_t ntensors, double *col, void *stream)
+{
+    const shoal_cu_t *cu = shoal_cuda_driver();
+    shoal_cuda_scope_t s;
+    CUcontext ctx;
+    if (!cu)
+        return SHOAL_ERR_UNSUPPORTED;
+    if (ntensors == 0)
+        return SHOAL_OK;
+    if (!p || !desc || !col)
+        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "orthonormalise: NULL buffer");
+    shoal_k_ortho_t k = {.p = p, .col = col, .desc = desc, .ntensors = (uint64_t)ntensors};
+    shoal_status_t st = shoal_cuda_enter_stream(stream, &s, &ctx);
+    if (st != SHOAL_OK)
+        return st;
+    st = kernel_launch(cu, ctx, K_ORTHO, grid_blocks(ntensors), SHOAL_CUDA_THREADS, &k, stream);
     shoal_cuda_leave(&s);
     return st;
 }

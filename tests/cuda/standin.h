@@ -94,6 +94,7 @@ typedef enum {
     STANDIN_K_WRITE,
     STANDIN_K_CODEC,
     STANDIN_K_CONVERT,
+    STANDIN_K_ORTHO,
     STANDIN_K_COUNT,
 } standin_kernel_t;
 
@@ -120,6 +121,7 @@ typedef struct standin_op {
                 shoal_k_wait_t wait;
                 shoal_k_codec_t codec;
                 shoal_k_convert_t convert;
+                shoal_k_ortho_t ortho;
             } args; /* copied at launch, as the driver copies kernel parameters */
         } kernel;
         struct {

@@ -29,6 +29,7 @@ static const char *const standin_kernel_names[STANDIN_K_COUNT] = {
     [STANDIN_K_WRITE] = SHOAL_K_WRITE,
     [STANDIN_K_CODEC] = SHOAL_K_CODEC,
     [STANDIN_K_CONVERT] = SHOAL_K_CONVERT,
+    [STANDIN_K_ORTHO] = SHOAL_K_ORTHO,
 };
 
 static atomic_ulong standin_launches[STANDIN_K_COUNT];
@@ -111,6 +112,7 @@ static size_t standin_launch_args(standin_kernel_t which)
     case STANDIN_K_AVG: return sizeof(shoal_k_avg_t);
     case STANDIN_K_CODEC: return sizeof(shoal_k_codec_t);
     case STANDIN_K_CONVERT: return sizeof(shoal_k_convert_t);
+    case STANDIN_K_ORTHO: return sizeof(shoal_k_ortho_t);
     default: return sizeof(shoal_k_wait_t);
     }
 }
@@ -197,6 +199,23 @@ static bool standin_kernel_reaches(standin_op_t *op, const void *const *ptrs, in
             standin_ctx_set_fault(op->ctx, CUDA_ERROR_ILLEGAL_ADDRESS, what);
             return false;
         }
+    }
+    return true;
+}
+
+/* Whether the orthonormalisation reaches its records, and each record's
+ * factor and scratch column. */
+static bool standin_ortho_reaches(standin_op_t *op, const shoal_k_ortho_t *k)
+{
+    const void *desc = k->desc;
+    if (!standin_kernel_reaches(op, &desc, 1, k->ntensors, sizeof(shoal_dev_psgd_desc_t)))
+        return false;
+    for (uint64_t t = 0; t < k->ntensors; t++) {
+        const shoal_dev_psgd_desc_t *d = &k->desc[t];
+        const void *p = k->p + d->off, *col = k->col + d->col;
+        if (!standin_kernel_reaches(op, &p, 1, d->rows * d->rank, sizeof(float)) ||
+            !standin_kernel_reaches(op, &col, 1, d->rows, sizeof(double)))
+            return false;
     }
     return true;
 }
@@ -290,6 +309,12 @@ void standin_kernel_run(standin_op_t *op)
             (standin_kernel_reaches(op, &dst, 1, k->count, dst_elem) &&
              standin_kernel_reaches(op, &src, 1, k->count, src_elem)))
             shoal_k_convert_range(k, 0, k->count, 1);
+        break;
+    }
+    case STANDIN_K_ORTHO: {
+        const shoal_k_ortho_t *k = &op->u.kernel.args.ortho;
+        if (k->ntensors == 0 || standin_ortho_reaches(op, k))
+            shoal_k_ortho_range(k, 0, k->ntensors, 1);
         break;
     }
     case STANDIN_K_WAIT: {
