@@ -29,6 +29,27 @@ int harness_quick(void)
     return v && v[0] == '1';
 }
 
+int harness_ranks_wanted(int nranks)
+{
+    return !harness_quick() || nranks == 1 || nranks == 2 || nranks == 3 || nranks == 5 ||
+           nranks == 8;
+}
+
+int harness_dtypes(shoal_dtype_t *dts)
+{
+    static const shoal_dtype_t quick[] = {SHOAL_INT8, SHOAL_FLOAT16, SHOAL_FLOAT32,
+                                          SHOAL_FLOAT64};
+    int n = 0;
+    if (harness_quick()) {
+        for (; n < (int)(sizeof(quick) / sizeof(quick[0])); n++)
+            dts[n] = quick[n];
+        return n;
+    }
+    for (; n < SHOAL_DTYPE_COUNT; n++)
+        dts[n] = (shoal_dtype_t)n;
+    return n;
+}
+
 void harness_setenv(const char *name, const char *value)
 {
     if (value)
@@ -50,6 +71,15 @@ int harness_split_hosts(int rank, int nranks, int nhosts)
         harness_setenv("SHOAL_IB_HCA", text);
     }
     return h;
+}
+
+void harness_plain_only(const char *what)
+{
+    if (!harness_quick())
+        return;
+    printf("1..0 # SKIP %s runs in the plain variant only (SHOAL_TEST_QUICK=1)\n", what);
+    fflush(stdout);
+    exit(0);
 }
 
 void harness_require_root(const char *why)

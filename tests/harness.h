@@ -70,6 +70,20 @@ int harness_relay_id(long flip_at, harness_relay_t **relay_p, shoal_unique_id_t 
  * check the same paths with fewer of the types and rank counts that only
  * the element math tells apart; the plain build runs them all. */
 int harness_quick(void);
+/* Whether a matrix runs at nranks ranks: every count in the plain build;
+ * under SHOAL_TEST_QUICK=1 one rank, two, the odd 3 and 5 and the most, 8
+ * (a ring's first wrap, odd blocks, the largest fan). */
+int harness_ranks_wanted(int nranks);
+/* The matrices' element types: every dtype in the plain build; under
+ * SHOAL_TEST_QUICK=1 int8, float16, float32 and float64 (one of each
+ * width, both float paths of the kernels), test_reduce checking every
+ * type's math. Fills dts (SHOAL_DTYPE_COUNT entries), returns how many. */
+int harness_dtypes(shoal_dtype_t *dts);
+
+/* For the slowest test binaries (training), which CI runs in its plain
+ * variant only: called first in main, under SHOAL_TEST_QUICK=1 it prints a
+ * TAP plan that skips the whole binary, saying why, and exits 0. */
+void harness_plain_only(const char *what);
 
 /* For a test binary whose every case needs root (network namespaces need
  * CAP_SYS_ADMIN): called first in main, when this process is not root it

@@ -356,13 +356,6 @@ fail:
     return 1;
 }
 
-/* The types of a short run (harness_quick): one of each element size, the
- * kernels' paths through the schedules; test_reduce checks every type's
- * math. */
-static const shoal_dtype_t quick_dtypes[] = {SHOAL_INT8, SHOAL_FLOAT16, SHOAL_FLOAT32,
-                                             SHOAL_FLOAT64};
-#define NQUICK (sizeof(quick_dtypes) / sizeof(quick_dtypes[0]))
-
 /* The reducing kinds in every dtype x op x count; in place and out of
  * place alternate over the matrix, so each meets every dtype, op and
  * count (and, for reduce, root). */
@@ -370,10 +363,11 @@ static int matrix_reducing(shoal_comm_t comm, const algo_case_t *c, int rank, in
                            bufs_t *bf)
 {
     int roots = c->kind == SHOAL_COLL_REDUCE ? nranks : 1;
-    int quick = harness_quick(), ndt = quick ? (int)NQUICK : SHOAL_DTYPE_COUNT;
+    shoal_dtype_t dts[SHOAL_DTYPE_COUNT];
+    int ndt = harness_dtypes(dts);
     for (int root = 0; root < roots; root++) {
         for (int t = 0; t < ndt; t++) {
-            int dt = quick ? (int)quick_dtypes[t] : t;
+            int dt = (int)dts[t];
             size_t counts[MAX_COUNTS];
             size_t ncounts = case_counts(c, shoal_dtype_bytes((shoal_dtype_t)dt), counts);
             for (int op = 0; op < SHOAL_OP_COUNT; op++) {

@@ -62,12 +62,14 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     unsigned char *a = malloc(max_bytes), *b = malloc(max_bytes + 64);
     unsigned char *want = malloc(max_bytes), *tmp = malloc(max_bytes);
     RANK_CHECK(a && b && want && tmp, fail, "out of memory");
-    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++)
+    shoal_dtype_t dts[SHOAL_DTYPE_COUNT];
+    int ndt = harness_dtypes(dts);
+    for (int t = 0; t < ndt; t++)
         for (int op = 0; op < SHOAL_OP_COUNT; op++)
             for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
                 for (int in_place = 0; in_place < 2; in_place++)
-                    if (check_one(comm, rank, nranks, counts[c], (shoal_dtype_t)dt,
-                                  (shoal_op_t)op, in_place, a, b, want, tmp))
+                    if (check_one(comm, rank, nranks, counts[c], dts[t], (shoal_op_t)op,
+                                  in_place, a, b, want, tmp))
                         return 1;
     /* Random floats: inexact sums, so only agreement between ranks is due. */
     size_t n = counts[3];
@@ -91,6 +93,8 @@ fail:
 
 static void run_matrix(const char *transport, int nranks)
 {
+    if (!harness_ranks_wanted(nranks))
+        return;
     char chunk[32];
     snprintf(chunk, sizeof(chunk), "%d", TEST_CHUNK);
     harness_setenv("SHOAL_CHUNK_SIZE", chunk);

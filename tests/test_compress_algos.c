@@ -109,6 +109,8 @@ static void run_matrix(const char *transport, int from)
     harness_use_transport(transport, TEST_CHUNK);
     for (int k = 0; k < n; k++) {
         for (int nranks = from; nranks <= 8; nranks++) {
+            if (!harness_ranks_wanted(nranks))
+                continue;
             int rc = harness_run_ranks(nranks, cref_rank_matrix, &m[k], 600);
             if (rc != 0)
                 print_error("schedule %d over %s with %d ranks failed\n", (int)m[k].algo,

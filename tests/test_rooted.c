@@ -272,7 +272,7 @@ static void test_put_rooted(void **state)
     harness_setenv("SHOAL_CMA", "off");
     put_run_t shared = {.shared = 1}, priv = {.shared = 0};
     for (int n = 1; n <= 8; n++) {
-        if (harness_quick() && n != 1 && n != 2 && n != 3 && n != 5 && n != 8)
+        if (!harness_ranks_wanted(n))
             continue;
         assert_int_equal(harness_run_ranks(n, rank_put_rooted, &shared, 120), 0);
     }

@@ -148,15 +148,12 @@ fail:
  * run, harness_quick: one type of each element size). */
 static int check_reducing(shoal_comm_t comm, const forced_t *f, int rank, int n, size_t c)
 {
-    static const shoal_dtype_t quick_dtypes[] = {SHOAL_INT8, SHOAL_FLOAT16, SHOAL_FLOAT32,
-                                                 SHOAL_FLOAT64};
     shoal_coll_kind_t kind = f->kind;
-    int quick = harness_quick();
-    int ndt = quick ? (int)(sizeof(quick_dtypes) / sizeof(quick_dtypes[0])) : SHOAL_DTYPE_COUNT;
+    shoal_dtype_t dts[SHOAL_DTYPE_COUNT];
+    int ndt = harness_dtypes(dts);
     for (int t = 0; t < ndt; t++) {
-        int d = quick ? (int)quick_dtypes[t] : t;
         for (int o = 0; o < SHOAL_OP_COUNT; o++) {
-            shoal_dtype_t dt = (shoal_dtype_t)d;
+            shoal_dtype_t dt = dts[t];
             shoal_op_t op = (shoal_op_t)o;
             size_t es = shoal_dtype_bytes(dt), total = c * (size_t)n;
             size_t in_n = kind == SHOAL_COLL_REDUCE_SCATTER ? total : c;
@@ -410,7 +407,7 @@ static void test_every_algorithm_shm(void **state)
         const shoal_algo_ops_t *a;
         for (int i = 0; (a = shoal_algo_at((shoal_coll_kind_t)k, i)); i++)
             for (int n = 1; n <= 8; n++)
-                if (!harness_quick() || n == 1 || n == 2 || n == 3 || n == 5 || n == 8)
+                if (harness_ranks_wanted(n))
                     run_forced((shoal_coll_kind_t)k, a->name, "shm", n);
     }
     harness_setenv("SHOAL_ALGO", NULL);

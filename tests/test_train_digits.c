@@ -715,6 +715,7 @@ static void test_checkpoint(void **state)
 
 int main(void)
 {
+    harness_plain_only("training");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quality_shm),
         cmocka_unit_test(test_int8_ef_tcp),
