@@ -132,6 +132,16 @@ static inline SHOAL_HD float shoal_codec_mul(float a, float b)
 #endif
 }
 
+/* a * b in double, rounded on its own (the same reason). */
+static inline SHOAL_HD double shoal_codec_dmul(double a, double b)
+{
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
 static inline SHOAL_HD float shoal_codec_div(float a, float b)
 {
 #ifdef __CUDA_ARCH__

@@ -2,29 +2,20 @@
  * math that gcc compiles for the host path (compress/powersgd.c) and nvcc
  * as __host__ __device__ for the CUDA module's kernel (cuda/kern.h), so
  * the device orthonormalises P to the host's bits: a fixed sequence of
- * double operations, each product rounded on its own (nvcc would fuse it
- * into the sum it feeds, as shoal_codec_mul says), sqrt and the quotient
+ * double operations, each product rounded on its own (shoal_codec_dmul:
+ * nvcc would fuse it into the sum it feeds), sqrt and the quotient
  * correctly rounded on both. */
 #ifndef SHOAL_COMPRESS_PSGD_ELEM_H
 #define SHOAL_COMPRESS_PSGD_ELEM_H
 
 #include "base/dtype.h"
+#include "compress/codec.h"
 
 #include <math.h>
 #include <stddef.h>
 
 /* Relative length under which phase2 sets a column of P to zero. */
 #define SHOAL_PSGD_NEAR_ZERO 0x1p-20
-
-/* a * b in double, rounded on its own. */
-static inline SHOAL_HD double shoal_psgd_mul(double a, double b)
-{
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
 
 /* Modified Gram-Schmidt over the r columns of p (rows x r, row-major), in
  * double: each column is copied out into col (rows doubles), freed of its
@@ -40,19 +31,19 @@ static inline SHOAL_HD void shoal_psgd_orthonormalise(float *p, size_t rows, siz
         double len0 = 0.0, len = 0.0;
         for (size_t i = 0; i < rows; i++) {
             col[i] = p[i * r + j];
-            len0 += shoal_psgd_mul(col[i], col[i]);
+            len0 += shoal_codec_dmul(col[i], col[i]);
         }
         for (size_t k = 0; k < j; k++) {
             double d = 0.0;
             for (size_t i = 0; i < rows; i++)
-                d += shoal_psgd_mul(col[i], p[i * r + k]);
+                d += shoal_codec_dmul(col[i], p[i * r + k]);
             for (size_t i = 0; i < rows; i++)
-                col[i] -= shoal_psgd_mul(d, p[i * r + k]);
+                col[i] -= shoal_codec_dmul(d, p[i * r + k]);
         }
         for (size_t i = 0; i < rows; i++)
-            len += shoal_psgd_mul(col[i], col[i]);
+            len += shoal_codec_dmul(col[i], col[i]);
         len = sqrt(len);
-        if (len <= shoal_psgd_mul(SHOAL_PSGD_NEAR_ZERO, sqrt(len0))) {
+        if (len <= shoal_codec_dmul(SHOAL_PSGD_NEAR_ZERO, sqrt(len0))) {
             for (size_t i = 0; i < rows; i++)
                 p[i * r + j] = 0.0f;
             continue;

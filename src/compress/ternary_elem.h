@@ -108,11 +108,7 @@ static inline SHOAL_HD float shoal_ternary_block_absmax(const float *src, const 
  * square into the sum it is added to (see shoal_codec_mul). */
 static inline SHOAL_HD double shoal_ternary_sq(double d)
 {
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(d, d);
-#else
-    return d * d;
-#endif
+    return shoal_codec_dmul(d, d);
 }
 
 /* The moments of the values v_i = (double)(src[i] (+ add[i])) for i in
