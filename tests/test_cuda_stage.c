@@ -560,6 +560,49 @@ static void test_direct_fallback(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* SHOAL_CUDA_PATH=direct with the ranks on two devices: where the devices
+ * have peer access the call goes direct; where they have none
+ * (SHOAL_STANDIN_NO_P2P=1: a handle opens only on its own device, as
+ * between GPUs without a P2P-capable link) every rank stages it instead,
+ * with the same result. arg: whether the devices have peer access. */
+static int rank_two_devices(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    int p2p = *(const int *)arg;
+    char why[256];
+    shoal_comm_t comm;
+    RANK_CHECK(cu_user_open(rank % 2, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    void *stream = cu_user_stream();
+    int rc = check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
+                             3000, 0);
+    RANK_CHECK(rc == 0, fail, "rank %d: the result (peer access %s)", rank, p2p ? "on" : "off");
+    unsigned long k = cu_user_launches("shoal_k_reduce");
+    RANK_CHECK(p2p ? k > 0 : k == 0, fail,
+               "rank %d: %lu reduction kernels with peer access %s", rank, k, p2p ? "on" : "off");
+    cu_user_stream_free(stream);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_direct_two_devices(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", "direct");
+    harness_setenv("SHOAL_STANDIN_DEVICES", "2");
+    int on = 1, off = 0;
+    int rc_on = harness_run_ranks(3, rank_two_devices, &on, 60);
+    harness_setenv("SHOAL_STANDIN_NO_P2P", "1");
+    int rc_off = harness_run_ranks(3, rank_two_devices, &off, 60);
+    harness_setenv("SHOAL_STANDIN_NO_P2P", NULL);
+    harness_setenv("SHOAL_STANDIN_DEVICES", NULL);
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+    assert_int_equal(rc_on, 0);
+    assert_int_equal(rc_off, 0);
+}
+
 /* SHOAL_CUDA_PATH=auto: the cost model stages a one-element all-reduce
  * (its host collective costs less than the direct path's four small ones)
  * and sends a 16 MiB one device to device. */
@@ -668,6 +711,7 @@ int main(void)
         cmocka_unit_test(test_colls_shm),
         cmocka_unit_test(test_colls_tcp),
         cmocka_unit_test(test_direct_fallback),
+        cmocka_unit_test(test_direct_two_devices),
         cmocka_unit_test(test_auto_model),
         cmocka_unit_test(test_peer_dies),
     };

@@ -31,8 +31,11 @@
  *   CUDA_ERROR_NOT_INITIALIZED, as the driver refuses it.
  *
  * Settings come from the environment when cuInit first runs:
- * SHOAL_STANDIN_DEVICES (the device count, default 1, 0 for none) and
- * SHOAL_STANDIN_NO_MEMOPS=1 (devices without stream memory operations).
+ * SHOAL_STANDIN_DEVICES (the device count, default 1, 0 for none),
+ * SHOAL_STANDIN_NO_MEMOPS=1 (devices without stream memory operations) and
+ * SHOAL_STANDIN_NO_P2P=1 (no peer access between devices: a memory handle
+ * opens only on the device that exported it, as on GPUs that share no
+ * P2P-capable link).
  *
  * This file: initialisation, devices and their attributes, contexts,
  * error names. Thread-safe throughout, as the driver is. */
@@ -79,10 +82,12 @@ static int standin_parse_devices(const char *s)
 static void standin_init(void)
 {
     const char *memops = getenv("SHOAL_STANDIN_NO_MEMOPS");
+    const char *p2p = getenv("SHOAL_STANDIN_NO_P2P");
 
     standin_init_pid = getpid();
     standin_config.devices = standin_parse_devices(getenv("SHOAL_STANDIN_DEVICES"));
     standin_config.memops = !(memops != NULL && strcmp(memops, "1") == 0);
+    standin_config.p2p = !(p2p != NULL && strcmp(p2p, "1") == 0);
     for (int i = 0; i < STANDIN_MAX_DEVICES; i++) {
         standin_ctx[i].device = i;
         atomic_init(&standin_ctx[i].retained, 0);

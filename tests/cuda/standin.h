@@ -41,6 +41,7 @@
 typedef struct {
     int devices; /* SHOAL_STANDIN_DEVICES, default 1 */
     bool memops; /* stream memory operations; off with SHOAL_STANDIN_NO_MEMOPS=1 */
+    bool p2p;    /* peer access between devices; off with SHOAL_STANDIN_NO_P2P=1 */
 } standin_config_t;
 
 /* A device's primary context. fault holds the first error raised by work

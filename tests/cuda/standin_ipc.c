@@ -30,7 +30,7 @@ typedef struct {
     uint32_t magic;
     int32_t pid;
     int32_t fd;
-    uint32_t pad;
+    int32_t device; /* the exporter's */
     uint64_t size;
     uint64_t offset; /* of the exported range in the file; 0 while every
                       * allocation has a memfd of its own */
@@ -84,6 +84,7 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
     h.magic = STANDIN_IPC_MAGIC;
     h.pid = (int32_t)getpid();
     h.fd = a.fd;
+    h.device = a.device;
     h.size = a.size;
     h.offset = 0;
     h.id = a.id;
@@ -203,6 +204,9 @@ CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned 
     /* The driver refuses a process's own handle. */
     if (h.pid == (int32_t)getpid())
         return CUDA_ERROR_INVALID_CONTEXT;
+    /* Another device's memory needs peer access to it. */
+    if (!standin_config.p2p && h.device != ctx->device)
+        return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
     pthread_mutex_lock(&standin_ipc_lock);
     for (im = standin_imports; im != NULL; im = im->next) {
         if (im->pid == (pid_t)h.pid && im->id == h.id)
