@@ -88,14 +88,21 @@ static void fill_pattern(unsigned char *p, size_t bytes, int r, int salt)
         p[i] = (unsigned char)harness_mix((uint32_t)(i * 131 + (size_t)r * 7919 + (size_t)salt));
 }
 
-static int rank_open(int rank, shoal_comm_t *comm, int nranks, const shoal_unique_id_t *id)
+/* The rank's driver open on device, then its communicator. */
+static int rank_open_on(int device, int rank, shoal_comm_t *comm, int nranks,
+                        const shoal_unique_id_t *id)
 {
     char why[256];
-    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
+    RANK_CHECK(cu_user_open(device, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
     RANK_CHECK(shoal_comm_init(nranks, id, rank, comm) == SHOAL_OK, fail, "init");
     return 0;
 fail:
     return 1;
+}
+
+static int rank_open(int rank, shoal_comm_t *comm, int nranks, const shoal_unique_id_t *id)
+{
+    return rank_open_on(0, rank, comm, nranks, id);
 }
 
 /* ---- all-reduce over every dtype, memory kind and count ---- */
@@ -568,10 +575,9 @@ static void test_direct_fallback(void **state)
 static int rank_two_devices(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     int p2p = *(const int *)arg;
-    char why[256];
     shoal_comm_t comm;
-    RANK_CHECK(cu_user_open(rank % 2, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
-    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    if (rank_open_on(rank % 2, rank, &comm, nranks, id))
+        return 1;
     void *stream = cu_user_stream();
     int rc = check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
                              3000, 0);

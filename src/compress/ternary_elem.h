@@ -12,7 +12,7 @@
  *
  * The one division and the products go through shoal_codec_div and
  * shoal_codec_mul (never fused); fabsf is exact on host and device. The
- * moments' squares go through shoal_ternary_sq for the same reason. */
+ * moments' squares go through shoal_codec_dmul for the same reason. */
 #ifndef SHOAL_COMPRESS_TERNARY_ELEM_H
 #define SHOAL_COMPRESS_TERNARY_ELEM_H
 
@@ -104,13 +104,6 @@ static inline SHOAL_HD float shoal_ternary_block_absmax(const float *src, const 
     return m;
 }
 
-/* d * d in double, rounded on its own: nvcc would otherwise fuse the
- * square into the sum it is added to (see shoal_codec_mul). */
-static inline SHOAL_HD double shoal_ternary_sq(double d)
-{
-    return shoal_codec_dmul(d, d);
-}
-
 /* The moments of the values v_i = (double)(src[i] (+ add[i])) for i in
  * [begin, end) (add NULL: src alone; else the fp32 sum, then widened),
  * n = end - begin of them, begin < end: moments_p[0] = the sum of v_i and
@@ -127,8 +120,10 @@ static inline SHOAL_HD void shoal_ternary_block_moments(const float *src, const 
     for (size_t i = begin; i < end; i++)
         sum += (double)(add ? src[i] + add[i] : src[i]);
     double mean = sum / (double)(end - begin);
-    for (size_t i = begin; i < end; i++)
-        sq += shoal_ternary_sq((double)(add ? src[i] + add[i] : src[i]) - mean);
+    for (size_t i = begin; i < end; i++) {
+        double dev = (double)(add ? src[i] + add[i] : src[i]) - mean;
+        sq += shoal_codec_dmul(dev, dev);
+    }
     moments_p[0] = sum;
     moments_p[1] = sq;
 }

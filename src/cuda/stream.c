@@ -1,6 +1,6 @@
 /* The CUDA module's stream work: copies, the reduction, conversion and
- * orthonormalisation kernels, the host flags that order a stream against the host, and the
- * streams themselves. Every entry runs in the stream's own context,
+ * orthonormalisation kernels, the host flags that order a stream against
+ * the host, and the streams themselves. Every entry runs in the stream's own context,
  * which the driver requires of the kernels it launches there. */
 #include "module.h"
 #include "kern.h"
