@@ -303,6 +303,7 @@ static int setup_small_chunks(void **state)
     harness_setenv("SHOAL_TIMEOUT", NULL);
     harness_setenv("SHOAL_TCP_CONNECT", NULL);
     harness_setenv("SHOAL_TEST_TCP_DROP", NULL);
+    harness_setenv("SHOAL_TEST_TCP_DROP_LAST", NULL);
     return 0;
 }
 
@@ -492,22 +493,28 @@ static void test_tcp_lazy_redial(void **state)
     atomic_int *redials = mmap(NULL, sizeof(*redials), PROT_READ | PROT_WRITE,
                                MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     assert_true(redials != MAP_FAILED);
+    /* knob: SHOAL_TEST_TCP_DROP drops handshakes midway;
+     * SHOAL_TEST_TCP_DROP_LAST closes a set's last socket once its
+     * handshake is through, so that the set never completes and its
+     * dialer, waiting for the answer on socket 0, must notice. */
     static const struct {
         int nranks;
-        const char *drops;
-    } cases[] = {{2, "1"}, {2, "3"}, {3, "1"}, {5, "2"}};
+        const char *knob, *drops;
+    } cases[] = {{2, "SHOAL_TEST_TCP_DROP", "1"},      {2, "SHOAL_TEST_TCP_DROP", "3"},
+                 {3, "SHOAL_TEST_TCP_DROP", "1"},      {5, "SHOAL_TEST_TCP_DROP", "2"},
+                 {2, "SHOAL_TEST_TCP_DROP_LAST", "1"}, {3, "SHOAL_TEST_TCP_DROP_LAST", "2"}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        harness_setenv("SHOAL_TEST_TCP_DROP", cases[i].drops);
+        harness_setenv(cases[i].knob, cases[i].drops);
         atomic_store(redials, 0);
         redial_arg_t arg = {.redials = redials};
         int rc = harness_run_ranks(cases[i].nranks, rank_redial, &arg, TEST_TIMEOUT_S);
         if (rc != 0 || atomic_load(redials) == 0)
-            fprintf(stderr, "# %d ranks dropping %s handshakes: rc %d, %d dials again\n",
-                    cases[i].nranks, cases[i].drops, rc, atomic_load(redials));
+            fprintf(stderr, "# %d ranks, %s=%s: rc %d, %d dials again\n", cases[i].nranks,
+                    cases[i].knob, cases[i].drops, rc, atomic_load(redials));
+        harness_setenv(cases[i].knob, NULL);
         assert_int_equal(rc, 0);
         assert_true(atomic_load(redials) > 0);
     }
-    harness_setenv("SHOAL_TEST_TCP_DROP", NULL);
     harness_setenv("SHOAL_TCP_CONNECT", NULL);
     munmap(redials, sizeof(*redials));
 }

@@ -99,6 +99,7 @@ typedef struct {
     int lazy;        /* SHOAL_TCP_CONNECT: 1 lazy (on first use), 0 eager (at init) */
     size_t mem;      /* SHOAL_TCP_MEM: slot bytes per rank before peers get fewer slots */
     int test_drop;   /* SHOAL_TEST_TCP_DROP, tests only */
+    int test_drop_last; /* SHOAL_TEST_TCP_DROP_LAST, tests only */
 } shoal_tcp_config_t;
 
 typedef struct {

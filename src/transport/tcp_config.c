@@ -40,6 +40,11 @@ static const shoal_config_entry_t tcp_entries[] = {
      .doc = "for tests only: the first this many handshakes of lazy connections that a "
             "communicator accepts are dropped midway, as if they had taken too long",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(tcp.test_drop)},
+    {.name = "SHOAL_TEST_TCP_DROP_LAST", .def = "0",
+     .doc = "for tests only: of the first this many lazy connections that a communicator "
+            "accepts, the last socket is closed once its handshake is through, before the "
+            "set is complete",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(tcp.test_drop_last)},
 };
 
 /* Two slots per direction keep one in flight while the next fills; the

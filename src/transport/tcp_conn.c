@@ -130,6 +130,23 @@ static shoal_status_t shoal_tcp_dial_start(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t 
     return SHOAL_OK;
 }
 
+/* Whether the peer closed a socket of our dial other than socket 0 while
+ * we wait for its answer on socket 0. The peer's acceptor may drop a
+ * handshake after we sent our last byte of it; the set then never
+ * completes there, and no answer comes: the dial must be made again.
+ * A set that was taken may already carry data on these sockets; a peek
+ * leaves it for the connection. */
+static int shoal_tcp_dial_cut(const shoal_tcp_ep_t *ep)
+{
+    for (int i = 1; i < ep->nsocks; i++) {
+        unsigned char b;
+        ssize_t r = recv(ep->dfds[i], &b, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return 1;
+    }
+    return 0;
+}
+
 /* Step our dial of ep as far as its sockets allow. A dial that lost (the
  * peer's was taken meanwhile: ep is up) still runs to its end, so that
  * the peer's acceptor sees a whole handshake and closes it quietly. */
@@ -169,8 +186,11 @@ static shoal_status_t shoal_tcp_dial_advance(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_
     }
     unsigned char b;
     ssize_t r = recv(ep->dfds[0], &b, 1, MSG_DONTWAIT);
-    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
-        return SHOAL_OK;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        if (lost || !shoal_tcp_dial_cut(ep))
+            return SHOAL_OK;
+        r = 0; /* a socket of the set was dropped: the answer never comes */
+    }
     if (lost) {
         shoal_tcp_dial_drop(ctx, ep);
         return SHOAL_OK;
@@ -309,6 +329,11 @@ shoal_status_t shoal_tcp_accept_lazy(shoal_tcp_ctx_t *ctx)
             close(fd);
             continue;
         }
+        if (ctx->test_drop_last > 0 && ctx->nsocks > 1 && sock == (uint32_t)ctx->nsocks - 1) {
+            ctx->test_drop_last--; /* the tests' late drop: the set stays incomplete */
+            close(fd);
+            continue;
+        }
         set[sock] = fd;
         int have = 0;
         while (have < ctx->nsocks && set[have] >= 0)
@@ -435,6 +460,7 @@ shoal_status_t shoal_tcp_open(const shoal_tl_params_t *par, shoal_tl_ctx_t **ctx
     ctx->lazy = cfg->tcp.lazy;
     ctx->mem = cfg->tcp.mem;
     ctx->test_drop = cfg->tcp.test_drop;
+    ctx->test_drop_last = cfg->tcp.test_drop_last;
     ctx->timeout_ns = cfg->core.timeout_ns;
     shoal_status_t s = SHOAL_ERR_INVALID_ARG;
     if (ctx->nsocks < 1 || ctx->nsocks > SHOAL_TCP_NSOCKS_MAX) {

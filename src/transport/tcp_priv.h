@@ -144,6 +144,7 @@ typedef struct {
     int lazy;                /* SHOAL_TCP_CONNECT=lazy */
     size_t mem;              /* SHOAL_TCP_MEM */
     int test_drop;           /* SHOAL_TEST_TCP_DROP: handshakes still to drop */
+    int test_drop_last;      /* SHOAL_TEST_TCP_DROP_LAST: sets still to cut */
     size_t redials;          /* dials made again after a dropped handshake */
     size_t nup;              /* connections made so far, for the slot rule */
     shoal_tcp_ep_t **peers;  /* lazy: the endpoint of each rank, or NULL */
