@@ -52,9 +52,20 @@ CU_FN(cuStreamSynchronize);
 CU_FN(cuStreamQuery);
 CU_FN(cuStreamWaitValue32);
 CU_FN(cuGetErrorString);
+CU_FN(cuMemGetAllocationGranularity);
+CU_FN(cuMemCreate);
+CU_FN(cuMemRelease);
+CU_FN(cuMemAddressReserve);
+CU_FN(cuMemAddressFree);
+CU_FN(cuMemMap);
+CU_FN(cuMemUnmap);
+CU_FN(cuMemSetAccess);
+CU_FN(cuMemGetAddressRange);
 
 static void *lib;
+static int lib_dev; /* the device cu_user_open made current */
 static unsigned long (*p_launches)(const char *);
+static unsigned long (*p_vmm_imports)(void);
 
 static void check(CUresult r, const char *what)
 {
@@ -89,7 +100,12 @@ int cu_user_open(int dev, char *why, size_t len)
     LOAD(cuMemFreeHost); LOAD(cuMemAllocManaged); LOAD(cuMemcpyHtoD); LOAD(cuMemcpyDtoH);
     LOAD(cuMemcpyAsync); LOAD(cuStreamCreate); LOAD(cuStreamDestroy); LOAD(cuStreamSynchronize);
     LOAD(cuStreamQuery); LOAD(cuStreamWaitValue32); LOAD(cuGetErrorString);
+    LOAD(cuMemGetAllocationGranularity); LOAD(cuMemCreate); LOAD(cuMemRelease);
+    LOAD(cuMemAddressReserve); LOAD(cuMemAddressFree); LOAD(cuMemMap); LOAD(cuMemUnmap);
+    LOAD(cuMemSetAccess); LOAD(cuMemGetAddressRange);
     p_launches = (unsigned long (*)(const char *))dlsym(lib, "shoal_standin_launches");
+    p_vmm_imports = (unsigned long (*)(void))dlsym(lib, "shoal_standin_vmm_imports");
+    lib_dev = dev;
     int n = 0;
     CUdevice d;
     CUcontext ctx;
@@ -137,6 +153,48 @@ void *cu_user_alloc(size_t bytes)
 void cu_user_free(void *p)
 {
     check(p_cuMemFree((CUdeviceptr)(uintptr_t)p), "cuMemFree");
+}
+
+/* As PyTorch's expandable segments and ncclMemAlloc make it: a physical
+ * allocation that may be exported as a file descriptor, mapped into a
+ * range of its own and opened to the current device; the mapping holds
+ * the allocation, whose handle goes at once. */
+void *cu_user_alloc_vmm(size_t bytes)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = lib_dev}};
+    size_t gran;
+    check(p_cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
+    size_t size = (bytes + gran - 1) / gran * gran;
+    if (size == 0)
+        size = gran;
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr p;
+    check(p_cuMemCreate(&h, size, &prop, 0), "cuMemCreate");
+    check(p_cuMemAddressReserve(&p, size, 0, 0, 0), "cuMemAddressReserve");
+    check(p_cuMemMap(p, size, 0, h, 0), "cuMemMap");
+    check(p_cuMemRelease(h), "cuMemRelease");
+    CUmemAccessDesc access = {.location = prop.location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    check(p_cuMemSetAccess(p, size, &access, 1), "cuMemSetAccess");
+    return (void *)(uintptr_t)p;
+}
+
+void cu_user_free_vmm(void *p)
+{
+    CUdeviceptr base;
+    size_t size;
+    check(p_cuStreamSynchronize(NULL), "cuStreamSynchronize");
+    check(p_cuMemGetAddressRange(&base, &size, (CUdeviceptr)(uintptr_t)p), "cuMemGetAddressRange");
+    check(p_cuMemUnmap(base, size), "cuMemUnmap");
+    check(p_cuMemAddressFree(base, size), "cuMemAddressFree");
+}
+
+unsigned long cu_user_vmm_imports(void)
+{
+    return p_vmm_imports ? p_vmm_imports() : 0;
 }
 
 void *cu_user_alloc_pinned(size_t bytes)
@@ -227,6 +285,9 @@ unsigned long cu_user_launches(const char *name) { (void)name; return 0; }
 unsigned long cu_user_gemms(void) { return 0; }
 void *cu_user_alloc(size_t bytes) { (void)bytes; abort(); }
 void cu_user_free(void *p) { (void)p; }
+void *cu_user_alloc_vmm(size_t bytes) { (void)bytes; abort(); }
+void cu_user_free_vmm(void *p) { (void)p; }
+unsigned long cu_user_vmm_imports(void) { return 0; }
 void *cu_user_alloc_pinned(size_t bytes) { (void)bytes; abort(); }
 void cu_user_free_pinned(void *p) { (void)p; }
 void *cu_user_alloc_managed(size_t bytes) { (void)bytes; abort(); }

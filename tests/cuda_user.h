@@ -30,6 +30,13 @@ unsigned long cu_user_gemms(void);
 
 void *cu_user_alloc(size_t bytes);          /* device memory */
 void cu_user_free(void *p);
+/* Device memory by the virtual memory API (cuMemCreate, cuMemMap),
+ * exportable as a file descriptor, as ncclMemAlloc's. */
+void *cu_user_alloc_vmm(size_t bytes);
+void cu_user_free_vmm(void *p);
+/* Allocations imported from a peer's descriptor in this process so far
+ * (stand-in only; 0 else). */
+unsigned long cu_user_vmm_imports(void);
 void *cu_user_alloc_pinned(size_t bytes);   /* pinned host memory */
 void cu_user_free_pinned(void *p);
 void *cu_user_alloc_managed(size_t bytes);

@@ -29,6 +29,7 @@
 #include "core/comm.h"
 #include "core/dev_priv.h"
 
+#include <dirent.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -39,8 +40,10 @@
 #define TEST_CHUNK 16384
 #define BIG 70001 /* elements: several pieces of TEST_CHUNK bytes */
 
-enum { MEM_DEVICE, MEM_MANAGED, MEM_PINNED, MEM_HOST, MEM_KINDS };
-static const char *const mem_names[] = {"device", "managed", "pinned", "host"};
+/* The kinds the loops run over, then device memory made by the virtual
+ * memory API (cuMemCreate), which only its own tests use. */
+enum { MEM_DEVICE, MEM_MANAGED, MEM_PINNED, MEM_HOST, MEM_KINDS, MEM_VMM = MEM_KINDS };
+static const char *const mem_names[] = {"device", "managed", "pinned", "host", "cuMem device"};
 
 static void *mem_alloc(int kind, size_t bytes)
 {
@@ -48,6 +51,7 @@ static void *mem_alloc(int kind, size_t bytes)
     case MEM_DEVICE: return cu_user_alloc(bytes);
     case MEM_MANAGED: return cu_user_alloc_managed(bytes);
     case MEM_PINNED: return cu_user_alloc_pinned(bytes);
+    case MEM_VMM: return cu_user_alloc_vmm(bytes);
     default: return malloc(bytes ? bytes : 1);
     }
 }
@@ -58,6 +62,7 @@ static void mem_free(int kind, void *p)
     case MEM_DEVICE:
     case MEM_MANAGED: cu_user_free(p); break;
     case MEM_PINNED: cu_user_free_pinned(p); break;
+    case MEM_VMM: cu_user_free_vmm(p); break;
     default: free(p); break;
     }
 }
@@ -66,7 +71,7 @@ static void mem_free(int kind, void *p)
  * memory; the others are host-readable). */
 static void mem_put(int kind, void *dst, const void *src, size_t bytes)
 {
-    if (kind == MEM_DEVICE)
+    if (kind == MEM_DEVICE || kind == MEM_VMM)
         cu_user_htod(dst, src, bytes);
     else if (bytes)
         memcpy(dst, src, bytes);
@@ -74,7 +79,7 @@ static void mem_put(int kind, void *dst, const void *src, size_t bytes)
 
 static void mem_get(int kind, void *dst, const void *src, size_t bytes)
 {
-    if (kind == MEM_DEVICE)
+    if (kind == MEM_DEVICE || kind == MEM_VMM)
         cu_user_dtoh(dst, src, bytes);
     else if (bytes)
         memcpy(dst, src, bytes);
@@ -572,16 +577,23 @@ static void test_direct_fallback(void **state)
  * (SHOAL_STANDIN_NO_P2P=1: a handle opens only on its own device, as
  * between GPUs without a P2P-capable link) every rank stages it instead,
  * with the same result. arg: whether the devices have peer access. */
-static int rank_two_devices(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+typedef struct {
+    int p2p;  /* whether the devices have peer access */
+    int kind; /* MEM_DEVICE or MEM_VMM */
+} two_dev_arg_t;
+
+static int rank_two_devices(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
 {
-    int p2p = *(const int *)arg;
+    const two_dev_arg_t *arg = varg;
+    int p2p = arg->p2p;
     shoal_comm_t comm;
     if (rank_open_on(rank % 2, rank, &comm, nranks, id))
         return 1;
     void *stream = cu_user_stream();
-    int rc = check_allreduce(comm, stream, rank, nranks, MEM_DEVICE, SHOAL_FLOAT32, SHOAL_SUM,
+    int rc = check_allreduce(comm, stream, rank, nranks, arg->kind, SHOAL_FLOAT32, SHOAL_SUM,
                              3000, 0);
-    RANK_CHECK(rc == 0, fail, "rank %d: the result (peer access %s)", rank, p2p ? "on" : "off");
+    RANK_CHECK(rc == 0, fail, "rank %d: the result on %s memory (peer access %s)", rank,
+               mem_names[arg->kind], p2p ? "on" : "off");
     unsigned long k = cu_user_launches("shoal_k_reduce");
     RANK_CHECK(p2p ? k > 0 : k == 0, fail,
                "rank %d: %lu reduction kernels with peer access %s", rank, k, p2p ? "on" : "off");
@@ -602,15 +614,127 @@ static void test_direct_two_devices(void **state)
     harness_use_transport("shm", TEST_CHUNK);
     harness_setenv("SHOAL_CUDA_PATH", "direct");
     harness_setenv("SHOAL_STANDIN_DEVICES", "2");
-    int on = 1, off = 0;
-    int rc_on = harness_run_ranks(3, rank_two_devices, &on, 60);
-    harness_setenv("SHOAL_STANDIN_NO_P2P", "1");
-    int rc_off = harness_run_ranks(3, rank_two_devices, &off, 60);
-    harness_setenv("SHOAL_STANDIN_NO_P2P", NULL);
+    int rc[2][2];
+    for (int k = 0; k < 2; k++) {
+        two_dev_arg_t on = {.p2p = 1, .kind = k ? MEM_VMM : MEM_DEVICE};
+        two_dev_arg_t off = {.p2p = 0, .kind = on.kind};
+        rc[k][0] = harness_run_ranks(3, rank_two_devices, &on, 60);
+        harness_setenv("SHOAL_STANDIN_NO_P2P", "1");
+        rc[k][1] = harness_run_ranks(3, rank_two_devices, &off, 60);
+        harness_setenv("SHOAL_STANDIN_NO_P2P", NULL);
+    }
     harness_setenv("SHOAL_STANDIN_DEVICES", NULL);
     harness_setenv("SHOAL_CUDA_PATH", NULL);
-    assert_int_equal(rc_on, 0);
-    assert_int_equal(rc_off, 0);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(rc[k][0], 0);
+        assert_int_equal(rc[k][1], 0);
+    }
+}
+
+/* Descriptors open in this process. */
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Device memory made by the virtual memory API (cuMemCreate and cuMemMap,
+ * as ncclMemAlloc and PyTorch's expandable segments make it) has no
+ * CUipcMemHandle: the direct path exports it as a file descriptor that
+ * the peers take a copy of. The all-reduces go direct (reduction kernels
+ * ran) with the right result, in and out of place; a second call on the
+ * same buffers opens nothing again (the cache), buffers freed and made
+ * again are opened anew, and calls on the same buffers leave no
+ * descriptor open behind them. */
+static int rank_vmm(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    char why[256];
+    shoal_comm_t comm;
+    RANK_CHECK(cu_user_open(0, why, sizeof(why)) == 0, fail, "rank %d: %s", rank, why);
+    void *stream = cu_user_stream();
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    const size_t count = 3001, bytes = count * sizeof(float);
+    float *in = malloc(bytes), *want = malloc(bytes), *tmp = malloc(bytes), *got = malloc(bytes);
+    harness_fill_exact(in, count, rank, SHOAL_FLOAT32, SHOAL_SUM);
+    harness_expected(want, tmp, count, nranks, SHOAL_FLOAT32, SHOAL_SUM);
+    unsigned long opened[3];
+    int fds[3];
+    for (int round = 0; round < 3; round++) {
+        /* Rounds 0 and 1 on the same buffers, round 2 on new ones. */
+        static void *sbuf, *rbuf;
+        if (round != 1) {
+            if (sbuf) {
+                cu_user_free_vmm(sbuf);
+                cu_user_free_vmm(rbuf);
+            }
+            sbuf = cu_user_alloc_vmm(bytes);
+            rbuf = cu_user_alloc_vmm(bytes);
+        }
+        for (int inplace = 0; inplace < 2; inplace++) {
+            cu_user_htod(sbuf, in, bytes);
+            void *out = inplace ? sbuf : rbuf;
+            shoal_status_t s =
+                shoal_allreduce_stream(sbuf, out, count, SHOAL_FLOAT32, SHOAL_SUM, comm, stream);
+            RANK_CHECK(s == SHOAL_OK, fail, "rank %d: allreduce_stream: %s (%s)", rank,
+                       shoal_status_string(s), shoal_comm_last_error(comm));
+            cu_user_sync(stream);
+            cu_user_dtoh(got, out, bytes);
+            RANK_CHECK(memcmp(got, want, bytes) == 0, fail,
+                       "rank %d: round %d: wrong result%s", rank, round,
+                       inplace ? " in place" : "");
+        }
+        opened[round] = cu_user_vmm_imports();
+        fds[round] = count_fds();
+        if (round == 2) {
+            cu_user_free_vmm(sbuf);
+            cu_user_free_vmm(rbuf);
+            sbuf = rbuf = NULL;
+        }
+    }
+    if (cu_user_is_standin()) {
+        /* Each peer's two buffers, once per pair of buffers. */
+        unsigned long want_new = 2 * (unsigned long)(nranks - 1);
+        RANK_CHECK(cu_user_launches("shoal_k_reduce") > 0, fail,
+                   "rank %d: no reduction kernel ran: the calls did not go direct", rank);
+        RANK_CHECK(opened[0] == want_new && opened[1] == opened[0] &&
+                       opened[2] == opened[1] + want_new, fail,
+                   "rank %d: descriptors imported by round: %lu %lu %lu, want %lu, the same, "
+                   "%lu more", rank, opened[0], opened[1], opened[2], want_new, want_new);
+    }
+    /* The exports' descriptors are closed once the peers have copies. */
+    RANK_CHECK(fds[1] == fds[0], fail, "rank %d: %d descriptors open after the second round, "
+               "%d after the first", rank, fds[1], fds[0]);
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    cu_user_stream_free(stream);
+    free(in);
+    free(want);
+    free(tmp);
+    free(got);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_direct_vmm(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", "direct");
+    static const int ns[] = {2, 3, 5};
+    for (size_t i = 0; i < sizeof(ns) / sizeof(ns[0]); i++) {
+        int rc = harness_run_ranks(ns[i], rank_vmm, NULL, 60);
+        if (rc != 0)
+            fprintf(stderr, "# failed with %d ranks\n", ns[i]);
+        assert_int_equal(rc, 0);
+    }
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
 }
 
 /* SHOAL_CUDA_PATH=auto: the cost model stages a one-element all-reduce
@@ -722,6 +846,7 @@ int main(void)
         cmocka_unit_test(test_colls_tcp),
         cmocka_unit_test(test_direct_fallback),
         cmocka_unit_test(test_direct_two_devices),
+        cmocka_unit_test(test_direct_vmm),
         cmocka_unit_test(test_auto_model),
         cmocka_unit_test(test_peer_dies),
     };

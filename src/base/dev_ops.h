@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SHOAL_DEV_ABI 8
+#define SHOAL_DEV_ABI 9
 
 typedef enum {
     SHOAL_DEV_MEM_HOST = 0,  /* pageable host memory, or memory the driver does not know */
@@ -176,8 +176,14 @@ typedef struct shoal_dev_ops {
 
     /* Export the allocation that holds p (its base and size go with it);
      * open a peer's export in this process (*p_p = the address of the
-     * exported base); close what ipc_open returned. */
+     * exported base); close what ipc_open returned. Bytes 0..63 of an
+     * export name the allocation (equal for every export of it, never
+     * for another), 64..71 hold p's offset in it and 72..79 its size.
+     * An export may hold a resource of the exporter (a descriptor the
+     * peers take a copy of): ipc_put releases it once every peer has
+     * opened the export or given up; opening it after that fails. */
     shoal_status_t (*ipc_get)(const void *p, shoal_dev_ipc_t *h_p);
+    void (*ipc_put)(const shoal_dev_ipc_t *h);
     shoal_status_t (*ipc_open)(const shoal_dev_ipc_t *h, void **p_p);
     shoal_status_t (*ipc_close)(void *p);
 

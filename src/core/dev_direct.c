@@ -120,6 +120,17 @@ static int export_buf(const shoal_dev_ops_t *ops, const void *p, size_t bytes, i
     return 1;
 }
 
+/* Release what this rank's exports hold (once: the sizes are cleared). */
+static void put_exports(const shoal_dev_ops_t *ops, direct_rec_t *me)
+{
+    direct_buf_t *bufs[2] = {&me->send, &me->recv};
+    for (int i = 0; i < 2; i++) {
+        if (bufs[i]->size)
+            ops->ipc_put(&bufs[i]->handle);
+        bufs[i]->size = 0;
+    }
+}
+
 /* A peer's buffer here: its allocation opened (cached), plus its offset;
  * NULL when it cannot be opened. */
 static char *peer_ptr(struct shoal_dev_comm *d, struct shoal_comm *comm, int peer,
@@ -454,6 +465,8 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
     ps[r] = (char *)(uintptr_t)send;
     pr[r] = a->recvbuf;
     s = inner(comm, call, SHOAL_COLL_ALLREDUCE, &ok, &all_ok, 1, SHOAL_INT32, SHOAL_MIN);
+    /* Every peer has opened this rank's exports or given up. */
+    put_exports(ops, &me);
     if (s != SHOAL_OK)
         goto out;
     if (all_ok) {
@@ -468,6 +481,7 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
         s = run_staged(d, comm, call, d->stream);
     }
 out:
+    put_exports(ops, &me);
     free(all);
     free(ps);
     free(pr);

@@ -53,6 +53,17 @@
     X(cuIpcGetMemHandle)                                                               \
     X(cuIpcOpenMemHandle)                                                              \
     X(cuIpcCloseMemHandle)                                                             \
+    X(cuMemRetainAllocationHandle)                                                     \
+    X(cuMemExportToShareableHandle)                                                    \
+    X(cuMemImportFromShareableHandle)                                                  \
+    X(cuMemAddressReserve)                                                             \
+    X(cuMemAddressFree)                                                                \
+    X(cuMemMap)                                                                        \
+    X(cuMemUnmap)                                                                      \
+    X(cuMemSetAccess)                                                                  \
+    X(cuMemRelease)                                                                    \
+    X(cuMemGetAllocationPropertiesFromHandle)                                          \
+    X(cuDeviceCanAccessPeer)                                                           \
     X(cuGetErrorName)                                                                  \
     X(cuGetErrorString)
 

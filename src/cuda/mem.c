@@ -1,36 +1,9 @@
 /* The CUDA module's memory entries: what a pointer is, device and pinned
- * allocations, and exporting device memory to other processes. */
+ * allocations (ipc.c exports them to other processes). */
 #include "module.h"
 
 #include <stddef.h>
 #include <string.h>
-
-/* shoal_dev_ipc_t's 96 bytes, in the host's byte order (both processes
- * share the host):
- *    0..63  the driver's CUipcMemHandle of the allocation's base
- *   64..71  uint64: offset of the exported pointer from that base
- *   72..79  uint64: bytes of the allocation, from its base
- *   80..83  uint32: SHOAL_CUDA_IPC_MAGIC, which tells a CUDA export from
- *           stray bytes
- *   84..87  uint32: SHOAL_CUDA_IPC_VERSION of this layout
- *   88..95  zero
- * ipc_open returns the base; the opener adds the offset itself, since one
- * mapping of an allocation serves every pointer into it. */
-typedef struct {
-    CUipcMemHandle handle;
-    uint64_t offset;
-    uint64_t size;
-    uint32_t magic;
-    uint32_t version;
-    unsigned char zero[8];
-} cuda_ipc_t;
-
-#define SHOAL_CUDA_IPC_MAGIC 0x43554441u /* "CUDA" */
-#define SHOAL_CUDA_IPC_VERSION 1u
-
-_Static_assert(sizeof(cuda_ipc_t) == SHOAL_DEV_IPC_BYTES, "shoal_dev_ipc_t layout");
-_Static_assert(offsetof(cuda_ipc_t, offset) == 64, "shoal_dev_ipc_t layout");
-_Static_assert(offsetof(cuda_ipc_t, magic) == 80, "shoal_dev_ipc_t layout");
 
 static CUdeviceptr dptr(const void *p)
 {
@@ -87,7 +60,7 @@ shoal_status_t shoal_cuda_classify(const void *p, shoal_dev_mem_t *kind_p, int *
 /* The context p belongs to (its device's for device and managed memory,
  * any other for pinned memory); *kind_p is p's kind. Memory the driver
  * does not know is the caller's mistake. */
-static shoal_status_t mem_enter(const void *p, const char *what, shoal_cuda_scope_t *s,
+shoal_status_t shoal_cuda_mem_enter(const void *p, const char *what, shoal_cuda_scope_t *s,
                                 shoal_dev_mem_t *kind_p)
 {
     shoal_dev_mem_t kind;
@@ -117,7 +90,7 @@ shoal_status_t shoal_cuda_extent(const void *p, size_t *bytes_p)
     size_t size;
     if (!cu)
         return SHOAL_ERR_UNSUPPORTED;
-    shoal_status_t st = mem_enter(p, "extent", &s, &kind);
+    shoal_status_t st = shoal_cuda_mem_enter(p, "extent", &s, &kind);
     if (st != SHOAL_OK)
         return st;
     CUresult r = cu->cuMemGetAddressRange(&base, &size, dptr(p));
@@ -158,7 +131,7 @@ shoal_status_t shoal_cuda_mem_free(void *p)
         return SHOAL_ERR_UNSUPPORTED;
     if (!p)
         return SHOAL_OK;
-    shoal_status_t st = mem_enter(p, "mem_free", &s, &kind);
+    shoal_status_t st = shoal_cuda_mem_enter(p, "mem_free", &s, &kind);
     if (st != SHOAL_OK)
         return st;
     CUresult r = cu->cuMemFree(dptr(p));
@@ -204,89 +177,4 @@ shoal_status_t shoal_cuda_host_free(void *p)
     CUresult r = cu->cuMemFreeHost(p);
     shoal_cuda_leave(&s);
     return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuMemFreeHost", r);
-}
-
-/* The driver exports whole allocations by their base, so the export
- * carries where p sits in it. Managed and pinned memory have no IPC
- * export. */
-shoal_status_t shoal_cuda_ipc_get(const void *p, shoal_dev_ipc_t *h_p)
-{
-    const shoal_cu_t *cu = shoal_cuda_driver();
-    shoal_cuda_scope_t s;
-    shoal_dev_mem_t kind;
-    cuda_ipc_t ipc;
-    CUdeviceptr base;
-    size_t size;
-    CUresult r;
-    if (!cu)
-        return SHOAL_ERR_UNSUPPORTED;
-    shoal_status_t st = mem_enter(p, "ipc_get", &s, &kind);
-    if (st != SHOAL_OK)
-        return st;
-    if (kind != SHOAL_DEV_MEM_DEVICE) {
-        st = shoal_cuda_failf(SHOAL_ERR_INVALID_ARG, "ipc_get: %p is %s memory, not device memory",
-                              p, kind == SHOAL_DEV_MEM_MANAGED ? "managed" : "pinned host");
-        goto out_leave;
-    }
-    memset(&ipc, 0, sizeof(ipc));
-    r = cu->cuMemGetAddressRange(&base, &size, dptr(p));
-    if (r != CUDA_SUCCESS) {
-        st = shoal_cu_fail("cuMemGetAddressRange", r);
-        goto out_leave;
-    }
-    r = cu->cuIpcGetMemHandle(&ipc.handle, base);
-    if (r != CUDA_SUCCESS) {
-        st = shoal_cu_fail("cuIpcGetMemHandle", r);
-        goto out_leave;
-    }
-    ipc.offset = (uint64_t)(dptr(p) - base);
-    ipc.size = (uint64_t)size;
-    ipc.magic = SHOAL_CUDA_IPC_MAGIC;
-    ipc.version = SHOAL_CUDA_IPC_VERSION;
-    memcpy(h_p->bytes, &ipc, sizeof(ipc));
-out_leave:
-    shoal_cuda_leave(&s);
-    return st;
-}
-
-/* Opened into the thread's current context (device 0's primary one when
- * it has none); peer access to the exporting device is enabled on demand.
- * The mapping is closed with ipc_close from a thread of the same
- * context. */
-shoal_status_t shoal_cuda_ipc_open(const shoal_dev_ipc_t *h, void **p_p)
-{
-    const shoal_cu_t *cu = shoal_cuda_driver();
-    shoal_cuda_scope_t s;
-    cuda_ipc_t ipc;
-    CUdeviceptr base;
-    if (!cu)
-        return SHOAL_ERR_UNSUPPORTED;
-    memcpy(&ipc, h->bytes, sizeof(ipc));
-    if (ipc.magic != SHOAL_CUDA_IPC_MAGIC || ipc.version != SHOAL_CUDA_IPC_VERSION)
-        return shoal_cuda_failf(SHOAL_ERR_INVALID_ARG,
-                                "ipc_open: not a CUDA export of this layout (magic %#x version %u)",
-                                ipc.magic, ipc.version);
-    shoal_status_t st = shoal_cuda_enter_any(&s);
-    if (st != SHOAL_OK)
-        return st;
-    CUresult r = cu->cuIpcOpenMemHandle(&base, ipc.handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
-    shoal_cuda_leave(&s);
-    if (r != CUDA_SUCCESS)
-        return shoal_cu_fail("cuIpcOpenMemHandle", r);
-    *p_p = hptr(base);
-    return SHOAL_OK;
-}
-
-shoal_status_t shoal_cuda_ipc_close(void *p)
-{
-    const shoal_cu_t *cu = shoal_cuda_driver();
-    shoal_cuda_scope_t s;
-    if (!cu)
-        return SHOAL_ERR_UNSUPPORTED;
-    shoal_status_t st = shoal_cuda_enter_any(&s);
-    if (st != SHOAL_OK)
-        return st;
-    CUresult r = cu->cuIpcCloseMemHandle(dptr(p));
-    shoal_cuda_leave(&s);
-    return r == CUDA_SUCCESS ? SHOAL_OK : shoal_cu_fail("cuIpcCloseMemHandle", r);
 }

@@ -295,6 +295,7 @@ static const shoal_dev_ops_t cuda_ops = {
     .stream_destroy = shoal_cuda_stream_destroy,
     .stream_sync = shoal_cuda_stream_sync,
     .ipc_get = shoal_cuda_ipc_get,
+    .ipc_put = shoal_cuda_ipc_put,
     .ipc_open = shoal_cuda_ipc_open,
     .ipc_close = shoal_cuda_ipc_close,
     .gemm = shoal_cuda_gemm,

@@ -54,7 +54,15 @@ shoal_status_t shoal_cuda_mem_alloc(int device, size_t bytes, void **p_p);
 shoal_status_t shoal_cuda_mem_free(void *p);
 shoal_status_t shoal_cuda_host_alloc(size_t bytes, void **p_p);
 shoal_status_t shoal_cuda_host_free(void *p);
+/* The context p belongs to, entered (shoal_cuda_leave after), and p's
+ * kind; what names the entry in the message when the driver does not
+ * know p. */
+shoal_status_t shoal_cuda_mem_enter(const void *p, const char *what, shoal_cuda_scope_t *s,
+                                    shoal_dev_mem_t *kind_p);
+
+/* ipc.c */
 shoal_status_t shoal_cuda_ipc_get(const void *p, shoal_dev_ipc_t *h_p);
+void shoal_cuda_ipc_put(const shoal_dev_ipc_t *h);
 shoal_status_t shoal_cuda_ipc_open(const shoal_dev_ipc_t *h, void **p_p);
 shoal_status_t shoal_cuda_ipc_close(void *p);
 

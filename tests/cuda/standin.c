@@ -195,6 +195,21 @@ CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
     return CUDA_SUCCESS;
 }
 
+/* Peer access as SHOAL_STANDIN_NO_P2P says (a device reaches itself
+ * anyway). */
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    if (!standin_initialized())
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (canAccessPeer == NULL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= standin_config.devices || peerDev < 0 ||
+        peerDev >= standin_config.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *canAccessPeer = standin_config.p2p || dev == peerDev;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 {
     if (!standin_initialized())
@@ -210,6 +225,11 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 bool standin_ctx_valid(CUcontext ctx)
 {
     return ctx != NULL && ctx >= &standin_ctx[0] && ctx < &standin_ctx[standin_config.devices];
+}
+
+CUcontext standin_ctx_of_device(int device)
+{
+    return device >= 0 && device < standin_config.devices ? &standin_ctx[device] : NULL;
 }
 
 CUcontext standin_ctx_current(void)

@@ -35,6 +35,7 @@
 #define STANDIN_TAG_EVENT 0x45564e54u  /* "EVNT" */
 #define STANDIN_TAG_MODULE 0x4d4f444cu /* "MODL" */
 #define STANDIN_TAG_FUNC 0x46554e43u   /* "FUNC" */
+#define STANDIN_TAG_PHYS 0x50485953u   /* "PHYS" */
 #define STANDIN_TAG_DEAD 0xdeadu
 
 /* Settings, read once by cuInit from the environment. */
@@ -74,6 +75,7 @@ typedef struct {
     CUcontext ctx;
     int fd;
     uint64_t id; /* unique in the process, never reused */
+    struct standin_phys *phys; /* cuMemMap's: the physical allocation mapped here */
 } standin_alloc_t;
 
 /* Work queued on a stream. */
@@ -190,6 +192,8 @@ extern standin_config_t standin_config;
 extern atomic_bool standin_unloading;
 bool standin_initialized(void);
 CUcontext standin_ctx_current(void);
+/* Device's primary context (NULL for no such device). */
+CUcontext standin_ctx_of_device(int device);
 bool standin_ctx_valid(CUcontext ctx);
 /* The first error of work in ctx, or CUDA_SUCCESS. */
 CUresult standin_ctx_fault(CUcontext ctx);
@@ -237,5 +241,8 @@ void standin_kernel_run(standin_op_t *op);
  * cuIpcOpenMemHandle in this process. */
 unsigned long shoal_standin_launches(const char *name);
 unsigned long shoal_standin_ipc_open_count(void);
+/* Physical allocations imported from a descriptor (cuMemImportFrom-
+ * ShareableHandle) in this process so far. */
+unsigned long shoal_standin_vmm_imports(void);
 
 #endif

@@ -69,7 +69,8 @@ unsigned long shoal_standin_ipc_open_count(void)
 /* The handle describes the whole allocation that holds dptr, so an
  * interior pointer exports its allocation, and the importer adds the
  * offset it learned from cuMemGetAddressRange. Only cuMemAlloc memory
- * can be exported, and not memory that was itself imported. */
+ * can be exported, and not memory that was itself imported (nor
+ * cuMemMap's: standin_vmm.c). */
 CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
     standin_ipc_handle_t h = {0};
@@ -79,7 +80,8 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (pHandle == NULL)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!standin_mem_find((uintptr_t)dptr, &a) || a.kind != STANDIN_MEM_DEVICE || a.imported)
+    if (!standin_mem_find((uintptr_t)dptr, &a) || a.kind != STANDIN_MEM_DEVICE || a.imported ||
+        a.phys)
         return CUDA_ERROR_INVALID_VALUE;
     h.magic = STANDIN_IPC_MAGIC;
     h.pid = (int32_t)getpid();

@@ -219,6 +219,9 @@ static CUresult standin_free(uintptr_t base, unsigned kinds)
     if (base == 0)
         return CUDA_SUCCESS;
     standin_stream_sync_all(NULL);
+    /* cuMemMap's ranges go with cuMemUnmap (standin_vmm.c). */
+    if (standin_mem_find(base, &a) && a.phys)
+        return CUDA_ERROR_INVALID_VALUE;
     if (!standin_mem_remove(base, kinds, false, &a))
         return CUDA_ERROR_INVALID_VALUE;
     munmap((void *)a.base, a.map_size);
@@ -340,7 +343,7 @@ static CUresult standin_pointer_attribute(void *data, CUpointer_attribute attr,
         *(unsigned int *)data = 0;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *(unsigned int *)data = a && a->kind == STANDIN_MEM_DEVICE && !a->imported;
+        *(unsigned int *)data = a && a->kind == STANDIN_MEM_DEVICE && !a->imported && !a->phys;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
         *(unsigned int *)data = 0;
