@@ -7,6 +7,7 @@
 #include "base/config.h"
 #include "base/dtype.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -80,6 +81,18 @@ void harness_plain_only(const char *what)
     printf("1..0 # SKIP %s runs in the plain variant only (SHOAL_TEST_QUICK=1)\n", what);
     fflush(stdout);
     exit(0);
+}
+
+int harness_open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
 }
 
 void harness_require_root(const char *why)

@@ -92,6 +92,9 @@ void harness_plain_only(const char *what);
  * which prove counts as a failure.) */
 void harness_require_root(const char *why);
 
+/* Descriptors open in this process (-1 when /proc cannot say). */
+int harness_open_fds(void);
+
 /* Move this process into the network namespace `ip netns add` made under
  * name; 0 on success, -1 otherwise. */
 int harness_enter_netns(const char *name);

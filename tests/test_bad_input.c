@@ -9,7 +9,6 @@
  * id whose rank 0 never comes, and ranks that disagree on nranks. */
 #include "harness.h"
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -226,24 +225,12 @@ static void apply_defect(defect_t d, args_t *x, unsigned char *a, int rank, int 
     }
 }
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (!d)
-        return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 /* Descriptors open in this rank, not counting the rendezvous listener that
  * rank 0 inherits from the process that made the id (its init takes and
  * closes it): so the count before init equals the count after destroy. */
 static int open_fds_of(int rank, int before_init)
 {
-    int n = open_fds();
+    int n = harness_open_fds();
     return before_init && rank == 0 ? n - 1 : n;
 }
 
@@ -337,7 +324,7 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
      * peer's to close meanwhile. */
     RANK_CHECK(works(comm, nranks), fail, "rank %d: first all-reduce: %s", rank,
                shoal_comm_last_error(comm));
-    int fds_comm = open_fds();
+    int fds_comm = harness_open_fds();
 
     int refused = run_matrix(comm, rank, nranks, 0, a, b);
     RANK_CHECK(refused > 0, fail, "rank %d: matrix failed", rank);
@@ -370,8 +357,8 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(refused > 0, fail, "rank %d: matrix in a group failed", rank);
     RANK_CHECK(s == SHOAL_OK && sum == nranks, fail,
                "rank %d: group after bad calls gave %s, sum %d", rank, shoal_status_string(s), sum);
-    RANK_CHECK(open_fds() <= fds_comm, fail, "rank %d: bad calls left %d descriptors open", rank,
-               open_fds() - fds_comm);
+    RANK_CHECK(harness_open_fds() <= fds_comm, fail, "rank %d: bad calls left %d descriptors open",
+               rank, harness_open_fds() - fds_comm);
 
     /* A stopped communicator refuses everything with SHOAL_ERR_ABORTED;
      * the one made by the same shrink works. */
@@ -391,8 +378,8 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     RANK_CHECK(shoal_comm_abort(fresh) == SHOAL_ERR_INVALID_ARG, fail, "abort after destroy");
     RANK_CHECK(all_calls_refused(NULL, rank, nranks, SHOAL_ERR_INVALID_ARG, "NULL", a, b) == 0,
                fail, "NULL communicator");
-    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left after destroy", rank,
-               open_fds() - fds);
+    RANK_CHECK(harness_open_fds() == fds, fail, "rank %d: %d descriptors left after destroy",
+               rank, harness_open_fds() - fds);
     (void)arg;
     return 0;
 fail:
@@ -429,8 +416,8 @@ static int rank_aborted(int rank, int nranks, const shoal_unique_id_t *id, void 
                    0, fail, "aborted communicator");
     RANK_CHECK(shoal_comm_abort(comm) == SHOAL_ERR_INVALID_ARG, fail, "double abort");
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_ERR_INVALID_ARG, fail, "destroy after abort");
-    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left after abort", rank,
-               open_fds() - fds);
+    RANK_CHECK(harness_open_fds() == fds, fail, "rank %d: %d descriptors left after abort", rank,
+               harness_open_fds() - fds);
     (void)arg;
     return 0;
 fail:
@@ -491,7 +478,7 @@ static void test_bad_ids(void **state)
     harness_setenv("SHOAL_TIMEOUT", "1s");
     shoal_unique_id_t real;
     assert_int_equal(shoal_get_unique_id(&real), SHOAL_OK);
-    int fds = open_fds();
+    int fds = harness_open_fds();
     shoal_comm_t comm = (shoal_comm_t)0x1;
     uint32_t x = (uint32_t)time(NULL);
     for (int i = 0; i < 20; i++) {
@@ -513,7 +500,7 @@ static void test_bad_ids(void **state)
     assert_non_null(strstr(shoal_comm_last_error(NULL), "rank 1 of 2"));
     assert_true(secs < 10);
     assert_ptr_equal(comm, (shoal_comm_t)0x1);
-    assert_int_equal(open_fds(), fds);
+    assert_int_equal(harness_open_fds(), fds);
     harness_setenv("SHOAL_TIMEOUT", NULL);
 }
 
@@ -539,7 +526,7 @@ static int rank_disagree(int rank, int nranks, const shoal_unique_id_t *id, void
         RANK_CHECK(rank == 0 || strstr(why, "rank 0") != NULL, fail, "rank %d: reason: %s",
                    rank, why);
     }
-    RANK_CHECK(open_fds() == fds, fail, "rank %d: %d descriptors left", rank, open_fds() - fds);
+    RANK_CHECK(harness_open_fds() == fds, fail, "rank %d: %d descriptors left", rank, harness_open_fds() - fds);
     (void)arg;
     return 0;
 fail:

@@ -29,7 +29,6 @@
 #include "core/comm.h"
 #include "core/dev_priv.h"
 
-#include <dirent.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -631,19 +630,6 @@ static void test_direct_two_devices(void **state)
     }
 }
 
-/* Descriptors open in this process. */
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-    if (!d)
-        return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 /* Device memory made by the virtual memory API (cuMemCreate and cuMemMap,
  * as ncclMemAlloc and PyTorch's expandable segments make it) has no
  * CUipcMemHandle: the direct path exports it as a file descriptor that
@@ -691,7 +677,7 @@ static int rank_vmm(int rank, int nranks, const shoal_unique_id_t *id, void *arg
                        inplace ? " in place" : "");
         }
         opened[round] = cu_user_vmm_imports();
-        fds[round] = count_fds();
+        fds[round] = harness_open_fds();
         if (round == 2) {
             cu_user_free_vmm(sbuf);
             cu_user_free_vmm(rbuf);

@@ -211,6 +211,9 @@ bool standin_mem_remove(uintptr_t base, unsigned kinds, bool imported, standin_a
  * table, or (when device_only is false) mapped host memory. */
 bool standin_mem_reachable(const void *p, size_t bytes, bool device_only);
 uint64_t standin_mem_next_id(void);
+/* The name of what descriptor fd of this process is ("/memfd:<name>
+ * (deleted)" for a memfd), into buf; false when it cannot be read. */
+bool standin_fd_name(int fd, char *buf, size_t len);
 
 /* standin_stream.c: queues and their workers. */
 /* The stream to queue on and the context the work belongs to: the legacy

@@ -99,14 +99,10 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
  * standin_mem.c gives it, ends up in the link of /proc/self/fd. */
 static bool standin_ipc_same_file(int fd, const standin_ipc_handle_t *h)
 {
-    char link[64], target[128], want[96];
-    ssize_t n;
+    char target[128], want[96];
 
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    n = readlink(link, target, sizeof(target) - 1);
-    if (n < 0)
+    if (!standin_fd_name(fd, target, sizeof(target)))
         return false;
-    target[n] = '\0';
     snprintf(want, sizeof(want), "/memfd:shoal-standin-%ld-%llu ", (long)h->pid,
              (unsigned long long)h->id);
     return strncmp(target, want, strlen(want)) == 0;

@@ -30,6 +30,19 @@ uint64_t standin_mem_next_id(void)
     return (uint64_t)atomic_fetch_add_explicit(&standin_mem_ids, 1, memory_order_relaxed) + 1;
 }
 
+bool standin_fd_name(int fd, char *buf, size_t len)
+{
+    char link[64];
+    ssize_t n;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    n = readlink(link, buf, len - 1);
+    if (n < 0)
+        return false;
+    buf[n] = '\0';
+    return true;
+}
+
 /* Caller holds standin_mem_lock. */
 static standin_alloc_t *standin_mem_lookup(uintptr_t p)
 {

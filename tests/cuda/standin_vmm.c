@@ -374,20 +374,15 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
                                         CUmemAllocationHandleType shHandleType)
 {
     int fd = (int)(intptr_t)osHandle, device, mine;
-    char link[64], target[160];
+    char target[160];
     struct stat st;
-    ssize_t n;
 
     if (!standin_initialized())
         return CUDA_ERROR_NOT_INITIALIZED;
     if (handle == NULL || shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
         return CUDA_ERROR_INVALID_VALUE;
-    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-    n = readlink(link, target, sizeof(target) - 1);
-    if (n < 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    target[n] = '\0';
-    if (sscanf(target, "/memfd:" STANDIN_VMM_NAME "%d-", &device) != 1 || device < 0 ||
+    if (!standin_fd_name(fd, target, sizeof(target)) ||
+        sscanf(target, "/memfd:" STANDIN_VMM_NAME "%d-", &device) != 1 || device < 0 ||
         device >= standin_config.devices || fstat(fd, &st) != 0 || st.st_size <= 0)
         return CUDA_ERROR_INVALID_VALUE;
     mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
