@@ -39,6 +39,8 @@
 #include "api/compressor_priv.h"
 #include "base/dtype.h"
 #include "compress/codec.h"
+#include "core/comm.h"
+#include "core/dev_priv.h"
 
 #include <math.h>
 #include <signal.h>
@@ -380,12 +382,23 @@ out:
     return rc;
 }
 
-static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+/* How rank_matrix runs (NULL: one device, the path as set): the ranks on
+ * devices devices (rank r on r % devices), and whether INT8's calls must
+ * have gone device to device (1), must not have (0), or either (-1). */
+typedef struct {
+    int devices;
+    int direct;
+} matrix_arg_t;
+
+static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
 {
-    (void)arg;
+    static const matrix_arg_t plain = {.devices = 1, .direct = -1};
+    const matrix_arg_t *arg = varg ? varg : &plain;
+    char why[256];
     shoal_comm_t comm;
-    if (rank_open(rank, &comm, nranks, id))
-        return 1;
+    RANK_CHECK(cu_user_open(rank % arg->devices, why, sizeof(why)) == 0, fail, "rank %d: %s",
+               rank, why);
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
     void *stream = cu_user_stream();
     static const size_t counts[] = {1, 1001, 40001};
     static const shoal_dtype_t dtypes[] = {SHOAL_FLOAT32, SHOAL_FLOAT16, SHOAL_BFLOAT16};
@@ -414,6 +427,10 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
     /* A rank alone quantises nothing. */
     if (cu_user_is_standin() && nranks > 1)
         RANK_CHECK(cu_user_launches("shoal_k_codec") > 0, fail, "no codec kernel ran");
+    unsigned long direct = comm->dev ? comm->dev->direct_runs : 0;
+    RANK_CHECK(nranks == 1 || arg->direct < 0 || (arg->direct ? direct > 0 : direct == 0), fail,
+               "rank %d: %lu calls went device to device, want %s", rank, direct,
+               arg->direct ? "some" : "none");
     cu_user_stream_free(stream);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
@@ -864,7 +881,7 @@ static void test_peer_dies(void **state)
                          0);
 }
 
-static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
+static void run_all_arg(harness_rank_fn_t fn, const char *transport, int max_ranks, void *arg)
 {
     harness_use_transport(transport, TEST_CHUNK);
     int quick = harness_quick();
@@ -872,8 +889,44 @@ static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
     size_t n = quick ? 2 : 5;
     for (size_t i = 0; i < n; i++) {
         if (ranks[i] <= max_ranks)
-            assert_int_equal(harness_run_ranks(ranks[i], fn, NULL, 240), 0);
+            assert_int_equal(harness_run_ranks(ranks[i], fn, arg, 240), 0);
     }
+}
+
+static void run_all(harness_rank_fn_t fn, const char *transport, int max_ranks)
+{
+    run_all_arg(fn, transport, max_ranks, NULL);
+}
+
+/* SHOAL_CUDA_PATH=direct: INT8's calls go device to device (the ranks
+ * read each other's scratch) with the model's bits; TERNARY's stage. */
+static void test_matrix_direct(void **state)
+{
+    (void)state;
+    matrix_arg_t arg = {.devices = 1, .direct = 1};
+    harness_setenv("SHOAL_CUDA_PATH", "direct");
+    run_all_arg(rank_matrix, "shm", 5, &arg);
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+}
+
+/* The same with the ranks on two devices without peer access (stand-in
+ * only: SHOAL_STANDIN_NO_P2P): no rank can open its peers' scratch, so
+ * every call stages instead, still with the model's bits. */
+static void test_direct_fallback(void **state)
+{
+    (void)state;
+    if (!getenv("SHOAL_CUDA_DRIVER"))
+        return;
+    matrix_arg_t arg = {.devices = 2, .direct = 0};
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_CUDA_PATH", "direct");
+    harness_setenv("SHOAL_STANDIN_DEVICES", "2");
+    harness_setenv("SHOAL_STANDIN_NO_P2P", "1");
+    int rc = harness_run_ranks(3, rank_matrix, &arg, 240);
+    harness_setenv("SHOAL_STANDIN_NO_P2P", NULL);
+    harness_setenv("SHOAL_STANDIN_DEVICES", NULL);
+    harness_setenv("SHOAL_CUDA_PATH", NULL);
+    assert_int_equal(rc, 0);
 }
 
 static void test_matrix_shm(void **state) { (void)state; run_all(rank_matrix, "shm", 8); }
@@ -891,6 +944,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_shm),
         cmocka_unit_test(test_matrix_tcp),
+        cmocka_unit_test(test_matrix_direct),
+        cmocka_unit_test(test_direct_fallback),
         cmocka_unit_test(test_state),
         cmocka_unit_test(test_group),
         cmocka_unit_test(test_psgd),

@@ -498,18 +498,23 @@ static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *
     return SHOAL_OK;
 }
 
-void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
-                     uint64_t rx0, uint64_t step)
+void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t received,
+                           uint64_t step)
 {
     const struct shoal_compressor *c = call->comp;
     if (!call->info)
         return;
-    uint64_t sent = comm->team.tx_bytes - tx0;
-    double n = comm->team.nranks;
+    double n = c->nranks;
     double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
-    *call->info = (shoal_compress_info_t){
-        .bytes_sent = sent, .bytes_received = comm->team.rx_bytes - rx0,
-        .ratio = sent ? plain / (double)sent : 0, .step = step};
+    *call->info = (shoal_compress_info_t){.bytes_sent = sent, .bytes_received = received,
+                                          .ratio = sent ? plain / (double)sent : 0,
+                                          .step = step};
+}
+
+void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
+                     uint64_t rx0, uint64_t step)
+{
+    shoal_comp_info_moved(call, comm->team.tx_bytes - tx0, comm->team.rx_bytes - rx0, step);
 }
 
 shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call)

@@ -20,7 +20,9 @@
  *   narrowed there), and the owner's residual of its chunk copied in.
  * Every rank decodes the same bytes, so all end with the same bits. A rank
  * alone returns its input plus residual exactly (residual 0), as the host
- * path does.
+ * path does. On one host the same schedule may run device to device
+ * (int8_direct_run): the payload's layout then lives in the compressor's
+ * device scratch, which the peers read.
  *
  * TERNARY (its scales shared) is two staged calls, each with a host side:
  * the stream writes each block's largest |input plus residual| (and, to
@@ -43,11 +45,15 @@
  * refuses until set_state or reset. */
 #include "compressor_priv.h"
 
+#include "base/config.h"
 #include "compress/codec.h"
+#include "core/coll.h"
 #include "core/comm.h"
+#include "core/dev_priv.h"
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Where a call's data lies in its slot's payload (bytes). */
@@ -162,10 +168,9 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
 }
 
 /* After the host side: the encoded sums decoded into the result, the
- * owner's residual of its chunk. The host side finds its data in the
- * payload. */
-static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
-                                 unsigned char *pay)
+ * owner's residual of its chunk, from pay's layout. */
+static shoal_status_t decode_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                  const unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
     float *res = call->args.residual;
@@ -195,6 +200,14 @@ static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
     chunk_of(c, l.n, l.me, &lo, &len);
     if (r == SHOAL_OK && res && len > 0)
         r = ops->copy(res + lo, pay + l.err, len * sizeof(float), st);
+    return r;
+}
+
+/* The host side finds its data in the payload. */
+static shoal_status_t stage_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                 unsigned char *pay)
+{
+    shoal_status_t r = decode_post(ops, call, pay);
     call->args.sendbuf = pay;
     call->args.recvbuf = pay;
     return r;
@@ -204,6 +217,31 @@ static const shoal_dev_stager_t comp_stager = {
     .need = stage_need,
     .pre = stage_pre,
     .post = stage_post,
+};
+
+/* The direct path's: the same layout in the compressor's device scratch
+ * (dev.wire), which the peers read; the pinned payload serves the host
+ * side only where some rank cannot go direct (int8_direct_run). */
+static shoal_status_t direct_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                 unsigned char *pay)
+{
+    (void)pay;
+    return stage_pre(ops, call, call->comp->dev.wire);
+}
+
+static shoal_status_t direct_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                                  unsigned char *pay)
+{
+    shoal_status_t r = decode_post(ops, call, call->comp->dev.wire);
+    call->args.sendbuf = pay;
+    call->args.recvbuf = pay;
+    return r;
+}
+
+static const shoal_dev_stager_t direct_stager = {
+    .need = stage_need,
+    .pre = direct_pre,
+    .post = direct_post,
 };
 
 /* ---- TERNARY: the scales' call, then the codes' ---- */
@@ -460,6 +498,138 @@ static shoal_status_t int8_run(struct shoal_comm *comm, const shoal_call_t *call
     return s;
 }
 
+/* INT8's host side on the direct path (one host): the same schedule as
+ * int8_run's, with the wires in the ranks' device scratch. After the
+ * scratch's exchange (core/dev_priv.h), each rank, on the executor's
+ * stream, decodes every peer's contribution to its chunk straight from
+ * the peer's scratch and adds it to its exact values in int8_run's
+ * order, quantises the sum once (its residual beside), and after a
+ * barrier copies every owner's encoded sum into its own scratch, where
+ * the stream's side after the call decodes them; a last barrier keeps
+ * each scratch until no peer reads it. The kernels are the host codec's
+ * element math, so the bits are int8_run's. Where some rank cannot open
+ * its peers' scratch, every rank runs int8_run on the payload instead:
+ * the scratch copied in, the results copied back. */
+static shoal_status_t dev_failed(struct shoal_comm *comm, const shoal_call_t *call,
+                                 shoal_status_t s)
+{
+    return shoal_coll_failed(comm, s, "%s: device work failed: %s", call->what,
+                             call->comp->dev.ops->why());
+}
+
+/* int8_run on the payload, where some rank cannot go direct. */
+static shoal_status_t int8_direct_staged(struct shoal_comm *comm, const shoal_call_t *call,
+                                         void *st)
+{
+    const struct shoal_compressor *c = call->comp;
+    const shoal_dev_ops_t *ops = c->dev.ops;
+    unsigned char *pay = call->args.recvbuf, *w = c->dev.wire;
+    dev_lay_t l;
+    lay_of(c, &l);
+    shoal_status_t s = ops->copy(pay, w, l.need, st);
+    if (s == SHOAL_OK)
+        s = ops->stream_sync(st);
+    if (s != SHOAL_OK)
+        return dev_failed(comm, call, s);
+    s = int8_run(comm, call);
+    if (s != SHOAL_OK)
+        return s;
+    /* The encoded sums and the owner's residual, which the stream's side
+     * after the call reads from the scratch. */
+    s = ops->copy(w + l.w_out, pay + l.w_out, l.need - l.w_out, st);
+    if (s == SHOAL_OK)
+        s = ops->stream_sync(st);
+    return s == SHOAL_OK ? s : dev_failed(comm, call, s);
+}
+
+/* This rank's chunk: every peer's contribution decoded from the peer's
+ * scratch and added to the exact values in int8_run's order, the sum
+ * quantised once with its residual. */
+static shoal_status_t int8_direct_reduce(const shoal_call_t *call, char **peer, void *st)
+{
+    const struct shoal_compressor *c = call->comp;
+    const shoal_dev_ops_t *ops = c->dev.ops;
+    unsigned char *w = c->dev.wire;
+    dev_lay_t l;
+    size_t lo, len;
+    lay_of(c, &l);
+    chunk_of(c, l.n, l.me, &lo, &len);
+    float *sum = (float *)(w + l.sum), *tmp = (float *)(w + l.tmp);
+    if (len == 0)
+        return SHOAL_OK;
+    shoal_status_t s = ops->copy(sum, w + l.mine, len * sizeof(float), st);
+    for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
+        int from = (l.me - k + l.n) % l.n;
+        shoal_dev_codec_args_t a = dev_codec_of(c, from, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        a.wire_in = peer[from] + l.w_in + (size_t)l.me * l.cw;
+        a.dst = tmp;
+        a.count = len;
+        a.first = lo;
+        s = ops->codec(&a, st);
+        if (s == SHOAL_OK)
+            s = ops->reduce(sum, sum, tmp, len, SHOAL_FLOAT32, SHOAL_SUM, st);
+    }
+    if (s == SHOAL_OK) {
+        shoal_dev_codec_args_t a = dev_codec_of(c, l.me, call->comp_step, SHOAL_DEV_CODEC_ENCODE);
+        a.wire_out = w + l.w_own;
+        a.src = sum;
+        a.residual = (float *)(w + l.err);
+        a.count = len;
+        a.first = lo;
+        s = ops->codec(&a, st);
+    }
+    return s;
+}
+
+static shoal_status_t int8_direct_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    const shoal_dev_ops_t *ops = c->dev.ops;
+    unsigned char *w = c->dev.wire;
+    dev_lay_t l;
+    lay_of(c, &l);
+    char **peer = calloc((size_t)l.n, sizeof(*peer));
+    void *st = NULL;
+    int all_ok = 0;
+    shoal_status_t s = peer ? shoal_dev_direct_stream(comm, call, c->dev.device, &st)
+                            : shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory",
+                                                call->what);
+    if (s == SHOAL_OK)
+        s = shoal_dev_direct_share(comm, call, 1, w, l.need, NULL, 0, peer, NULL, &all_ok);
+    if (s != SHOAL_OK || !all_ok) {
+        if (s == SHOAL_OK)
+            s = int8_direct_staged(comm, call, st);
+        goto out;
+    }
+    s = int8_direct_reduce(call, peer, st);
+    if (s == SHOAL_OK)
+        s = ops->stream_sync(st);
+    if (s != SHOAL_OK) {
+        s = dev_failed(comm, call, s);
+        goto out;
+    }
+    /* Every chunk's sum encoded before any is read. */
+    s = shoal_dev_direct_barrier(comm, call);
+    for (int j = 0; j < l.n && s == SHOAL_OK; j++)
+        s = ops->copy(w + l.w_out + (size_t)j * l.cw, peer[j] + l.w_own, l.cw, st);
+    if (s == SHOAL_OK && (s = ops->stream_sync(st)) != SHOAL_OK)
+        s = dev_failed(comm, call, s);
+    if (s == SHOAL_OK)
+        s = shoal_dev_direct_barrier(comm, call);
+    if (s == SHOAL_OK) {
+        /* What crossed between the devices: as the staged schedule's
+         * all-to-all and all-gather of the wires. */
+        uint64_t moved = 2 * (uint64_t)(l.n - 1) * l.cw;
+        comm->dev->direct_runs++;
+        shoal_comp_info_moved(call, moved, moved, call->comp_step);
+    }
+out:
+    if (s != SHOAL_OK)
+        atomic_store(&c->dev.lost, 1);
+    free(peer);
+    return s;
+}
+
 /* Where p lives: its device, or -1 when the device cannot reach it as a
  * compressor's kernels need (host memory). */
 static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
@@ -486,7 +656,10 @@ static void free_buffers(const shoal_dev_ops_t *ops, struct shoal_compressor *c)
         ops->host_free(d->host);
     if (d->scales)
         ops->mem_free(d->scales);
+    if (d->wire)
+        ops->mem_free(d->wire);
     d->res = d->res_next = d->x = d->host = d->scales = NULL;
+    d->wire = NULL;
 }
 
 /* The state moves to device on the first call: the residual as the host
@@ -561,6 +734,27 @@ static const char *dev_problem(const struct shoal_compressor *c)
     return NULL;
 }
 
+/* Whether INT8's call goes device to device (int8_direct_run): on one
+ * host, unless SHOAL_CUDA_PATH says staged, by the direct path's cost
+ * model (auto) for a call that moves the wires (their all-reduce standing
+ * for the staged schedule's all-to-all and all-gather), so every rank
+ * decides alike. */
+static int int8_goes_direct(const struct shoal_comm *comm, const struct shoal_compressor *c,
+                            const shoal_call_t *call)
+{
+    if (c->opt.kind != SHOAL_COMPRESS_INT8 || c->psgd || c->nranks < 2 ||
+        comm->team.nhosts != 1 || !strcmp(shoal_config_get()->cuda.path, "staged"))
+        return 0;
+    dev_lay_t l;
+    lay_of(c, &l);
+    size_t wires = (size_t)l.n * l.cw;
+    shoal_call_t w = {.what = call->what,
+                      .args = {.kind = SHOAL_COLL_ALLREDUCE, .count = wires,
+                               .dtype = SHOAL_UINT8, .op = SHOAL_SUM},
+                      .in_bytes = wires, .out_bytes = wires};
+    return shoal_dev_direct_pays(comm, &w);
+}
+
 /* Ready call for the staged path: the checks of its buffers, the state
  * moved to their device on the first call, the residuals and step as of
  * the call. Entered comm; fails with the reason on it. */
@@ -597,6 +791,16 @@ static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call
     }
     call->stager = &comp_stager;
     call->run = int8_run;
+    if (int8_goes_direct(comm, c, call)) {
+        dev_lay_t l;
+        lay_of(c, &l);
+        if (!c->dev.wire && ops->mem_alloc(sdev, l.need, (void **)&c->dev.wire) != SHOAL_OK)
+            return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no device memory for the "
+                                   "direct path's %zu bytes of scratch: %s", what, l.need,
+                                   ops->why());
+        call->stager = &direct_stager;
+        call->run = int8_direct_run;
+    }
     call->args.residual_in = c->dev.res;
     call->args.residual = c->dev.res_next;
     call->comp_step = c->step;

@@ -25,6 +25,8 @@ typedef struct {
     int upload;                 /* host holds the residual the first call's stream copies in */
     float *upload_to;           /* ... into this one, the first call's last residual */
     float *scales;              /* TERNARY: the shared scales of the call being run */
+    unsigned char *wire;        /* INT8 on the direct path: a staged call's payload, on
+                                 * the device (compressor_dev.c), or NULL */
     /* What the first of a call's two host sides moved (TERNARY's scales,
      * POWERSGD's P), for the second's info. */
     uint64_t first_tx, first_rx;
@@ -97,6 +99,9 @@ static inline size_t shoal_comp_up64(size_t x)
  * moved since tx0 and rx0, and the compressor's step as of the call. */
 void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,
                      uint64_t rx0, uint64_t step);
+/* The same with the bytes given: what crossed device to device. */
+void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t received,
+                           uint64_t step);
 
 /* compressor_dev.c. Check and queue call, a stream-ordered call on c
  * whose op the caller checked: the state moved to its buffers' device on

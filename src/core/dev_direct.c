@@ -218,7 +218,7 @@ static void *direct_scratch(struct shoal_dev_comm *d, int dev, size_t bytes)
  *   memory and the result's back, over PCIe.
  * Small calls stage; large ones, whose host collective and copies cost
  * more than four small collectives and the peer reads, go direct. */
-static int direct_pays(const struct shoal_comm *comm, const shoal_call_t *call)
+int shoal_dev_direct_pays(const struct shoal_comm *comm, const shoal_call_t *call)
 {
     if (strcmp(shoal_config_get()->cuda.path, "auto"))
         return 1;
@@ -400,53 +400,37 @@ static shoal_status_t run_direct(struct shoal_dev_comm *d, struct shoal_comm *co
     return barrier(comm, call);
 }
 
-shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call)
+shoal_status_t shoal_dev_direct_stream(struct shoal_comm *comm, const shoal_call_t *call, int dev,
+                                       void **stream_p)
+{
+    struct shoal_dev_comm *d = comm->dev;
+    if (!d->stream || d->stream_dev != dev) {
+        if (d->stream)
+            d->ops->stream_destroy(d->stream);
+        d->stream = NULL;
+        if (d->ops->stream_create(dev, &d->stream) != SHOAL_OK)
+            return shoal_coll_failed(comm, SHOAL_ERR_UNSUPPORTED, "%s: cannot create a stream "
+                                     "on device %d: %s", call->what, dev, d->ops->why());
+        d->stream_dev = dev;
+    }
+    *stream_p = d->stream;
+    return SHOAL_OK;
+}
+
+shoal_status_t shoal_dev_direct_share(struct shoal_comm *comm, const shoal_call_t *call, int can,
+                                      const void *send, size_t sbytes, void *recv,
+                                      size_t rbytes, char **ps, char **pr, int *all_ok_p)
 {
     struct shoal_dev_comm *d = comm->dev;
     const shoal_dev_ops_t *ops = d->ops;
-    const shoal_coll_args_t *a = &call->args;
-    int n = comm->team.nranks, r = comm->team.rank;
+    int n = comm->team.nranks, r = comm->team.rank, dev = -1;
     direct_rec_t me = {.pid = (int32_t)getpid()};
-    const void *send = a->sendbuf;
-    void *scratch = NULL;
-    shoal_dev_mem_t kind;
-    int dev = -1, dev2 = -1;
-    /* This rank's stream, on the device of its buffers. */
-    if ((!call->in_bytes || ops->classify(a->sendbuf, &kind, &dev) != SHOAL_OK) &&
-        (!call->out_bytes || ops->classify(a->recvbuf, &kind, &dev) != SHOAL_OK))
-        dev = -1;
-    if (dev < 0 && ops->device_of(NULL, &dev) != SHOAL_OK)
-        dev = 0;
-    if (!d->stream || d->stream_dev != dev) {
-        if (d->stream)
-            ops->stream_destroy(d->stream);
-        d->stream = NULL;
-        if (ops->stream_create(dev, &d->stream) != SHOAL_OK)
-            return shoal_coll_failed(comm, SHOAL_ERR_UNSUPPORTED, "%s: cannot create a stream "
-                                     "on device %d: %s", call->what, dev, ops->why());
-        d->stream_dev = dev;
-    }
-    if (!direct_pays(comm, call)) {
-        d->staged_by_cost++;
-        return run_staged(d, comm, call, d->stream);
-    }
-    /* An in-place all-to-all would overwrite blocks its peers still read:
-     * its input is read from a copy. */
-    if (a->kind == SHOAL_COLL_ALLTOALL && a->sendbuf == a->recvbuf && call->in_bytes &&
-        shoal_dev_kind(a->sendbuf) == SHOAL_DEV_MEM_DEVICE &&
-        (scratch = direct_scratch(d, dev, call->in_bytes)) &&
-        ops->copy(scratch, a->sendbuf, call->in_bytes, d->stream) == SHOAL_OK &&
-        ops->stream_sync(d->stream) == SHOAL_OK)
-        send = scratch;
-    else
-        scratch = NULL;
-    me.ok = (a->kind != SHOAL_COLL_ALLTOALL || a->sendbuf != a->recvbuf || scratch) &&
-            export_buf(ops, send, call->in_bytes, &dev2, &me.send) &&
-            export_buf(ops, a->recvbuf, call->out_bytes, &dev2, &me.recv);
+    me.ok = can && export_buf(ops, send, sbytes, &dev, &me.send) &&
+            export_buf(ops, recv, rbytes, &dev, &me.recv);
     direct_rec_t *all = calloc((size_t)n, sizeof(*all));
-    char **ps = calloc((size_t)n, sizeof(*ps)), **pr = calloc((size_t)n, sizeof(*pr));
     shoal_status_t s = SHOAL_OK;
-    if (!all || !ps || !pr) {
+    *all_ok_p = 0;
+    if (!all) {
         s = shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory", call->what);
         goto out;
     }
@@ -458,31 +442,82 @@ shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t 
         ok = all[q].ok;
         if (ok && q != r) {
             ps[q] = peer_ptr(d, comm, q, all[q].pid, &all[q].send);
-            pr[q] = peer_ptr(d, comm, q, all[q].pid, &all[q].recv);
-            ok = (!all[q].send.size || ps[q]) && (!all[q].recv.size || pr[q]);
+            if (pr)
+                pr[q] = peer_ptr(d, comm, q, all[q].pid, &all[q].recv);
+            ok = (!all[q].send.size || ps[q]) && (!all[q].recv.size || !pr || pr[q]);
         }
     }
     ps[r] = (char *)(uintptr_t)send;
-    pr[r] = a->recvbuf;
+    if (pr)
+        pr[r] = recv;
     s = inner(comm, call, SHOAL_COLL_ALLREDUCE, &ok, &all_ok, 1, SHOAL_INT32, SHOAL_MIN);
+    if (s == SHOAL_OK && !all_ok && !d->fallback_logged) {
+        d->fallback_logged = 1;
+        shoal_info(CUDA, "rank %d: %s: a rank's buffers are not device memory its peers "
+                   "can open (or it cannot open theirs): staging through host memory "
+                   "instead", r, call->what);
+    }
+    *all_ok_p = s == SHOAL_OK && all_ok;
+out:
     /* Every peer has opened this rank's exports or given up. */
     put_exports(ops, &me);
-    if (s != SHOAL_OK)
-        goto out;
-    if (all_ok) {
-        s = run_direct(d, comm, call, ps, pr, d->stream);
-    } else {
-        if (!d->fallback_logged) {
-            d->fallback_logged = 1;
-            shoal_info(CUDA, "rank %d: %s: a rank's buffers are not device memory its peers "
-                       "can open (or it cannot open theirs): staging through host memory "
-                       "instead", r, call->what);
-        }
-        s = run_staged(d, comm, call, d->stream);
-    }
-out:
-    put_exports(ops, &me);
     free(all);
+    return s;
+}
+
+shoal_status_t shoal_dev_direct_barrier(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    return barrier(comm, call);
+}
+
+shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_dev_comm *d = comm->dev;
+    const shoal_dev_ops_t *ops = d->ops;
+    const shoal_coll_args_t *a = &call->args;
+    int n = comm->team.nranks;
+    const void *send = a->sendbuf;
+    void *scratch = NULL, *stream;
+    shoal_dev_mem_t kind;
+    int dev = -1;
+    /* This rank's stream, on the device of its buffers. */
+    if ((!call->in_bytes || ops->classify(a->sendbuf, &kind, &dev) != SHOAL_OK) &&
+        (!call->out_bytes || ops->classify(a->recvbuf, &kind, &dev) != SHOAL_OK))
+        dev = -1;
+    if (dev < 0 && ops->device_of(NULL, &dev) != SHOAL_OK)
+        dev = 0;
+    shoal_status_t s = shoal_dev_direct_stream(comm, call, dev, &stream);
+    if (s != SHOAL_OK)
+        return s;
+    if (!shoal_dev_direct_pays(comm, call)) {
+        d->staged_by_cost++;
+        return run_staged(d, comm, call, stream);
+    }
+    /* An in-place all-to-all would overwrite blocks its peers still read:
+     * its input is read from a copy. */
+    if (a->kind == SHOAL_COLL_ALLTOALL && a->sendbuf == a->recvbuf && call->in_bytes &&
+        shoal_dev_kind(a->sendbuf) == SHOAL_DEV_MEM_DEVICE &&
+        (scratch = direct_scratch(d, dev, call->in_bytes)) &&
+        ops->copy(scratch, a->sendbuf, call->in_bytes, stream) == SHOAL_OK &&
+        ops->stream_sync(stream) == SHOAL_OK)
+        send = scratch;
+    else
+        scratch = NULL;
+    int can = a->kind != SHOAL_COLL_ALLTOALL || a->sendbuf != a->recvbuf || scratch;
+    char **ps = calloc((size_t)n, sizeof(*ps)), **pr = calloc((size_t)n, sizeof(*pr));
+    int all_ok = 0;
+    if (!ps || !pr)
+        s = shoal_coll_failed(comm, SHOAL_ERR_NO_MEMORY, "%s: no memory", call->what);
+    else
+        s = shoal_dev_direct_share(comm, call, can, send, call->in_bytes, a->recvbuf,
+                                   call->out_bytes, ps, pr, &all_ok);
+    if (s == SHOAL_OK && all_ok) {
+        s = run_direct(d, comm, call, ps, pr, stream);
+        if (s == SHOAL_OK)
+            d->direct_runs++;
+    } else if (s == SHOAL_OK) {
+        s = run_staged(d, comm, call, stream);
+    }
     free(ps);
     free(pr);
     return s;

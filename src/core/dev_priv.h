@@ -45,6 +45,7 @@ struct shoal_dev_comm {
     size_t host_scratch_bytes;
     int fallback_logged;
     unsigned long staged_by_cost; /* calls the cost model staged (for tests) */
+    unsigned long direct_runs;    /* calls that went device to device (for tests) */
 };
 
 
@@ -66,6 +67,25 @@ int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *ca
 /* The collective kinds the direct path (and one rank's copy) serve. */
 int shoal_dev_direct_takes_kind(shoal_coll_kind_t kind);
 shoal_status_t shoal_dev_direct_run(struct shoal_comm *comm, const shoal_call_t *call);
+
+/* The pieces of the direct path, for host sides of their own (the
+ * compressed all-reduce, api/compressor_dev.c); executor only.
+ * - pays: the cost model's choice for call (1 unless SHOAL_CUDA_PATH is
+ *   auto), alike on every rank;
+ * - stream: the executor's stream on device dev;
+ * - share: export this rank's send and recv buffers (bytes 0: none),
+ *   all-gather the exports, open the peers' (cached) into ps[q] and
+ *   pr[q] (pr may be NULL: no recv buffers), and agree; *all_ok_p says
+ *   whether every rank could (can: whether this rank may go direct at
+ *   all), else the caller stages, as every rank does (logged once);
+ * - barrier: of the call's communicator, under the call's name. */
+int shoal_dev_direct_pays(const struct shoal_comm *comm, const shoal_call_t *call);
+shoal_status_t shoal_dev_direct_stream(struct shoal_comm *comm, const shoal_call_t *call, int dev,
+                                       void **stream_p);
+shoal_status_t shoal_dev_direct_share(struct shoal_comm *comm, const shoal_call_t *call, int can,
+                                      const void *send, size_t sbytes, void *recv,
+                                      size_t rbytes, char **ps, char **pr, int *all_ok_p);
+shoal_status_t shoal_dev_direct_barrier(struct shoal_comm *comm, const shoal_call_t *call);
 /* Close the peers' allocations and the stream (comm's destroy). */
 void shoal_dev_direct_release(struct shoal_dev_comm *d);
 
