@@ -165,6 +165,12 @@ shoal_status_t shoal_cuda_ipc_get(const void *p, shoal_dev_ipc_t *h_p)
             goto out_leave;
         }
         ipc.magic = SHOAL_CUDA_IPC_MAGIC;
+    } else if (id == 0) {
+        /* Without its id the cache could take a new allocation at the same
+         * place for the old one: no export, the call stages. */
+        st = shoal_cuda_failf(SHOAL_ERR_UNSUPPORTED, "ipc_get: the driver gives no buffer id "
+                              "for %p", p);
+        goto out_leave;
     } else {
         st = fd_export(cu, base, id, &ipc);
         if (st != SHOAL_OK)
