@@ -652,9 +652,9 @@ static int rank_vmm(int rank, int nranks, const shoal_unique_id_t *id, void *arg
     harness_expected(want, tmp, count, nranks, SHOAL_FLOAT32, SHOAL_SUM);
     unsigned long opened[3];
     int fds[3];
+    void *sbuf = NULL, *rbuf = NULL;
     for (int round = 0; round < 3; round++) {
         /* Rounds 0 and 1 on the same buffers, round 2 on new ones. */
-        static void *sbuf, *rbuf;
         if (round != 1) {
             if (sbuf) {
                 cu_user_free_vmm(sbuf);

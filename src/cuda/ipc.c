@@ -214,13 +214,55 @@ static int fd_take(int32_t pid, int32_t fd)
     return mine;
 }
 
+/* Record a mapping on *list (fd_maps or fd_dead). */
+static void fd_keep(fd_map_t **list, fd_map_t *m, CUdeviceptr va, size_t size,
+                    CUmemGenericAllocationHandle alloc)
+{
+    m->va = va;
+    m->size = size;
+    m->alloc = alloc;
+    pthread_mutex_lock(&fd_maps_lock);
+    m->next = *list;
+    *list = m;
+    pthread_mutex_unlock(&fd_maps_lock);
+}
+
+/* The current context's device, once it is known to reach the device
+ * that holds alloc. Asked before anything is mapped: undoing a mapping
+ * may wait for the device's streams, one of which waits for this very
+ * call. */
+static shoal_status_t fd_reachable(const shoal_cu_t *cu, CUmemGenericAllocationHandle alloc,
+                                   CUdevice *dev_p)
+{
+    CUmemAllocationProp prop;
+    CUdevice owner;
+    int can = 1;
+    CUresult r = cu->cuCtxGetDevice(dev_p);
+    if (r != CUDA_SUCCESS)
+        return shoal_cu_fail("cuCtxGetDevice", r);
+    r = cu->cuMemGetAllocationPropertiesFromHandle(&prop, alloc);
+    if (r != CUDA_SUCCESS)
+        return shoal_cu_fail("cuMemGetAllocationPropertiesFromHandle", r);
+    if (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return SHOAL_OK;
+    r = cu->cuDeviceGet(&owner, prop.location.id);
+    if (r != CUDA_SUCCESS)
+        return shoal_cu_fail("cuDeviceGet", r);
+    if (owner != *dev_p && (r = cu->cuDeviceCanAccessPeer(&can, *dev_p, owner)) != CUDA_SUCCESS)
+        return shoal_cu_fail("cuDeviceCanAccessPeer", r);
+    if (!can)
+        return shoal_cuda_failf(SHOAL_ERR_UNSUPPORTED, "ipc_open: device %d has no peer access "
+                                "to device %d, which holds the allocation", (int)*dev_p,
+                                prop.location.id);
+    return SHOAL_OK;
+}
+
 /* Map a peer's descriptor export into the current context's device. */
 static shoal_status_t fd_open(const shoal_cu_t *cu, const cuda_ipc_t *ipc, CUdeviceptr *base_p)
 {
     CUmemGenericAllocationHandle alloc;
     CUdeviceptr va = 0;
     CUdevice dev;
-    shoal_status_t st;
     fd_map_t *m = calloc(1, sizeof(*m));
     if (!m)
         return shoal_cuda_failf(SHOAL_ERR_NO_MEMORY, "ipc_open: no memory");
@@ -236,74 +278,30 @@ static shoal_status_t fd_open(const shoal_cu_t *cu, const cuda_ipc_t *ipc, CUdev
         free(m);
         return shoal_cu_fail("cuMemImportFromShareableHandle", r);
     }
-    /* Whether this device may reach the allocation's, asked before
-     * anything is mapped: undoing a mapping may wait for the device's
-     * streams, one of which waits for this very call. */
-    CUmemAllocationProp prop;
-    CUdevice owner;
-    int can = 1;
-    const char *fn = "cuCtxGetDevice";
-    r = cu->cuCtxGetDevice(&dev);
-    if (r == CUDA_SUCCESS) {
-        fn = "cuMemGetAllocationPropertiesFromHandle";
-        r = cu->cuMemGetAllocationPropertiesFromHandle(&prop, alloc);
-    }
-    if (r == CUDA_SUCCESS && prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-        fn = "cuDeviceGet";
-        r = cu->cuDeviceGet(&owner, prop.location.id);
-        if (r == CUDA_SUCCESS && owner != dev) {
-            fn = "cuDeviceCanAccessPeer";
-            r = cu->cuDeviceCanAccessPeer(&can, dev, owner);
-        }
-    }
-    if (r == CUDA_SUCCESS && !can) {
-        cu->cuMemRelease(alloc);
-        free(m);
-        return shoal_cuda_failf(SHOAL_ERR_UNSUPPORTED, "ipc_open: device %d has no peer access "
-                                "to device %d, which holds the allocation", (int)dev,
-                                prop.location.id);
-    }
-    if (r == CUDA_SUCCESS) {
-        fn = "cuMemAddressReserve";
-        r = cu->cuMemAddressReserve(&va, ipc->size, 0, 0, 0);
-    }
-    if (r == CUDA_SUCCESS) {
+    shoal_status_t st = fd_reachable(cu, alloc, &dev);
+    const char *fn = "cuMemAddressReserve";
+    if (st == SHOAL_OK && (r = cu->cuMemAddressReserve(&va, ipc->size, 0, 0, 0)) == CUDA_SUCCESS) {
         fn = "cuMemMap";
         r = cu->cuMemMap(va, ipc->size, 0, alloc, 0);
-        if (r == CUDA_SUCCESS) {
-            CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
-                                      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-            fn = "cuMemSetAccess";
-            r = cu->cuMemSetAccess(va, ipc->size, &access, 1);
-            if (r != CUDA_SUCCESS) {
-                /* Undone by the next ipc_close, when no stream waits. */
-                st = shoal_cu_fail(fn, r);
-                m->va = va;
-                m->size = ipc->size;
-                m->alloc = alloc;
-                pthread_mutex_lock(&fd_maps_lock);
-                m->next = fd_dead;
-                fd_dead = m;
-                pthread_mutex_unlock(&fd_maps_lock);
-                return st;
-            }
-        } else {
+        if (r != CUDA_SUCCESS)
             cu->cuMemAddressFree(va, ipc->size);
-        }
     }
-    if (r != CUDA_SUCCESS) {
+    if (st == SHOAL_OK && r != CUDA_SUCCESS)
         st = shoal_cu_fail(fn, r);
+    if (st != SHOAL_OK) {
         cu->cuMemRelease(alloc);
         free(m);
         return st;
     }
-    m->va = va;
-    m->size = ipc->size;
-    m->alloc = alloc;
-    pthread_mutex_lock(&fd_maps_lock);
-    m->next = fd_maps;
-    fd_maps = m;
-    pthread_mutex_unlock(&fd_maps_lock);
+    CUmemAccessDesc access = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev},
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    r = cu->cuMemSetAccess(va, ipc->size, &access, 1);
+    if (r != CUDA_SUCCESS) {
+        /* Undone by the next ipc_close, when no stream waits. */
+        fd_keep(&fd_dead, m, va, ipc->size, alloc);
+        return shoal_cu_fail("cuMemSetAccess", r);
+    }
+    fd_keep(&fd_maps, m, va, ipc->size, alloc);
     *base_p = va;
     return SHOAL_OK;
 }
