@@ -51,6 +51,12 @@ SIM_LIB  := $(BUILD)/libshoal_sim.a
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
 NCCL_OBJ := $(NCCL_SRC:%.c=$(BUILD)/%.o)
 NCCL_LIB := $(BUILD)/libnccl.so.2
+# The MPI door: libshoal_mpi.so = the door's files + shoal, built against
+# Open MPI where its headers are (pkg-config ompi-c), exporting only MPI_*.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_SRC  := $(sort $(wildcard src/mpi/*.c))
+MPI_OBJ  := $(MPI_SRC:%.c=$(BUILD)/%.o)
+MPI_LIB  := $(if $(MPI_CFLAGS),$(BUILD)/libshoal_mpi.so $(BUILD)/tests/mpi/door_check)
 # The default build puts the tools where the README runs them; another
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
@@ -70,7 +76,7 @@ TEST_RUN := $(if $(filter thread,$(SANITIZE)),$(filter-out $(TSAN_SKIP),$(TESTS)
               $(TESTS) $(TEST_SCRIPTS))
 
 .PHONY: all test test-rdma install clean check-layers
-all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(NCCL_LIB) $(TOOLS) $(TESTS)
+all: $(BUILD)/libshoal.a $(BUILD)/libshoal.so $(NCCL_LIB) $(MPI_LIB) $(TOOLS) $(TESTS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -99,6 +105,19 @@ $(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
 	$(CC) -shared -Wl,-soname,libnccl.so.2 -Wl,--version-script=src/nccl/nccl.map \
 	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(LIB_OBJ) $(LIBS)
 	ln -sf libnccl.so.2 $(BUILD)/libnccl.so
+
+$(MPI_OBJ): ALL_CFLAGS += $(MPI_CFLAGS)
+
+# MPI's own symbols come from the program's libmpi: the door is preloaded
+# into an MPI program, never linked.
+$(BUILD)/libshoal_mpi.so: $(MPI_OBJ) $(LIB_OBJ) src/mpi/mpi.map
+	$(CC) -shared -Wl,-soname,libshoal_mpi.so -Wl,--version-script=src/mpi/mpi.map \
+	    $(LDFLAGS) -o $@ $(MPI_OBJ) $(LIB_OBJ) $(LIBS)
+
+# The door's test program: an ordinary Open MPI program (tests/test_mpi_door.sh).
+$(BUILD)/tests/mpi/door_check: tests/mpi/door_check.c
+	@mkdir -p $(dir $@)
+	mpicc.openmpi -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(SIM_LIB): $(SIM_OBJ)
 	rm -f $@ && ar rcs $@ $^
