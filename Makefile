@@ -51,12 +51,21 @@ SIM_LIB  := $(BUILD)/libshoal_sim.a
 NCCL_SRC := $(sort $(wildcard src/nccl/*.c))
 NCCL_OBJ := $(NCCL_SRC:%.c=$(BUILD)/%.o)
 NCCL_LIB := $(BUILD)/libnccl.so.2
-# The MPI door: libshoal_mpi.so = the door's files + shoal, built against
-# Open MPI where its headers are (pkg-config ompi-c), exporting only MPI_*.
-MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+# The MPI door, built twice: $(BUILD)/libshoal_mpi.so against Open MPI
+# (pkg-config ompi-c) and $(BUILD)/mpich/libshoal_mpi.so against MPICH
+# (pkg-config mpich); each is the door's files + shoal, exporting only the
+# MPI entry points (src/mpi/mpi.map). tests/mpi/ holds ordinary MPI
+# programs, built by each MPI's compiler wrappers: NAME for Open MPI,
+# NAME.mpich for MPICH.
+OMPI_CFLAGS  := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPICH_CFLAGS := $(shell pkg-config --cflags mpich 2>/dev/null)
 MPI_SRC  := $(sort $(wildcard src/mpi/*.c))
 MPI_OBJ  := $(MPI_SRC:%.c=$(BUILD)/%.o)
-MPI_LIB  := $(if $(MPI_CFLAGS),$(BUILD)/libshoal_mpi.so $(BUILD)/tests/mpi/door_check)
+MPICH_OBJ := $(MPI_SRC:%.c=$(BUILD)/mpich/%.o)
+MPI_PROGS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.c)) \
+             $(patsubst tests/mpi/%.f90,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/*.f90))
+MPI_LIB  := $(if $(OMPI_CFLAGS),$(BUILD)/libshoal_mpi.so $(MPI_PROGS)) \
+            $(if $(MPICH_CFLAGS),$(BUILD)/mpich/libshoal_mpi.so $(MPI_PROGS:%=%.mpich))
 # The default build puts the tools where the README runs them; another
 # BUILD directory (a sanitizer or clang variant) keeps its own copies.
 TOOLS_DIR := $(if $(filter build,$(BUILD)),tools,$(BUILD)/bin)
@@ -106,7 +115,11 @@ $(NCCL_LIB): $(NCCL_OBJ) $(LIB_OBJ) src/nccl/nccl.map
 	    $(NO_UNDEF) $(LDFLAGS) -o $@ $(NCCL_OBJ) $(LIB_OBJ) $(LIBS)
 	ln -sf libnccl.so.2 $(BUILD)/libnccl.so
 
-$(MPI_OBJ): ALL_CFLAGS += $(MPI_CFLAGS)
+$(MPI_OBJ): ALL_CFLAGS += $(OMPI_CFLAGS)
+
+$(BUILD)/mpich/src/mpi/%.o: src/mpi/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(MPICH_CFLAGS) -MMD -MP -c $< -o $@
 
 # MPI's own symbols come from the program's libmpi: the door is preloaded
 # into an MPI program, never linked.
@@ -114,10 +127,24 @@ $(BUILD)/libshoal_mpi.so: $(MPI_OBJ) $(LIB_OBJ) src/mpi/mpi.map
 	$(CC) -shared -Wl,-soname,libshoal_mpi.so -Wl,--version-script=src/mpi/mpi.map \
 	    $(LDFLAGS) -o $@ $(MPI_OBJ) $(LIB_OBJ) $(LIBS)
 
-# The door's test program: an ordinary Open MPI program (tests/test_mpi_door.sh).
-$(BUILD)/tests/mpi/door_check: tests/mpi/door_check.c
+$(BUILD)/mpich/libshoal_mpi.so: $(MPICH_OBJ) $(LIB_OBJ) src/mpi/mpi.map
+	$(CC) -shared -Wl,-soname,libshoal_mpi.so -Wl,--version-script=src/mpi/mpi.map \
+	    $(LDFLAGS) -o $@ $(MPICH_OBJ) $(LIB_OBJ) $(LIBS)
+
+# The door's test programs (tests/test_mpi_*.sh): unchanged MPI programs.
+MPI_PROG_FLAGS := -O2 -Wall -Wextra -Werror
+$(BUILD)/tests/mpi/%: tests/mpi/%.c
 	@mkdir -p $(dir $@)
-	mpicc.openmpi -O2 -Wall -Wextra -Werror -o $@ $<
+	mpicc.openmpi $(MPI_PROG_FLAGS) -o $@ $< -lpthread
+$(BUILD)/tests/mpi/%.mpich: tests/mpi/%.c
+	@mkdir -p $(dir $@)
+	mpicc.mpich $(MPI_PROG_FLAGS) -o $@ $< -lpthread
+$(BUILD)/tests/mpi/%: tests/mpi/%.f90
+	@mkdir -p $(dir $@)
+	mpif90.openmpi -O2 -Wall -Werror -J $(dir $@) -o $@ $<
+$(BUILD)/tests/mpi/%.mpich: tests/mpi/%.f90
+	@mkdir -p $(dir $@)/mpich
+	mpif90.mpich -O2 -Wall -Werror -J $(dir $@)mpich -o $@ $<
 
 $(SIM_LIB): $(SIM_OBJ)
 	rm -f $@ && ar rcs $@ $^

@@ -12,7 +12,7 @@
 # a test whose tool is missing, so every tool a test looks for is here.
 # python3-torch is large (about 170 packages with its dependencies).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-providers libibverbs-dev ibverbs-utils"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran python3-mpi4py python3-numpy gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-providers libibverbs-dev ibverbs-utils"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""
