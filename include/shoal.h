@@ -86,7 +86,19 @@ typedef enum {
     SHOAL_MAX = 2,
     SHOAL_MIN = 3,
     SHOAL_AVG = 4, /* integers: sum then divide (truncating); floats: sum times 1/n */
-    SHOAL_OP_COUNT /* values from here on are pre-multiplied sums (shoal_op_create_premul_sum) */
+    SHOAL_OP_COUNT, /* values from here up to SHOAL_BAND are pre-multiplied sums
+                     * (shoal_op_create_premul_sum) */
+    /* Bitwise and logical ops (MPI's MPI_BAND .. MPI_LXOR), on the integer
+     * types only: another dtype is SHOAL_ERR_INVALID_ARG, and so is device
+     * memory. The logical ones take nonzero as true and give 1 or 0. NCCL
+     * has none of them; their values lie above every pre-multiplied sum's. */
+    SHOAL_BAND = 0x10000,
+    SHOAL_BOR,
+    SHOAL_BXOR,
+    SHOAL_LAND,
+    SHOAL_LOR,
+    SHOAL_LXOR,
+    SHOAL_BITOP_END /* one past the last of them */
 } shoal_op_t;
 
 #define SHOAL_UNIQUE_ID_BYTES 128

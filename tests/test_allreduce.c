@@ -1,6 +1,7 @@
 /* All-reduce against a scalar reference: every dtype x op, rank counts 1..8,
  * counts 0, 1, odd and several pipeline loops, in-place and out-of-place,
- * over shared memory and over tcp. Inputs are chosen so that every partial
+ * over shared memory and over tcp; the bitwise and logical ops on the
+ * integer types. Inputs are chosen so that every partial
  * result is exact in the dtype, which makes the expected output independent
  * of the reduction order; a separate case with random floats checks that all
  * ranks get bitwise identical results. */
@@ -71,6 +72,13 @@ static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *
                     if (check_one(comm, rank, nranks, counts[c], dts[t], (shoal_op_t)op,
                                   in_place, a, b, want, tmp))
                         return 1;
+    /* The bitwise and logical ops, on the integer types. */
+    for (int t = 0; t < ndt; t++)
+        for (int op = SHOAL_BAND; op < SHOAL_BITOP_END && shoal_dtype_is_int(dts[t]); op++)
+            for (size_t c = 1; c < sizeof(counts) / sizeof(counts[0]); c += 2)
+                if (check_one(comm, rank, nranks, counts[c], dts[t], (shoal_op_t)op, c == 3, a,
+                              b, want, tmp))
+                    return 1;
     /* Random floats: inexact sums, so only agreement between ranks is due. */
     size_t n = counts[3];
     float *f = (float *)a;

@@ -42,6 +42,8 @@ static int rank_bad_input(int rank, int nranks, const shoal_unique_id_t *id, voi
         {"unknown dtype", x, x, 4, SHOAL_DTYPE_COUNT, SHOAL_SUM},
         {"negative dtype", x, x, 4, -1, SHOAL_SUM},
         {"unknown op", x, x, 4, SHOAL_FLOAT32, SHOAL_OP_COUNT},
+        {"bitwise op on a float", x, x, 4, SHOAL_FLOAT32, SHOAL_BAND},
+        {"op past the bitwise ones", x, x, 4, SHOAL_INT32, SHOAL_BITOP_END},
         {"overflowing count", x, x, SIZE_MAX / 2, SHOAL_FLOAT32, SHOAL_SUM},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {

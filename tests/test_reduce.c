@@ -379,6 +379,52 @@ static void reduce1(shoal_dtype_t dt, shoal_op_t op, const void *a, const void *
     shoal_reduce_fn(dt, op)(out, a, b, 1);
 }
 
+/* The bitwise and logical ops: every integer type against the reference,
+ * in and out of place; no kernel for the floats. */
+static void test_reduce_bitops(void **state)
+{
+    (void)state;
+    bufs_t bu;
+    bufs_init(&bu);
+    for (int dt = 0; dt < SHOAL_DTYPE_COUNT; dt++) {
+        for (int op = SHOAL_BAND; op < SHOAL_BITOP_END; op++) {
+            if (!shoal_dtype_is_int((shoal_dtype_t)dt)) {
+                assert_null(shoal_reduce_fn((shoal_dtype_t)dt, (shoal_op_t)op));
+                continue;
+            }
+            for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
+                for (int mode = 0; mode < 3; mode++)
+                    check_reduce_case(&bu, (shoal_dtype_t)dt, (shoal_op_t)op, counts[c], mode,
+                                      (int)c % (MAX_OFFSET + 1));
+        }
+    }
+    assert_null(shoal_reduce_fn(SHOAL_INT32, SHOAL_BITOP_END));
+    bufs_free(&bu);
+
+    int8_t a8 = -2, b8 = 0, r8;
+    reduce1(SHOAL_INT8, SHOAL_LOR, &a8, &b8, &r8);
+    assert_int_equal(r8, 1);
+    reduce1(SHOAL_INT8, SHOAL_LAND, &a8, &b8, &r8);
+    assert_int_equal(r8, 0);
+    reduce1(SHOAL_INT8, SHOAL_BOR, &a8, &b8, &r8);
+    assert_int_equal(r8, -2);
+    uint32_t a32 = 6, b32 = 3, r32;
+    reduce1(SHOAL_UINT32, SHOAL_BAND, &a32, &b32, &r32);
+    assert_int_equal(r32, 2);
+    reduce1(SHOAL_UINT32, SHOAL_BXOR, &a32, &b32, &r32);
+    assert_int_equal(r32, 5);
+    reduce1(SHOAL_UINT32, SHOAL_LXOR, &a32, &b32, &r32);
+    assert_int_equal(r32, 0); /* both true */
+    reduce1(SHOAL_UINT32, SHOAL_LAND, &a32, &b32, &r32);
+    assert_int_equal(r32, 1);
+    uint64_t a64 = 1ull << 63, b64 = 0, r64;
+    reduce1(SHOAL_UINT64, SHOAL_LXOR, &a64, &b64, &r64);
+    assert_true(r64 == 1);
+    assert_string_equal(shoal_op_name(SHOAL_LXOR), "lxor");
+    assert_int_equal(shoal_op_of_sig_code(shoal_op_sig_code(SHOAL_BOR)), SHOAL_BOR);
+    assert_int_equal(shoal_op_of_sig_code(shoal_op_sig_code(SHOAL_MIN)), SHOAL_MIN);
+}
+
 static void test_reduce_int_semantics(void **state)
 {
     int8_t i8a = 127, i8b = 1, i8r;
@@ -526,6 +572,7 @@ int main(void)
         cmocka_unit_test(test_reduce_float_semantics),
         cmocka_unit_test(test_avg_semantics),
         cmocka_unit_test(test_reduce_matches_ref),
+        cmocka_unit_test(test_reduce_bitops),
         cmocka_unit_test(test_device_kernels_match_ref),
         cmocka_unit_test_teardown(test_reduce_portable_matches_ref, simd_default),
         cmocka_unit_test(test_reduce_minmax_commute),

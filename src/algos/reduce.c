@@ -9,6 +9,8 @@
  *
  * Semantics, shared by kernels and references:
  * - Integer SUM and PROD wrap around (computed in the unsigned type).
+ * - The bitwise and logical ops exist for the integers only; the logical
+ *   ones give 1 or 0.
  * - Float MAX and MIN follow fmax/fmin: a NaN operand is ignored, so the
  *   number wins; two NaNs give their bitwise OR (still a NaN). MAX(-0, +0)
  *   is +0 and MIN(-0, +0) is -0. The result thus does not depend on the order
@@ -102,12 +104,22 @@ static inline size_t shoal_reduce_block_len(size_t count, size_t base)
     SHOAL_KERNEL_DEFINE(shoal_reduce_max_##sfx, T, shoal_max_##sfx)                    \
     SHOAL_KERNEL_DEFINE(shoal_reduce_min_##sfx, T, shoal_min_##sfx)
 
-SHOAL_KERNELS_DEFINE(i8, int8_t)
-SHOAL_KERNELS_DEFINE(u8, uint8_t)
-SHOAL_KERNELS_DEFINE(i32, int32_t)
-SHOAL_KERNELS_DEFINE(u32, uint32_t)
-SHOAL_KERNELS_DEFINE(i64, int64_t)
-SHOAL_KERNELS_DEFINE(u64, uint64_t)
+/* The integers also have the bitwise and logical ops. */
+#define SHOAL_INT_KERNELS_DEFINE(sfx, T)                                               \
+    SHOAL_KERNELS_DEFINE(sfx, T)                                                       \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_band_##sfx, T, shoal_band_##sfx)                  \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_bor_##sfx, T, shoal_bor_##sfx)                    \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_bxor_##sfx, T, shoal_bxor_##sfx)                  \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_land_##sfx, T, shoal_land_##sfx)                  \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_lor_##sfx, T, shoal_lor_##sfx)                    \
+    SHOAL_KERNEL_DEFINE(shoal_reduce_lxor_##sfx, T, shoal_lxor_##sfx)
+
+SHOAL_INT_KERNELS_DEFINE(i8, int8_t)
+SHOAL_INT_KERNELS_DEFINE(u8, uint8_t)
+SHOAL_INT_KERNELS_DEFINE(i32, int32_t)
+SHOAL_INT_KERNELS_DEFINE(u32, uint32_t)
+SHOAL_INT_KERNELS_DEFINE(i64, int64_t)
+SHOAL_INT_KERNELS_DEFINE(u64, uint64_t)
 SHOAL_KERNELS_DEFINE(f32, float)
 SHOAL_KERNELS_DEFINE(f64, double)
 
@@ -206,6 +218,20 @@ static const shoal_reduce_fn_t shoal_reduce_kernels[SHOAL_DTYPE_COUNT][SHOAL_MIN
     [SHOAL_FP8_E4M3] = SHOAL_KERNEL_ROW(e4m3), [SHOAL_FP8_E5M2] = SHOAL_KERNEL_ROW(e5m2),
 };
 
+#define SHOAL_BITOP_ROW(sfx)                                                           \
+    {                                                                                  \
+        shoal_reduce_band_##sfx, shoal_reduce_bor_##sfx,  shoal_reduce_bxor_##sfx,     \
+        shoal_reduce_land_##sfx, shoal_reduce_lor_##sfx, shoal_reduce_lxor_##sfx,      \
+    }
+
+/* Indexed by op - SHOAL_BAND; the float rows stay NULL. */
+static const shoal_reduce_fn_t shoal_reduce_bitop_kernels[SHOAL_DTYPE_COUNT]
+                                                         [SHOAL_BITOP_END - SHOAL_BAND] = {
+    [SHOAL_INT8] = SHOAL_BITOP_ROW(i8),   [SHOAL_UINT8] = SHOAL_BITOP_ROW(u8),
+    [SHOAL_INT32] = SHOAL_BITOP_ROW(i32), [SHOAL_UINT32] = SHOAL_BITOP_ROW(u32),
+    [SHOAL_INT64] = SHOAL_BITOP_ROW(i64), [SHOAL_UINT64] = SHOAL_BITOP_ROW(u64),
+};
+
 /* 1 when the F16C kernels may run, 0 when not, -1 before the first look.
  * Atomic because any thread may look first; they all store the same. */
 static atomic_int shoal_reduce_f16c = -1;
@@ -234,7 +260,11 @@ static int shoal_reduce_use_f16c(void)
 
 shoal_reduce_fn_t shoal_reduce_fn(shoal_dtype_t dtype, shoal_op_t op)
 {
-    if ((unsigned)dtype >= SHOAL_DTYPE_COUNT || (unsigned)op >= SHOAL_OP_COUNT)
+    if ((unsigned)dtype >= SHOAL_DTYPE_COUNT)
+        return NULL;
+    if (shoal_op_is_bitop(op))
+        return shoal_reduce_bitop_kernels[dtype][op - SHOAL_BAND];
+    if ((unsigned)op >= SHOAL_OP_COUNT)
         return NULL;
     if (op == SHOAL_AVG)
         op = SHOAL_SUM;
@@ -378,6 +408,12 @@ static uint64_t shoal_ref_int_op(uint64_t x, uint64_t y, int is_signed, shoal_op
     case SHOAL_PROD: return x * y;
     case SHOAL_MAX: return x_greater ? x : y;
     case SHOAL_MIN: return x_greater ? y : x;
+    case SHOAL_BAND: return x & y;
+    case SHOAL_BOR: return x | y;
+    case SHOAL_BXOR: return x ^ y;
+    case SHOAL_LAND: return x != 0 && y != 0;
+    case SHOAL_LOR: return x != 0 || y != 0;
+    case SHOAL_LXOR: return (x != 0) != (y != 0);
     default: return x + y;
     }
 }
@@ -460,7 +496,8 @@ static void shoal_ref_store_narrow(void *p, size_t i, shoal_dtype_t dtype, float
 void shoal_reduce_ref(void *dst, const void *a, const void *b, size_t count,
                       shoal_dtype_t dtype, shoal_op_t op)
 {
-    if ((unsigned)dtype >= SHOAL_DTYPE_COUNT || (unsigned)op >= SHOAL_OP_COUNT)
+    if ((unsigned)dtype >= SHOAL_DTYPE_COUNT ||
+        (shoal_op_is_bitop(op) ? !shoal_dtype_is_int(dtype) : (unsigned)op >= SHOAL_OP_COUNT))
         return;
     for (size_t i = 0; i < count; i++) {
         switch (dtype) {

@@ -12,7 +12,8 @@
 typedef void (*shoal_reduce_fn_t)(void *dst, const void *a, const void *b, size_t count);
 
 /* Kernel for dtype and op; AVG gives the SUM kernel (finish with
- * shoal_avg_finish). NULL for an unknown dtype or op. */
+ * shoal_avg_finish). NULL for an unknown dtype or op, and for a bitwise or
+ * logical op on a type that is not an integer. */
 shoal_reduce_fn_t shoal_reduce_fn(shoal_dtype_t dtype, shoal_op_t op);
 
 /* dst[i] = src[i] / n: integers divide the sum (truncating toward zero);

@@ -15,7 +15,13 @@
     static inline SHOAL_HD T shoal_sum_##sfx(T x, T y) { return (T)((U)x + (U)y); }            \
     static inline SHOAL_HD T shoal_prod_##sfx(T x, T y) { return (T)((U)x * (U)y); }           \
     static inline SHOAL_HD T shoal_max_##sfx(T x, T y) { return x > y ? x : y; }               \
-    static inline SHOAL_HD T shoal_min_##sfx(T x, T y) { return x < y ? x : y; }
+    static inline SHOAL_HD T shoal_min_##sfx(T x, T y) { return x < y ? x : y; }              \
+    static inline SHOAL_HD T shoal_band_##sfx(T x, T y) { return (T)(x & y); }                 \
+    static inline SHOAL_HD T shoal_bor_##sfx(T x, T y) { return (T)(x | y); }                  \
+    static inline SHOAL_HD T shoal_bxor_##sfx(T x, T y) { return (T)(x ^ y); }                 \
+    static inline SHOAL_HD T shoal_land_##sfx(T x, T y) { return (T)((x != 0) & (y != 0)); }   \
+    static inline SHOAL_HD T shoal_lor_##sfx(T x, T y) { return (T)((x != 0) | (y != 0)); }    \
+    static inline SHOAL_HD T shoal_lxor_##sfx(T x, T y) { return (T)((x != 0) ^ (y != 0)); }
 
 SHOAL_INT_OPS(i8, int8_t, uint8_t)
 SHOAL_INT_OPS(u8, uint8_t, uint8_t)

@@ -39,8 +39,16 @@ const char *shoal_dtype_name(shoal_dtype_t dtype)
     return dtype_names[dtype];
 }
 
+static const char *const bitop_names[SHOAL_BITOP_END - SHOAL_BAND] = {
+    [SHOAL_BAND - SHOAL_BAND] = "band", [SHOAL_BOR - SHOAL_BAND] = "bor",
+    [SHOAL_BXOR - SHOAL_BAND] = "bxor", [SHOAL_LAND - SHOAL_BAND] = "land",
+    [SHOAL_LOR - SHOAL_BAND] = "lor",   [SHOAL_LXOR - SHOAL_BAND] = "lxor",
+};
+
 const char *shoal_op_name(shoal_op_t op)
 {
+    if (shoal_op_is_bitop(op))
+        return bitop_names[op - SHOAL_BAND];
     if ((unsigned)op >= SHOAL_OP_COUNT)
         return "?";
     return op_names[op];

@@ -23,6 +23,32 @@
 #define SHOAL_HD
 #endif
 
+/* The integer types, which alone take the bitwise and logical ops. */
+static inline SHOAL_HD int shoal_dtype_is_int(shoal_dtype_t dtype)
+{
+    return dtype == SHOAL_INT8 || dtype == SHOAL_UINT8 || dtype == SHOAL_INT32 ||
+           dtype == SHOAL_UINT32 || dtype == SHOAL_INT64 || dtype == SHOAL_UINT64;
+}
+
+/* SHOAL_BAND .. SHOAL_LXOR. */
+static inline SHOAL_HD int shoal_op_is_bitop(shoal_op_t op)
+{
+    return (int)op >= SHOAL_BAND && (int)op < SHOAL_BITOP_END;
+}
+
+/* An op in one byte, for a collective's signature: the built-in ops as
+ * they are, the bitwise and logical ones from SHOAL_SIG_BITOP up. */
+#define SHOAL_SIG_BITOP 0x80
+static inline uint8_t shoal_op_sig_code(shoal_op_t op)
+{
+    return shoal_op_is_bitop(op) ? (uint8_t)(SHOAL_SIG_BITOP + (op - SHOAL_BAND)) : (uint8_t)op;
+}
+static inline shoal_op_t shoal_op_of_sig_code(uint8_t code)
+{
+    return code >= SHOAL_SIG_BITOP ? (shoal_op_t)(SHOAL_BAND + (code - SHOAL_SIG_BITOP))
+                                   : (shoal_op_t)code;
+}
+
 /* 0 for an unknown dtype. */
 size_t shoal_dtype_bytes(shoal_dtype_t dtype);
 const char *shoal_dtype_name(shoal_dtype_t dtype);  /* "float", "half", ..., "?" */

@@ -37,6 +37,13 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
     shoal_coll_args_t *a = &call->args;
     if ((unsigned)a->op < SHOAL_OP_COUNT)
         return SHOAL_OK;
+    if (shoal_op_is_bitop(a->op)) {
+        if (shoal_dtype_is_int(a->dtype))
+            return SHOAL_OK;
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: op %s is for integer types, not %s", call->what,
+                               shoal_op_name(a->op), shoal_dtype_name(a->dtype));
+    }
     int i = (int)a->op - SHOAL_OP_COUNT;
     if ((int)a->op < 0 || i >= comm->npremul || !comm->premul[i].used)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown op %d", call->what,

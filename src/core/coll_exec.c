@@ -87,7 +87,7 @@ static void begin_sig(struct shoal_comm *comm, const shoal_coll_args_t *args, un
         .count = args->kind == SHOAL_COLL_ALLTOALLV ? SHOAL_SIG_COUNT_ANY : args->count,
         .kind = (uint8_t)kind,
         .dtype = (uint8_t)args->dtype,
-        .op = (uint8_t)args->op,
+        .op = shoal_op_sig_code(args->op),
         .root = root,
     });
     shoal_fault_reset(comm);

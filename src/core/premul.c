@@ -46,6 +46,10 @@ static shoal_status_t premul_create(shoal_comm_t comm, const void *scalar, shoal
     int i = 0;
     while (s == SHOAL_OK && i < comm->npremul && comm->premul[i].used)
         i++;
+    /* The bitwise ops' values come after the last possible one. */
+    if (s == SHOAL_OK && i == SHOAL_BAND - SHOAL_OP_COUNT)
+        s = shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: %d pre-multiplied sums are live, "
+                            "the most a communicator holds", what, i);
     if (s == SHOAL_OK && i == comm->npremul) {
         int ncap = comm->npremul ? comm->npremul * 2 : 8;
         shoal_premul_t *p = realloc(comm->premul, (size_t)ncap * sizeof(*p));

@@ -96,7 +96,7 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
         sig_put(&t, " #%llu", (unsigned long long)sig->seq);
     sig_put_count(&t, sig);
     if (sig_reduces(kind))
-        sig_put(&t, " %s", shoal_op_name((shoal_op_t)sig->op));
+        sig_put(&t, " %s", shoal_op_name(shoal_op_of_sig_code(sig->op)));
     if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
         sig_put(&t, " codec %08x", (unsigned)(uint32_t)sig->root);
     else if (sig->root >= 0)
