@@ -1,55 +1,387 @@
-/* The MPI door's collectives: taken by shoal when the datatype and op are
- * ones it has, on an intracommunicator with a shoal communicator; passed
- * to PMPI_* otherwise. */
+/* The MPI door's collectives, blocking and non-blocking: each entry point
+ * turns its arguments into a door_call_t in shoal's terms, or passes the
+ * call to PMPI_* unchanged.
+ *
+ * What is taken. Reductions: a type and op of mpi_types.c's table (MPI's
+ * own rules on which ops suit which types). The calls that only move data:
+ * any predefined type without gaps, moved as bytes. Everywhere: an
+ * intracommunicator, counts that are not negative, a root in range; the
+ * rest (derived types, user-defined ops, MINLOC and MAXLOC pairs,
+ * intercommunicators) goes to MPI. The choice depends on the arguments
+ * MPI requires every rank to pass alike (count, type, op, root, the
+ * communicator), so that ranks never part ways: a program whose ranks
+ * describe the same data with a predefined type on some and a derived type
+ * on others is the one case where they could, and shoal's deadline then
+ * reports it on the ranks that took the call.
+ *
+ * In place. MPI's MPI_IN_PLACE is translated into shoal's spelling (the
+ * send buffer at this rank's block of the receive buffer, and so on);
+ * where MPI keeps the result elsewhere than shoal puts it (in-place
+ * reduce-scatter), the call moves it there once complete. */
 #include "mpi_priv.h"
 
-#include "base/log.h"
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
-#include <stddef.h>
 
-/* The shoal communicator for a call on c with type t (and op, when the
- * call reduces): NULL when the call passes through. */
-static shoal_comm_t take(MPI_Comm c, MPI_Datatype t, const MPI_Op *op, int count,
-                         shoal_dtype_t *dt_p, shoal_op_t *op_p, const char *what)
+static int root_ok(int root, MPI_Comm c)
 {
-    shoal_comm_t comm = NULL;
-    if (count >= 0 && shoal_mpi_dtype(t, dt_p) && (!op || shoal_mpi_op(*op, *dt_p, op_p)))
-        comm = shoal_mpi_comm(c);
-    shoal_mpi_count(comm != NULL);
-    shoal_debug(INIT, "MPI door: %s %s", what, comm ? "taken" : "passed to MPI");
-    return comm;
+    return root >= 0 && root < shoal_mpi_comm_size(c);
 }
 
-int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+/* A reduction's type and op, as shoal's. */
+static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op)
+{
+    return count >= 0 && shoal_mpi_dtype(t, &k->dt) && shoal_mpi_op(op, t, &k->op);
+}
+
+/* count elements of t as bytes (dt UINT8): *bytes_p. */
+static int moves(door_call_t *k, int count, MPI_Datatype t, size_t *bytes_p)
+{
+    size_t es;
+    if (count < 0 || !shoal_mpi_bytes(t, &es))
+        return 0;
+    k->dt = SHOAL_UINT8;
+    *bytes_p = (size_t)count * es;
+    return 1;
+}
+
+static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                     MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_ALLREDUCE, .nb = req != NULL,
+                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
+                     .count = (size_t)count};
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op)))
+        return req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
+                   : PMPI_Allreduce(sb, rb, count, t, op, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
+{
+    return allreduce(sb, rb, count, t, op, c, NULL);
+}
+
+int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                   MPI_Request *req)
+{
+    return allreduce(sb, rb, count, t, op, c, req);
+}
+
+/* MPI_IN_PLACE is the root's only; elsewhere recvbuf is not read. */
+static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
+                  MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_REDUCE, .nb = req != NULL,
+                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
+                     .count = (size_t)count, .root = root};
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c)))
+        return req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
+                   : PMPI_Reduce(sb, rb, count, t, op, root, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
+               MPI_Comm c)
+{
+    return reduce(sb, rb, count, t, op, root, c, NULL);
+}
+
+int MPI_Ireduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
+                MPI_Comm c, MPI_Request *req)
+{
+    return reduce(sb, rb, count, t, op, root, c, req);
+}
+
+static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_BCAST, .nb = req != NULL,
+                     .sendbuf = buf, .recvbuf = buf, .root = root};
+    if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c)))
+        return req ? PMPI_Ibcast(buf, count, t, root, c, req)
+                   : PMPI_Bcast(buf, count, t, root, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c)
+{
+    return bcast(buf, count, t, root, c, NULL);
+}
+
+int MPI_Ibcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req)
+{
+    return bcast(buf, count, t, root, c, req);
+}
+
+/* The receive side (significant on every rank) sizes the blocks; a send
+ * side that is used must describe as many bytes. */
+static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                     MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_ALLGATHER, .nb = req != NULL,
+                     .sendbuf = sb, .recvbuf = rb};
+    size_t sbytes;
+    int ok = moves(&k, rcount, rt, &k.count) &&
+             (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
+    if (!shoal_mpi_take(&k, c, ok))
+        return req ? PMPI_Iallgather(sb, scount, st, rb, rcount, rt, c, req)
+                   : PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
+    if (sb == MPI_IN_PLACE)
+        k.sendbuf = (char *)rb + (size_t)shoal_mpi_comm_rank(c) * k.count;
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                  MPI_Datatype rt, MPI_Comm c)
+{
+    return allgather(sb, scount, st, rb, rcount, rt, c, NULL);
+}
+
+int MPI_Iallgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                   MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
+{
+    return allgather(sb, scount, st, rb, rcount, rt, c, req);
+}
+
+/* Equal blocks go to shoal's reduce-scatter; unequal ones to an
+ * all-reduce into scratch, of which this rank keeps its part. In place,
+ * MPI reads the input from recvbuf and leaves the result at its start. */
+static int reduce_scatter(const void *sb, void *rb, const int *counts, int block,
+                          MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = counts ? DOOR_REDUCE_SCATTER : DOOR_REDUCE_SCATTER_BLOCK,
+                     .nb = req != NULL, .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    int n = shoal_mpi_comm_size(c), rank = shoal_mpi_comm_rank(c);
+    size_t total = 0, before = 0;
+    int ok = 1, equal = 1;
+    for (int i = 0; counts && i < n; i++) {
+        ok &= counts[i] >= 0;
+        equal &= counts[i] == counts[0];
+        total += (size_t)(counts[i] > 0 ? counts[i] : 0);
+        before += i < rank ? (size_t)(counts[i] > 0 ? counts[i] : 0) : 0;
+    }
+    int mine = counts ? counts[rank] : block;
+    ok = ok && reduces(&k, mine, t, op);
+    if (!shoal_mpi_take(&k, c, ok)) {
+        if (counts)
+            return req ? PMPI_Ireduce_scatter(sb, rb, counts, t, op, c, req)
+                       : PMPI_Reduce_scatter(sb, rb, counts, t, op, c);
+        return req ? PMPI_Ireduce_scatter_block(sb, rb, block, t, op, c, req)
+                   : PMPI_Reduce_scatter_block(sb, rb, block, t, op, c);
+    }
+    size_t es;
+    shoal_dtype_size(k.dt, &es);
+    if (!counts || equal) {
+        k.count = (size_t)mine;
+        if (sb == MPI_IN_PLACE) {
+            k.recvbuf = (char *)rb + (size_t)rank * k.count * es;
+            k.move_to = rb;
+            k.move_from = k.recvbuf;
+            k.move_len = rank ? k.count * es : 0;
+        }
+        return shoal_mpi_call_run(&k, req);
+    }
+    k.count = total;
+    k.tmp = malloc(total * es + 1);
+    if (!k.tmp)
+        return shoal_mpi_fail(c, k.comm, k.what, SHOAL_ERR_NO_MEMORY);
+    k.recvbuf = k.tmp;
+    k.move_to = rb;
+    k.move_from = (char *)k.tmp + before * es;
+    k.move_len = (size_t)mine * es;
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Reduce_scatter_block(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op,
+                             MPI_Comm c)
+{
+    return reduce_scatter(sb, rb, NULL, count, t, op, c, NULL);
+}
+
+int MPI_Ireduce_scatter_block(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op,
+                              MPI_Comm c, MPI_Request *req)
+{
+    return reduce_scatter(sb, rb, NULL, count, t, op, c, req);
+}
+
+int MPI_Reduce_scatter(const void *sb, void *rb, const int counts[], MPI_Datatype t, MPI_Op op,
+                       MPI_Comm c)
+{
+    return reduce_scatter(sb, rb, counts, 0, t, op, c, NULL);
+}
+
+int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Datatype t,
+                        MPI_Op op, MPI_Comm c, MPI_Request *req)
+{
+    return reduce_scatter(sb, rb, counts, 0, t, op, c, req);
+}
+
+static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                    MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_ALLTOALL, .nb = req != NULL,
+                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    size_t sbytes;
+    int ok = moves(&k, rcount, rt, &k.count) &&
+             (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
+    if (!shoal_mpi_take(&k, c, ok))
+        return req ? PMPI_Ialltoall(sb, scount, st, rb, rcount, rt, c, req)
+                   : PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                 MPI_Datatype rt, MPI_Comm c)
+{
+    return alltoall(sb, scount, st, rb, rcount, rt, c, NULL);
+}
+
+int MPI_Ialltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                  MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
+{
+    return alltoall(sb, scount, st, rb, rcount, rt, c, req);
+}
+
+/* Counts and displacements (in elements, of a type whose extent is its
+ * size) become bytes, in an array the call owns until it completes. */
+static int alltoallv(const void *sb, const int *scounts, const int *sdispls, MPI_Datatype st,
+                     void *rb, const int *rcounts, const int *rdispls, MPI_Datatype rt,
+                     MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_ALLTOALLV, .nb = req != NULL,
+                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    int n = shoal_mpi_comm_size(c);
+    size_t ses = 0, res = 0;
+    int in_place = sb == MPI_IN_PLACE;
+    int ok = shoal_mpi_bytes(rt, &res) && (in_place || shoal_mpi_bytes(st, &ses));
+    for (int i = 0; ok && i < n; i++)
+        ok = rcounts[i] >= 0 && rdispls[i] >= 0 &&
+             (in_place || (scounts[i] >= 0 && sdispls[i] >= 0));
+    if (in_place) {
+        scounts = rcounts;
+        sdispls = rdispls;
+        ses = res;
+    }
+    k.v = ok ? malloc(4 * (size_t)n * sizeof(size_t)) : NULL;
+    if (!shoal_mpi_take(&k, c, ok && k.v)) {
+        free(k.v);
+        sb = in_place ? MPI_IN_PLACE : sb;
+        return req ? PMPI_Ialltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c, req)
+                   : PMPI_Alltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c);
+    }
+    for (int i = 0; i < n; i++) {
+        k.v[i] = (size_t)scounts[i] * ses;
+        k.v[n + i] = (size_t)sdispls[i] * ses;
+        k.v[2 * n + i] = (size_t)rcounts[i] * res;
+        k.v[3 * n + i] = (size_t)rdispls[i] * res;
+    }
+    k.dt = SHOAL_UINT8;
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Alltoallv(const void *sb, const int scounts[], const int sdispls[], MPI_Datatype st,
+                  void *rb, const int rcounts[], const int rdispls[], MPI_Datatype rt,
                   MPI_Comm c)
 {
-    shoal_dtype_t dt;
-    shoal_op_t sop;
-    shoal_comm_t comm = take(c, datatype, &op, count, &dt, &sop, "MPI_Allreduce");
-    if (!comm)
-        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, c);
-    if (sendbuf == MPI_IN_PLACE)
-        sendbuf = recvbuf;
-    shoal_status_t s = shoal_allreduce(sendbuf, recvbuf, (size_t)count, dt, sop, comm);
-    return s == SHOAL_OK ? MPI_SUCCESS : shoal_mpi_fail(c, comm, "MPI_Allreduce", s);
+    return alltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c, NULL);
 }
 
-int MPI_Bcast(void *buf, int count, MPI_Datatype datatype, int root, MPI_Comm c)
+int MPI_Ialltoallv(const void *sb, const int scounts[], const int sdispls[], MPI_Datatype st,
+                   void *rb, const int rcounts[], const int rdispls[], MPI_Datatype rt,
+                   MPI_Comm c, MPI_Request *req)
 {
-    shoal_dtype_t dt;
-    shoal_comm_t comm = take(c, datatype, NULL, count, &dt, NULL, "MPI_Bcast");
-    if (!comm)
-        return PMPI_Bcast(buf, count, datatype, root, c);
-    shoal_status_t s = shoal_broadcast(buf, buf, (size_t)count, dt, root, comm);
-    return s == SHOAL_OK ? MPI_SUCCESS : shoal_mpi_fail(c, comm, "MPI_Bcast", s);
+    return alltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c, req);
+}
+
+/* Gather and scatter: the side of a rank's own block sizes it (the send
+ * side of gather, the receive side of scatter, or the root's other side
+ * when it is in place); the root's other side must describe as much. */
+static int rooted(door_kind_t kind, int nb, const void *sb, int scount, MPI_Datatype st,
+                  void *rb, int rcount, MPI_Datatype rt, int root, MPI_Comm c, door_call_t *k)
+{
+    *k = (door_call_t){.kind = kind, .nb = nb, .sendbuf = sb, .recvbuf = rb, .root = root};
+    int is_root = root_ok(root, c) && shoal_mpi_comm_rank(c) == root;
+    int gather = kind == DOOR_GATHER;
+    const void *own_buf = gather ? sb : rb;
+    int own_count = gather ? scount : rcount, all_count = gather ? rcount : scount;
+    MPI_Datatype own_t = gather ? st : rt, all_t = gather ? rt : st;
+    size_t all_bytes;
+    int ok = root_ok(root, c);
+    if (ok && own_buf == MPI_IN_PLACE)
+        ok = is_root && moves(k, all_count, all_t, &k->count);
+    else if (ok)
+        ok = moves(k, own_count, own_t, &k->count) &&
+             (!is_root || (moves(k, all_count, all_t, &all_bytes) && all_bytes == k->count));
+    if (!shoal_mpi_take(k, c, ok))
+        return 0;
+    size_t at = (size_t)root * k->count;
+    if (own_buf == MPI_IN_PLACE && gather)
+        k->sendbuf = (char *)rb + at;
+    else if (own_buf == MPI_IN_PLACE)
+        k->recvbuf = (char *)sb + at;
+    return 1;
+}
+
+static int gather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                  MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k;
+    if (!rooted(DOOR_GATHER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k))
+        return req ? PMPI_Igather(sb, scount, st, rb, rcount, rt, root, c, req)
+                   : PMPI_Gather(sb, scount, st, rb, rcount, rt, root, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Gather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+               MPI_Datatype rt, int root, MPI_Comm c)
+{
+    return gather(sb, scount, st, rb, rcount, rt, root, c, NULL);
+}
+
+int MPI_Igather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
+{
+    return gather(sb, scount, st, rb, rcount, rt, root, c, req);
+}
+
+static int scatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                   MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k;
+    if (!rooted(DOOR_SCATTER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k))
+        return req ? PMPI_Iscatter(sb, scount, st, rb, rcount, rt, root, c, req)
+                   : PMPI_Scatter(sb, scount, st, rb, rcount, rt, root, c);
+    return shoal_mpi_call_run(&k, req);
+}
+
+int MPI_Scatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                MPI_Datatype rt, int root, MPI_Comm c)
+{
+    return scatter(sb, scount, st, rb, rcount, rt, root, c, NULL);
+}
+
+int MPI_Iscatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                 MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
+{
+    return scatter(sb, scount, st, rb, rcount, rt, root, c, req);
+}
+
+static int barrier(MPI_Comm c, MPI_Request *req)
+{
+    door_call_t k = {.kind = DOOR_BARRIER, .nb = req != NULL};
+    if (!shoal_mpi_take(&k, c, 1))
+        return req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c);
+    return shoal_mpi_call_run(&k, req);
 }
 
 int MPI_Barrier(MPI_Comm c)
 {
-    shoal_comm_t comm = shoal_mpi_comm(c);
-    shoal_mpi_count(comm != NULL);
-    if (!comm)
-        return PMPI_Barrier(c);
-    shoal_status_t s = shoal_barrier(comm);
-    return s == SHOAL_OK ? MPI_SUCCESS : shoal_mpi_fail(c, comm, "MPI_Barrier", s);
+    return barrier(c, NULL);
+}
+
+int MPI_Ibarrier(MPI_Comm c, MPI_Request *req)
+{
+    return barrier(c, req);
 }

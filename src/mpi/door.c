@@ -12,38 +12,51 @@
  * of the MPI communicator, so a dup does not inherit it (the copy
  * callback copies nothing) and MPI_Comm_free destroys it (the delete
  * callback). An attribute on MPI_COMM_SELF, whose delete callback MPI
- * runs first inside MPI_Finalize, tears down what is left.
+ * runs first inside MPI_Finalize, logs what the door took.
  *
- * The choice to take a call depends only on arguments every rank must
- * pass alike (datatype, op, count, the communicator), so the ranks never
- * part ways. */
+ * Threads (MPI_THREAD_MULTIPLE): the keyvals are made once; a
+ * communicator's shoal communicator is made by the one thread that calls
+ * a collective on it (MPI lets one thread at a time do so), and several
+ * communicators are served from several threads at once, as shoal's
+ * communicators are independent. */
 #include "mpi_priv.h"
 
 #include "base/log.h"
 
-#include <stdio.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* What a communicator's attribute holds. */
-typedef struct {
-    shoal_comm_t comm; /* NULL: calls on it pass through */
-} door_comm_t;
-
 static int comm_keyval = MPI_KEYVAL_INVALID;
 static int self_keyval = MPI_KEYVAL_INVALID;
-static int door_off;             /* not the MPI this was built for: pass everything */
-static unsigned long taken, passed;
+static int door_on; /* set once by door_init */
+static pthread_once_t door_once = PTHREAD_ONCE_INIT;
+
+/* A communicator's shoal side lives while MPI's does and while any of
+ * its non-blocking calls is in flight (MPI lets a program free a
+ * communicator with calls pending). */
+void shoal_mpi_comm_hold(door_comm_t *d)
+{
+    atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+}
+
+void shoal_mpi_comm_put(door_comm_t *d)
+{
+    if (atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    if (d->comm)
+        shoal_comm_destroy(d->comm);
+    free(d);
+}
 
 static int delete_comm(MPI_Comm c, int keyval, void *attr, void *extra)
 {
     (void)c;
     (void)keyval;
     (void)extra;
-    door_comm_t *d = attr;
-    if (d && d->comm)
-        shoal_comm_destroy(d->comm);
-    free(d);
+    if (attr)
+        shoal_mpi_comm_put(attr);
     return MPI_SUCCESS;
 }
 
@@ -54,59 +67,75 @@ static int delete_self(MPI_Comm c, int keyval, void *attr, void *extra)
     (void)keyval;
     (void)attr;
     (void)extra;
-    shoal_info(INIT, "MPI door: %lu calls taken, %lu passed to MPI", taken, passed);
-    if (comm_keyval != MPI_KEYVAL_INVALID)
-        PMPI_Comm_free_keyval(&comm_keyval);
+    shoal_mpi_log_counts();
     return MPI_SUCCESS;
 }
 
-/* The keyvals, made on first use (MPI is initialised by then). */
-static int door_ready(void)
+static void door_init(void)
 {
-    if (door_off)
-        return 0;
-    if (comm_keyval != MPI_KEYVAL_INVALID)
-        return 1;
     if (!shoal_mpi_is_ours()) {
-        door_off = 1;
         shoal_warn(INIT, "MPI door: the MPI in this process is not the one the door was built "
                    "for (%s); every call goes to MPI unchanged", SHOAL_MPI_NAME);
-        return 0;
+        return;
     }
     if (PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_comm, &comm_keyval, NULL) !=
             MPI_SUCCESS ||
         PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_self, &self_keyval, NULL) !=
             MPI_SUCCESS ||
         PMPI_Comm_set_attr(MPI_COMM_SELF, self_keyval, NULL) != MPI_SUCCESS) {
-        door_off = 1;
-        return 0;
+        shoal_warn(INIT, "MPI door: MPI refused the door its communicator attributes; every "
+                   "call goes to MPI unchanged");
+        return;
     }
-    return 1;
+    door_on = 1;
 }
 
-/* The shoal communicator of c, made on its first taken call; NULL when
- * its calls pass through. Collective over c when it makes one. */
-shoal_comm_t shoal_mpi_comm(MPI_Comm c)
+/* Whether the door serves calls; made ready on first use (MPI is
+ * initialised by then: the calls it serves need it). */
+int shoal_mpi_ready(void)
 {
-    if (!door_ready())
+    pthread_once(&door_once, door_init);
+    return door_on;
+}
+
+int shoal_mpi_comm_size(MPI_Comm c)
+{
+    int n = 0;
+    PMPI_Comm_size(c, &n);
+    return n;
+}
+
+int shoal_mpi_comm_rank(MPI_Comm c)
+{
+    int r = 0;
+    PMPI_Comm_rank(c, &r);
+    return r;
+}
+
+/* The door's side of c, made on its first taken call; NULL, or comm
+ * NULL, when its calls pass through. Collective over c when it makes one. */
+door_comm_t *shoal_mpi_comm(MPI_Comm c)
+{
+    if (!shoal_mpi_ready() || c == MPI_COMM_NULL)
         return NULL;
     void *attr;
     int found = 0, inter = 0;
     if (PMPI_Comm_get_attr(c, comm_keyval, &attr, &found) != MPI_SUCCESS)
         return NULL;
     if (found)
-        return ((door_comm_t *)attr)->comm;
-    door_comm_t *d = calloc(1, sizeof(*d));
-    if (!d || PMPI_Comm_test_inter(c, &inter) != MPI_SUCCESS || inter) {
-        /* An intercommunicator (or no memory) passes through: every rank
-         * of it sees the same. */
-        if (d)
-            PMPI_Comm_set_attr(c, comm_keyval, d);
+        return attr;
+    door_comm_t *slot = calloc(1, sizeof(*slot));
+    if (slot)
+        atomic_init(&slot->refs, 1);
+    if (PMPI_Comm_test_inter(c, &inter) != MPI_SUCCESS || inter || !slot) {
+        /* An intercommunicator passes through: every rank of it sees the
+         * same. Without memory this rank cannot tell the others: let MPI
+         * report its own trouble. */
+        if (slot)
+            PMPI_Comm_set_attr(c, comm_keyval, slot);
         return NULL;
     }
-    int rank, size;
-    PMPI_Comm_rank(c, &rank);
-    PMPI_Comm_size(c, &size);
+    int rank = shoal_mpi_comm_rank(c), size = shoal_mpi_comm_size(c);
     struct {
         int ok;
         shoal_unique_id_t id;
@@ -126,17 +155,9 @@ shoal_comm_t shoal_mpi_comm(MPI_Comm c)
     if (!all && rank == 0)
         shoal_warn(INIT, "MPI door: a communicator of %d ranks could not get a shoal "
                    "communicator; its calls go to MPI", size);
-    d->comm = comm;
-    PMPI_Comm_set_attr(c, comm_keyval, d);
-    return comm;
-}
-
-void shoal_mpi_count(int took)
-{
-    if (took)
-        taken++;
-    else
-        passed++;
+    slot->comm = comm;
+    PMPI_Comm_set_attr(c, comm_keyval, slot);
+    return slot;
 }
 
 /* A failed shoal call: through the communicator's error handler, as MPI
@@ -145,7 +166,7 @@ void shoal_mpi_count(int took)
 int shoal_mpi_fail(MPI_Comm c, shoal_comm_t comm, const char *what, shoal_status_t s)
 {
     const char *why = shoal_comm_last_error(comm);
-    shoal_error(INIT, "%s: %s: %s", what, shoal_status_string(s), why ? why : "");
+    shoal_error(INIT, "MPI door: %s: %s: %s", what, shoal_status_string(s), why ? why : "");
     int code = s == SHOAL_ERR_INVALID_ARG ? MPI_ERR_ARG : MPI_ERR_OTHER;
     PMPI_Comm_call_errhandler(c, code);
     return code;

@@ -5,6 +5,8 @@
 #include "shoal.h"
 
 #include <mpi.h>
+#include <stdatomic.h>
+#include <stddef.h>
 
 /* The MPI the door is built for: "Open MPI" or "MPICH", found in
  * MPI_Get_library_version's text. */
@@ -14,16 +16,83 @@
 #define SHOAL_MPI_NAME "MPICH"
 #endif
 
-/* door.c */
-/* Whether the MPI in the process is SHOAL_MPI_NAME (mpi_types.c). */
-int shoal_mpi_is_ours(void);
-shoal_comm_t shoal_mpi_comm(MPI_Comm c);
-void shoal_mpi_count(int took);
-int shoal_mpi_fail(MPI_Comm c, shoal_comm_t comm, const char *what, shoal_status_t s);
+/* The collectives the door serves, as the program calls them (each also
+ * non-blocking). */
+typedef enum {
+    DOOR_ALLREDUCE,
+    DOOR_REDUCE,
+    DOOR_BCAST,
+    DOOR_ALLGATHER,
+    DOOR_REDUCE_SCATTER_BLOCK,
+    DOOR_REDUCE_SCATTER, /* unequal blocks (tmp set) run as an all-reduce */
+    DOOR_ALLTOALL,
+    DOOR_ALLTOALLV,
+    DOOR_GATHER,
+    DOOR_SCATTER,
+    DOOR_BARRIER,
+    DOOR_NKINDS
+} door_kind_t;
 
-/* mpi_types.c: shoal's type and op for MPI's predefined ones; 0 when
- * there is none (the call passes through). */
+/* The door's side of an MPI communicator (its attribute). */
+typedef struct {
+    shoal_comm_t comm; /* NULL: its calls pass through */
+    atomic_int refs;   /* the attribute's and each call in flight's */
+} door_comm_t;
+
+/* One taken call, in shoal's terms (call.c). Buffers, counts and roots
+ * follow shoal.h's conventions (in place as shoal spells it); what a call
+ * owns (v, tmp) is freed by shoal_mpi_call_finish. */
+typedef struct {
+    door_kind_t kind;
+    int nb;           /* the non-blocking form */
+    const char *what; /* "MPI_Allreduce", "MPI_Iallreduce", ...: set by shoal_mpi_take */
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count; /* elements per rank's block (the whole vector for all-reduce, reduce, bcast) */
+    shoal_dtype_t dt;
+    shoal_op_t op;
+    int root;
+    size_t *v;    /* all-to-all-v: sendcounts, sdispls, recvcounts, rdispls; nranks each */
+    void *tmp;    /* unequal reduce-scatter: the whole reduced vector, before this rank's part */
+    void *move_to; /* after completion: move_len bytes from move_from to here */
+    const void *move_from;
+    size_t move_len;
+    int compress; /* SHOAL_COMPRESS takes this all-reduce */
+    MPI_Comm mpi;
+    door_comm_t *dc;
+    shoal_comm_t comm;
+} door_call_t;
+
+/* door.c */
+int shoal_mpi_ready(void);
+door_comm_t *shoal_mpi_comm(MPI_Comm c);
+void shoal_mpi_comm_hold(door_comm_t *d);
+void shoal_mpi_comm_put(door_comm_t *d);
+int shoal_mpi_fail(MPI_Comm c, shoal_comm_t comm, const char *what, shoal_status_t s);
+int shoal_mpi_comm_size(MPI_Comm c);
+int shoal_mpi_comm_rank(MPI_Comm c);
+
+/* mpi_types.c: whether the MPI in the process is SHOAL_MPI_NAME; shoal's
+ * type and op for MPI's predefined ones (0: none, the call passes
+ * through). shoal_mpi_bytes: a predefined type without gaps, as bytes
+ * (*es_p: its size), for the calls that only move data. */
+int shoal_mpi_is_ours(void);
 int shoal_mpi_dtype(MPI_Datatype t, shoal_dtype_t *dt_p);
-int shoal_mpi_op(MPI_Op op, shoal_dtype_t dt, shoal_op_t *op_p);
+int shoal_mpi_op(MPI_Op op, MPI_Datatype t, shoal_op_t *op_p);
+int shoal_mpi_bytes(MPI_Datatype t, size_t *es_p);
+
+/* call.c: the shoal communicator of a call when the door takes it (NULL:
+ * it goes to MPI), counted and logged; run a call (blocking when req_p is
+ * NULL); finish it once it completed (the copies it owes, the memory it
+ * owns); the whole of a blocking call. */
+shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok);
+void shoal_mpi_log_counts(void);
+shoal_status_t shoal_mpi_call_issue(door_call_t *k, shoal_request_t *req_p);
+void shoal_mpi_call_finish(door_call_t *k, int ok);
+int shoal_mpi_call_run(door_call_t *k, MPI_Request *req);
+
+/* request.c: a non-blocking call's MPI request (a generalized request
+ * that completes when shoal's does); *k is copied. */
+int shoal_mpi_request_start(const door_call_t *k, shoal_request_t sr, MPI_Request *req);
 
 #endif

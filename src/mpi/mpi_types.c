@@ -1,6 +1,8 @@
 /* MPI's predefined datatypes and ops as shoal's, for the door. */
 #include "mpi_priv.h"
 
+#include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 int shoal_mpi_is_ours(void)
@@ -25,52 +27,95 @@ static shoal_dtype_t int_of(size_t bytes, int is_signed)
     }
 }
 
-int shoal_mpi_dtype(MPI_Datatype t, shoal_dtype_t *dt_p)
+/* What an MPI type may be reduced with: MPI's own groups (MPI 4.0 §6.9.2). */
+enum { ARITH = 1, LOGIC = 2, BITS = 4 };
+
+typedef struct {
+    MPI_Datatype mpi;
+    shoal_dtype_t dt;
+    int ops;
+} type_map_t;
+
+static int find(MPI_Datatype t, type_map_t *m_p)
 {
-    struct {
-        MPI_Datatype mpi;
-        shoal_dtype_t dt;
-    } const map[] = {
-        {MPI_INT8_T, SHOAL_INT8},
-        {MPI_UINT8_T, SHOAL_UINT8},
-        {MPI_INT32_T, SHOAL_INT32},
-        {MPI_UINT32_T, SHOAL_UINT32},
-        {MPI_INT64_T, SHOAL_INT64},
-        {MPI_UINT64_T, SHOAL_UINT64},
-        {MPI_SIGNED_CHAR, SHOAL_INT8},
-        {MPI_UNSIGNED_CHAR, SHOAL_UINT8},
-        {MPI_SHORT, int_of(sizeof(short), 1)},
-        {MPI_UNSIGNED_SHORT, int_of(sizeof(short), 0)},
-        {MPI_INT, int_of(sizeof(int), 1)},
-        {MPI_UNSIGNED, int_of(sizeof(int), 0)},
-        {MPI_LONG, int_of(sizeof(long), 1)},
-        {MPI_UNSIGNED_LONG, int_of(sizeof(long), 0)},
-        {MPI_LONG_LONG, int_of(sizeof(long long), 1)},
-        {MPI_UNSIGNED_LONG_LONG, int_of(sizeof(long long), 0)},
-        {MPI_FLOAT, SHOAL_FLOAT32},
-        {MPI_DOUBLE, SHOAL_FLOAT64},
+    const type_map_t map[] = {
+        {MPI_INT8_T, SHOAL_INT8, ARITH | LOGIC | BITS},
+        {MPI_UINT8_T, SHOAL_UINT8, ARITH | LOGIC | BITS},
+        {MPI_INT32_T, SHOAL_INT32, ARITH | LOGIC | BITS},
+        {MPI_UINT32_T, SHOAL_UINT32, ARITH | LOGIC | BITS},
+        {MPI_INT64_T, SHOAL_INT64, ARITH | LOGIC | BITS},
+        {MPI_UINT64_T, SHOAL_UINT64, ARITH | LOGIC | BITS},
+        {MPI_SIGNED_CHAR, SHOAL_INT8, ARITH | LOGIC | BITS},
+        {MPI_UNSIGNED_CHAR, SHOAL_UINT8, ARITH | LOGIC | BITS},
+        {MPI_CHAR, int_of(1, CHAR_MIN < 0), ARITH | LOGIC | BITS},
+        {MPI_SHORT, int_of(sizeof(short), 1), ARITH | LOGIC | BITS},
+        {MPI_UNSIGNED_SHORT, int_of(sizeof(short), 0), ARITH | LOGIC | BITS},
+        {MPI_INT, int_of(sizeof(int), 1), ARITH | LOGIC | BITS},
+        {MPI_UNSIGNED, int_of(sizeof(int), 0), ARITH | LOGIC | BITS},
+        {MPI_LONG, int_of(sizeof(long), 1), ARITH | LOGIC | BITS},
+        {MPI_UNSIGNED_LONG, int_of(sizeof(long), 0), ARITH | LOGIC | BITS},
+        {MPI_LONG_LONG, int_of(sizeof(long long), 1), ARITH | LOGIC | BITS},
+        {MPI_UNSIGNED_LONG_LONG, int_of(sizeof(long long), 0), ARITH | LOGIC | BITS},
+        {MPI_FLOAT, SHOAL_FLOAT32, ARITH},
+        {MPI_DOUBLE, SHOAL_FLOAT64, ARITH},
+        {MPI_C_BOOL, int_of(sizeof(_Bool), 0), LOGIC},
+        {MPI_BYTE, SHOAL_UINT8, BITS},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        if (map[i].mpi == t) {
-            *dt_p = map[i].dt;
-            return map[i].dt != SHOAL_DTYPE_COUNT;
+        if (map[i].mpi == t && map[i].dt != SHOAL_DTYPE_COUNT) {
+            *m_p = map[i];
+            return 1;
         }
     }
     return 0;
 }
 
-int shoal_mpi_op(MPI_Op op, shoal_dtype_t dt, shoal_op_t *op_p)
+int shoal_mpi_dtype(MPI_Datatype t, shoal_dtype_t *dt_p)
 {
-    (void)dt;
-    if (op == MPI_SUM)
-        *op_p = SHOAL_SUM;
-    else if (op == MPI_PROD)
-        *op_p = SHOAL_PROD;
-    else if (op == MPI_MIN)
-        *op_p = SHOAL_MIN;
-    else if (op == MPI_MAX)
-        *op_p = SHOAL_MAX;
-    else
+    type_map_t m;
+    if (!find(t, &m))
         return 0;
+    *dt_p = m.dt;
+    return 1;
+}
+
+int shoal_mpi_op(MPI_Op op, MPI_Datatype t, shoal_op_t *op_p)
+{
+    const struct {
+        MPI_Op mpi;
+        shoal_op_t op;
+        int group;
+    } ops[] = {
+        {MPI_SUM, SHOAL_SUM, ARITH},   {MPI_PROD, SHOAL_PROD, ARITH},
+        {MPI_MIN, SHOAL_MIN, ARITH},   {MPI_MAX, SHOAL_MAX, ARITH},
+        {MPI_LAND, SHOAL_LAND, LOGIC}, {MPI_LOR, SHOAL_LOR, LOGIC},
+        {MPI_LXOR, SHOAL_LXOR, LOGIC}, {MPI_BAND, SHOAL_BAND, BITS},
+        {MPI_BOR, SHOAL_BOR, BITS},    {MPI_BXOR, SHOAL_BXOR, BITS},
+    };
+    type_map_t m;
+    if (!find(t, &m))
+        return 0;
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        if (ops[i].mpi == op) {
+            *op_p = ops[i].op;
+            return (m.ops & ops[i].group) != 0;
+        }
+    }
+    return 0;
+}
+
+/* A named type (not derived) whose extent is its size, from 0: every
+ * element is a run of bytes next to the one before. */
+int shoal_mpi_bytes(MPI_Datatype t, size_t *es_p)
+{
+    int ni, na, nd, combiner, size;
+    MPI_Aint lb, extent;
+    if (t == MPI_DATATYPE_NULL ||
+        PMPI_Type_get_envelope(t, &ni, &na, &nd, &combiner) != MPI_SUCCESS ||
+        combiner != MPI_COMBINER_NAMED || PMPI_Type_size(t, &size) != MPI_SUCCESS ||
+        PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS || size <= 0 || lb != 0 ||
+        extent != size)
+        return 0;
+    *es_p = (size_t)size;
     return 1;
 }
