@@ -9,7 +9,8 @@
 #     is 1 to preload that MPI's door with SHOAL_DEBUG=info, 0 to run on
 #     MPI alone. PROG is a path under $BUILD/tests/mpi without the suffix.
 #     Extra launcher options go in MPI_RUN_OPTS (Open MPI's syntax: -x VAR
-#     or --mca NAME VALUE; they are only passed to Open MPI) and
+#     or --mca NAME VALUE; they are only passed to Open MPI),
+#     MPICH_RUN_OPTS (mpiexec.mpich's options, only passed to MPICH) and
 #     MPI_RUN_ENV (VAR=VALUE words, set for the ranks under either MPI).
 #   mpi_need MPI: missing_all unless that MPI, its door and the program
 #     builds are there.
@@ -71,6 +72,6 @@ mpi_run() {
         gs=
         for w in $env_words; do gs="$gs -genv ${w%%=*} ${w#*=}"; done
         # shellcheck disable=SC2086
-        $LIMIT mpiexec.mpich -np "$np" $gs "$prog.mpich" "$@"
+        $LIMIT mpiexec.mpich -np "$np" $gs $MPICH_RUN_OPTS "$prog.mpich" "$@"
     fi
 }

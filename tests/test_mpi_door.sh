@@ -25,7 +25,7 @@ MPI_RUN_OPTS="--mca op ^avx"
 CALLS="Allreduce Reduce Bcast Allgather Reduce_scatter_block Reduce_scatter Alltoall Alltoallv
 Gather Scatter Barrier"
 
-echo "1..24"
+echo "1..30"
 for mpi in ompi mpich; do
     for np in 1 2 3 4 5 6; do
         out=$TMP/door_$np.txt
@@ -61,4 +61,31 @@ for mpi in ompi mpich; do
             show "$plain"
         fi
     done
+done
+
+# SHOAL_COMPRESS=int8: a 4 MiB float sum goes through the int8 codec (its
+# result within the codec's bound, and not exact); without the setting
+# the door's sum is exact.
+PROG=$BUILD/tests/mpi/compress_check
+for mpi in ompi mpich; do
+    for np in 2 3; do
+        out=$TMP/compress_$np.txt
+        MPI_RUN_ENV="SHOAL_COMPRESS=int8" mpi_run "$mpi" "$np" 1 "$PROG" lossy >"$out" 2>&1
+        rc=$?
+        if [ "$rc" = 0 ] && grep -q "compress_check: ok" "$out"; then
+            pass "$mpi, $np ranks, SHOAL_COMPRESS=int8: the float sum went through the codec, within its bound"
+        else
+            fail "$mpi, $np ranks, SHOAL_COMPRESS=int8 (exit $rc)"
+            show "$out"
+        fi
+    done
+    out=$TMP/exact.txt
+    mpi_run "$mpi" 3 1 "$PROG" exact >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q "compress_check: ok" "$out"; then
+        pass "$mpi, 3 ranks, no SHOAL_COMPRESS: the same sum is exact"
+    else
+        fail "$mpi, 3 ranks, no SHOAL_COMPRESS (exit $rc)"
+        show "$out"
+    fi
 done

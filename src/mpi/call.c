@@ -57,7 +57,7 @@ void shoal_mpi_log_counts(void)
  * what every rank passes alike. */
 shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
 {
-    door_comm_t *dc = ok ? shoal_mpi_comm(c) : NULL;
+    door_comm_t *dc = shoal_mpi_ready() && ok ? shoal_mpi_comm(c) : NULL;
     k->what = names[k->kind][k->nb != 0];
     k->mpi = c;
     k->dc = dc && dc->comm ? dc : NULL;

@@ -14,6 +14,16 @@
  * callback). An attribute on MPI_COMM_SELF, whose delete callback MPI
  * runs first inside MPI_Finalize, logs what the door took.
  *
+ * The wrong MPI. The door needs the library of the MPI it was built for,
+ * and a program of the other MPI finds both loaded. A constructor sees
+ * which library the program's own MPI_Init comes from; when it is not the
+ * door's, the door logs one warning and starts the program again with
+ * itself taken out of LD_PRELOAD, so that the program runs on its MPI
+ * untouched (the door could not even pass calls on: MPICH's handles are
+ * ints and Open MPI's pointers). Where no MPI_Init is found before main
+ * (a program that opens MPI later), MPI_Get_library_version decides at
+ * the first call: not the door's MPI, every call is passed on.
+ *
  * Threads (MPI_THREAD_MULTIPLE): the keyvals are made once; a
  * communicator's shoal communicator is made by the one thread that calls
  * a collective on it (MPI lets one thread at a time do so), and several
@@ -21,12 +31,23 @@
  * communicators are independent. */
 #include "mpi_priv.h"
 
+#include "base/config.h"
 #include "base/log.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The door's MPI library, as its file name starts (after the directory). */
+#ifdef OPEN_MPI
+#define DOOR_LIB "libmpi.so"
+#else
+#define DOOR_LIB "libmpich.so"
+#endif
 
 static int comm_keyval = MPI_KEYVAL_INVALID;
 static int self_keyval = MPI_KEYVAL_INVALID;
@@ -71,8 +92,67 @@ static int delete_self(MPI_Comm c, int keyval, void *attr, void *extra)
     return MPI_SUCCESS;
 }
 
+/* LD_PRELOAD without the entry that names path. */
+static void preload_without(const char *path, char *out, size_t cap)
+{
+    const char *list = getenv("LD_PRELOAD");
+    size_t used = 0;
+    out[0] = '\0';
+    for (const char *p = list ? list : ""; *p;) {
+        size_t n = strcspn(p, ": ");
+        if (n && !(n == strlen(path) && !strncmp(p, path, n)) && used + n + 2 < cap) {
+            if (used)
+                out[used++] = ':';
+            memcpy(out + used, p, n);
+            used += n;
+            out[used] = '\0';
+        }
+        p += n + (p[n] != '\0');
+    }
+}
+
+/* The arguments of this process, from /proc/self/cmdline. */
+static char **own_argv(void)
+{
+    static char buf[65536];
+    static char *argv[1024];
+    FILE *f = fopen("/proc/self/cmdline", "r");
+    if (!f)
+        return NULL;
+    size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[len] = '\0';
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 1 < sizeof(argv) / sizeof(argv[0]); i += strlen(buf + i) + 1)
+        argv[n++] = buf + i;
+    argv[n] = NULL;
+    return n ? argv : NULL;
+}
+
+__attribute__((constructor)) static void door_load(void)
+{
+    Dl_info prog, self;
+    void *init = dlsym(RTLD_DEFAULT, "MPI_Init");
+    if (!init || !dladdr(init, &prog) || !prog.dli_fname ||
+        !dladdr((void *)door_load, &self) || !self.dli_fname)
+        return;
+    const char *base = strrchr(prog.dli_fname, '/');
+    base = base ? base + 1 : prog.dli_fname;
+    if (!strncmp(base, DOOR_LIB, strlen(DOOR_LIB)))
+        return;
+    shoal_warn(INIT, "MPI door: this program's MPI (%s) is not the one the door was built "
+               "for (%s); running it without the door", prog.dli_fname, SHOAL_MPI_NAME);
+    char rest[8192];
+    char **argv = own_argv();
+    preload_without(self.dli_fname, rest, sizeof(rest));
+    if (!argv || (rest[0] ? setenv("LD_PRELOAD", rest, 1) : unsetenv("LD_PRELOAD")) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
+
 static void door_init(void)
 {
+    shoal_config_get(); /* the log level of SHOAL_DEBUG, before the first line */
     if (!shoal_mpi_is_ours()) {
         shoal_warn(INIT, "MPI door: the MPI in this process is not the one the door was built "
                    "for (%s); every call goes to MPI unchanged", SHOAL_MPI_NAME);

@@ -59,10 +59,14 @@ static int find(MPI_Datatype t, type_map_t *m_p)
         {MPI_FLOAT, SHOAL_FLOAT32, ARITH},
         {MPI_DOUBLE, SHOAL_FLOAT64, ARITH},
         {MPI_C_BOOL, int_of(sizeof(_Bool), 0), LOGIC},
+        /* Fortran's, which its bindings pass to the C entry points. */
+        {MPI_INTEGER, int_of(sizeof(MPI_Fint), 1), ARITH | BITS},
+        {MPI_REAL, SHOAL_FLOAT32, ARITH},
+        {MPI_DOUBLE_PRECISION, SHOAL_FLOAT64, ARITH},
         {MPI_BYTE, SHOAL_UINT8, BITS},
     };
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++) {
-        if (map[i].mpi == t && map[i].dt != SHOAL_DTYPE_COUNT) {
+        if (map[i].mpi == t && t != MPI_DATATYPE_NULL && map[i].dt != SHOAL_DTYPE_COUNT) {
             *m_p = map[i];
             return 1;
         }

@@ -1,7 +1,7 @@
-/* The NCCL door's settings: its compression ([compress]) and the
+/* The doors' settings: their compression ([compress]) and the
  * translators of the NCCL_* aliases that shoal_config_use_nccl_env turns
- * on. Linked into libnccl.so.2, and into the tools and tests that print or
- * test these settings (Makefile). */
+ * on (the NCCL door's). Linked into libnccl.so.2 and libshoal_mpi.so, and
+ * into the tools and tests that print or test these settings (Makefile). */
 #include "base/config.h"
 #include "base/log.h"
 
@@ -31,10 +31,12 @@ static const shoal_config_entry_t compress_entries[] = {
      .doc = "NCCL door: all-reduces of float32, float16 and bfloat16 sums and averages "
             "of SHOAL_COMPRESS_MIN bytes or more go through shoal_allreduce_int8, or on "
             "device buffers its stream-ordered form (int8 with a scale per 64 values, no "
-            "error feedback): off or int8",
+            "error feedback); MPI door: the same for blocking MPI_Allreduce of MPI_FLOAT "
+            "MPI_SUM: off or int8",
      .parse = parse_compress, .offset = SHOAL_CONFIG_FIELD(compress.kind)},
     {.name = "SHOAL_COMPRESS_MIN", .def = "1M",
-     .doc = "NCCL door: the smallest all-reduce buffer that SHOAL_COMPRESS compresses",
+     .doc = "NCCL and MPI doors: the smallest all-reduce buffer that SHOAL_COMPRESS "
+            "compresses",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(compress.min_bytes)},
 };
 
