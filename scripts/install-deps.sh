@@ -4,7 +4,8 @@
 # tools/plot_bench (shoal against MPI and Gloo; tests/test_compare.sh);
 # iperf3 serves tools/netns_bench.sh --iperf3 (the raw TCP baseline);
 # python3-sklearn holds the digits data set of tests/test_train_digits;
-# procps gives pgrep to tests/test_bench.sh. qemu-system-x86,
+# procps gives pgrep to tests/test_bench.sh. gfortran, python3-mpi4py and
+# python3-numpy serve the MPI door's Fortran and Python tests. qemu-system-x86,
 # busybox-static, kmod, cpio and xz-utils build and boot the RDMA test
 # guest (tests/rdma/guest.sh), whose userspace is this machine's: rdma-core
 # (the rdma tool), ibverbs-providers (rxe's), libibverbs-dev and

@@ -32,11 +32,14 @@ mpi_preload() {
     for rt in asan tsan; do
         if nm -D "$1" 2>/dev/null | grep -q "__${rt}_init"; then
             pre="$(${CC:-cc} -print-file-name=lib$rt.so):$1"
-            export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=0}"
         fi
     done
     echo "$pre"
 }
+if nm -D "$DOOR_OMPI" 2>/dev/null | grep -q "__asan_init"; then
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    export ASAN_OPTIONS
+fi
 
 mpi_need() {
     case $1 in
@@ -60,8 +63,11 @@ mpi_run() {
     if [ "$door" = 1 ]; then
         if [ "$mpi" = ompi ]; then lib=$DOOR_OMPI; else lib=$DOOR_MPICH; fi
         env_words="$env_words LD_PRELOAD=$(mpi_preload "$lib") SHOAL_DEBUG=${SHOAL_DEBUG:-info}"
-        [ -z "${ASAN_OPTIONS:-}" ] || env_words="$env_words ASAN_OPTIONS=$ASAN_OPTIONS"
-        [ -z "${TSAN_OPTIONS:-}" ] || env_words="$env_words TSAN_OPTIONS=$TSAN_OPTIONS"
+        # The sanitizers' settings, as one word each (':' separates them too).
+        [ -z "${ASAN_OPTIONS:-}" ] ||
+            env_words="$env_words ASAN_OPTIONS=$(echo "$ASAN_OPTIONS" | tr ' ' ':')"
+        [ -z "${TSAN_OPTIONS:-}" ] ||
+            env_words="$env_words TSAN_OPTIONS=$(echo "$TSAN_OPTIONS" | tr ' ' ':')"
     fi
     if [ "$mpi" = ompi ]; then
         xs=

@@ -3,9 +3,10 @@
 # -J (the JSON parses, one result per size with nccl-tests' byte counts,
 # none wrong), tools/compare_mpi on tiny sizes (a row per size with shoal's,
 # Open MPI's and Gloo's figures, numeric ratios, the baselines' results
-# checked, the JSON kept; Gloo where /usr/bin/python3 has torch) and
-# tools/plot_bench (an SVG drawn from the JSON). Run from the repository
-# root (make test does).
+# checked, the JSON kept; Gloo where /usr/bin/python3 has torch; the MPI
+# door's columns under Open MPI and MPICH for the all-reduce, all-gather and
+# all-to-all, where the doors are built in $BUILD) and tools/plot_bench (an
+# SVG drawn from the JSON). Run from the repository root (make test does).
 # shellcheck disable=SC2016 # the perl programs in single quotes are perl's
 
 # The bench to test: tools/ for the default build; a build elsewhere (the
@@ -43,6 +44,14 @@ json_ok() {
             }
         }' "$f" "$np" "$@"
 }
+# oop_ok RC FILE: the run exited 0 and FILE holds two results, each with
+# an out-of-place time and no in-place figures (compare_mpi -I 0).
+oop_ok() {
+    [ "$1" -eq 0 ] && perl -MJSON::PP -e '
+        open(my $fh, "<", $ARGV[0]) or die "$ARGV[0]: $!\n";
+        my @r = @{ decode_json(do { local $/; <$fh> })->{results} };
+        exit !(@r == 2 && !grep { defined $_->{in_place} || !($_->{out_of_place}{time_us} > 0) } @r)' "$2"
+}
 # col FILE NAME: the column NAME has in compare_mpi's table (from its
 # header line, "#np size ..."), empty if none.
 col() {
@@ -62,6 +71,10 @@ cell() {
 # sizes FILE NP: the size column of the rows of NP ranks, on one line.
 sizes() {
     awk -v np="$2" '!/^#/ && $1 == np { printf "%s%s", sep, $2; sep = " " }' "$1"
+}
+# coll_sizes FILE COLL: the same for the rows of collective COLL.
+coll_sizes() {
+    awk -v c="$2" '!/^#/ && $3 == c { printf "%s%s", sep, $2; sep = " " }' "$1"
 }
 
 if [ ! -x "$BENCH" ]; then
@@ -133,11 +146,89 @@ if [ -n "$ompi" ]; then
     done
     check "compare_mpi -J: ompi_np2.json (mpi_allreduce) parses, 5 results, none wrong" \
         json_ok "$TMP/cmp/ompi_np2.json" 2 8 64 512 4096 32768
+    # -I 0: the MPI runs time out of place alone, the in-place figures null.
+    BENCH=$BENCH $LIMIT tools/compare_mpi -np 2 -b 8 -e 64 -f 8 -n 1 -w 0 -r 1 -c 1 -I 0 -B ompi \
+        -J "$TMP/oop" >"$TMP/oop.out" 2>&1
+    rc=$?
+    check "compare_mpi -I 0: runs; OMPI's JSON has out-of-place figures, in_place null" \
+        oop_ok $rc "$TMP/oop/ompi_np2.json" || show "$TMP/oop.out"
 else
-    for what in OMPI_us OMPI_GB/s shoal/OMPI ompi_np2.json; do
+    for what in OMPI_us OMPI_GB/s shoal/OMPI ompi_np2.json "-I 0"; do
         missing "compare_mpi $what" "$reason"
     done
 fi
+
+# The MPI door (libshoal_mpi.so of this build, as tests/mpi_env.sh finds
+# it) under each MPI that runs here, beside that MPI alone: -B with the
+# doors, the three collectives, tiny sizes and two iterations. Shape only:
+# the columns are there and hold numbers, the door's runs are checked right.
+BUILD=${BUILD:-build}
+door_b=
+door_cols=
+door_json=
+if [ -z "$ompi" ]; then
+    ompi_door_reason=$reason
+elif [ ! -f "$BUILD/libshoal_mpi.so" ]; then
+    ompi_door_reason="$BUILD/libshoal_mpi.so is not built"
+else
+    door_b="ompi_door"
+    door_cols="OMPI+door_us OMPI+door_GB/s door/OMPI"
+    door_json="ompi_door_np2 ompi_door_allgather_np2 ompi_door_alltoall_np2"
+fi
+if ! command -v mpicc.mpich >/dev/null 2>&1 || ! command -v mpiexec.mpich >/dev/null 2>&1; then
+    mpich_door_reason="MPICH (mpicc.mpich, mpiexec.mpich) is not installed"
+elif ! $LIMIT mpiexec.mpich -np 1 true >"$TMP/mpich_probe.out" 2>&1; then
+    mpich_door_reason="mpiexec.mpich cannot start a process here: $(head -n 1 "$TMP/mpich_probe.out")"
+elif [ ! -f "$BUILD/mpich/libshoal_mpi.so" ]; then
+    mpich_door_reason="$BUILD/mpich/libshoal_mpi.so is not built"
+else
+    door_b="$door_b mpich_door"
+    door_cols="$door_cols MPICH+door_us MPICH+door_GB/s door/MPICH"
+    door_json="$door_json mpich_door_np2 mpich_door_allgather_np2 mpich_door_alltoall_np2"
+fi
+if [ -n "$door_b" ]; then
+    DOOR_OMPI=$BUILD/libshoal_mpi.so DOOR_MPICH=$BUILD/mpich/libshoal_mpi.so BENCH=$BENCH \
+        $LIMIT tools/compare_mpi -np 2 -b 8 -e 512 -f 8 -n 2 -w 1 -r 1 -c 1 \
+        --coll "allreduce allgather alltoall" -B "$door_b" -J "$TMP/door" >"$TMP/door.out" 2>&1
+    rc=$?
+    check "compare_mpi -B \"$door_b\" exits 0 (every checked result right)" [ $rc -eq 0 ] ||
+        show "$TMP/door.out"
+    for c in allreduce allgather alltoall; do
+        check "compare_mpi --coll: $c has a row per size, 8B to 512B" \
+            [ "$(coll_sizes "$TMP/door.out" $c)" = "8B 64B 512B" ] || show "$TMP/door.out"
+    done
+    for c in $door_cols; do
+        check "compare_mpi: a number in column $c of every row" numeric "$TMP/door.out" "$c"
+    done
+    for f in $door_json; do
+        check "compare_mpi -J: $f.json (the door's runs) parses, 3 results, none wrong" \
+            json_ok "$TMP/door/$f.json" 2 8 64 512
+    done
+    for d in $door_b; do
+        label=OMPI+door
+        [ "$d" = ompi_door ] || label=MPICH+door
+        check "compare_mpi: $label takes MPI_Allreduce, as the door's log says" \
+            grep -q "^# $label: the door takes MPI_Allreduce" "$TMP/door.out" || show "$TMP/door.out"
+    done
+    if [ "$(getconf _NPROCESSORS_ONLN)" -ge 2 ]; then
+        check "compare_mpi: the cache-line round trip is printed, in ns" \
+            grep -Eq '^# cache-line round trip CPU [0-9]+ <-> [0-9]+: [0-9]+ ns' "$TMP/door.out"
+    else
+        skip "compare_mpi: the cache-line round trip needs two CPUs"
+    fi
+fi
+case " $door_b " in *" ompi_door "*) ;; *)
+    for what in "door run" "door rows" OMPI+door_us OMPI+door_GB/s door/OMPI "door JSON" "door log"; do
+        missing "compare_mpi OMPI+door $what" "$ompi_door_reason"
+    done
+    ;;
+esac
+case " $door_b " in *" mpich_door "*) ;; *)
+    for what in MPICH+door_us MPICH+door_GB/s door/MPICH "door JSON" "door log"; do
+        missing "compare_mpi MPICH+door $what" "$mpich_door_reason"
+    done
+    ;;
+esac
 # Gloo: in the default baselines where torch has it, with its columns, ratio
 # and checked JSON (tools/gloo_allreduce.py under /usr/bin/python3).
 if [ -n "$gloo" ]; then
