@@ -3,8 +3,9 @@
 # an unchanged MPI program, run at 1 to 6 ranks under Open MPI and under
 # MPICH, with the door preloaded (its results checked against a scalar
 # reference, and its log saying the calls were taken) and without it (the
-# same program on MPI alone). Run from the repository root (make test
-# does).
+# same program on MPI alone: Open MPI at every rank count, MPICH up to 3);
+# then a float sum with SHOAL_COMPRESS=int8. Run from the repository root
+# (make test does).
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_door.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -25,7 +26,7 @@ MPI_RUN_OPTS="--mca op ^avx"
 CALLS="Allreduce Reduce Bcast Allgather Reduce_scatter_block Reduce_scatter Alltoall Alltoallv
 Gather Scatter Barrier"
 
-echo "1..30"
+echo "1..27"
 for mpi in ompi mpich; do
     for np in 1 2 3 4 5 6; do
         out=$TMP/door_$np.txt
@@ -51,6 +52,10 @@ for mpi in ompi mpich; do
             fail "$mpi, $np ranks through the door (exit $rc; not taken on every rank:${missing:- none}; $refused refusals)"
             show "$out"
         fi
+        # MPICH alone polls in every rank: past 3 ranks on two cores a run
+        # takes a minute or more, so its comparison stops there (the
+        # program checks itself against the reference at every size).
+        [ "$mpi" = ompi ] || [ "$np" -le 3 ] || continue
         plain=$TMP/plain_$np.txt
         mpi_run "$mpi" "$np" 0 "$PROG" >"$plain" 2>&1
         rc=$?
