@@ -185,17 +185,30 @@ static int fd_new(const fd_snap_t *before, const fd_snap_t *after, int rank, con
 
 static void *noop_thread(void *arg)
 {
-    return arg;
+    *(pid_t *)arg = gettid();
+    return NULL;
 }
 
 /* Thread count to compare with at the end: start and join one thread
  * first, because TSan's runtime starts a thread of its own (a background
- * thread that never exits) at the first pthread_create of a forked child. */
+ * thread that never exits) at the first pthread_create of a forked child.
+ * The joined thread may still be listed in /proc/self/task for a moment
+ * (see settled_threads): wait up to 5 s for its entry to go before
+ * counting. */
 static int baseline_threads(void)
 {
     pthread_t th;
-    if (pthread_create(&th, NULL, noop_thread, NULL) == 0)
+    pid_t tid = 0;
+    if (pthread_create(&th, NULL, noop_thread, &tid) == 0) {
         pthread_join(th, NULL);
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/self/task/%d", (int)tid);
+        double t0 = now_s();
+        while (tid > 0 && access(path, F_OK) == 0 && now_s() - t0 < 5) {
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
     return count_entries("/proc/self/task");
 }
 
