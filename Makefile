@@ -82,10 +82,11 @@ TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 # TSan's runtime cannot carry: MPICH 4.0 crashes with libtsan preloaded
 # and no door, and TSan reports Open MPI's own lock order (btl/tcp); the
 # door's threads are checked by the ASan and plain runs of
-# test_mpi_threads.sh.
+# test_mpi_threads.sh. test_compare.sh runs the door's benchmark columns
+# (MPI programs with the door preloaded) and goes with them.
 TSAN_SKIP := $(addprefix $(BUILD)/tests/,test_codec_int8 test_codec_ternary test_dtype \
                test_powersgd test_reduce test_sim test_topo) tests/test_bench.sh \
-             $(wildcard tests/test_mpi_*.sh)
+             tests/test_compare.sh $(wildcard tests/test_mpi_*.sh)
 TEST_RUN := $(if $(filter thread,$(SANITIZE)),$(filter-out $(TSAN_SKIP),$(TESTS) $(TEST_SCRIPTS)),\
               $(TESTS) $(TEST_SCRIPTS))
 
