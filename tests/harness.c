@@ -24,6 +24,15 @@
 #include <time.h>
 #include <unistd.h>
 
+/* SHOAL_TEST_ONLY=PATTERN runs only the tests whose names match (cmocka's
+ * filter: '*' and '?' wildcards), to chase one test in a loop. */
+__attribute__((constructor)) static void harness_filter(void)
+{
+    const char *only = getenv("SHOAL_TEST_ONLY");
+    if (only && only[0])
+        cmocka_set_test_filter(only);
+}
+
 int harness_quick(void)
 {
     const char *v = getenv("SHOAL_TEST_QUICK");
