@@ -38,7 +38,8 @@ static const shoal_config_entry_t tcp_entries[] = {
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(tcp.mem)},
     {.name = "SHOAL_TEST_TCP_DROP", .def = "0",
      .doc = "for tests only: the first this many handshakes of lazy connections that a "
-            "communicator accepts are dropped midway, as if they had taken too long",
+            "communicator accepts are dropped, midway as if they had taken too long, or "
+            "once whole when the acceptor first sees them whole",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(tcp.test_drop)},
     {.name = "SHOAL_TEST_TCP_DROP_LAST", .def = "0",
      .doc = "for tests only: of the first this many lazy connections that a communicator "
