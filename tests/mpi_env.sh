@@ -6,7 +6,8 @@
 #   mpi_run MPI NP DOOR PROG [ARGS...]
 #     MPI is ompi (Open MPI's mpirun.openmpi, the program built as PROG) or
 #     mpich (MPICH's mpiexec.mpich, the program built as PROG.mpich); DOOR
-#     is 1 to preload that MPI's door with SHOAL_DEBUG=info, 0 to run on
+#     is 1 to preload that MPI's door with SHOAL_DEBUG=info and
+#     SHOAL_MPI_PATH=shoal (or the caller's SHOAL_MPI_PATH), 0 to run on
 #     MPI alone. PROG is a path under $BUILD/tests/mpi without the suffix.
 #     Extra launcher options go in MPI_RUN_OPTS (Open MPI's syntax: -x VAR
 #     or --mca NAME VALUE; they are only passed to Open MPI),
@@ -63,6 +64,9 @@ mpi_run() {
     if [ "$door" = 1 ]; then
         if [ "$mpi" = ompi ]; then lib=$DOOR_OMPI; else lib=$DOOR_MPICH; fi
         env_words="$env_words LD_PRELOAD=$(mpi_preload "$lib") SHOAL_DEBUG=${SHOAL_DEBUG:-info}"
+        # Every call the door can serve taken, unless a script asks for
+        # SHOAL_MPI_PATH=auto (which passes the faster MPI's calls on).
+        env_words="$env_words SHOAL_MPI_PATH=${SHOAL_MPI_PATH:-shoal}"
         # The sanitizers' settings, as one word each (':' separates them too).
         [ -z "${ASAN_OPTIONS:-}" ] ||
             env_words="$env_words ASAN_OPTIONS=$(echo "$ASAN_OPTIONS" | tr ' ' ':')"

@@ -224,6 +224,38 @@ static void test_config_compress(void **state)
     set_env("SHOAL_COMPRESS_MIN", NULL);
 }
 
+/* The MPI door's path: auto unless shoal; SHOAL_MPI_LEARN within 1..100;
+ * the tests' slow path off, shoal or mpi. */
+static void test_config_mpi_path(void **state)
+{
+    set_env("SHOAL_MPI_PATH", NULL);
+    set_env("SHOAL_MPI_LEARN", NULL);
+    set_env("SHOAL_TEST_MPI_SLOW", NULL);
+    const shoal_mpi_config_t *mc = &shoal_config_get()->mpi;
+    assert_int_equal(mc->path, SHOAL_MPI_PATH_AUTO);
+    assert_int_equal(mc->learn, 2);
+    assert_int_equal(mc->test_slow, 0);
+    set_env("SHOAL_MPI_PATH", "shoal");
+    assert_int_equal(shoal_config_get()->mpi.path, SHOAL_MPI_PATH_SHOAL);
+    set_env("SHOAL_MPI_PATH", "fastest");
+    assert_int_equal(shoal_config_get()->mpi.path, SHOAL_MPI_PATH_AUTO);
+    set_env("SHOAL_MPI_LEARN", "5");
+    assert_int_equal(shoal_config_get()->mpi.learn, 5);
+    set_env("SHOAL_MPI_LEARN", "0");
+    assert_int_equal(shoal_config_get()->mpi.learn, 1);
+    set_env("SHOAL_MPI_LEARN", "1000");
+    assert_int_equal(shoal_config_get()->mpi.learn, 100);
+    set_env("SHOAL_TEST_MPI_SLOW", "shoal");
+    assert_int_equal(shoal_config_get()->mpi.test_slow, 1);
+    set_env("SHOAL_TEST_MPI_SLOW", "mpi");
+    assert_int_equal(shoal_config_get()->mpi.test_slow, 2);
+    set_env("SHOAL_TEST_MPI_SLOW", "rank1");
+    assert_int_equal(shoal_config_get()->mpi.test_slow, 0);
+    set_env("SHOAL_MPI_PATH", NULL);
+    set_env("SHOAL_MPI_LEARN", NULL);
+    set_env("SHOAL_TEST_MPI_SLOW", NULL);
+}
+
 /* ---- interface names ----------------------------------------------------- */
 
 static void test_ifname_selects(void **state)
@@ -750,6 +782,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_reload),
         cmocka_unit_test(test_config_reload_other_types),
         cmocka_unit_test(test_config_compress),
+        cmocka_unit_test(test_config_mpi_path),
         cmocka_unit_test(test_ifname_selects),
         cmocka_unit_test(test_nccl_aliases_ignored_before_use),
         cmocka_unit_test(test_nccl_use_before_any_load),

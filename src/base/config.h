@@ -137,6 +137,15 @@ typedef struct {
     size_t min_bytes; /* SHOAL_COMPRESS_MIN: smaller buffers go uncompressed */
 } shoal_compress_config_t;
 
+/* The MPI door's choice between shoal and MPI's own path (src/mpi/rule.c). */
+enum { SHOAL_MPI_PATH_AUTO = 0, SHOAL_MPI_PATH_SHOAL = 1 };
+typedef struct {
+    int path;      /* SHOAL_MPI_PATH: SHOAL_MPI_PATH_AUTO or _SHOAL */
+    int learn;     /* SHOAL_MPI_LEARN: timed calls per path and size before choosing */
+    int test_slow; /* SHOAL_TEST_MPI_SLOW: tests only: 0, or the path rank 1 counts
+                    * 1 s slower (1 shoal, 2 MPI) */
+} shoal_mpi_config_t;
+
 /* The device module (base/dev.h). */
 typedef struct {
     char module[SHOAL_CONFIG_STR_MAX]; /* SHOAL_CUDA_MODULE: the module's path or name */
@@ -155,6 +164,7 @@ typedef struct {
     shoal_algo_config_t algo;
     shoal_topo_config_t topo;
     shoal_compress_config_t compress;
+    shoal_mpi_config_t mpi;
     shoal_cuda_config_t cuda;
 } shoal_config_t;
 

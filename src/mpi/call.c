@@ -31,8 +31,10 @@ static const char *const names[DOOR_NKINDS][2] = {
     [DOOR_BARRIER] = {"MPI_Barrier", "MPI_Ibarrier"},
 };
 
-/* Calls of each entry point: [kind][non-blocking][taken]. */
+/* Calls of each entry point: [kind][non-blocking][taken], and of the
+ * ones passed to MPI, those SHOAL_MPI_PATH=auto passed. */
 static atomic_ulong counts[DOOR_NKINDS][2][2];
+static atomic_ulong by_rule[DOOR_NKINDS][2];
 
 void shoal_mpi_log_counts(void)
 {
@@ -46,9 +48,10 @@ void shoal_mpi_log_counts(void)
         for (int nb = 0; nb < 2; nb++) {
             unsigned long took = atomic_load_explicit(&counts[k][nb][1], memory_order_relaxed);
             unsigned long gave = atomic_load_explicit(&counts[k][nb][0], memory_order_relaxed);
+            unsigned long ruled = atomic_load_explicit(&by_rule[k][nb], memory_order_relaxed);
             if (took || gave)
-                shoal_info(INIT, "MPI door: %s: %lu taken, %lu passed to MPI", names[k][nb],
-                           took, gave);
+                shoal_info(INIT, "MPI door: %s: %lu taken, %lu passed to MPI (%lu of them "
+                           "by SHOAL_MPI_PATH=auto)", names[k][nb], took, gave, ruled);
         }
     }
 }
@@ -62,10 +65,23 @@ shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
     k->mpi = c;
     k->dc = dc && dc->comm ? dc : NULL;
     k->comm = k->dc ? dc->comm : NULL;
+    k->learn = NULL;
+    int slower = k->comm && !shoal_mpi_rule_take(k);
+    if (slower)
+        atomic_fetch_add_explicit(&by_rule[k->kind][k->nb != 0], 1, memory_order_relaxed);
+    if (slower) /* k->dc stays: the rule's state */
+        k->comm = NULL;
     atomic_fetch_add_explicit(&counts[k->kind][k->nb != 0][k->comm != NULL], 1,
                               memory_order_relaxed);
-    shoal_debug(INIT, "MPI door: %s %s", k->what, k->comm ? "taken" : "passed to MPI");
+    shoal_debug(INIT, "MPI door: %s %s%s", k->what, k->comm ? "taken" : "passed to MPI",
+                slower ? " (SHOAL_MPI_PATH=auto)" : "");
     return k->comm;
+}
+
+int shoal_mpi_passed(door_call_t *k, int rc)
+{
+    shoal_mpi_rule_done(k, 0);
+    return rc;
 }
 
 static int compressed(const door_call_t *k, int blocking)
@@ -150,6 +166,7 @@ int shoal_mpi_call_run(door_call_t *k, MPI_Request *req)
 {
     shoal_request_t sr = NULL;
     shoal_status_t s = shoal_mpi_call_issue(k, req ? &sr : NULL);
+    shoal_mpi_rule_done(k, 1); /* blocking calls only are timed */
     if (s == SHOAL_OK && k->compress)
         shoal_debug(INIT, "MPI door: %s compressed (int8)", k->what);
     if (s != SHOAL_OK || !req) {

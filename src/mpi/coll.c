@@ -33,7 +33,7 @@ static int root_ok(int root, MPI_Comm c)
 /* A reduction's type and op, as shoal's. */
 static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op)
 {
-    return count >= 0 && shoal_mpi_dtype(t, &k->dt) && shoal_mpi_op(op, t, &k->op);
+    return count >= 0 && shoal_mpi_reduction(t, op, &k->dt, &k->op);
 }
 
 /* count elements of t as bytes (dt UINT8): *bytes_p. */
@@ -53,9 +53,11 @@ static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op
     door_call_t k = {.kind = DOOR_ALLREDUCE, .nb = req != NULL,
                      .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
                      .count = (size_t)count};
-    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op)))
-        return req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
-                   : PMPI_Allreduce(sb, rb, count, t, op, c);
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
+        int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
+                     : PMPI_Allreduce(sb, rb, count, t, op, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -77,9 +79,11 @@ static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op
     door_call_t k = {.kind = DOOR_REDUCE, .nb = req != NULL,
                      .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
                      .count = (size_t)count, .root = root};
-    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c)))
-        return req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
-                   : PMPI_Reduce(sb, rb, count, t, op, root, c);
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c))) {
+        int rc = req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
+                     : PMPI_Reduce(sb, rb, count, t, op, root, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -99,9 +103,11 @@ static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI
 {
     door_call_t k = {.kind = DOOR_BCAST, .nb = req != NULL,
                      .sendbuf = buf, .recvbuf = buf, .root = root};
-    if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c)))
-        return req ? PMPI_Ibcast(buf, count, t, root, c, req)
-                   : PMPI_Bcast(buf, count, t, root, c);
+    if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c))) {
+        int rc = req ? PMPI_Ibcast(buf, count, t, root, c, req)
+                     : PMPI_Bcast(buf, count, t, root, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -125,9 +131,11 @@ static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int 
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
-    if (!shoal_mpi_take(&k, c, ok))
-        return req ? PMPI_Iallgather(sb, scount, st, rb, rcount, rt, c, req)
-                   : PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
+    if (!shoal_mpi_take(&k, c, ok)) {
+        int rc = req ? PMPI_Iallgather(sb, scount, st, rb, rcount, rt, c, req)
+                     : PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     if (sb == MPI_IN_PLACE)
         k.sendbuf = (char *)rb + (size_t)shoal_mpi_comm_rank(c) * k.count;
     return shoal_mpi_call_run(&k, req);
@@ -164,17 +172,20 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
     }
     int mine = counts ? counts[rank] : block;
     ok = ok && reduces(&k, mine, t, op);
+    k.count = counts && !equal ? total : (size_t)(mine > 0 ? mine : 0); /* alike on all ranks */
     if (!shoal_mpi_take(&k, c, ok)) {
+        int rc;
         if (counts)
-            return req ? PMPI_Ireduce_scatter(sb, rb, counts, t, op, c, req)
-                       : PMPI_Reduce_scatter(sb, rb, counts, t, op, c);
-        return req ? PMPI_Ireduce_scatter_block(sb, rb, block, t, op, c, req)
-                   : PMPI_Reduce_scatter_block(sb, rb, block, t, op, c);
+            rc = req ? PMPI_Ireduce_scatter(sb, rb, counts, t, op, c, req)
+                     : PMPI_Reduce_scatter(sb, rb, counts, t, op, c);
+        else
+            rc = req ? PMPI_Ireduce_scatter_block(sb, rb, block, t, op, c, req)
+                     : PMPI_Reduce_scatter_block(sb, rb, block, t, op, c);
+        return shoal_mpi_passed(&k, rc);
     }
     size_t es;
     shoal_dtype_size(k.dt, &es);
     if (!counts || equal) {
-        k.count = (size_t)mine;
         if (sb == MPI_IN_PLACE) {
             k.recvbuf = (char *)rb + (size_t)rank * k.count * es;
             k.move_to = rb;
@@ -183,10 +194,11 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
         }
         return shoal_mpi_call_run(&k, req);
     }
-    k.count = total;
     k.tmp = malloc(total * es + 1);
-    if (!k.tmp)
+    if (!k.tmp) {
+        shoal_mpi_rule_done(&k, 1);
         return shoal_mpi_fail(c, k.comm, k.what, SHOAL_ERR_NO_MEMORY);
+    }
     k.recvbuf = k.tmp;
     k.move_to = rb;
     k.move_from = (char *)k.tmp + before * es;
@@ -226,9 +238,11 @@ static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int r
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
-    if (!shoal_mpi_take(&k, c, ok))
-        return req ? PMPI_Ialltoall(sb, scount, st, rb, rcount, rt, c, req)
-                   : PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
+    if (!shoal_mpi_take(&k, c, ok)) {
+        int rc = req ? PMPI_Ialltoall(sb, scount, st, rb, rcount, rt, c, req)
+                     : PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -268,8 +282,10 @@ static int alltoallv(const void *sb, const int *scounts, const int *sdispls, MPI
     if (!shoal_mpi_take(&k, c, ok && k.v)) {
         free(k.v);
         sb = in_place ? MPI_IN_PLACE : sb;
-        return req ? PMPI_Ialltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c, req)
-                   : PMPI_Alltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c);
+        int rc = req ? PMPI_Ialltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c,
+                                       req)
+                     : PMPI_Alltoallv(sb, scounts, sdispls, st, rb, rcounts, rdispls, rt, c);
+        return shoal_mpi_passed(&k, rc);
     }
     for (int i = 0; i < n; i++) {
         k.v[i] = (size_t)scounts[i] * ses;
@@ -328,9 +344,11 @@ static int gather(const void *sb, int scount, MPI_Datatype st, void *rb, int rco
                   MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
 {
     door_call_t k;
-    if (!rooted(DOOR_GATHER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k))
-        return req ? PMPI_Igather(sb, scount, st, rb, rcount, rt, root, c, req)
-                   : PMPI_Gather(sb, scount, st, rb, rcount, rt, root, c);
+    if (!rooted(DOOR_GATHER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k)) {
+        int rc = req ? PMPI_Igather(sb, scount, st, rb, rcount, rt, root, c, req)
+                     : PMPI_Gather(sb, scount, st, rb, rcount, rt, root, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -350,9 +368,11 @@ static int scatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rc
                    MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
 {
     door_call_t k;
-    if (!rooted(DOOR_SCATTER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k))
-        return req ? PMPI_Iscatter(sb, scount, st, rb, rcount, rt, root, c, req)
-                   : PMPI_Scatter(sb, scount, st, rb, rcount, rt, root, c);
+    if (!rooted(DOOR_SCATTER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k)) {
+        int rc = req ? PMPI_Iscatter(sb, scount, st, rb, rcount, rt, root, c, req)
+                     : PMPI_Scatter(sb, scount, st, rb, rcount, rt, root, c);
+        return shoal_mpi_passed(&k, rc);
+    }
     return shoal_mpi_call_run(&k, req);
 }
 
@@ -372,7 +392,7 @@ static int barrier(MPI_Comm c, MPI_Request *req)
 {
     door_call_t k = {.kind = DOOR_BARRIER, .nb = req != NULL};
     if (!shoal_mpi_take(&k, c, 1))
-        return req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c);
+        return shoal_mpi_passed(&k, req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c));
     return shoal_mpi_call_run(&k, req);
 }
 

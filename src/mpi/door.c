@@ -71,11 +71,23 @@ void shoal_mpi_comm_put(door_comm_t *d)
     free(d);
 }
 
+/* Each thread remembers the last communicator it looked up, which spares
+ * the attribute lookup in MPI on every call; a freed communicator (whose
+ * handle MPI may give the next one) moves the generation on, which
+ * forgets every thread's. */
+static atomic_uint comm_gen = 1;
+static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
+    MPI_Comm c;
+    door_comm_t *d;
+    unsigned gen;
+} last;
+
 static int delete_comm(MPI_Comm c, int keyval, void *attr, void *extra)
 {
     (void)c;
     (void)keyval;
     (void)extra;
+    atomic_fetch_add_explicit(&comm_gen, 1, memory_order_acq_rel);
     if (attr)
         shoal_mpi_comm_put(attr);
     return MPI_SUCCESS;
@@ -174,7 +186,11 @@ static void door_init(void)
  * initialised by then: the calls it serves need it). */
 int shoal_mpi_ready(void)
 {
+    static atomic_int ready; /* door_init has run: skip the once */
+    if (atomic_load_explicit(&ready, memory_order_acquire))
+        return door_on;
     pthread_once(&door_once, door_init);
+    atomic_store_explicit(&ready, 1, memory_order_release);
     return door_on;
 }
 
@@ -198,12 +214,19 @@ door_comm_t *shoal_mpi_comm(MPI_Comm c)
 {
     if (!shoal_mpi_ready() || c == MPI_COMM_NULL)
         return NULL;
+    unsigned gen = atomic_load_explicit(&comm_gen, memory_order_acquire);
+    if (last.gen == gen && last.c == c)
+        return last.d;
     void *attr;
     int found = 0, inter = 0;
     if (PMPI_Comm_get_attr(c, comm_keyval, &attr, &found) != MPI_SUCCESS)
         return NULL;
-    if (found)
+    if (found) {
+        last.c = c;
+        last.d = attr;
+        last.gen = gen;
         return attr;
+    }
     door_comm_t *slot = calloc(1, sizeof(*slot));
     if (slot)
         atomic_init(&slot->refs, 1);

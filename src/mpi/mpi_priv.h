@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* The MPI the door is built for: "Open MPI" or "MPICH", found in
  * MPI_Get_library_version's text. */
@@ -33,10 +34,21 @@ typedef enum {
     DOOR_NKINDS
 } door_kind_t;
 
+/* SHOAL_MPI_PATH=auto's choice for one collective and size class of a
+ * communicator (rule.c). */
+enum { DOOR_PATH_LEARN, DOOR_PATH_SHOAL, DOOR_PATH_MPI };
+#define DOOR_NCLASSES 48 /* 0 B, then powers of two up to 2^46 B */
+typedef struct {
+    int path;    /* DOOR_PATH_LEARN until chosen */
+    int calls;   /* blocking calls seen while learning */
+    double t[2]; /* this rank's best timed call, s (0: none yet): [0] MPI's path, [1] shoal's */
+} door_class_t;
+
 /* The door's side of an MPI communicator (its attribute). */
 typedef struct {
     shoal_comm_t comm; /* NULL: its calls pass through */
     atomic_int refs;   /* the attribute's and each call in flight's */
+    door_class_t rule[DOOR_NKINDS][DOOR_NCLASSES];
 } door_comm_t;
 
 /* One taken call, in shoal's terms (call.c). Buffers, counts and roots
@@ -61,6 +73,10 @@ typedef struct {
     MPI_Comm mpi;
     door_comm_t *dc;
     shoal_comm_t comm;
+    door_class_t *learn; /* a call SHOAL_MPI_PATH=auto times: its class */
+    int learn_timed;     /* its time counts (not a class's first call on a path) */
+    int learn_last;      /* the class chooses once it completes */
+    uint64_t t0_ns;
 } door_call_t;
 
 /* door.c */
@@ -73,23 +89,32 @@ int shoal_mpi_comm_size(MPI_Comm c);
 int shoal_mpi_comm_rank(MPI_Comm c);
 
 /* mpi_types.c: whether the MPI in the process is SHOAL_MPI_NAME; shoal's
- * type and op for MPI's predefined ones (0: none, the call passes
- * through). shoal_mpi_bytes: a predefined type without gaps, as bytes
- * (*es_p: its size), for the calls that only move data. */
+ * type and op for a reduction of MPI's predefined ones (0: none, the call
+ * passes through). shoal_mpi_bytes: a predefined type without gaps, as
+ * bytes (*es_p: its size), for the calls that only move data. */
 int shoal_mpi_is_ours(void);
-int shoal_mpi_dtype(MPI_Datatype t, shoal_dtype_t *dt_p);
-int shoal_mpi_op(MPI_Op op, MPI_Datatype t, shoal_op_t *op_p);
+int shoal_mpi_reduction(MPI_Datatype t, MPI_Op op, shoal_dtype_t *dt_p, shoal_op_t *op_p);
 int shoal_mpi_bytes(MPI_Datatype t, size_t *es_p);
 
 /* call.c: the shoal communicator of a call when the door takes it (NULL:
- * it goes to MPI), counted and logged; run a call (blocking when req_p is
+ * it goes to MPI), counted and logged; the return of a call passed to MPI
+ * (rc, its PMPI_* call's), once it is back; run a call (blocking when req_p is
  * NULL); finish it once it completed (the copies it owes, the memory it
  * owns); the whole of a blocking call. */
 shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok);
+int shoal_mpi_passed(door_call_t *k, int rc);
 void shoal_mpi_log_counts(void);
 shoal_status_t shoal_mpi_call_issue(door_call_t *k, shoal_request_t *req_p);
 void shoal_mpi_call_finish(door_call_t *k, int ok);
 int shoal_mpi_call_run(door_call_t *k, MPI_Request *req);
+
+/* rule.c: SHOAL_MPI_PATH=auto. Whether a call that shoal can serve takes
+ * shoal's path (1) or MPI's (0), by its class's choice, or while the
+ * class learns, by turns (k->learn set: the call is timed); the end of
+ * such a call, on shoal's path or not (collective over k->mpi after a
+ * class's last timed call). */
+int shoal_mpi_rule_take(door_call_t *k);
+void shoal_mpi_rule_done(door_call_t *k, int shoal);
 
 /* request.c: a non-blocking call's MPI request (a generalized request
  * that completes when shoal's does); *k is copied. */

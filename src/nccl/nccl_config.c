@@ -1,4 +1,5 @@
-/* The doors' settings: their compression ([compress]) and the
+/* The doors' settings: their compression ([compress]), the MPI door's
+ * choice of path ([mpi]) and the
  * translators of the NCCL_* aliases that shoal_config_use_nccl_env turns
  * on (the NCCL door's). Linked into libnccl.so.2 and libshoal_mpi.so, and
  * into the tools and tests that print or test these settings (Makefile). */
@@ -45,6 +46,60 @@ static void compress_sanitize(shoal_config_t *c)
 }
 
 SHOAL_CONFIG_TABLE(compress, 6, compress_entries, compress_sanitize);
+
+static int parse_mpi_path(const char *text, void *field)
+{
+    if (!strcasecmp(text, "auto"))
+        *(int *)field = SHOAL_MPI_PATH_AUTO;
+    else if (!strcasecmp(text, "shoal"))
+        *(int *)field = SHOAL_MPI_PATH_SHOAL;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_mpi_slow(const char *text, void *field)
+{
+    if (!strcasecmp(text, "off") || !text[0])
+        *(int *)field = 0;
+    else if (!strcasecmp(text, "shoal"))
+        *(int *)field = 1;
+    else if (!strcasecmp(text, "mpi"))
+        *(int *)field = 2;
+    else
+        return -1;
+    return 0;
+}
+
+static const shoal_config_entry_t mpi_entries[] = {
+    {.name = "SHOAL_MPI_PATH", .def = "auto",
+     .doc = "MPI door: auto: per communicator, collective and power-of-two size, time the "
+            "first blocking calls on shoal and on MPI's own path alike and keep the faster "
+            "(the slowest rank's time decides, so every rank keeps the same); shoal: take "
+            "every call shoal can serve",
+     .parse = parse_mpi_path, .offset = SHOAL_CONFIG_FIELD(mpi.path)},
+    {.name = "SHOAL_MPI_LEARN", .def = "2",
+     .doc = "MPI door, SHOAL_MPI_PATH=auto: the timed calls on each path (after one "
+            "untimed call each) before a size's path is chosen",
+     .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(mpi.learn)},
+    {.name = "SHOAL_TEST_MPI_SLOW", .def = "off",
+     .doc = "for tests only: rank 1 of each communicator counts each call it times on "
+            "this path (shoal or mpi) 1 s slower than it was",
+     .parse = parse_mpi_slow, .offset = SHOAL_CONFIG_FIELD(mpi.test_slow)},
+};
+
+static void mpi_sanitize(shoal_config_t *c)
+{
+    if (c->mpi.learn < 1) {
+        shoal_warn(INIT, "SHOAL_MPI_LEARN=%d: at least 1; using 1", c->mpi.learn);
+        c->mpi.learn = 1;
+    } else if (c->mpi.learn > 100) {
+        shoal_warn(INIT, "SHOAL_MPI_LEARN=%d: at most 100; using 100", c->mpi.learn);
+        c->mpi.learn = 100;
+    }
+}
+
+SHOAL_CONFIG_TABLE(mpi, 7, mpi_entries, mpi_sanitize);
 
 static const char *const subsys_names[] = {
 #define SHOAL_SUBSYS_NAME_(name) #name,

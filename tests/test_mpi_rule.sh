@@ -1,0 +1,97 @@
+#!/bin/sh
+# The MPI door's SHOAL_MPI_PATH=auto as TAP for prove: tests/mpi/rule_check.c
+# calls each collective 10 times at each of three sizes, checking every
+# result. SHOAL_TEST_MPI_SLOW makes rank 1 alone count one path's calls
+# 1 s slower: every rank must then choose the other path for every size
+# (the slowest rank's time decides), which the counts each rank logs at
+# MPI_Finalize show to the call: of each size's 10 calls, the first 6
+# learn (3 on each path: one untimed, SHOAL_MPI_LEARN=2 timed) and the
+# other 4 take the chosen path; MPI_Iallreduce follows its blocking
+# form's choice. Without the setting, whatever the timings choose, every
+# rank must log the same counts; and threads on communicators of their
+# own choose apart. Run from the repository root (make test
+# does).
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_rule.XXXXXX") || exit 1
+trap 'rm -rf "$TMP"' EXIT INT TERM
+
+TAP_LIMIT_S=120
+# shellcheck source=tests/tap.sh
+. tests/tap.sh
+# shellcheck source=tests/mpi_env.sh
+. tests/mpi_env.sh
+mpi_need ompi
+mpi_need mpich
+PROG=$BUILD/tests/mpi/rule_check
+export SHOAL_MPI_PATH=auto
+
+# counted OUT NP FORM TAKEN PASSED: every rank logged FORM's counts as
+# TAKEN taken and PASSED passed to MPI, all of those by the rule.
+counted() {
+    [ "$(grep -c "MPI door: $3: $4 taken, $5 passed to MPI ($5 of them by SHOAL_MPI_PATH=auto)" "$1")" = "$2" ]
+}
+
+# expect OUT NP SLOW: the counts when SLOW's path is the slower one (the
+# last MPI_Allreduce of one int is the only call of its size: taken).
+expect() {
+    if [ "$3" = shoal ]; then
+        counted "$1" "$2" MPI_Allreduce 10 21 && counted "$1" "$2" MPI_Iallreduce 0 30 &&
+            counted "$1" "$2" MPI_Barrier 3 7 && w="MPI's path"
+    else
+        counted "$1" "$2" MPI_Allreduce 22 9 && counted "$1" "$2" MPI_Iallreduce 30 0 &&
+            counted "$1" "$2" MPI_Barrier 7 3 && w="shoal's path"
+    fi || return 1
+    for form in MPI_Bcast MPI_Allgather MPI_Alltoall; do
+        if [ "$3" = shoal ]; then counted "$1" "$2" $form 9 21; else counted "$1" "$2" $form 21 9; fi ||
+            return 1
+    done
+    # Rank 0 logs each choice: 3 sizes of 4 collectives, and the barrier.
+    [ "$(grep -c "(the slowest rank's best of 2): $w from now on" "$1")" = 13 ]
+}
+
+echo "1..8"
+for run in "ompi 3 shoal" "ompi 3 mpi" "mpich 2 shoal" "mpich 3 mpi"; do
+    set -- $run
+    mpi=$1 np=$2 slow=$3
+    out=$TMP/${mpi}_${np}_$slow.txt
+    MPI_RUN_ENV="SHOAL_TEST_MPI_SLOW=$slow SHOAL_MPI_LEARN=2" mpi_run "$mpi" "$np" 1 "$PROG" \
+        >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q "rule_check: ok" "$out" && expect "$out" "$np" "$slow"; then
+        pass "$mpi, $np ranks, rank 1 slower on $slow's path: every rank chose the other path for every size at the same call, right results"
+    else
+        fail "$mpi, $np ranks, rank 1 slower on $slow's path (exit $rc)"
+        show "$out"
+    fi
+done
+
+# The machine's own timings: whatever they choose, every rank the same.
+for mpi in ompi mpich; do
+    out=$TMP/${mpi}_auto.txt
+    MPI_RUN_ENV="SHOAL_MPI_LEARN=2" mpi_run "$mpi" 4 1 "$PROG" >"$out" 2>&1
+    rc=$?
+    # Each distinct count line must come from all 4 ranks.
+    odd=$(grep -o "MPI door: MPI_[A-Za-z_]*: .*" "$out" | sort | uniq -c | awk '$1 != 4' | wc -l)
+    chosen=$(grep -c "from now on" "$out")
+    if [ "$rc" = 0 ] && grep -q "rule_check: ok" "$out" && [ "$odd" = 0 ] && [ "$chosen" = 13 ]; then
+        pass "$mpi, 4 ranks, the machine's timings: 13 choices, the same counts on every rank, right results"
+    else
+        fail "$mpi, 4 ranks, the machine's timings (exit $rc; $odd count lines not on every rank; $chosen choices)"
+        show "$out"
+    fi
+done
+
+# Three threads, each on communicators of its own (split, dup, create):
+# the choices of one communicator do not reach another's.
+PROG=$BUILD/tests/mpi/thread_check
+for mpi in ompi mpich; do
+    out=$TMP/${mpi}_threads.txt
+    MPI_RUN_ENV="SHOAL_MPI_LEARN=1" mpi_run "$mpi" 3 1 "$PROG" >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q "thread_check: ok" "$out" && grep -q "from now on" "$out"; then
+        pass "$mpi, 3 ranks of 3 threads, each size of each communicator choosing its path: right results"
+    else
+        fail "$mpi, 3 ranks of 3 threads choosing paths (exit $rc)"
+        show "$out"
+    fi
+done
