@@ -9,12 +9,12 @@
  * untimed call on each path (connections, first touches), then
  * SHOAL_MPI_LEARN timed calls on each, interleaved shoal, MPI, MPI,
  * shoal, ... so that a drift in the machine's speed weighs on both. A
- * rank keeps its best time on each path: a blocking call's time on a
- * rank includes its wait for the others to arrive, which the program's
- * own work between calls varies, and the best of a few is the call with
- * the least of it. After the last timed call every rank puts its two best
- * times into one PMPI_Allreduce (MPI_MAX: the slowest rank's), and all
- * keep the path whose time is smaller, shoal's on a tie.
+ * blocking call's time on a rank would include its wait for the others
+ * to arrive, which the program's own work between calls varies: a timed
+ * call starts after a PMPI_Barrier, and a rank keeps its best time on
+ * each path. After the last timed call every rank puts its two best times
+ * into one PMPI_Allreduce (MPI_MAX: the slowest rank's), and all keep the
+ * path whose time is smaller, shoal's on a tie.
  *
  * Every rank counts the same calls of a class, in the same order (MPI
  * requires a communicator's collectives in one order on all ranks, and
@@ -79,6 +79,8 @@ int shoal_mpi_rule_take(door_call_t *k)
     k->learn = cl;
     k->learn_timed = i >= 2;
     k->learn_last = i + 1 == 2 + 2 * mc->learn;
+    if (k->learn_timed)
+        PMPI_Barrier(k->mpi); /* the ranks start the timed call together */
     k->t0_ns = shoal_now_ns();
     return learn_path(i);
 }
