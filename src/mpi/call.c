@@ -67,10 +67,10 @@ shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
     k->comm = k->dc ? dc->comm : NULL;
     k->learn = NULL;
     int slower = k->comm && !shoal_mpi_rule_take(k);
-    if (slower)
+    if (slower) { /* k->dc stays: the rule's state */
         atomic_fetch_add_explicit(&by_rule[k->kind][k->nb != 0], 1, memory_order_relaxed);
-    if (slower) /* k->dc stays: the rule's state */
         k->comm = NULL;
+    }
     atomic_fetch_add_explicit(&counts[k->kind][k->nb != 0][k->comm != NULL], 1,
                               memory_order_relaxed);
     shoal_debug(INIT, "MPI door: %s %s%s", k->what, k->comm ? "taken" : "passed to MPI",

@@ -67,7 +67,6 @@ static size_t call_bytes(const door_call_t *k)
 int shoal_mpi_rule_take(door_call_t *k)
 {
     const shoal_mpi_config_t *mc = &shoal_config_get()->mpi;
-    k->learn = NULL;
     if (mc->path == SHOAL_MPI_PATH_SHOAL || k->kind == DOOR_ALLTOALLV)
         return 1;
     door_class_t *cl = &k->dc->rule[k->kind][size_class(call_bytes(k))];
@@ -92,10 +91,9 @@ void shoal_mpi_rule_done(door_call_t *k, int shoal)
         return;
     k->learn = NULL;
     const shoal_mpi_config_t *mc = &shoal_config_get()->mpi;
-    int rank = shoal_mpi_comm_rank(k->mpi);
     if (k->learn_timed) {
         double s = (double)(shoal_now_ns() - k->t0_ns) * 1e-9;
-        if (rank == 1 && mc->test_slow == (shoal ? 1 : 2))
+        if (mc->test_slow == (shoal ? 1 : 2) && shoal_mpi_comm_rank(k->mpi) == 1)
             s += 1.0;
         if (cl->t[shoal] == 0 || s < cl->t[shoal])
             cl->t[shoal] = s;
@@ -106,7 +104,7 @@ void shoal_mpi_rule_done(door_call_t *k, int shoal)
     if (PMPI_Allreduce(cl->t, slowest, 2, MPI_DOUBLE, MPI_MAX, k->mpi) != MPI_SUCCESS)
         slowest[1] = 0; /* MPI reported its trouble; shoal names dead ranks */
     cl->path = slowest[1] <= slowest[0] ? DOOR_PATH_SHOAL : DOOR_PATH_MPI;
-    if (rank == 0) {
+    if (shoal_mpi_comm_rank(k->mpi) == 0) {
         int b = (int)(cl - k->dc->rule[k->kind]);
         shoal_info(INIT, "MPI door: %s of %zu..%zu B on %d ranks: shoal %.1f us, MPI "
                    "%.1f us (the slowest rank's best of %d): %s from now on", k->what,
