@@ -236,6 +236,19 @@ for coll in $COLLS; do
     done
 done
 
+# Each named copy (SHOAL_COPY) over shared memory with 3 ranks, in pieces
+# large enough that auto would time them: every byte checked.
+for coll in $COLLS; do
+    for copy in libc vector; do
+        out="$TMP/$coll.copy-$copy.out"
+        SHOAL_COPY=$copy SHOAL_CHUNK_SIZE=16384 $LIMIT $BENCH \
+            -np 3 --coll $coll $SIZES -n 1 -w 1 >"$out" 2>&1
+        rc=$?
+        check "--coll $coll -np 3 SHOAL_COPY=$copy: exits 0, none wrong" \
+            run_ok $coll "$out" $rc $NSIZES || show "$out"
+    done
+done
+
 # Groups: -m 10 operations per timed iteration, each in its own slice of
 # the buffers; the check runs one group over all the slices. All-reduces of
 # one group are fused, so their slices must come back apart.

@@ -6,6 +6,7 @@
 
 #include "algos/algo.h"
 #include "base/config.h"
+#include "base/copy.h"
 #include "base/log.h"
 #include "base/sock.h"
 
@@ -254,6 +255,19 @@ static void test_config_mpi_path(void **state)
     set_env("SHOAL_MPI_PATH", NULL);
     set_env("SHOAL_MPI_LEARN", NULL);
     set_env("SHOAL_TEST_MPI_SLOW", NULL);
+}
+
+static void test_config_copy(void **state)
+{
+    set_env("SHOAL_COPY", NULL);
+    assert_int_equal(shoal_config_get()->algo.copy, SHOAL_COPY_AUTO);
+    set_env("SHOAL_COPY", "vector");
+    assert_int_equal(shoal_config_get()->algo.copy, SHOAL_COPY_VECTOR);
+    set_env("SHOAL_COPY", "libc");
+    assert_int_equal(shoal_config_get()->algo.copy, SHOAL_COPY_LIBC);
+    set_env("SHOAL_COPY", "rep");
+    assert_int_equal(shoal_config_get()->algo.copy, SHOAL_COPY_AUTO);
+    set_env("SHOAL_COPY", NULL);
 }
 
 /* ---- interface names ----------------------------------------------------- */
@@ -783,6 +797,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_config_reload_other_types),
         cmocka_unit_test(test_config_compress),
         cmocka_unit_test(test_config_mpi_path),
+        cmocka_unit_test(test_config_copy),
         cmocka_unit_test(test_ifname_selects),
         cmocka_unit_test(test_nccl_aliases_ignored_before_use),
         cmocka_unit_test(test_nccl_use_before_any_load),

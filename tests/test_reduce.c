@@ -215,40 +215,6 @@ static void check_reduce_all(int simd)
     bufs_free(&bu);
 }
 
-/* shoal_copy_stream against memcpy: every length around its head, body and
- * tail boundaries, every alignment of source and destination, and no byte
- * written outside the destination. */
-static void test_copy_stream(void **state)
-{
-    (void)state;
-    enum { MAXLEN = (1 << 20) + 77 };
-    static const size_t lens[] = {0, 1, 15, 63, 64, 65, 255, 256, 257, 319, 320, 321,
-                                  4095, 4096, 4097, 65536 + 13, MAXLEN};
-    unsigned char *src = malloc(MAXLEN + 64), *dst = malloc(MAXLEN + 2 * GUARD + 64);
-    assert_non_null(src);
-    assert_non_null(dst);
-    for (size_t i = 0; i < MAXLEN + 64; i++)
-        src[i] = (unsigned char)(i * 131 + 7);
-    for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++) {
-        for (size_t so = 0; so < 64; so += 21) {
-            for (size_t d = 0; d < 64; d += 9) {
-                size_t len = lens[l];
-                memset(dst, GUARD_BYTE, MAXLEN + 2 * GUARD + 64);
-                unsigned char *to = dst + GUARD + d;
-                shoal_copy_stream(to, src + so, len);
-                if (len)
-                    assert_memory_equal(to, src + so, len);
-                for (size_t g = 0; g < GUARD + d; g++)
-                    assert_int_equal(dst[g], GUARD_BYTE);
-                for (size_t g = 0; g < GUARD; g++)
-                    assert_int_equal(to[len + g], GUARD_BYTE);
-            }
-        }
-    }
-    free(src);
-    free(dst);
-}
-
 static void test_reduce_matches_ref(void **state)
 {
     check_reduce_all(1);
@@ -567,7 +533,6 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reduce_lookup),
-        cmocka_unit_test(test_copy_stream),
         cmocka_unit_test(test_reduce_int_semantics),
         cmocka_unit_test(test_reduce_float_semantics),
         cmocka_unit_test(test_avg_semantics),

@@ -1,7 +1,8 @@
-/* The algorithms' settings: pipeline pieces, streaming stores, forced
+/* The algorithms' settings: pipeline pieces, copies, streaming stores, forced
  * algorithms, the cost model's overrides and who runs non-blocking
  * operations ([algo], shoal_config_get()->algo). */
 #include "base/config.h"
+#include "base/copy.h"
 #include "base/log.h"
 
 #include <stddef.h>
@@ -18,6 +19,17 @@ static int parse_progress(const char *text, void *field)
     return 0;
 }
 
+static int parse_copy(const char *text, void *field)
+{
+    for (int k = 0; k < SHOAL_COPY_NKINDS; k++) {
+        if (!strcmp(text, shoal_copy_name((shoal_copy_kind_t)k))) {
+            *(int *)field = k;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 static const shoal_config_entry_t algo_entries[] = {
     {.name = "SHOAL_CHUNK_SIZE", .def = "0",
      .doc = "bytes moved per pipeline step and per transport slot (0: 128k when shared "
@@ -28,6 +40,11 @@ static const shoal_config_entry_t algo_entries[] = {
             "streaming stores, past the caches (0: half the last-level cache shared "
             "among this host's ranks)",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(algo.stream_min)},
+    {.name = "SHOAL_COPY", .def = "auto",
+     .doc = "how the collectives copy payload: auto (each communicator times both kinds "
+            "on its first copies and keeps the faster), libc (memcpy) or vector (plain "
+            "vector loads and stores)",
+     .parse = parse_copy, .offset = SHOAL_CONFIG_FIELD(algo.copy)},
     {.name = "SHOAL_ALGO", .def = "auto",
      .doc = "algorithm: auto (cost model), a name for every collective that has it, or "
             "coll:name,... (shoal_info -a lists them)",

@@ -7,8 +7,7 @@
 
 static void host_move(shoal_team_t *team, void *dst, const void *src, size_t bytes)
 {
-    if (bytes)
-        memcpy(dst, src, bytes);
+    shoal_copier_copy(&team->copy_move, dst, src, bytes);
 }
 
 /* A plain store reads every line in before it writes it: for an output too
@@ -18,8 +17,8 @@ static void host_move_out(shoal_team_t *team, void *dst, const void *src, size_t
 {
     if (team->stream_out)
         shoal_copy_stream(dst, src, bytes);
-    else if (bytes)
-        memcpy(dst, src, bytes);
+    else
+        shoal_copier_copy(&team->copy_out, dst, src, bytes);
 }
 
 static void host_combine(shoal_team_t *team, shoal_reduce_fn_t fn, void *dst,

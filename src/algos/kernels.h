@@ -8,6 +8,7 @@
 #ifndef SHOAL_KERNELS_H
 #define SHOAL_KERNELS_H
 
+#include "base/copy.h"
 #include "base/dtype.h"
 #include "compress/codec.h"
 #include "reduce.h"
@@ -45,11 +46,8 @@ typedef struct shoal_kernels {
                    const void *wire, size_t n, size_t first);
 } shoal_kernels_t;
 
-/* The kernels of host memory: memcpy, streaming stores, the reduction and
- * codec kernels. */
+/* The kernels of host memory: the team's copy (base/copy.h), streaming
+ * stores, the reduction and codec kernels. */
 extern const shoal_kernels_t shoal_host_kernels;
-
-/* memcpy with streaming stores (copy.c), for destinations not read again soon. */
-void shoal_copy_stream(void *dst, const void *src, size_t bytes);
 
 #endif

@@ -84,9 +84,13 @@ typedef struct shoal_team {
      * then sleep in it); NULL when endpoints span transports. */
     shoal_tl_ctx_t *tl_sole;
 
-    /* Every pass over local memory (kernels.h) and the kernels' state. */
+    /* Every pass over local memory (kernels.h) and the kernels' state; the
+     * host kernels' copies into slots and between buffers (move) and into
+     * the output (move_out), each learning its faster kind unless
+     * SHOAL_COPY names one (base/copy.h). */
     const shoal_kernels_t *kern;
     void *kern_ctx;
+    shoal_copier_t copy_move, copy_out;
 
     /* The running operation: the header every piece carries (its
      * signature, set by the owner) and whether its output streams past the

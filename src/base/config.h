@@ -104,6 +104,7 @@ typedef struct {
 
 typedef struct {
     size_t stream_min;                  /* SHOAL_STREAM_MIN; 0 = shoal_config_stream_min() */
+    int copy;                           /* SHOAL_COPY: a shoal_copy_kind_t (base/copy.h) */
     size_t chunk_size;                  /* SHOAL_CHUNK_SIZE: bytes per pipeline piece; 0 =
                                            shoal_config_chunk() picks */
     char algo[SHOAL_CONFIG_STR_MAX];    /* SHOAL_ALGO, "auto", a name or coll:name,... */

@@ -445,6 +445,10 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
     comm->team.rank = rank;
     comm->team.nranks = nranks;
     comm->team.kern = &shoal_host_kernels;
+    shoal_copier_init(&comm->team.copy_move, (shoal_copy_kind_t)cfg->algo.copy,
+                      "copies into slots", rank);
+    shoal_copier_init(&comm->team.copy_out, (shoal_copy_kind_t)cfg->algo.copy,
+                      "copies into the output", rank);
     comm->team.hooks = &shoal_comm_team_hooks;
     comm->rdv_fd = -1;
     pthread_mutex_init(&comm->watch_lock, NULL);

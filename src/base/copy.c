@@ -1,0 +1,109 @@
+/* The payload copies besides libc's memcpy, and the copier that learns
+ * which to take (copy.h):
+ * - shoal_copy_vector, plain vector loads and stores;
+ * - shoal_copy_stream, for destinations not read again soon: streaming
+ *   (non-temporal) stores write whole cache lines to memory without first
+ *   reading them in, and leave the cache to data that will be used. */
+#include "copy.h"
+
+#include "clock.h"
+#include "log.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+
+void shoal_copy_vector(void *dst, const void *src, size_t bytes)
+{
+    char *d = dst;
+    const char *s = src;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_storeu_si128((__m128i *)d, a);
+        _mm_storeu_si128((__m128i *)(d + 16), b);
+        _mm_storeu_si128((__m128i *)(d + 32), c);
+        _mm_storeu_si128((__m128i *)(d + 48), e);
+        /* Keeps the compiler from turning the loop back into memcpy. */
+        __asm__ volatile("" ::: "memory");
+    }
+    if (bytes)
+        memcpy(d, s, bytes);
+}
+
+void shoal_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    char *d = dst;
+    const char *s = src;
+    size_t head = (64 - ((uintptr_t)d & 63)) & 63;
+    if (bytes < head + 256) {
+        memcpy(d, s, bytes);
+        return;
+    }
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s);
+        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, bytes);
+    /* Streaming stores are weakly ordered: done before anything that
+     * publishes the data (a release store of a FIFO counter). */
+    _mm_sfence();
+}
+#else
+void shoal_copy_vector(void *dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        memcpy(dst, src, bytes);
+}
+
+void shoal_copy_stream(void *dst, const void *src, size_t bytes)
+{
+    memcpy(dst, src, bytes);
+}
+#endif
+
+const char *shoal_copy_name(shoal_copy_kind_t kind)
+{
+    static const char *const names[SHOAL_COPY_NKINDS] = {"auto", "libc", "vector"};
+    return (unsigned)kind < SHOAL_COPY_NKINDS ? names[kind] : "?";
+}
+
+void shoal_copier_init(shoal_copier_t *c, shoal_copy_kind_t kind, const char *what, int rank)
+{
+    *c = (shoal_copier_t){.kind = kind, .what = what, .rank = rank};
+}
+
+/* The kinds in turn; once both have SHOAL_COPY_LEARN_N copies, the one with
+ * less time per byte (libc's on a tie). */
+void shoal_copier_learn(shoal_copier_t *c, void *dst, const void *src, size_t bytes)
+{
+    int k = c->n[0] > c->n[1];
+    uint64_t t0 = shoal_now_ns();
+    shoal_copy(k ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC, dst, src, bytes);
+    c->ns[k] += shoal_now_ns() - t0;
+    c->bytes[k] += bytes;
+    if (++c->n[k] < SHOAL_COPY_LEARN_N || c->n[!k] < SHOAL_COPY_LEARN_N)
+        return;
+    /* ns / bytes compared without division. */
+    double libc = (double)c->ns[0] * (double)c->bytes[1];
+    double vec = (double)c->ns[1] * (double)c->bytes[0];
+    c->kind = vec < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
+    shoal_info(ALGO, "rank %d: %s: libc %.2f GB/s, vector %.2f GB/s over %u copies each: %s",
+               c->rank, c->what ? c->what : "copies", (double)c->bytes[0] / (double)c->ns[0],
+               (double)c->bytes[1] / (double)c->ns[1], SHOAL_COPY_LEARN_N,
+               shoal_copy_name(c->kind));
+}
