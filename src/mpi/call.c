@@ -32,7 +32,9 @@ static const char *const names[DOOR_NKINDS][2] = {
 };
 
 /* Calls of each entry point: [kind][non-blocking][taken], and of the
- * ones passed to MPI, those SHOAL_MPI_PATH=auto passed. */
+ * ones passed to MPI, those SHOAL_MPI_PATH=auto passed. Kept only where
+ * the finalize log that reports them is on (SHOAL_DEBUG=info or more):
+ * two atomic additions were a fifth of what a passed-through call cost. */
 static atomic_ulong counts[DOOR_NKINDS][2][2];
 static atomic_ulong by_rule[DOOR_NKINDS][2];
 
@@ -67,12 +69,14 @@ shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
     k->comm = k->dc ? dc->comm : NULL;
     k->learn = NULL;
     int slower = k->comm && !shoal_mpi_rule_take(k);
-    if (slower) { /* k->dc stays: the rule's state */
-        atomic_fetch_add_explicit(&by_rule[k->kind][k->nb != 0], 1, memory_order_relaxed);
+    if (slower) /* k->dc stays: the rule's state */
         k->comm = NULL;
+    if (shoal_log_level >= SHOAL_LOG_INFO) {
+        if (slower)
+            atomic_fetch_add_explicit(&by_rule[k->kind][k->nb != 0], 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&counts[k->kind][k->nb != 0][k->comm != NULL], 1,
+                                  memory_order_relaxed);
     }
-    atomic_fetch_add_explicit(&counts[k->kind][k->nb != 0][k->comm != NULL], 1,
-                              memory_order_relaxed);
     shoal_debug(INIT, "MPI door: %s %s%s", k->what, k->comm ? "taken" : "passed to MPI",
                 slower ? " (SHOAL_MPI_PATH=auto)" : "");
     return k->comm;

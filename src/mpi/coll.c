@@ -50,9 +50,11 @@ static int moves(door_call_t *k, int count, MPI_Datatype t, size_t *bytes_p)
 static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                      MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_ALLREDUCE, .nb = req != NULL,
-                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
-                     .count = (size_t)count};
+    door_call_t k;
+    door_call_begin(&k, DOOR_ALLREDUCE, req);
+    k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
+    k.recvbuf = rb;
+    k.count = (size_t)count;
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
         int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
                      : PMPI_Allreduce(sb, rb, count, t, op, c);
@@ -76,9 +78,12 @@ int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op o
 static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
                   MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_REDUCE, .nb = req != NULL,
-                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb,
-                     .count = (size_t)count, .root = root};
+    door_call_t k;
+    door_call_begin(&k, DOOR_REDUCE, req);
+    k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
+    k.recvbuf = rb;
+    k.count = (size_t)count;
+    k.root = root;
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c))) {
         int rc = req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
                      : PMPI_Reduce(sb, rb, count, t, op, root, c);
@@ -101,8 +106,11 @@ int MPI_Ireduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, 
 
 static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_BCAST, .nb = req != NULL,
-                     .sendbuf = buf, .recvbuf = buf, .root = root};
+    door_call_t k;
+    door_call_begin(&k, DOOR_BCAST, req);
+    k.sendbuf = buf;
+    k.recvbuf = buf;
+    k.root = root;
     if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c))) {
         int rc = req ? PMPI_Ibcast(buf, count, t, root, c, req)
                      : PMPI_Bcast(buf, count, t, root, c);
@@ -126,8 +134,10 @@ int MPI_Ibcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_R
 static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                      MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_ALLGATHER, .nb = req != NULL,
-                     .sendbuf = sb, .recvbuf = rb};
+    door_call_t k;
+    door_call_begin(&k, DOOR_ALLGATHER, req);
+    k.sendbuf = sb;
+    k.recvbuf = rb;
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -159,8 +169,10 @@ int MPI_Iallgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rc
 static int reduce_scatter(const void *sb, void *rb, const int *counts, int block,
                           MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = counts ? DOOR_REDUCE_SCATTER : DOOR_REDUCE_SCATTER_BLOCK,
-                     .nb = req != NULL, .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    door_call_t k;
+    door_call_begin(&k, counts ? DOOR_REDUCE_SCATTER : DOOR_REDUCE_SCATTER_BLOCK, req);
+    k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
+    k.recvbuf = rb;
     int n = shoal_mpi_comm_size(c), rank = shoal_mpi_comm_rank(c);
     size_t total = 0, before = 0;
     int ok = 1, equal = 1;
@@ -233,8 +245,10 @@ int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Dataty
 static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                     MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_ALLTOALL, .nb = req != NULL,
-                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    door_call_t k;
+    door_call_begin(&k, DOOR_ALLTOALL, req);
+    k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
+    k.recvbuf = rb;
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -264,8 +278,10 @@ static int alltoallv(const void *sb, const int *scounts, const int *sdispls, MPI
                      void *rb, const int *rcounts, const int *rdispls, MPI_Datatype rt,
                      MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_ALLTOALLV, .nb = req != NULL,
-                     .sendbuf = sb == MPI_IN_PLACE ? rb : sb, .recvbuf = rb};
+    door_call_t k;
+    door_call_begin(&k, DOOR_ALLTOALLV, req);
+    k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
+    k.recvbuf = rb;
     int n = shoal_mpi_comm_size(c);
     size_t ses = 0, res = 0;
     int in_place = sb == MPI_IN_PLACE;
@@ -314,10 +330,14 @@ int MPI_Ialltoallv(const void *sb, const int scounts[], const int sdispls[], MPI
 /* Gather and scatter: the side of a rank's own block sizes it (the send
  * side of gather, the receive side of scatter, or the root's other side
  * when it is in place); the root's other side must describe as much. */
-static int rooted(door_kind_t kind, int nb, const void *sb, int scount, MPI_Datatype st,
-                  void *rb, int rcount, MPI_Datatype rt, int root, MPI_Comm c, door_call_t *k)
+static int rooted(door_kind_t kind, const MPI_Request *req, const void *sb, int scount,
+                  MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt, int root, MPI_Comm c,
+                  door_call_t *k)
 {
-    *k = (door_call_t){.kind = kind, .nb = nb, .sendbuf = sb, .recvbuf = rb, .root = root};
+    door_call_begin(k, kind, req);
+    k->sendbuf = sb;
+    k->recvbuf = rb;
+    k->root = root;
     int is_root = root_ok(root, c) && shoal_mpi_comm_rank(c) == root;
     int gather = kind == DOOR_GATHER;
     const void *own_buf = gather ? sb : rb;
@@ -344,7 +364,7 @@ static int gather(const void *sb, int scount, MPI_Datatype st, void *rb, int rco
                   MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
 {
     door_call_t k;
-    if (!rooted(DOOR_GATHER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k)) {
+    if (!rooted(DOOR_GATHER, req, sb, scount, st, rb, rcount, rt, root, c, &k)) {
         int rc = req ? PMPI_Igather(sb, scount, st, rb, rcount, rt, root, c, req)
                      : PMPI_Gather(sb, scount, st, rb, rcount, rt, root, c);
         return shoal_mpi_passed(&k, rc);
@@ -368,7 +388,7 @@ static int scatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rc
                    MPI_Datatype rt, int root, MPI_Comm c, MPI_Request *req)
 {
     door_call_t k;
-    if (!rooted(DOOR_SCATTER, req != NULL, sb, scount, st, rb, rcount, rt, root, c, &k)) {
+    if (!rooted(DOOR_SCATTER, req, sb, scount, st, rb, rcount, rt, root, c, &k)) {
         int rc = req ? PMPI_Iscatter(sb, scount, st, rb, rcount, rt, root, c, req)
                      : PMPI_Scatter(sb, scount, st, rb, rcount, rt, root, c);
         return shoal_mpi_passed(&k, rc);
@@ -390,7 +410,8 @@ int MPI_Iscatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcou
 
 static int barrier(MPI_Comm c, MPI_Request *req)
 {
-    door_call_t k = {.kind = DOOR_BARRIER, .nb = req != NULL};
+    door_call_t k;
+    door_call_begin(&k, DOOR_BARRIER, req);
     if (!shoal_mpi_take(&k, c, 1))
         return shoal_mpi_passed(&k, req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c));
     return shoal_mpi_call_run(&k, req);

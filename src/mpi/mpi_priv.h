@@ -79,6 +79,36 @@ typedef struct {
     uint64_t t0_ns;
 } door_call_t;
 
+/* A call of kind with every other field cleared, field by field: an
+ * initializer of the whole struct compiles to a string instruction (rep
+ * stos) whose start-up alone cost a passed-through 8-byte MPI_Allreduce
+ * 20 ns of the door's 40. */
+static inline void door_call_begin(door_call_t *k, door_kind_t kind, const MPI_Request *req)
+{
+    k->kind = kind;
+    k->nb = req != NULL;
+    k->what = NULL;
+    k->sendbuf = NULL;
+    k->recvbuf = NULL;
+    k->count = 0;
+    k->dt = SHOAL_INT8;
+    k->op = SHOAL_SUM;
+    k->root = 0;
+    k->v = NULL;
+    k->tmp = NULL;
+    k->move_to = NULL;
+    k->move_from = NULL;
+    k->move_len = 0;
+    k->compress = 0;
+    k->mpi = MPI_COMM_NULL;
+    k->dc = NULL;
+    k->comm = NULL;
+    k->learn = NULL;
+    k->learn_timed = 0;
+    k->learn_last = 0;
+    k->t0_ns = 0;
+}
+
 /* door.c */
 int shoal_mpi_ready(void);
 door_comm_t *shoal_mpi_comm(MPI_Comm c);
