@@ -13,6 +13,10 @@
 #     or --mca NAME VALUE; they are only passed to Open MPI),
 #     MPICH_RUN_OPTS (mpiexec.mpich's options, only passed to MPICH) and
 #     MPI_RUN_ENV (VAR=VALUE words, set for the ranks under either MPI).
+#     With the door, each rank logs to a file of its own (SHOAL_DEBUG_FILE),
+#     written to stderr whole once the run ends: a launcher that forwards
+#     the ranks' output in pieces could otherwise cut a log line with
+#     another rank's line or the program's own output.
 #   mpi_need MPI: missing_all unless that MPI, its door and the program
 #     builds are there.
 # shellcheck shell=sh disable=SC2034
@@ -61,9 +65,12 @@ mpi_run() {
     mpi=$1 np=$2 door=$3 prog=$4
     shift 4
     env_words=$MPI_RUN_ENV
+    logs=
     if [ "$door" = 1 ]; then
         if [ "$mpi" = ompi ]; then lib=$DOOR_OMPI; else lib=$DOOR_MPICH; fi
+        logs=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_logs.XXXXXX") || return 1
         env_words="$env_words LD_PRELOAD=$(mpi_preload "$lib") SHOAL_DEBUG=${SHOAL_DEBUG:-info}"
+        env_words="$env_words SHOAL_DEBUG_FILE=$logs/shoal.%p"
         # Every call the door can serve taken, unless a script asks for
         # SHOAL_MPI_PATH=auto (which passes the faster MPI's calls on).
         env_words="$env_words SHOAL_MPI_PATH=${SHOAL_MPI_PATH:-shoal}"
@@ -84,4 +91,12 @@ mpi_run() {
         # shellcheck disable=SC2086
         $LIMIT mpiexec.mpich -np "$np" $gs $MPICH_RUN_OPTS "$prog.mpich" "$@"
     fi
+    run_rc=$?
+    if [ -n "$logs" ]; then
+        for f in "$logs"/shoal.*; do
+            [ -f "$f" ] && cat "$f" >&2
+        done
+        rm -rf "$logs"
+    fi
+    return $run_rc
 }
