@@ -68,7 +68,8 @@ mpi_run() {
     logs=
     if [ "$door" = 1 ]; then
         if [ "$mpi" = ompi ]; then lib=$DOOR_OMPI; else lib=$DOOR_MPICH; fi
-        logs=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_logs.XXXXXX") || return 1
+        # Under the script's scratch directory where it has one, removed with it.
+        logs=$(mktemp -d "${TMP:-${TMPDIR:-/tmp}}/shoal_mpi_logs.XXXXXX") || return 1
         env_words="$env_words LD_PRELOAD=$(mpi_preload "$lib") SHOAL_DEBUG=${SHOAL_DEBUG:-info}"
         env_words="$env_words SHOAL_DEBUG_FILE=$logs/shoal.%p"
         # Every call the door can serve taken, unless a script asks for

@@ -1,8 +1,8 @@
 /* Payload copies (copy.c). libc's memcpy is not always the fastest way to
  * copy payload between ranks: where it copies with a string instruction
  * (rep movsb), a copy out of lines that another core has just written (a
- * peer's slot) ran nine times slower than plain vector loads and stores on
- * one virtual machine, and as fast on others. Nothing in the processor's
+ * peer's slot) ran six to nine times slower than plain vector loads and
+ * stores on one virtual machine, and as fast on others. Nothing in the processor's
  * description says which, and a separate probe did not show it (its copies
  * ran alike), so a copier learns it from the copies it makes: it takes the
  * two kinds in turn, times them, and keeps the faster. */
