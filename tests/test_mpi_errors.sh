@@ -5,7 +5,10 @@
 #   all-reduces of different counts, or a broadcast against an all-reduce,
 #   each get an error code back under MPI_ERRORS_RETURN and the program
 #   ends cleanly; under MPI_ERRORS_ARE_FATAL the job ends in failure and
-#   its output carries shoal's message naming the mismatch;
+#   its output carries shoal's message naming the mismatch. Both with
+#   every call on shoal's path (SHOAL_MPI_PATH=shoal) and under
+#   SHOAL_MPI_PATH=auto, where the mismatched calls are each their size's
+#   first, which would learn the size on both paths;
 # - a dead rank (error_check dead): the others, in MPI_Allreduce, get an
 #   error code back and their log names the rank that died, instead of
 #   hanging (a hang ends at the run's time limit, a failure);
@@ -51,14 +54,18 @@ reported() {
     ! grep -q "returned MPI_SUCCESS" "$out"
 }
 
-echo "1..14"
+echo "1..22"
 for mpi in ompi mpich; do
-    for mode in count kind; do
+    for run in "count shoal" "kind shoal" "count auto" "kind auto"; do
+        set -- $run
+        mode=$1 path=$2
         case $mode in
         count) what="all-reduces of 4 and 8 ints" ;;
         kind) what="a broadcast against an all-reduce" ;;
         esac
-        out=$TMP/${mpi}_${mode}_return.txt
+        what="$what, SHOAL_MPI_PATH=$path"
+        SHOAL_MPI_PATH=$path # read by mpi_run
+        out=$TMP/${mpi}_${mode}_${path}_return.txt
         mpi_run "$mpi" "$NP" 1 "$PROG" "$mode" return >"$out" 2>&1
         rc=$?
         if [ "$rc" = 0 ] && reported "$out" "MPI_[A-Za-z]*" 0 1 2; then
@@ -67,7 +74,7 @@ for mpi in ompi mpich; do
             fail "$mpi, $what under MPI_ERRORS_RETURN (exit $rc)"
             show "$out"
         fi
-        out=$TMP/${mpi}_${mode}_fatal.txt
+        out=$TMP/${mpi}_${mode}_${path}_fatal.txt
         mpi_run "$mpi" "$NP" 1 "$PROG" "$mode" fatal >"$out" 2>&1
         rc=$?
         if [ "$rc" != 0 ] && ended "$rc" &&
@@ -78,6 +85,7 @@ for mpi in ompi mpich; do
             show "$out"
         fi
     done
+    unset SHOAL_MPI_PATH
 
     # A launcher ends the job when one of its processes leaves without
     # MPI_Finalize, killing the others: that races shoal's own finding,

@@ -1,16 +1,18 @@
 #!/bin/sh
 # The MPI door's SHOAL_MPI_PATH=auto as TAP for prove: tests/mpi/rule_check.c
-# calls each collective 10 times at each of three sizes, checking every
-# result. SHOAL_TEST_MPI_SLOW makes rank 1 alone count one path's calls
-# 1 s slower: every rank must then choose the other path for every size
-# (the slowest rank's time decides), which the counts each rank logs at
-# MPI_Finalize show to the call: of each size's 10 calls, the first 6
-# learn (3 on each path: one untimed, SHOAL_MPI_LEARN=2 timed) and the
-# other 4 take the chosen path; MPI_Iallreduce follows its blocking
-# form's choice. Without the setting, whatever the timings choose, every
-# rank must log the same counts; and threads on communicators of their
-# own choose apart. Run from the repository root (make test
-# does).
+# calls each collective 10 times at each of three sizes, and an in-place
+# all-reduce 10 times at a fourth, checking every result.
+# SHOAL_TEST_MPI_SLOW makes rank 1 alone count one path's calls 1 s
+# slower: every rank must then choose the other path for every size (the
+# slowest rank's time decides), which the counts each rank logs at
+# MPI_Finalize show to the call. A call that can run again (out of place)
+# learns its whole size at its first call, which then takes the chosen
+# path like the 9 after it; of the 10 in-place calls, the first 6 learn
+# (3 on each path: one untimed, SHOAL_MPI_LEARN=2 timed) and the other 4
+# take the chosen path. MPI_Iallreduce follows its blocking form's choice.
+# Without the setting, whatever the timings choose, every rank must log
+# the same counts; and threads on communicators of their own choose
+# apart. Run from the repository root (make test does).
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_rule.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
@@ -31,22 +33,25 @@ counted() {
     [ "$(grep -c "MPI door: $3: $4 taken, $5 passed to MPI ($5 of them by SHOAL_MPI_PATH=auto)" "$1")" = "$2" ]
 }
 
-# expect OUT NP SLOW: the counts when SLOW's path is the slower one (the
-# last MPI_Allreduce of one int is the only call of its size: taken).
+# expect OUT NP SLOW: the counts when SLOW's path is the slower one.
+# MPI_Allreduce: 3 sizes of 10 out of place, the last call's one int (a
+# size of its own), and the in-place size's 3 calls on the slower path
+# and 7 on the other.
 expect() {
     if [ "$3" = shoal ]; then
-        counted "$1" "$2" MPI_Allreduce 10 21 && counted "$1" "$2" MPI_Iallreduce 0 30 &&
-            counted "$1" "$2" MPI_Barrier 3 7 && w="MPI's path"
+        counted "$1" "$2" MPI_Allreduce 3 38 && counted "$1" "$2" MPI_Iallreduce 0 30 &&
+            counted "$1" "$2" MPI_Barrier 0 10 && w="MPI's path"
     else
-        counted "$1" "$2" MPI_Allreduce 22 9 && counted "$1" "$2" MPI_Iallreduce 30 0 &&
-            counted "$1" "$2" MPI_Barrier 7 3 && w="shoal's path"
+        counted "$1" "$2" MPI_Allreduce 38 3 && counted "$1" "$2" MPI_Iallreduce 30 0 &&
+            counted "$1" "$2" MPI_Barrier 10 0 && w="shoal's path"
     fi || return 1
     for form in MPI_Bcast MPI_Allgather MPI_Alltoall; do
-        if [ "$3" = shoal ]; then counted "$1" "$2" $form 9 21; else counted "$1" "$2" $form 21 9; fi ||
+        if [ "$3" = shoal ]; then counted "$1" "$2" $form 0 30; else counted "$1" "$2" $form 30 0; fi ||
             return 1
     done
-    # Rank 0 logs each choice: 3 sizes of 4 collectives, and the barrier.
-    [ "$(grep -c "(the slowest rank's best of 2): $w from now on" "$1")" = 13 ]
+    # Rank 0 logs each choice: 3 sizes of 4 collectives, the in-place
+    # size, the one int and the barrier.
+    [ "$(grep -c "(the slowest rank's best of 2): $w from now on" "$1")" = 15 ]
 }
 
 echo "1..8"
@@ -73,8 +78,8 @@ for mpi in ompi mpich; do
     # Each distinct count line must come from all 4 ranks.
     odd=$(grep -o "MPI door: MPI_[A-Za-z_]*: .*" "$out" | sort | uniq -c | awk '$1 != 4' | wc -l)
     chosen=$(grep -c "from now on" "$out")
-    if [ "$rc" = 0 ] && grep -q "rule_check: ok" "$out" && [ "$odd" = 0 ] && [ "$chosen" = 13 ]; then
-        pass "$mpi, 4 ranks, the machine's timings: 13 choices, the same counts on every rank, right results"
+    if [ "$rc" = 0 ] && grep -q "rule_check: ok" "$out" && [ "$odd" = 0 ] && [ "$chosen" = 15 ]; then
+        pass "$mpi, 4 ranks, the machine's timings: 15 choices, the same counts on every rank, right results"
     else
         fail "$mpi, 4 ranks, the machine's timings (exit $rc; $odd count lines not on every rank; $chosen choices)"
         show "$out"

@@ -36,6 +36,57 @@ static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op)
     return count >= 0 && shoal_mpi_reduction(t, op, &k->dt, &k->op);
 }
 
+/* Blocking calls as MPI takes them, for SHOAL_MPI_PATH=auto to run again
+ * (door_call_t's pass; set where the call is not in place). */
+static int pass_allreduce(const door_call_t *k)
+{
+    return PMPI_Allreduce(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi);
+}
+
+static int pass_bcast(const door_call_t *k)
+{
+    return PMPI_Bcast(k->m.rb, k->m.rcount, k->m.rt, k->m.root, k->mpi);
+}
+
+static int pass_allgather(const door_call_t *k)
+{
+    return PMPI_Allgather(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt,
+                          k->mpi);
+}
+
+static int pass_reduce_scatter_block(const door_call_t *k)
+{
+    return PMPI_Reduce_scatter_block(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi);
+}
+
+static int pass_alltoall(const door_call_t *k)
+{
+    return PMPI_Alltoall(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt, k->mpi);
+}
+
+static int pass_barrier(const door_call_t *k)
+{
+    return PMPI_Barrier(k->mpi);
+}
+
+/* A blocking call's arguments for its pass. */
+static void repeatable(door_call_t *k, int (*pass)(const door_call_t *), const void *sb,
+                       int scount, MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt,
+                       MPI_Op op, int root)
+{
+    if (k->nb || sb == MPI_IN_PLACE)
+        return;
+    k->pass = pass;
+    k->m.sb = sb;
+    k->m.scount = scount;
+    k->m.st = st;
+    k->m.rb = rb;
+    k->m.rcount = rcount;
+    k->m.rt = rt;
+    k->m.op = op;
+    k->m.root = root;
+}
+
 /* count elements of t as bytes (dt UINT8): *bytes_p. */
 static int moves(door_call_t *k, int count, MPI_Datatype t, size_t *bytes_p)
 {
@@ -55,6 +106,7 @@ static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
     k.count = (size_t)count;
+    repeatable(&k, pass_allreduce, sb, count, t, rb, count, t, op, 0);
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
         int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
                      : PMPI_Allreduce(sb, rb, count, t, op, c);
@@ -111,6 +163,7 @@ static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI
     k.sendbuf = buf;
     k.recvbuf = buf;
     k.root = root;
+    repeatable(&k, pass_bcast, NULL, count, t, buf, count, t, MPI_OP_NULL, root);
     if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c))) {
         int rc = req ? PMPI_Ibcast(buf, count, t, root, c, req)
                      : PMPI_Bcast(buf, count, t, root, c);
@@ -138,6 +191,7 @@ static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int 
     door_call_begin(&k, DOOR_ALLGATHER, req);
     k.sendbuf = sb;
     k.recvbuf = rb;
+    repeatable(&k, pass_allgather, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -183,6 +237,8 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
         before += i < rank ? (size_t)(counts[i] > 0 ? counts[i] : 0) : 0;
     }
     int mine = counts ? counts[rank] : block;
+    if (!counts)
+        repeatable(&k, pass_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
     ok = ok && reduces(&k, mine, t, op);
     k.count = counts && !equal ? total : (size_t)(mine > 0 ? mine : 0); /* alike on all ranks */
     if (!shoal_mpi_take(&k, c, ok)) {
@@ -249,6 +305,7 @@ static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int r
     door_call_begin(&k, DOOR_ALLTOALL, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
+    repeatable(&k, pass_alltoall, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -412,6 +469,8 @@ static int barrier(MPI_Comm c, MPI_Request *req)
 {
     door_call_t k;
     door_call_begin(&k, DOOR_BARRIER, req);
+    repeatable(&k, pass_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
+               MPI_OP_NULL, 0);
     if (!shoal_mpi_take(&k, c, 1))
         return shoal_mpi_passed(&k, req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c));
     return shoal_mpi_call_run(&k, req);

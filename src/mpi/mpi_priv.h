@@ -41,6 +41,7 @@ enum { DOOR_PATH_LEARN, DOOR_PATH_SHOAL, DOOR_PATH_MPI };
 typedef struct {
     int path;    /* DOOR_PATH_LEARN until chosen */
     int calls;   /* blocking calls seen while learning */
+    int failed;  /* a run of shoal's path failed on this rank while learning */
     double t[2]; /* this rank's best timed call, s (0: none yet): [0] MPI's path, [1] shoal's */
 } door_class_t;
 
@@ -54,7 +55,8 @@ typedef struct {
 /* One taken call, in shoal's terms (call.c). Buffers, counts and roots
  * follow shoal.h's conventions (in place as shoal spells it); what a call
  * owns (v, tmp) is freed by shoal_mpi_call_finish. */
-typedef struct {
+typedef struct door_call door_call_t;
+struct door_call {
     door_kind_t kind;
     int nb;           /* the non-blocking form */
     const char *what; /* "MPI_Allreduce", "MPI_Iallreduce", ...: set by shoal_mpi_take */
@@ -77,7 +79,21 @@ typedef struct {
     int learn_timed;     /* its time counts (not a class's first call on a path) */
     int learn_last;      /* the class chooses once it completes */
     uint64_t t0_ns;
-} door_call_t;
+    /* A blocking call that SHOAL_MPI_PATH=auto may run again, on either
+     * path, while its class learns (rule.c): one whose result does not
+     * depend on what its output held before (not in place, nothing owned).
+     * pass runs it on MPI's path, from the arguments MPI took (m); NULL:
+     * the call is not run again. */
+    int (*pass)(const door_call_t *k);
+    struct {
+        const void *sb;
+        void *rb;
+        int scount, rcount;
+        MPI_Datatype st, rt;
+        MPI_Op op;
+        int root;
+    } m;
+};
 
 /* A call of kind with every other field cleared, field by field: an
  * initializer of the whole struct compiles to a string instruction (rep
@@ -107,6 +123,7 @@ static inline void door_call_begin(door_call_t *k, door_kind_t kind, const MPI_R
     k->learn_timed = 0;
     k->learn_last = 0;
     k->t0_ns = 0;
+    k->pass = NULL; /* m is read only through pass */
 }
 
 /* door.c */
@@ -139,10 +156,11 @@ void shoal_mpi_call_finish(door_call_t *k, int ok);
 int shoal_mpi_call_run(door_call_t *k, MPI_Request *req);
 
 /* rule.c: SHOAL_MPI_PATH=auto. Whether a call that shoal can serve takes
- * shoal's path (1) or MPI's (0), by its class's choice, or while the
- * class learns, by turns (k->learn set: the call is timed); the end of
- * such a call, on shoal's path or not (collective over k->mpi after a
- * class's last timed call). */
+ * shoal's path (1) or MPI's (0), by its class's choice. While the class
+ * learns, a call with pass first learns all of it, running itself on both
+ * paths (collective over k->mpi); other calls take the paths by turns
+ * (k->learn set: the call is timed). The end of such a call, on shoal's
+ * path or not (collective over k->mpi after a class's last timed call). */
 int shoal_mpi_rule_take(door_call_t *k);
 void shoal_mpi_rule_done(door_call_t *k, int shoal);
 

@@ -5,16 +5,29 @@
  * passes the call on, by a choice every rank makes alike. A choice is
  * kept per communicator, collective and size class (the bytes a rank's
  * block holds, by power of two: what every rank passes alike). It is
- * learnt from the program's own blocking calls of that class: one
- * untimed call on each path (connections, first touches), then
- * SHOAL_MPI_LEARN timed calls on each, interleaved shoal, MPI, MPI,
+ * learnt from the program's own blocking calls of that class, timed on
+ * both paths: one untimed run on each (connections, first touches), then
+ * SHOAL_MPI_LEARN timed rounds on each, interleaved shoal, MPI, MPI,
  * shoal, ... so that a drift in the machine's speed weighs on both. A
  * blocking call's time on a rank would include its wait for the others
  * to arrive, which the program's own work between calls varies: a timed
- * call starts after a PMPI_Barrier, and a rank keeps its best time on
- * each path. After the last timed call every rank puts its two best times
+ * round starts after a PMPI_Barrier, and a rank keeps its best round on
+ * each path. After the last round every rank puts its two best times
  * into one PMPI_Allreduce (MPI_MAX: the slowest rank's), and all keep the
- * path whose time is smaller, shoal's on a tie.
+ * path whose time is smaller, shoal's on a tie or where shoal's path
+ * failed on any rank (the program's call then reports why).
+ *
+ * Most calls can run again without harm: out of place, a collective's
+ * result depends only on its inputs, so running it twice leaves the same
+ * output. The first such call of a class learns the whole class at once:
+ * each round runs the call several times (round_calls), so that the
+ * ranks' skew leaving the barrier, a microsecond or two, weighs little
+ * on a call of a few hundred nanoseconds. The call then runs once more on
+ * the chosen path. Calls that cannot run again (in place, rooted, unequal
+ * blocks) learn one round per call: a class's first two take a path
+ * each, untimed, the next 2 x SHOAL_MPI_LEARN one timed call each. Whether
+ * a call can run again follows from what MPI requires every rank to pass
+ * alike (MPI_IN_PLACE is all ranks' or none's for these collectives).
  *
  * Every rank counts the same calls of a class, in the same order (MPI
  * requires a communicator's collectives in one order on all ranks, and
@@ -44,14 +57,22 @@ static size_t class_bytes(int b)
     return b == 0 ? 0 : (size_t)1 << (b - 1);
 }
 
-/* Which path the i-th blocking call of a class still learning takes:
- * 1 shoal, 0 MPI. */
+/* Which path the i-th run of a class still learning takes: 1 shoal, 0
+ * MPI. The first two are untimed. */
 static int learn_path(int i)
 {
     if (i < 2)
         return i == 0;
     int j = (i - 2) % 4;
     return j == 0 || j == 3;
+}
+
+/* How many times a timed round runs a call of this many bytes: enough
+ * that the round of a small call lasts tens of microseconds. */
+static int round_calls(size_t bytes)
+{
+    size_t n = ((size_t)64 << 10) / (bytes ? bytes : 1);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
 /* The bytes of a rank's block (what the size class is of). */
@@ -64,6 +85,68 @@ static size_t call_bytes(const door_call_t *k)
     return k->count * es;
 }
 
+/* A timed run's seconds per call, as this rank's best on its path. */
+static void class_time(const door_call_t *k, door_class_t *cl, int shoal, double s)
+{
+    if (shoal_config_get()->mpi.test_slow == (shoal ? 1 : 2) && shoal_mpi_comm_rank(k->mpi) == 1)
+        s += 1.0;
+    if (cl->t[shoal] == 0 || s < cl->t[shoal])
+        cl->t[shoal] = s;
+}
+
+/* The class's choice, collective over k->mpi. */
+static void class_choose(const door_call_t *k, door_class_t *cl)
+{
+    double mine[3] = {cl->t[0], cl->t[1], cl->failed}, slowest[3];
+    if (PMPI_Allreduce(mine, slowest, 3, MPI_DOUBLE, MPI_MAX, k->mpi) != MPI_SUCCESS)
+        slowest[2] = 1; /* MPI reported its trouble; shoal names dead ranks */
+    cl->path = slowest[2] != 0 || slowest[1] <= slowest[0] ? DOOR_PATH_SHOAL : DOOR_PATH_MPI;
+    if (shoal_mpi_comm_rank(k->mpi) == 0) {
+        int b = (int)(cl - k->dc->rule[k->kind]);
+        shoal_info(INIT, "MPI door: %s of %zu..%zu B on %d ranks: shoal %.2f us, MPI "
+                   "%.2f us (the slowest rank's best of %d): %s from now on", k->what,
+                   class_bytes(b), b ? 2 * class_bytes(b) - 1 : 0, shoal_mpi_comm_size(k->mpi),
+                   slowest[1] * 1e6, slowest[0] * 1e6, shoal_config_get()->mpi.learn,
+                   cl->path == DOOR_PATH_SHOAL ? "shoal's path" : "MPI's path");
+    }
+}
+
+/* Run k once on a path: whether it succeeded. */
+static int run_once(door_call_t *k, int shoal)
+{
+    if (!shoal)
+        return k->pass(k) == MPI_SUCCESS;
+    return shoal_mpi_call_issue(k, NULL) == SHOAL_OK;
+}
+
+/* The whole learning of k's class, from k run again and again. Where
+ * shoal's first run fails on any rank (a mismatch between ranks, which
+ * shoal finds and MPI might not), the class takes shoal's path at once:
+ * the call then reports why. A later failure stops that path's runs on
+ * the rank, which keeps to the barriers and the choice that the other
+ * ranks make too. */
+static void learn_class(door_call_t *k, door_class_t *cl)
+{
+    int learn = shoal_config_get()->mpi.learn, calls = round_calls(call_bytes(k));
+    int ok[2] = {1, run_once(k, 1)}, all = 0;
+    if (PMPI_Allreduce(&ok[1], &all, 1, MPI_INT, MPI_MIN, k->mpi) != MPI_SUCCESS || !all) {
+        cl->path = DOOR_PATH_SHOAL;
+        return;
+    }
+    for (int i = 1; i < 2 + 2 * learn; i++) {
+        int shoal = learn_path(i), timed = i >= 2;
+        if (timed)
+            PMPI_Barrier(k->mpi);
+        uint64_t t0 = shoal_now_ns();
+        for (int j = 0; j < (timed ? calls : 1) && ok[shoal]; j++)
+            ok[shoal] = run_once(k, shoal);
+        if (timed && ok[shoal])
+            class_time(k, cl, shoal, (double)(shoal_now_ns() - t0) * 1e-9 / calls);
+    }
+    cl->failed = !ok[1];
+    class_choose(k, cl);
+}
+
 int shoal_mpi_rule_take(door_call_t *k)
 {
     const shoal_mpi_config_t *mc = &shoal_config_get()->mpi;
@@ -74,6 +157,10 @@ int shoal_mpi_rule_take(door_call_t *k)
         return cl->path == DOOR_PATH_SHOAL;
     if (k->nb)
         return 1;
+    if (k->pass) {
+        learn_class(k, cl);
+        return cl->path == DOOR_PATH_SHOAL;
+    }
     int i = cl->calls++;
     k->learn = cl;
     k->learn_timed = i >= 2;
@@ -90,26 +177,8 @@ void shoal_mpi_rule_done(door_call_t *k, int shoal)
     if (!cl)
         return;
     k->learn = NULL;
-    const shoal_mpi_config_t *mc = &shoal_config_get()->mpi;
-    if (k->learn_timed) {
-        double s = (double)(shoal_now_ns() - k->t0_ns) * 1e-9;
-        if (mc->test_slow == (shoal ? 1 : 2) && shoal_mpi_comm_rank(k->mpi) == 1)
-            s += 1.0;
-        if (cl->t[shoal] == 0 || s < cl->t[shoal])
-            cl->t[shoal] = s;
-    }
-    if (!k->learn_last)
-        return;
-    double slowest[2] = {cl->t[0], cl->t[1]};
-    if (PMPI_Allreduce(cl->t, slowest, 2, MPI_DOUBLE, MPI_MAX, k->mpi) != MPI_SUCCESS)
-        slowest[1] = 0; /* MPI reported its trouble; shoal names dead ranks */
-    cl->path = slowest[1] <= slowest[0] ? DOOR_PATH_SHOAL : DOOR_PATH_MPI;
-    if (shoal_mpi_comm_rank(k->mpi) == 0) {
-        int b = (int)(cl - k->dc->rule[k->kind]);
-        shoal_info(INIT, "MPI door: %s of %zu..%zu B on %d ranks: shoal %.1f us, MPI "
-                   "%.1f us (the slowest rank's best of %d): %s from now on", k->what,
-                   class_bytes(b), b ? 2 * class_bytes(b) - 1 : 0, shoal_mpi_comm_size(k->mpi),
-                   slowest[1] * 1e6, slowest[0] * 1e6, mc->learn,
-                   cl->path == DOOR_PATH_SHOAL ? "shoal's path" : "MPI's path");
-    }
+    if (k->learn_timed)
+        class_time(k, cl, shoal, (double)(shoal_now_ns() - k->t0_ns) * 1e-9);
+    if (k->learn_last)
+        class_choose(k, cl);
 }

@@ -79,8 +79,8 @@ static const shoal_config_entry_t mpi_entries[] = {
             "every call shoal can serve",
      .parse = parse_mpi_path, .offset = SHOAL_CONFIG_FIELD(mpi.path)},
     {.name = "SHOAL_MPI_LEARN", .def = "2",
-     .doc = "MPI door, SHOAL_MPI_PATH=auto: the timed calls on each path (after one "
-            "untimed call each) before a size's path is chosen",
+     .doc = "MPI door, SHOAL_MPI_PATH=auto: the timed rounds on each path (after one "
+            "untimed run each) before a size's path is chosen",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(mpi.learn)},
     {.name = "SHOAL_TEST_MPI_SLOW", .def = "off",
      .doc = "for tests only: rank 1 of each communicator counts each call it times on "

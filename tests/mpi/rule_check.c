@@ -1,10 +1,12 @@
 /* An unchanged MPI program for the MPI door's SHOAL_MPI_PATH=auto test:
  * MPI_Allreduce, MPI_Bcast, MPI_Allgather and MPI_Alltoall, each CALLS
  * times at each of three sizes (8 B, 4 KiB and 256 KiB a rank's block),
- * MPI_Barrier CALLS times, then MPI_Iallreduce CALLS times at each size,
- * every result checked against a scalar reference: whichever path the
- * door gives each call, the answers must be MPI's. A last MPI_Allreduce
- * of one int gathers the verdict. Prints "rule_check: ok" on rank 0. */
+ * MPI_Allreduce in place (which the door cannot run again to learn) CALLS
+ * times at 256 B, MPI_Barrier CALLS times, then MPI_Iallreduce CALLS times
+ * at each size, every result checked against a scalar reference: whichever
+ * path the door gives each call, the answers must be MPI's. A last
+ * MPI_Allreduce of one int gathers the verdict. Prints "rule_check: ok"
+ * on rank 0. */
 #include <mpi.h>
 
 #include <stdio.h>
@@ -15,6 +17,7 @@
 #define MAX_INTS (256 * 1024 / 4)
 
 static const int sizes[] = {2, 1024, MAX_INTS}; /* ints: 8 B, 4 KiB, 256 KiB */
+#define IN_PLACE_INTS 64                            /* 256 B */
 
 static int rank, size, bad;
 
@@ -33,11 +36,14 @@ static int value(int r, int i, int c)
     return (r * 31 + i * 7 + c * 3) % 1000 - 500;
 }
 
+/* In place when in is NULL. */
 static void allreduce(int n, int c, int *in, int *out, int nb)
 {
     for (int i = 0; i < n; i++)
-        in[i] = value(rank, i, c);
-    if (nb) {
+        (in ? in : out)[i] = value(rank, i, c);
+    if (!in) {
+        MPI_Allreduce(MPI_IN_PLACE, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    } else if (nb) {
         MPI_Request req;
         MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
@@ -101,6 +107,8 @@ int main(int argc, char **argv)
             alltoall(sizes[s], c, in, out);
         }
     }
+    for (int c = 0; c < CALLS; c++)
+        allreduce(IN_PLACE_INTS, c, NULL, out, 0);
     for (int c = 0; c < CALLS; c++)
         MPI_Barrier(MPI_COMM_WORLD);
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
