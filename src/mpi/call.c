@@ -31,12 +31,22 @@ static const char *const names[DOOR_NKINDS][2] = {
     [DOOR_BARRIER] = {"MPI_Barrier", "MPI_Ibarrier"},
 };
 
-/* Calls of each entry point: [kind][non-blocking][taken], and of the
- * ones passed to MPI, those SHOAL_MPI_PATH=auto passed. Kept only where
- * the finalize log that reports them is on (SHOAL_DEBUG=info or more):
- * two atomic additions were a fifth of what a passed-through call cost. */
+/* Calls of each entry point: [kind][non-blocking][taken], of the ones
+ * passed to MPI those SHOAL_MPI_PATH=auto passed, and of those the ones
+ * that passed at once, as the last of their kind had (door.c's memo).
+ * Kept only where the finalize log that reports them is on
+ * (SHOAL_DEBUG=info or more): two atomic additions were a fifth of what a
+ * passed-through call cost. */
 static atomic_ulong counts[DOOR_NKINDS][2][2];
 static atomic_ulong by_rule[DOOR_NKINDS][2];
+static atomic_ulong at_once[DOOR_NKINDS];
+
+void shoal_mpi_count_at_once(door_kind_t kind)
+{
+    atomic_fetch_add_explicit(&counts[kind][0][0], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&by_rule[kind][0], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&at_once[kind], 1, memory_order_relaxed);
+}
 
 void shoal_mpi_log_counts(void)
 {
@@ -51,9 +61,11 @@ void shoal_mpi_log_counts(void)
             unsigned long took = atomic_load_explicit(&counts[k][nb][1], memory_order_relaxed);
             unsigned long gave = atomic_load_explicit(&counts[k][nb][0], memory_order_relaxed);
             unsigned long ruled = atomic_load_explicit(&by_rule[k][nb], memory_order_relaxed);
+            unsigned long memo = nb ? 0 : atomic_load_explicit(&at_once[k], memory_order_relaxed);
             if (took || gave)
                 shoal_info(INIT, "MPI door: %s: %lu taken, %lu passed to MPI (%lu of them "
-                           "by SHOAL_MPI_PATH=auto)", names[k][nb], took, gave, ruled);
+                           "by SHOAL_MPI_PATH=auto, %lu at once)", names[k][nb], took, gave,
+                           ruled, memo);
         }
     }
 }
@@ -84,7 +96,10 @@ shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
 
 int shoal_mpi_passed(door_call_t *k, int rc)
 {
-    shoal_mpi_rule_done(k, 0);
+    if (k->learn)
+        shoal_mpi_rule_done(k, 0);
+    else if (k->dc) /* by the rule's choice (shoal_mpi_take) */
+        shoal_mpi_memo_keep(k);
     return rc;
 }
 

@@ -69,14 +69,15 @@ static int pass_barrier(const door_call_t *k)
     return PMPI_Barrier(k->mpi);
 }
 
-/* A blocking call's arguments for its pass. */
-static void repeatable(door_call_t *k, int (*pass)(const door_call_t *), const void *sb,
-                       int scount, MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt,
-                       MPI_Op op, int root)
+/* The arguments MPI took: rcount, rt and op are the memo's key (door.c).
+ * A blocking call out of place can run again, through pass (NULL: none). */
+static void mpi_args(door_call_t *k, int (*pass)(const door_call_t *), const void *sb,
+                     int scount, MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt,
+                     MPI_Op op, int root)
 {
-    if (k->nb || sb == MPI_IN_PLACE)
-        return;
-    k->pass = pass;
+    k->keyed = 1;
+    if (!k->nb && sb != MPI_IN_PLACE)
+        k->pass = pass;
     k->m.sb = sb;
     k->m.scount = scount;
     k->m.st = st;
@@ -101,12 +102,14 @@ static int moves(door_call_t *k, int count, MPI_Datatype t, size_t *bytes_p)
 static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                      MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_ALLREDUCE, c, count, t, op))
+        return PMPI_Allreduce(sb, rb, count, t, op, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLREDUCE, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
     k.count = (size_t)count;
-    repeatable(&k, pass_allreduce, sb, count, t, rb, count, t, op, 0);
+    mpi_args(&k, pass_allreduce, sb, count, t, rb, count, t, op, 0);
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
         int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
                      : PMPI_Allreduce(sb, rb, count, t, op, c);
@@ -130,12 +133,15 @@ int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op o
 static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
                   MPI_Comm c, MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_REDUCE, c, count, t, op))
+        return PMPI_Reduce(sb, rb, count, t, op, root, c);
     door_call_t k;
     door_call_begin(&k, DOOR_REDUCE, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
     k.count = (size_t)count;
     k.root = root;
+    mpi_args(&k, NULL, sb, count, t, rb, count, t, op, root);
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c))) {
         int rc = req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
                      : PMPI_Reduce(sb, rb, count, t, op, root, c);
@@ -158,12 +164,14 @@ int MPI_Ireduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, 
 
 static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_BCAST, c, count, t, MPI_OP_NULL))
+        return PMPI_Bcast(buf, count, t, root, c);
     door_call_t k;
     door_call_begin(&k, DOOR_BCAST, req);
     k.sendbuf = buf;
     k.recvbuf = buf;
     k.root = root;
-    repeatable(&k, pass_bcast, NULL, count, t, buf, count, t, MPI_OP_NULL, root);
+    mpi_args(&k, pass_bcast, NULL, count, t, buf, count, t, MPI_OP_NULL, root);
     if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c))) {
         int rc = req ? PMPI_Ibcast(buf, count, t, root, c, req)
                      : PMPI_Bcast(buf, count, t, root, c);
@@ -187,11 +195,13 @@ int MPI_Ibcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_R
 static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                      MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_ALLGATHER, c, rcount, rt, MPI_OP_NULL))
+        return PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLGATHER, req);
     k.sendbuf = sb;
     k.recvbuf = rb;
-    repeatable(&k, pass_allgather, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
+    mpi_args(&k, pass_allgather, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -223,6 +233,8 @@ int MPI_Iallgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rc
 static int reduce_scatter(const void *sb, void *rb, const int *counts, int block,
                           MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *req)
 {
+    if (!req && !counts && shoal_mpi_memo_passes(DOOR_REDUCE_SCATTER_BLOCK, c, block, t, op))
+        return PMPI_Reduce_scatter_block(sb, rb, block, t, op, c);
     door_call_t k;
     door_call_begin(&k, counts ? DOOR_REDUCE_SCATTER : DOOR_REDUCE_SCATTER_BLOCK, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
@@ -238,7 +250,7 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
     }
     int mine = counts ? counts[rank] : block;
     if (!counts)
-        repeatable(&k, pass_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
+        mpi_args(&k, pass_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
     ok = ok && reduces(&k, mine, t, op);
     k.count = counts && !equal ? total : (size_t)(mine > 0 ? mine : 0); /* alike on all ranks */
     if (!shoal_mpi_take(&k, c, ok)) {
@@ -301,11 +313,13 @@ int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Dataty
 static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                     MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_ALLTOALL, c, rcount, rt, MPI_OP_NULL))
+        return PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLTOALL, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
-    repeatable(&k, pass_alltoall, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
+    mpi_args(&k, pass_alltoall, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -467,9 +481,11 @@ int MPI_Iscatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcou
 
 static int barrier(MPI_Comm c, MPI_Request *req)
 {
+    if (!req && shoal_mpi_memo_passes(DOOR_BARRIER, c, 0, MPI_DATATYPE_NULL, MPI_OP_NULL))
+        return PMPI_Barrier(c);
     door_call_t k;
     door_call_begin(&k, DOOR_BARRIER, req);
-    repeatable(&k, pass_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
+    mpi_args(&k, pass_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
                MPI_OP_NULL, 0);
     if (!shoal_mpi_take(&k, c, 1))
         return shoal_mpi_passed(&k, req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c));

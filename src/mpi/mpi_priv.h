@@ -79,11 +79,12 @@ struct door_call {
     int learn_timed;     /* its time counts (not a class's first call on a path) */
     int learn_last;      /* the class chooses once it completes */
     uint64_t t0_ns;
-    /* A blocking call that SHOAL_MPI_PATH=auto may run again, on either
-     * path, while its class learns (rule.c): one whose result does not
-     * depend on what its output held before (not in place, nothing owned).
-     * pass runs it on MPI's path, from the arguments MPI took (m); NULL:
-     * the call is not run again. */
+    /* The arguments MPI took (m), where keyed. A blocking call that
+     * SHOAL_MPI_PATH=auto may run again, on either path, while its class
+     * learns (rule.c) has a pass, which runs it on MPI's path: one whose
+     * result does not depend on what its output held before (not in
+     * place, nothing owned). */
+    int keyed;
     int (*pass)(const door_call_t *k);
     struct {
         const void *sb;
@@ -123,11 +124,17 @@ static inline void door_call_begin(door_call_t *k, door_kind_t kind, const MPI_R
     k->learn_timed = 0;
     k->learn_last = 0;
     k->t0_ns = 0;
-    k->pass = NULL; /* m is read only through pass */
+    k->keyed = 0; /* m is read only where keyed or through pass */
+    k->pass = NULL;
 }
 
-/* door.c */
+/* door.c; shoal_mpi_memo_*: a blocking call of kind on c with the same
+ * count, type and op as the last that SHOAL_MPI_PATH=auto passed to MPI
+ * on this thread (whether it passes at once, shoal_mpi_count_at_once);
+ * keep k as that call. */
 int shoal_mpi_ready(void);
+int shoal_mpi_memo_passes(door_kind_t kind, MPI_Comm c, int count, MPI_Datatype t, MPI_Op op);
+void shoal_mpi_memo_keep(const door_call_t *k);
 door_comm_t *shoal_mpi_comm(MPI_Comm c);
 void shoal_mpi_comm_hold(door_comm_t *d);
 void shoal_mpi_comm_put(door_comm_t *d);
@@ -149,6 +156,7 @@ int shoal_mpi_bytes(MPI_Datatype t, size_t *es_p);
  * NULL); finish it once it completed (the copies it owes, the memory it
  * owns); the whole of a blocking call. */
 shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok);
+void shoal_mpi_count_at_once(door_kind_t kind);
 int shoal_mpi_passed(door_call_t *k, int rc);
 void shoal_mpi_log_counts(void);
 shoal_status_t shoal_mpi_call_issue(door_call_t *k, shoal_request_t *req_p);

@@ -2,11 +2,13 @@
  * MPI_Allreduce, MPI_Bcast, MPI_Allgather and MPI_Alltoall, each CALLS
  * times at each of three sizes (8 B, 4 KiB and 256 KiB a rank's block),
  * MPI_Allreduce in place (which the door cannot run again to learn) CALLS
- * times at 256 B, MPI_Barrier CALLS times, then MPI_Iallreduce CALLS times
- * at each size, every result checked against a scalar reference: whichever
- * path the door gives each call, the answers must be MPI's. A last
- * MPI_Allreduce of one int gathers the verdict. Prints "rule_check: ok"
- * on rank 0. */
+ * times at 256 B, MPI_Barrier CALLS times, MPI_Iallreduce CALLS times at
+ * each size, then DUPS times a duplicate of MPI_COMM_WORLD, on which
+ * MPI_Allreduce runs 3 times at 8 B before it is freed (each duplicate
+ * learns anew, though MPI may give it the freed one's handle). Every
+ * result is checked against a scalar reference: whichever path the door
+ * gives each call, the answers must be MPI's. A last MPI_Allreduce of one
+ * int gathers the verdict. Prints "rule_check: ok" on rank 0. */
 #include <mpi.h>
 
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 static const int sizes[] = {2, 1024, MAX_INTS}; /* ints: 8 B, 4 KiB, 256 KiB */
 #define IN_PLACE_INTS 64                            /* 256 B */
+#define DUPS 3
 
 static int rank, size, bad;
 
@@ -36,19 +39,19 @@ static int value(int r, int i, int c)
     return (r * 31 + i * 7 + c * 3) % 1000 - 500;
 }
 
-/* In place when in is NULL. */
-static void allreduce(int n, int c, int *in, int *out, int nb)
+/* In place when in is NULL; on comm. */
+static void allreduce_on(MPI_Comm comm, int n, int c, int *in, int *out, int nb)
 {
     for (int i = 0; i < n; i++)
         (in ? in : out)[i] = value(rank, i, c);
     if (!in) {
-        MPI_Allreduce(MPI_IN_PLACE, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, out, n, MPI_INT, MPI_SUM, comm);
     } else if (nb) {
         MPI_Request req;
-        MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req);
+        MPI_Iallreduce(in, out, n, MPI_INT, MPI_SUM, comm, &req);
         MPI_Wait(&req, MPI_STATUS_IGNORE);
     } else {
-        MPI_Allreduce(in, out, n, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(in, out, n, MPI_INT, MPI_SUM, comm);
     }
     for (int i = 0; i < n; i++) {
         int want = 0;
@@ -56,6 +59,11 @@ static void allreduce(int n, int c, int *in, int *out, int nb)
             want += value(r, i, c);
         check(nb ? "MPI_Iallreduce" : "MPI_Allreduce", n, out[i], want, i);
     }
+}
+
+static void allreduce(int n, int c, int *in, int *out, int nb)
+{
+    allreduce_on(MPI_COMM_WORLD, n, c, in, out, nb);
 }
 
 static void bcast(int n, int c, int *buf)
@@ -114,6 +122,13 @@ int main(int argc, char **argv)
     for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++)
         for (int c = 0; c < CALLS; c++)
             allreduce(sizes[s], c, in, out, 1);
+    for (int d = 0; d < DUPS; d++) {
+        MPI_Comm dup;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        for (int c = 0; c < 3; c++)
+            allreduce_on(dup, sizes[0], c, in, out, 0);
+        MPI_Comm_free(&dup);
+    }
     int any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (rank == 0)
