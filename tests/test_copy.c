@@ -2,8 +2,9 @@
  * their loop's step, head and tail, every alignment of source and
  * destination, no byte written outside the destination; and the learning
  * copier: it takes both kinds in turn, decides once it has timed enough of
- * each, never times a copy below its minimum, and keeps a named kind
- * without timing anything. */
+ * each, apart for the copies whose destination lies 1 to 63 bytes past
+ * the source modulo 4 KiB and for the others, never times a copy below its
+ * minimum, and keeps a named kind without timing anything. */
 #include "harness.h"
 
 #include "base/copy.h"
@@ -91,39 +92,69 @@ static void copier_run(shoal_copier_t *c, unsigned char *dst, unsigned char *src
     }
 }
 
-static void test_copier_learns(void **state)
+static void test_copy_near(void **state)
+{
+    static const struct {
+        long off;
+        int near;
+    } cases[] = {{0, 0},  {1, 1},    {16, 1},  {31, 1},  {63, 1},     {64, 0},
+                 {65, 0}, {4095, 0}, {4096, 0}, {4097, 1}, {8192 + 62, 1}, {-1, 0},
+                 {-16, 0}, {-4095, 1}};
+    static unsigned char buf[3 * 8192];
+    const unsigned char *src = buf + 8192;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(shoal_copy_near(src + cases[i].off, src), cases[i].near);
+}
+
+/* One way of the copier learns from copies at offset off (dst - src);
+ * the other is left alone. */
+static void copier_learns_at(long off)
 {
     size_t big = SHOAL_COPY_LEARN_MIN + 3, small = SHOAL_COPY_LEARN_MIN - 1;
-    unsigned char *src = malloc(big), *dst = malloc(big + GUARD);
-    assert_non_null(src);
-    assert_non_null(dst);
+    unsigned char *buf = aligned_alloc(4096, 4 * 8192 + 2 * big);
+    assert_non_null(buf);
+    unsigned char *src = buf, *dst = buf + 2 * 8192 + off;
+    int near = shoal_copy_near(dst, src);
+    long mod = ((off % 4096) + 4096) % 4096;
+    assert_int_equal(near, mod > 0 && mod < 64);
     shoal_copier_t c;
     shoal_copier_init(&c, SHOAL_COPY_AUTO, "test copies", 0);
+    shoal_copy_way_t *w = &c.way[near], *other = &c.way[!near];
     /* Below the minimum: copied, never timed. */
     copier_run(&c, dst, src, small, 3 * SHOAL_COPY_LEARN_N);
-    assert_int_equal(c.n[0] + c.n[1], 0);
-    assert_int_equal(c.kind, SHOAL_COPY_AUTO);
+    assert_int_equal(w->n[0] + w->n[1], 0);
+    assert_int_equal(w->kind, SHOAL_COPY_AUTO);
     /* In turn: libc's first, then the vector's. */
     copier_run(&c, dst, src, big, 1);
-    assert_int_equal(c.n[0], 1);
-    assert_int_equal(c.n[1], 0);
+    assert_int_equal(w->n[0], 1);
+    assert_int_equal(w->n[1], 0);
     copier_run(&c, dst, src, big, 1);
-    assert_int_equal(c.n[1], 1);
+    assert_int_equal(w->n[1], 1);
     copier_run(&c, dst, src, big, 2 * SHOAL_COPY_LEARN_N - 3);
-    assert_int_equal(c.kind, SHOAL_COPY_AUTO);
-    assert_int_equal(c.n[0], SHOAL_COPY_LEARN_N);
-    assert_int_equal(c.n[1], SHOAL_COPY_LEARN_N - 1);
+    assert_int_equal(w->kind, SHOAL_COPY_AUTO);
+    assert_int_equal(w->n[0], SHOAL_COPY_LEARN_N);
+    assert_int_equal(w->n[1], SHOAL_COPY_LEARN_N - 1);
     copier_run(&c, dst, src, big, 1);
-    assert_true(c.kind == SHOAL_COPY_LIBC || c.kind == SHOAL_COPY_VECTOR);
-    assert_int_equal(c.bytes[0], (uint64_t)SHOAL_COPY_LEARN_N * big);
-    assert_int_equal(c.bytes[1], (uint64_t)SHOAL_COPY_LEARN_N * big);
-    assert_true(c.ns[0] > 0 && c.ns[1] > 0);
+    assert_true(w->kind == SHOAL_COPY_LIBC || w->kind == SHOAL_COPY_VECTOR);
+    assert_int_equal(w->bytes[0], (uint64_t)SHOAL_COPY_LEARN_N * big);
+    assert_int_equal(w->bytes[1], (uint64_t)SHOAL_COPY_LEARN_N * big);
+    assert_true(w->ns[0] > 0 && w->ns[1] > 0);
     /* Decided: no more timing, the copies stay exact. */
     copier_run(&c, dst, src, big, 4);
     copier_run(&c, dst, src, 1, 4);
-    assert_int_equal(c.n[0] + c.n[1], 2 * SHOAL_COPY_LEARN_N);
-    free(src);
-    free(dst);
+    assert_int_equal(w->n[0] + w->n[1], 2 * SHOAL_COPY_LEARN_N);
+    /* The copies of the other offsets still learn. */
+    assert_int_equal(other->kind, SHOAL_COPY_AUTO);
+    assert_int_equal(other->n[0] + other->n[1], 0);
+    free(buf);
+}
+
+static void test_copier_learns(void **state)
+{
+    copier_learns_at(0);
+    copier_learns_at(16);
+    copier_learns_at(4096 + 63);
+    copier_learns_at(-16);
 }
 
 static void test_copier_named_kind(void **state)
@@ -136,8 +167,15 @@ static void test_copier_named_kind(void **state)
         shoal_copier_t c;
         shoal_copier_init(&c, (shoal_copy_kind_t)kind, "test copies", 0);
         copier_run(&c, dst, src, big, 3 * SHOAL_COPY_LEARN_N);
-        assert_int_equal(c.kind, kind);
-        assert_int_equal(c.n[0] + c.n[1], 0);
+        /* Near: 16 bytes past the source, modulo 4 KiB. */
+        unsigned char *far = aligned_alloc(4096, 4 * big + 8192);
+        assert_non_null(far);
+        copier_run(&c, far + 2 * big + 16, far, big, SHOAL_COPY_LEARN_N);
+        free(far);
+        for (int near = 0; near < 2; near++) {
+            assert_int_equal(c.way[near].kind, kind);
+            assert_int_equal(c.way[near].n[0] + c.way[near].n[1], 0);
+        }
     }
     free(src);
     free(dst);
@@ -149,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_copy_stream),
         cmocka_unit_test(test_copy_vector),
         cmocka_unit_test(test_copy_kinds),
+        cmocka_unit_test(test_copy_near),
         cmocka_unit_test(test_copier_learns),
         cmocka_unit_test(test_copier_named_kind),
     };

@@ -84,26 +84,30 @@ const char *shoal_copy_name(shoal_copy_kind_t kind)
 
 void shoal_copier_init(shoal_copier_t *c, shoal_copy_kind_t kind, const char *what, int rank)
 {
-    *c = (shoal_copier_t){.kind = kind, .what = what, .rank = rank};
+    *c = (shoal_copier_t){.what = what, .rank = rank};
+    c->way[0].kind = kind;
+    c->way[1].kind = kind;
 }
 
 /* The kinds in turn; once both have SHOAL_COPY_LEARN_N copies, the one with
  * less time per byte (libc's on a tie). */
-void shoal_copier_learn(shoal_copier_t *c, void *dst, const void *src, size_t bytes)
+void shoal_copier_learn(shoal_copier_t *c, shoal_copy_way_t *w, void *dst, const void *src,
+                        size_t bytes)
 {
-    int k = c->n[0] > c->n[1];
+    int k = w->n[0] > w->n[1];
     uint64_t t0 = shoal_now_ns();
     shoal_copy(k ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC, dst, src, bytes);
-    c->ns[k] += shoal_now_ns() - t0;
-    c->bytes[k] += bytes;
-    if (++c->n[k] < SHOAL_COPY_LEARN_N || c->n[!k] < SHOAL_COPY_LEARN_N)
+    w->ns[k] += shoal_now_ns() - t0;
+    w->bytes[k] += bytes;
+    if (++w->n[k] < SHOAL_COPY_LEARN_N || w->n[!k] < SHOAL_COPY_LEARN_N)
         return;
     /* ns / bytes compared without division. */
-    double libc = (double)c->ns[0] * (double)c->bytes[1];
-    double vec = (double)c->ns[1] * (double)c->bytes[0];
-    c->kind = vec < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
-    shoal_info(ALGO, "rank %d: %s: libc %.2f GB/s, vector %.2f GB/s over %u copies each: %s",
-               c->rank, c->what ? c->what : "copies", (double)c->bytes[0] / (double)c->ns[0],
-               (double)c->bytes[1] / (double)c->ns[1], SHOAL_COPY_LEARN_N,
-               shoal_copy_name(c->kind));
+    double libc = (double)w->ns[0] * (double)w->bytes[1];
+    double vec = (double)w->ns[1] * (double)w->bytes[0];
+    w->kind = vec < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
+    shoal_info(ALGO, "rank %d: %s, %s: libc %.2f GB/s, vector %.2f GB/s over %u copies each: %s",
+               c->rank, c->what ? c->what : "copies",
+               w == &c->way[1] ? "1 to 63 B past the source modulo 4 KiB" : "other offsets",
+               (double)w->bytes[0] / (double)w->ns[0], (double)w->bytes[1] / (double)w->ns[1],
+               SHOAL_COPY_LEARN_N, shoal_copy_name(w->kind));
 }
