@@ -697,7 +697,9 @@ static void test_flush_then_destroy(void **state)
  * does only once it sees rank 0 asleep: a post (rank 0 waits to receive)
  * and a released slot (rank 0 waits for room). Each sleep must end when
  * rank 1 acts, long before its timeout: a peer that forgot to ring would
- * leave it asleep for the whole 20 s. */
+ * leave it asleep for the whole 20 s. A rank that has just rung a sleeper
+ * may decline to sleep for a while (SHM_RANG_SPIN_NS): the wait then
+ * yields and asks again, as the collectives' waits do. */
 #define BELL_ROUNDS 6
 #define BELL_SLEEP_NS (20ull * 1000000000ull)
 #define BELL_LATE_NS (5ull * 1000000000ull)
@@ -723,6 +725,10 @@ static int bell_wait(struct shoal_comm *comm, shoal_ep_t *ep, int for_room)
         RANK_CHECK(s == SHOAL_INPROGRESS, fail, "slot: %s", shoal_status_string(s));
         uint64_t t0 = shoal_now_ns();
         s = shoal_team_sleep(&comm->team, BELL_SLEEP_NS, BELL_SLEEP_NS);
+        if (s == SHOAL_INPROGRESS) {
+            sched_yield();
+            continue;
+        }
         RANK_CHECK(s == SHOAL_OK, fail, "the transport would not sleep: %s",
                    shoal_status_string(s));
         RANK_CHECK(shoal_now_ns() - t0 < BELL_LATE_NS, fail, "slept %.1f s: rank 1 never rang",
@@ -858,6 +864,77 @@ fail:
 static void test_shm_doorbell(void **state)
 {
     assert_int_equal(harness_run_ranks(2, rank_doorbell, NULL, TEST_TIMEOUT_S), 0);
+}
+
+/* A rank that has just woken a sleeping peer keeps polling instead of
+ * sleeping, under SHOAL_SHM_SPIN=auto: the peer it woke answers only once
+ * it is up, and were the ringer asleep by then, the two would hand one
+ * wake-up back and forth per exchange. Rank 0 sleeps until rank 1 posts;
+ * rank 1's sleep right after that post declines (unless rank 1 was held
+ * up past RANG_NS), and sleeps once RANG_NS has passed. With the spin set
+ * by hand, or on a host of one CPU (a synthetic topology), where the
+ * polling would take the CPU from the ranks sharing it, rank 1 sleeps at
+ * once. */
+#define RANG_NS 1000000ull /* shm.c's SHM_RANG_SPIN_NS */
+
+static int rank_rang(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    int spin_auto = *(const int *)arg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_ep_t *ep = comm->team.eps[1 - rank];
+    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
+    pid_t pid0 = getpid();
+    if (rank == 0)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    s = shoal_bootstrap_bcast(comm->bootstrap, &pid0, sizeof(pid0), 0);
+    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
+    if (rank == 0) {
+        if (bell_wait(comm, ep, 0) || recv_msg(comm, 1, 0))
+            return 1;
+    } else {
+        if (wait_asleep(pid0))
+            return 1;
+        uint64_t rang = shoal_now_ns();
+        if (send_msg(comm, 0, 0))
+            return 1;
+        s = shoal_team_sleep(&comm->team, BELL_SLEEP_NS, 10000000u);
+        uint64_t late = shoal_now_ns() - rang;
+        if (spin_auto)
+            RANK_CHECK(s == SHOAL_INPROGRESS || late >= RANG_NS, fail,
+                       "slept %.0f us after waking rank 0: %s", (double)late * 1e-3,
+                       shoal_status_string(s));
+        else
+            RANK_CHECK(s == SHOAL_OK, fail, "would not sleep: %s", shoal_status_string(s));
+        struct timespec nap = {0, (long)RANG_NS + 500000};
+        nanosleep(&nap, NULL);
+        s = shoal_team_sleep(&comm->team, BELL_SLEEP_NS, 10000000u);
+        RANK_CHECK(s == SHOAL_OK, fail, "would not sleep %.1f ms after waking rank 0: %s",
+                   (double)(shoal_now_ns() - rang) * 1e-6, shoal_status_string(s));
+    }
+    s = shoal_bootstrap_barrier(comm->bootstrap);
+    RANK_CHECK(s == SHOAL_OK, fail, "barrier: %s", shoal_status_string(s));
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_shm_rang(void **state)
+{
+    int spin_auto = 1;
+    assert_int_equal(harness_run_ranks(2, rank_rang, &spin_auto, TEST_TIMEOUT_S), 0);
+    spin_auto = 0;
+    harness_setenv("SHOAL_SHM_SPIN", "1ms");
+    assert_int_equal(harness_run_ranks(2, rank_rang, &spin_auto, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_SHM_SPIN", NULL);
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", "pack:1 core:1 pu:1");
+    harness_setenv("SHOAL_CPU_BIND", "off");
+    assert_int_equal(harness_run_ranks(2, rank_rang, &spin_auto, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", NULL);
+    harness_setenv("SHOAL_CPU_BIND", NULL);
 }
 
 /* Rank 1 runs with different transport settings (the variable and value
@@ -1141,6 +1218,7 @@ int main(void)
         cmocka_unit_test_setup(test_large_chunks, setup_small_chunks),
         cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),
         cmocka_unit_test_setup(test_shm_doorbell, setup_small_chunks),
+        cmocka_unit_test_setup(test_shm_rang, setup_small_chunks),
         cmocka_unit_test_setup(test_mismatched_settings, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_peer_leaves, setup_small_chunks),
     };

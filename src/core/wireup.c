@@ -53,6 +53,7 @@ static void wireup_params(struct shoal_comm *comm, shoal_tl_params_t *par)
     };
     shoal_place_nic_name(comm->team.cluster.place[comm->team.rank].nic, par->nic,
                          sizeof(par->nic));
+    par->host_cpus = shoal_place_cpus();
 }
 
 typedef struct {

@@ -86,6 +86,17 @@ void shoal_place_nic_name(int nic, char *name, size_t cap)
     pthread_mutex_unlock(&place_lock);
 }
 
+int shoal_place_cpus(void)
+{
+    pthread_mutex_lock(&place_lock);
+    shoal_topo_t *t = place_topo_locked();
+    shoal_topo_counts_t c = {0};
+    if (t)
+        shoal_topo_counts(t, &c);
+    pthread_mutex_unlock(&place_lock);
+    return c.npus > 0 ? c.npus : 0;
+}
+
 int shoal_place_bind(int rank, int pos, int nlocal)
 {
     int mode = shoal_config_get()->topo.bind;

@@ -30,6 +30,9 @@ void shoal_place_self(shoal_place_t *place_p);
 /* The OpenFabrics device name of NIC nic of this host's topology (a
  * place's nic), or "" when it has none or nic is -1. Thread-safe. */
 void shoal_place_nic_name(int nic, char *name, size_t cap);
+/* The CPUs this host's topology lets its processes run on (not just this
+ * process's binding), or 0 when no topology can be read. Thread-safe. */
+int shoal_place_cpus(void);
 
 /* Bind this process for a communicator where it is rank, at local
  * position pos of the nlocal ranks on its host, each in a process of its

@@ -87,6 +87,7 @@ typedef struct {
     /* The OpenFabrics device of the NIC nearest this rank in its host's
      * topology; "" when none is known. */
     char nic[SHOAL_TL_NIC_MAX];
+    int host_cpus; /* CPUs this rank's host lets its ranks use; 0: unknown */
 } shoal_tl_params_t;
 
 /* Base of every transport context; transports embed it first. */
