@@ -89,8 +89,9 @@ void shoal_copier_init(shoal_copier_t *c, shoal_copy_kind_t kind, const char *wh
     c->way[1].kind = kind;
 }
 
-/* The kinds in turn; once both have SHOAL_COPY_LEARN_N copies, the one with
- * less time per byte (libc's on a tie). */
+/* The kinds in turn; once both have SHOAL_COPY_LEARN_N copies, or
+ * SHOAL_COPY_LEARN_EARLY where one takes more than twice as long per
+ * byte, the one with less time per byte (libc's on a tie). */
 void shoal_copier_learn(shoal_copier_t *c, shoal_copy_way_t *w, void *dst, const void *src,
                         size_t bytes)
 {
@@ -99,15 +100,19 @@ void shoal_copier_learn(shoal_copier_t *c, shoal_copy_way_t *w, void *dst, const
     shoal_copy(k ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC, dst, src, bytes);
     w->ns[k] += shoal_now_ns() - t0;
     w->bytes[k] += bytes;
-    if (++w->n[k] < SHOAL_COPY_LEARN_N || w->n[!k] < SHOAL_COPY_LEARN_N)
+    if (++w->n[k] != w->n[!k]) /* libc's just ran: the vector's turn */
         return;
+    uint32_t n = w->n[k];
     /* ns / bytes compared without division. */
     double libc = (double)w->ns[0] * (double)w->bytes[1];
     double vec = (double)w->ns[1] * (double)w->bytes[0];
+    int lopsided = libc > 2 * vec || vec > 2 * libc;
+    if (n < SHOAL_COPY_LEARN_N && !(n >= SHOAL_COPY_LEARN_EARLY && lopsided))
+        return;
     w->kind = vec < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
     shoal_info(ALGO, "rank %d: %s, %s: libc %.2f GB/s, vector %.2f GB/s over %u copies each: %s",
                c->rank, c->what ? c->what : "copies",
                w == &c->way[1] ? "1 to 63 B past the source modulo 4 KiB" : "other offsets",
                (double)w->bytes[0] / (double)w->ns[0], (double)w->bytes[1] / (double)w->ns[1],
-               SHOAL_COPY_LEARN_N, shoal_copy_name(w->kind));
+               n, shoal_copy_name(w->kind));
 }

@@ -42,9 +42,13 @@ static inline void shoal_copy(shoal_copy_kind_t kind, void *dst, const void *src
 
 /* Copies of at least SHOAL_COPY_LEARN_MIN bytes teach a learning copier
  * (two clock reads cost a few tens of nanoseconds beside them); it decides
- * after SHOAL_COPY_LEARN_N of each kind, on the time per byte. */
+ * after SHOAL_COPY_LEARN_N of each kind, on the time per byte, or after
+ * SHOAL_COPY_LEARN_EARLY of each where one kind took more than twice as
+ * long per byte (the slow offsets cost ten to twenty times as much, and
+ * every slow copy while learning costs the collective that makes it). */
 #define SHOAL_COPY_LEARN_MIN (4u * 1024)
 #define SHOAL_COPY_LEARN_N 32u
+#define SHOAL_COPY_LEARN_EARLY 4u
 
 /* Whether dst lies 1 to 63 bytes past src, modulo 4 KiB. */
 static inline int shoal_copy_near(const void *dst, const void *src)

@@ -22,8 +22,10 @@
  * output. The first such call of a class learns the whole class at once:
  * each round runs the call several times (round_calls), so that the
  * ranks' skew leaving the barrier, a microsecond or two, weighs little
- * on a call of a few hundred nanoseconds. The call then runs once more on
- * the chosen path. Calls that cannot run again (in place, rooted, unequal
+ * on a call of a few hundred nanoseconds, and so that the first run of a
+ * round, which finds the caches as the other path left them, weighs
+ * little on a call of tens of microseconds. The call then runs once more
+ * on the chosen path. Calls that cannot run again (in place, rooted, unequal
  * blocks) learn one round per call: a class's first two take a path
  * each, untimed, the next 2 x SHOAL_MPI_LEARN one timed call each. Whether
  * a call can run again follows from what MPI requires every rank to pass
@@ -67,11 +69,13 @@ static int learn_path(int i)
     return j == 0 || j == 3;
 }
 
-/* How many times a timed round runs a call of this many bytes: enough
- * that the round of a small call lasts tens of microseconds. */
+/* How many times a timed round runs a call of this many bytes: 1 MiB's
+ * worth, at most 64. With 64 KiB's worth, one run in each of a round of
+ * two 32 KiB all-reduces on 2 ranks, the learnt time of shoal's path was
+ * three times its steady one. */
 static int round_calls(size_t bytes)
 {
-    size_t n = ((size_t)64 << 10) / (bytes ? bytes : 1);
+    size_t n = ((size_t)1 << 20) / (bytes ? bytes : 1);
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
