@@ -797,22 +797,38 @@ fail:
     return 1;
 }
 
+/* The doorbell tests' start: a communicator of 2 ranks over shm, its
+ * endpoint to the other rank, and rank 0's pid. Rank 1 watches rank 0's
+ * process through /proc: rank 0 tells its pid (once past init, so that no
+ * wait of init's is taken for the doorbell's) and lets rank 1 read its
+ * system calls where Yama allows only ancestors (the call fails harmlessly
+ * without Yama). */
+static int bell_start(int rank, int nranks, const shoal_unique_id_t *id, shoal_comm_t *comm_p,
+                      shoal_ep_t **ep_p, pid_t *pid0_p)
+{
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, comm_p);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_ep_t *ep = (*comm_p)->team.eps[1 - rank];
+    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
+    *ep_p = ep;
+    *pid0_p = getpid();
+    if (rank == 0)
+        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    s = shoal_bootstrap_bcast((*comm_p)->bootstrap, pid0_p, sizeof(*pid0_p), 0);
+    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_doorbell(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
     shoal_comm_t comm;
-    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    shoal_ep_t *ep = comm->team.eps[1 - rank];
-    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
-    /* Rank 1 watches rank 0's process through /proc: rank 0 tells its pid
-     * (once past init, so that no wait of init's is taken for the
-     * doorbell's) and lets rank 1 read its system calls where Yama allows
-     * only ancestors (the call fails harmlessly without Yama). */
-    pid_t pid0 = getpid();
-    if (rank == 0)
-        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    s = shoal_bootstrap_bcast(comm->bootstrap, &pid0, sizeof(pid0), 0);
-    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
+    shoal_ep_t *ep;
+    pid_t pid0;
+    if (bell_start(rank, nranks, id, &comm, &ep, &pid0))
+        return 1;
+    shoal_status_t s;
     uint64_t seq = 0;
     for (int round = 0; round < BELL_ROUNDS; round++) {
         /* Rank 0 waits for data, then fills rank 1's FIFO and waits for room. */
@@ -881,15 +897,11 @@ static int rank_rang(int rank, int nranks, const shoal_unique_id_t *id, void *ar
 {
     int spin_auto = *(const int *)arg;
     shoal_comm_t comm;
-    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
-    shoal_ep_t *ep = comm->team.eps[1 - rank];
-    RANK_CHECK(strcmp(ep->ops->name, "shm") == 0, fail, "reached over %s", ep->ops->name);
-    pid_t pid0 = getpid();
-    if (rank == 0)
-        prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-    s = shoal_bootstrap_bcast(comm->bootstrap, &pid0, sizeof(pid0), 0);
-    RANK_CHECK(s == SHOAL_OK, fail, "bcast: %s", shoal_status_string(s));
+    shoal_ep_t *ep;
+    pid_t pid0;
+    if (bell_start(rank, nranks, id, &comm, &ep, &pid0))
+        return 1;
+    shoal_status_t s;
     if (rank == 0) {
         if (bell_wait(comm, ep, 0) || recv_msg(comm, 1, 0))
             return 1;
