@@ -17,10 +17,11 @@
  * sleeper polls longer before it sleeps itself (SHM_RANG_SPIN_NS, where
  * the spin is the probe's and the host's ranks do not outnumber its
  * CPUs): the sleeper it woke answers only once it is up again, which on a
- * virtual machine can take a few times the probe's median. Sleeping through that wait would have the woken rank find its
- * ringer asleep in turn, and the two would hand one wake-up back and
- * forth per collective (150 us each instead of 3 on 2 ranks here) for as
- * long as neither outwaits the other.
+ * virtual machine can take a few times the probe's median. Sleeping
+ * through that wait would have the woken rank find its ringer asleep in
+ * turn, and the two would hand one wake-up back and forth per collective
+ * (150 us each instead of 3 on 2 ranks here) for as long as neither
+ * outwaits the other.
  *
  * The segment's name lives in /dev/shm only until every local peer has
  * mapped it: the last one to map unlinks it, ready makes sure of it, and
