@@ -77,6 +77,14 @@ static void test_copy_kinds(void **state)
     assert_string_equal(shoal_copy_name(SHOAL_COPY_NKINDS), "?");
 }
 
+/* bytes of memory starting on a 4 KiB page (aligned_alloc would want a
+ * multiple of the page). */
+static unsigned char *page_alloc(size_t bytes)
+{
+    void *p = NULL;
+    return posix_memalign(&p, 4096, bytes) == 0 ? p : NULL;
+}
+
 /* Copies of len bytes from a changing source through c, each checked. */
 static void copier_run(shoal_copier_t *c, unsigned char *dst, unsigned char *src, size_t len,
                        unsigned copies)
@@ -111,7 +119,7 @@ static void test_copy_near(void **state)
 static void copier_learns_at(long off)
 {
     size_t big = SHOAL_COPY_LEARN_MIN + 3, small = SHOAL_COPY_LEARN_MIN - 1;
-    unsigned char *buf = aligned_alloc(4096, 4 * 8192 + 2 * big);
+    unsigned char *buf = page_alloc(4 * 8192 + 2 * big);
     assert_non_null(buf);
     unsigned char *src = buf, *dst = buf + 2 * 8192 + off;
     int near = shoal_copy_near(dst, src);
@@ -178,7 +186,7 @@ static void test_copier_named_kind(void **state)
         shoal_copier_init(&c, (shoal_copy_kind_t)kind, "test copies", 0);
         copier_run(&c, dst, src, big, 3 * SHOAL_COPY_LEARN_N);
         /* Near: 16 bytes past the source, modulo 4 KiB. */
-        unsigned char *far = aligned_alloc(4096, 4 * big + 8192);
+        unsigned char *far = page_alloc(4 * big + 8192);
         assert_non_null(far);
         copier_run(&c, far + 2 * big + 16, far, big, SHOAL_COPY_LEARN_N);
         free(far);
