@@ -3,6 +3,7 @@
  * (comm->team.eps[peer]) of shm and tcp: every size class, many more messages
  * than slots, all pairs at once and pair by pair, and peers that leave. */
 #include "harness.h"
+#include "algos/prims.h"
 
 #include "base/clock.h"
 #include "base/config.h"
@@ -949,6 +950,81 @@ static void test_shm_rang(void **state)
     harness_setenv("SHOAL_CPU_BIND", NULL);
 }
 
+/* sched_yield() as this program's waits call it: counted, then libc's
+ * system call. The definition here stands in for libc's in the whole
+ * program, shoal's waits included. */
+static atomic_int yields;
+
+int sched_yield(void)
+{
+    atomic_fetch_add_explicit(&yields, 1, memory_order_relaxed);
+    return (int)syscall(SYS_sched_yield);
+}
+
+/* One check of a wait's turns (shoal_prims_idle polls 64 times between
+ * checks): whether that check yielded, for a wait that began waited_ns
+ * before it (0: at the check). */
+static int idle_yields(shoal_team_t *team, uint64_t waited_ns, int *yielded)
+{
+    shoal_idle_t w = {0, 0};
+    int before = atomic_load(&yields);
+    for (int turn = 0; turn < 64; turn++) {
+        if (turn == 63 && waited_ns)
+            w.since_ns = shoal_now_ns() - waited_ns;
+        shoal_status_t s = shoal_prims_idle(team, shoal_deadline_after(10000000000ull), &w);
+        if (s != SHOAL_OK)
+            return 1;
+    }
+    *yielded = atomic_load(&yields) > before;
+    return 0;
+}
+
+/* A wait yields the core from its first check where the host's ranks
+ * outnumber its CPUs, since the rank it waits for may need the CPU; where
+ * they do not, only once it has lasted team->yield_after_ns, since there a
+ * yield is only a system call in the way of the answer. The host is a
+ * synthetic topology of 1 or 2 CPUs; the shm sleep is put off past the
+ * test by SHOAL_SHM_SPIN. */
+static int rank_yield(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    int crowded = *(const int *)arg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    shoal_team_t *team = &comm->team;
+    uint64_t after = team->yield_after_ns;
+    RANK_CHECK(crowded ? after == 0 : after > 0, fail, "%s host: yield after %llu ns",
+               crowded ? "crowded" : "uncrowded", (unsigned long long)after);
+    int at_once, later;
+    RANK_CHECK(idle_yields(team, 0, &at_once) == 0 && idle_yields(team, after + 1, &later) == 0,
+               fail, "an idle turn failed");
+    RANK_CHECK(at_once == crowded, fail, "%s host: the first check %s", crowded ? "crowded" :
+               "uncrowded", at_once ? "yielded" : "did not yield");
+    RANK_CHECK(later, fail, "no yield after a wait of %llu ns", (unsigned long long)after + 1);
+    s = shoal_bootstrap_barrier(comm->bootstrap);
+    RANK_CHECK(s == SHOAL_OK, fail, "barrier: %s", shoal_status_string(s));
+    s = shoal_comm_destroy(comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "destroy: %s", shoal_status_string(s));
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_wait_yield(void **state)
+{
+    harness_setenv("SHOAL_SHM_SPIN", "60s");
+    harness_setenv("SHOAL_CPU_BIND", "off");
+    int crowded = 0;
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", "pack:1 core:2 pu:1");
+    assert_int_equal(harness_run_ranks(2, rank_yield, &crowded, TEST_TIMEOUT_S), 0);
+    crowded = 1;
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", "pack:1 core:1 pu:1");
+    assert_int_equal(harness_run_ranks(2, rank_yield, &crowded, TEST_TIMEOUT_S), 0);
+    harness_setenv("SHOAL_TOPO_SYNTHETIC", NULL);
+    harness_setenv("SHOAL_CPU_BIND", NULL);
+    harness_setenv("SHOAL_SHM_SPIN", NULL);
+}
+
 /* Rank 1 runs with different transport settings (the variable and value
  * passed), so wireup fails; whatever it had created must be gone. */
 static int rank_mismatch(int rank, int nranks, const shoal_unique_id_t *id, void *varg)
@@ -1231,6 +1307,7 @@ int main(void)
         cmocka_unit_test_setup(test_flush_then_destroy, setup_small_chunks),
         cmocka_unit_test_setup(test_shm_doorbell, setup_small_chunks),
         cmocka_unit_test_setup(test_shm_rang, setup_small_chunks),
+        cmocka_unit_test_setup(test_wait_yield, setup_small_chunks),
         cmocka_unit_test_setup(test_mismatched_settings, setup_small_chunks),
         cmocka_unit_test_setup(test_tcp_peer_leaves, setup_small_chunks),
     };

@@ -7,10 +7,11 @@
 #include "base/clock.h"
 #include "base/log.h"
 
+#include <pthread.h>
 #include <sched.h>
 
-/* Busy-poll this many times before yielding the core: ranks may outnumber
- * cores, and a spinning rank would starve the one it waits for. */
+/* Busy-poll this many times between the checks of deadline, faults, sleep
+ * and yield. */
 #define PRIMS_SPINS 64
 /* The longest sleep of a wait: aborts, deaths and deadlines are seen
  * within it. */
@@ -40,8 +41,40 @@ shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_
         return SHOAL_OK;
     if (s != SHOAL_INPROGRESS && s != SHOAL_ERR_UNSUPPORTED)
         return s;
-    sched_yield();
+    /* A yield where every rank has its own CPU is a system call in the
+     * way of the answer: with 2 ranks on 2 CPUs, an 8-byte all-reduce
+     * took 1.1 to 1.6 us with one every 64 polls and 0.6 without. */
+    if (now - w->since_ns >= team->yield_after_ns)
+        sched_yield();
     return SHOAL_OK;
+}
+
+static uint64_t yield_ns;
+static pthread_once_t yield_once = PTHREAD_ONCE_INIT;
+
+/* The median of 9 timed yields. */
+static void yield_measure(void)
+{
+    uint64_t t[9];
+    for (int i = 0; i < 9; i++) {
+        uint64_t t0 = shoal_now_ns();
+        sched_yield();
+        t[i] = shoal_now_ns() - t0;
+        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+            uint64_t x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    }
+    yield_ns = t[4] > 0 ? t[4] : 1;
+}
+
+uint64_t shoal_prims_yield_after(int crowded)
+{
+    if (crowded)
+        return 0;
+    pthread_once(&yield_once, yield_measure);
+    return SHOAL_YIELD_SHARE * yield_ns;
 }
 
 /* Counted in team->tx_bytes. */

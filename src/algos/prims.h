@@ -81,10 +81,19 @@ typedef struct {
 } shoal_idle_t;
 
 /* One idle turn of a wait: drive transport progress, poll the abort flag,
- * and every few calls check the deadline, then yield the core or, once the
- * wait has gone on long enough for the transport, sleep until a peer
- * rings. SHOAL_OK to go on waiting. */
+ * and every few calls check the deadline, then, once the wait has gone on
+ * long enough for the transport, sleep until a peer rings, or else yield
+ * the core if the wait has lasted team->yield_after_ns. SHOAL_OK to go on
+ * waiting. */
 shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_idle_t *w);
+
+/* team->yield_after_ns for a host whose ranks outnumber its CPUs
+ * (crowded) or not: at once where crowded, since the rank waited for may
+ * need this CPU; else after a wait of SHOAL_YIELD_SHARE times what a
+ * sched_yield() costs here (measured once), so that the yields add at
+ * most 1/SHOAL_YIELD_SHARE to a wait and none to a short one. */
+#define SHOAL_YIELD_SHARE 64
+uint64_t shoal_prims_yield_after(int crowded);
 
 /* Piece out to send_ep. */
 shoal_status_t shoal_prim_send(shoal_prims_t *p, const void *src, size_t bytes);

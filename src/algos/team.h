@@ -83,6 +83,9 @@ typedef struct shoal_team {
     /* The one transport every endpoint uses, when there is one (waits may
      * then sleep in it); NULL when endpoints span transports. */
     shoal_tl_ctx_t *tl_sole;
+    /* How long a wait polls before it yields the core between polls
+     * (shoal_prims_idle): 0 where the host's ranks outnumber its CPUs. */
+    uint64_t yield_after_ns;
 
     /* Every pass over local memory (kernels.h) and the kernels' state; the
      * host kernels' copies into slots and between buffers (move) and into

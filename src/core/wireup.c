@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "reg.h"
 #include "algos/algo.h"
+#include "algos/prims.h"
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/log.h"
@@ -173,6 +174,7 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
         if (ctx)
             comm->team.tl_sole = ctx;
     }
+    comm->team.yield_after_ns = shoal_prims_yield_after(shoal_tl_crowded(&par));
     for (size_t t = 0; t < NTRANSPORTS && s == SHOAL_OK; t++) {
         if (comm->team.tl_ctx[t])
             s = shoal_transports[t]->ready(comm->team.tl_ctx[t]);
@@ -189,6 +191,8 @@ shoal_status_t shoal_transport_wireup(struct shoal_comm *comm)
         double wall1 = wireup_wall_s();
         shoal_info(INIT, "rank %d: transports wired up in %.3f ms (wall clock %.6f to %.6f s)",
                    comm->team.rank, (wall1 - wall0) * 1e3, wall0, wall1);
+        shoal_info(INIT, "rank %d: waits poll %.1f us before they yield the core", comm->team.rank,
+                   (double)comm->team.yield_after_ns * 1e-3);
     }
     return s;
 }

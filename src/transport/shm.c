@@ -378,10 +378,7 @@ static shoal_status_t shoal_shm_open(const shoal_tl_params_t *par, shoal_tl_ctx_
     ctx->spin_ns = spin_auto ? SHOAL_SHM_SPIN_DEFAULT : cfg->shm.spin_ns;
     /* Where ranks outnumber CPUs, the polling would take the CPU from the
      * ranks that share it. */
-    int nlocal = 0;
-    for (int q = 0; q < par->nranks; q++)
-        nlocal += par->host_of[q] == par->host_of[par->rank];
-    if (spin_auto && (par->host_cpus == 0 || nlocal <= par->host_cpus))
+    if (spin_auto && !shoal_tl_crowded(par))
         ctx->rang_spin_ns = SHM_RANG_SPIN_NS;
     ctx->cma_min = UINT64_MAX;
     s = shoal_shm_layout(ctx, nfifo, cfg->shm.nslots);

@@ -90,6 +90,17 @@ typedef struct {
     int host_cpus; /* CPUs this rank's host lets its ranks use; 0: unknown */
 } shoal_tl_params_t;
 
+/* Whether the communicator's ranks on this rank's host outnumber the CPUs
+ * the host lets them use: a rank that polls then takes the CPU from a rank
+ * sharing it. An unknown count (host_cpus 0) counts as enough CPUs. */
+static inline int shoal_tl_crowded(const shoal_tl_params_t *par)
+{
+    int nlocal = 0;
+    for (int q = 0; q < par->nranks; q++)
+        nlocal += par->host_of[q] == par->host_of[par->rank];
+    return par->host_cpus > 0 && nlocal > par->host_cpus;
+}
+
 /* Base of every transport context; transports embed it first. */
 typedef struct shoal_tl_ctx {
     const shoal_transport_ops_t *ops;
