@@ -60,13 +60,9 @@ static void yield_measure(void)
         uint64_t t0 = shoal_now_ns();
         sched_yield();
         t[i] = shoal_now_ns() - t0;
-        for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-            uint64_t x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
     }
-    yield_ns = t[4] > 0 ? t[4] : 1;
+    uint64_t m = shoal_median_ns(t, 9);
+    yield_ns = m > 0 ? m : 1;
 }
 
 uint64_t shoal_prims_yield_after(int crowded)

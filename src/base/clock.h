@@ -6,7 +6,9 @@
 #ifndef SHOAL_CLOCK_H
 #define SHOAL_CLOCK_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 static inline uint64_t shoal_now_ns(void)
@@ -42,6 +44,19 @@ static inline int shoal_deadline_ms_left(uint64_t deadline_ns)
         return 0;
     uint64_t ms = (deadline_ns - now + 999999) / 1000000;
     return ms > 1000000 ? 1000000 : (int)ms;
+}
+
+static inline int shoal_u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of n timings (n > 0); sorts t. */
+static inline uint64_t shoal_median_ns(uint64_t *t, size_t n)
+{
+    qsort(t, n, sizeof(t[0]), shoal_u64_cmp);
+    return t[n / 2];
 }
 
 #endif

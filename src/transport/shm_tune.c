@@ -121,12 +121,6 @@ static shoal_status_t tune_recv(const shoal_shm_tune_cfg_t *cfg, int type, void 
     }
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static shoal_status_t lead_wakes(const shoal_shm_tune_cfg_t *cfg, uint64_t *wake_p)
 {
     uint64_t t[WAKES];
@@ -142,8 +136,7 @@ static shoal_status_t lead_wakes(const shoal_shm_tune_cfg_t *cfg, uint64_t *wake
     }
     if (s != SHOAL_OK)
         return s;
-    qsort(t, WAKES, sizeof(t[0]), cmp_u64);
-    *wake_p = t[WAKES / 2];
+    *wake_p = shoal_median_ns(t, WAKES);
     return SHOAL_OK;
 }
 
