@@ -6,6 +6,7 @@
 #include "core/bootstrap.h"
 #include "base/config.h"
 #include "base/dtype.h"
+#include "topo/cluster.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -201,6 +202,11 @@ int harness_run_ranks_victim(int nranks, harness_rank_fn_t fn, void *arg, int ti
     int pids[64];
     if (nranks > 64)
         return -1;
+    /* The host's topology, loaded here once (the library keeps it per
+     * process), comes with every rank's fork: hwloc takes tens of ms to
+     * read this machine, which every rank of every run paid again. A rank
+     * whose settings name another topology loads that one. */
+    shoal_place_cpus();
     fflush(NULL);
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();

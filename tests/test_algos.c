@@ -2,17 +2,19 @@
  * buffer per rank (all-reduce, reduce-scatter, all-gather, broadcast,
  * reduce), taken from the library's own lists (shoal_algo_at), so that an
  * algorithm is tested as soon as it is registered. Each runs one checked
- * matrix, called directly through shoal_coll_run; the public broadcast and
+ * matrix, called directly through shoal_coll_run (a kind's algorithms one
+ * after another on one communicator per rank count); the public broadcast and
  * reduce, with the cost model's choice, run the same matrix as one more
  * entry of their lists ("auto"; the public all-reduce, reduce-scatter and
  * all-gather have theirs in test_allreduce.c and test_rsag.c):
- * - the reducing kinds in every dtype x op against the scalar reference
- *   (inputs exact in every dtype, harness_fill_exact, so that the expected
- *   result does not depend on the order of reduction); all-gather and
- *   broadcast in byte sizes 1, 2, 4 and 8;
+ * - the reducing kinds in every dtype, each with every op over the rank
+ *   counts, against the scalar reference (inputs exact in every dtype,
+ *   harness_fill_exact, so that the expected result does not depend on
+ *   the order of reduction); all-gather and broadcast in byte sizes 1, 2,
+ *   4 and 8;
  * - rank counts 1..8 over shared memory and 2..8 over tcp; every root of
- *   the rooted kinds (a tree's or a chain's shape differs with the root's
- *   place);
+ *   the rooted kinds, turning over the calls (a tree's or a chain's shape
+ *   differs with the root's place);
  * - counts 0, 1, odd and several pipeline pieces, and the counts that an
  *   algorithm has more to show at (the one-shot's one full piece, the
  *   tree's one and three windows of pieces);
@@ -356,61 +358,57 @@ fail:
     return 1;
 }
 
-/* The reducing kinds in every dtype x op x count; in place and out of
- * place alternate over the matrix, so each meets every dtype, op and
- * count (and, for reduce, root). */
+/* The reducing kinds: every dtype at every count, the op turning with the
+ * count and the rank count, so that each dtype meets every op over the
+ * rank counts (and each op every dtype) without the whole product, which
+ * test_reduce checks element by element; in place and out of place
+ * alternate, and a reduce's root turns through every rank. */
 static int matrix_reducing(shoal_comm_t comm, const algo_case_t *c, int rank, int nranks,
                            bufs_t *bf)
 {
-    int roots = c->kind == SHOAL_COLL_REDUCE ? nranks : 1;
     shoal_dtype_t dts[SHOAL_DTYPE_COUNT];
-    int ndt = harness_dtypes(dts);
-    for (int root = 0; root < roots; root++) {
-        for (int t = 0; t < ndt; t++) {
-            int dt = (int)dts[t];
-            size_t counts[MAX_COUNTS];
-            size_t ncounts = case_counts(c, shoal_dtype_bytes((shoal_dtype_t)dt), counts);
-            for (int op = 0; op < SHOAL_OP_COUNT; op++) {
-                for (size_t k = 0; k < ncounts; k++) {
-                    int in_place = (int)((dt + op + (int)k + root) % 2);
-                    shoal_dtype_t d = (shoal_dtype_t)dt;
-                    shoal_op_t o = (shoal_op_t)op;
-                    int bad =
-                        c->kind == SHOAL_COLL_ALLREDUCE
-                            ? check_ar(comm, c, rank, nranks, counts[k], d, o, in_place, bf)
-                        : c->kind == SHOAL_COLL_REDUCE_SCATTER
-                            ? check_rs(comm, c, rank, nranks, counts[k], d, o, in_place, bf)
-                            : check_reduce(comm, c, rank, nranks, root, counts[k], d, o,
-                                           in_place, bf);
-                    if (bad)
-                        return 1;
-                }
-            }
+    int ndt = harness_dtypes(dts), turn = 0;
+    for (int t = 0; t < ndt; t++) {
+        int dt = (int)dts[t];
+        size_t counts[MAX_COUNTS];
+        size_t ncounts = case_counts(c, shoal_dtype_bytes((shoal_dtype_t)dt), counts);
+        for (size_t k = 0; k < ncounts; k++, turn++) {
+            shoal_op_t o = (shoal_op_t)((dt + (int)k + nranks) % SHOAL_OP_COUNT);
+            int root = turn % nranks;
+            int in_place = (int)((dt + (int)o + (int)k + root) % 2);
+            shoal_dtype_t d = (shoal_dtype_t)dt;
+            int bad = c->kind == SHOAL_COLL_ALLREDUCE
+                          ? check_ar(comm, c, rank, nranks, counts[k], d, o, in_place, bf)
+                      : c->kind == SHOAL_COLL_REDUCE_SCATTER
+                          ? check_rs(comm, c, rank, nranks, counts[k], d, o, in_place, bf)
+                          : check_reduce(comm, c, rank, nranks, root, counts[k], d, o,
+                                         in_place, bf);
+            if (bad)
+                return 1;
         }
     }
     return 0;
 }
 
 /* All-gather and broadcast: every moving dtype x count, in place and out
- * of place (and, for broadcast, every root). */
+ * of place, a broadcast's root turning through every rank. */
 static int matrix_moving(shoal_comm_t comm, const algo_case_t *c, int rank, int nranks,
                          bufs_t *bf)
 {
-    int roots = c->kind == SHOAL_COLL_BROADCAST ? nranks : 1;
-    for (int root = 0; root < roots; root++) {
-        for (size_t d = 0; d < NMOVING; d++) {
-            size_t counts[MAX_COUNTS];
-            size_t ncounts = case_counts(c, shoal_dtype_bytes(moving_dtypes[d]), counts);
-            for (size_t k = 0; k < ncounts; k++) {
-                for (int in_place = 0; in_place < 2; in_place++) {
-                    int bad = c->kind == SHOAL_COLL_ALLGATHER
-                                  ? check_ag(comm, c, rank, nranks, counts[k], moving_dtypes[d],
-                                             in_place, bf)
-                                  : check_bcast(comm, c, rank, nranks, root, counts[k],
-                                                moving_dtypes[d], in_place, bf);
-                    if (bad)
-                        return 1;
-                }
+    int turn = 0;
+    for (size_t d = 0; d < NMOVING; d++) {
+        size_t counts[MAX_COUNTS];
+        size_t ncounts = case_counts(c, shoal_dtype_bytes(moving_dtypes[d]), counts);
+        for (size_t k = 0; k < ncounts; k++) {
+            for (int in_place = 0; in_place < 2; in_place++, turn++) {
+                int root = turn % nranks;
+                int bad = c->kind == SHOAL_COLL_ALLGATHER
+                              ? check_ag(comm, c, rank, nranks, counts[k], moving_dtypes[d],
+                                         in_place, bf)
+                              : check_bcast(comm, c, rank, nranks, root, counts[k],
+                                            moving_dtypes[d], in_place, bf);
+                if (bad)
+                    return 1;
             }
         }
     }
@@ -428,25 +426,40 @@ static uint64_t single_copies(shoal_comm_t comm)
     return n;
 }
 
+/* One run of a kind over a transport: its algorithms (NULL: the public
+ * call), one after another on one communicator, which each must serve
+ * some of the calls where must_serve. */
+typedef struct {
+    shoal_coll_kind_t kind;
+    const shoal_algo_ops_t *algos[MAX_ALGOS];
+    int nalgos;
+    int must_serve;
+} kind_run_t;
+
 static int rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
 {
-    const algo_case_t *c = arg;
+    const kind_run_t *run = arg;
     shoal_comm_t comm;
     shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
     RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     bufs_t bf;
     RANK_CHECK(bufs_alloc(&bf), fail, "out of memory");
-    int moving = c->kind == SHOAL_COLL_ALLGATHER || c->kind == SHOAL_COLL_BROADCAST;
-    if (moving ? matrix_moving(comm, c, rank, nranks, &bf)
-               : matrix_reducing(comm, c, rank, nranks, &bf))
-        goto fail;
-    RANK_CHECK(!c->must_serve || served > 0, fail, "%s %s served none of the calls",
-               case_name(c), shoal_coll_kind_name(c->kind));
-    /* With shareable buffers on one host the put algorithms never fall
-     * back to slots. */
-    RANK_CHECK(!c->must_serve || !c->algo || strcmp(c->algo->name, "put") ||
-                   single_copies(comm) > 0,
-               fail, "put %s moved nothing single copy", shoal_coll_kind_name(c->kind));
+    int moving = run->kind == SHOAL_COLL_ALLGATHER || run->kind == SHOAL_COLL_BROADCAST;
+    for (int i = 0; i < run->nalgos; i++) {
+        algo_case_t c = {.kind = run->kind, .algo = run->algos[i], .must_serve = run->must_serve};
+        uint64_t copies = single_copies(comm);
+        served = 0;
+        if (moving ? matrix_moving(comm, &c, rank, nranks, &bf)
+                   : matrix_reducing(comm, &c, rank, nranks, &bf))
+            goto fail;
+        RANK_CHECK(!c.must_serve || served > 0, fail, "%s %s served none of the calls",
+                   case_name(&c), shoal_coll_kind_name(c.kind));
+        /* With shareable buffers on one host the put algorithms never
+         * fall back to slots. */
+        RANK_CHECK(!c.must_serve || !c.algo || strcmp(c.algo->name, "put") ||
+                       single_copies(comm) > copies,
+                   fail, "put %s moved nothing single copy", shoal_coll_kind_name(c.kind));
+    }
     bufs_free(&bf);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
@@ -469,24 +482,22 @@ static int kind_algos(shoal_coll_kind_t kind, const shoal_algo_ops_t **algos)
 }
 
 /* Every algorithm of kind over transport at rank counts from..8 (a short
- * run: from, 3, 5 and 8, odd and even, a power of two and not). */
+ * run: from, 3, 5 and 8, odd and even, a power of two and not), all of
+ * them on one communicator per rank count. */
 static void run_kind(shoal_coll_kind_t kind, const char *transport, int from)
 {
-    const shoal_algo_ops_t *algos[MAX_ALGOS];
-    int nalgos = kind_algos(kind, algos);
+    kind_run_t run = {.kind = kind};
+    run.nalgos = kind_algos(kind, run.algos);
     harness_use_transport(transport, TEST_CHUNK);
-    for (int i = 0; i < nalgos; i++) {
-        for (int n = from; n <= MAX_RANKS; n++) {
-            if (harness_quick() && n != from && n != 3 && n != 5 && n != MAX_RANKS)
-                continue;
-            algo_case_t c = {.kind = kind, .algo = algos[i],
-                             .must_serve = !strcmp(transport, "shm") && n >= 2};
-            int rc = harness_run_ranks(n, rank_matrix, &c, 120);
-            if (rc != 0)
-                print_error("%s %s over %s with %d ranks failed\n", case_name(&c),
-                            shoal_coll_kind_name(kind), transport, n);
-            assert_int_equal(rc, 0);
-        }
+    for (int n = from; n <= MAX_RANKS; n++) {
+        if (harness_quick() && n != from && n != 3 && n != 5 && n != MAX_RANKS)
+            continue;
+        run.must_serve = !strcmp(transport, "shm") && n >= 2;
+        int rc = harness_run_ranks(n, rank_matrix, &run, 120);
+        if (rc != 0)
+            print_error("%s over %s with %d ranks failed\n", shoal_coll_kind_name(kind),
+                        transport, n);
+        assert_int_equal(rc, 0);
     }
 }
 

@@ -26,8 +26,9 @@ static const size_t counts[] = {0, 1, 19, 2 * TEST_CHUNK + 7};
 #define NCOUNTS (sizeof(counts) / sizeof(counts[0]))
 
 /* What a rank body tests: the collective and the algorithm that
- * SHOAL_ALGO forces for it, and whether that algorithm must serve at
- * least one of the calls. */
+ * SHOAL_ALGO forces for it (a run of rank_kind: each of the kind's in
+ * turn), and whether that algorithm must serve at least one of the
+ * calls. */
 typedef struct {
     shoal_coll_kind_t kind;
     const char *algo;
@@ -144,52 +145,53 @@ fail:
     return 1;
 }
 
-/* Reducing kinds: every dtype x op at count c, exact reference (a short
- * run, harness_quick: one type of each element size). */
-static int check_reducing(shoal_comm_t comm, const forced_t *f, int rank, int n, size_t c)
+/* Reducing kinds: every dtype at the k-th count, exact reference (a short
+ * run, harness_quick: one type of each element size), the op turning with
+ * the count and the rank count (test_algos and test_reduce check every
+ * dtype x op; here the choice is what is checked). */
+static int check_reducing(shoal_comm_t comm, const forced_t *f, int rank, int n, size_t k)
 {
     shoal_coll_kind_t kind = f->kind;
+    size_t c = counts[k];
     shoal_dtype_t dts[SHOAL_DTYPE_COUNT];
     int ndt = harness_dtypes(dts);
     for (int t = 0; t < ndt; t++) {
-        for (int o = 0; o < SHOAL_OP_COUNT; o++) {
-            shoal_dtype_t dt = dts[t];
-            shoal_op_t op = (shoal_op_t)o;
-            size_t es = shoal_dtype_bytes(dt), total = c * (size_t)n;
-            size_t in_n = kind == SHOAL_COLL_REDUCE_SCATTER ? total : c;
-            unsigned char *in = malloc(in_n * es + 1), *out = malloc(in_n * es + 1),
-                          *want = malloc(in_n * es + 1), *tmp = malloc(in_n * es + 1);
-            harness_fill_exact(in, in_n, rank, dt, op);
-            harness_expected(want, tmp, in_n, n, dt, op);
-            shoal_status_t s;
-            size_t off = 0, len = c;
-            shoal_coll_args_t args = {.kind = kind, .sendbuf = in, .recvbuf = out, .count = c,
-                                      .dtype = dt, .op = op};
-            if (kind == SHOAL_COLL_ALLREDUCE) {
-                s = shoal_allreduce(in, out, c, dt, op, comm);
-            } else if (kind == SHOAL_COLL_REDUCE_SCATTER) {
-                s = shoal_reduce_scatter(in, out, c, dt, op, comm);
-                off = (size_t)rank * c;
-            } else {
-                args.root = (int)(c % (size_t)n);
-                s = shoal_reduce(in, out, c, dt, op, args.root, comm);
-                if (rank != args.root)
-                    len = 0;
-            }
-            RANK_CHECK(s == SHOAL_OK, fail, "%s %s %s count %zu: %s (%s)",
-                       shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
-                       shoal_status_string(s), shoal_comm_last_error(comm));
-            RANK_CHECK(!memcmp(out, want + off * es, len * es), fail,
-                       "%s %s %s count %zu on rank %d/%d: wrong result",
-                       shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
-                       rank, n);
-            if (check_ran(comm, f, &args))
-                goto fail;
-            free(in);
-            free(out);
-            free(want);
-            free(tmp);
+        shoal_dtype_t dt = dts[t];
+        shoal_op_t op = (shoal_op_t)(((int)dt + (int)k + n) % SHOAL_OP_COUNT);
+        size_t es = shoal_dtype_bytes(dt), total = c * (size_t)n;
+        size_t in_n = kind == SHOAL_COLL_REDUCE_SCATTER ? total : c;
+        unsigned char *in = malloc(in_n * es + 1), *out = malloc(in_n * es + 1),
+                      *want = malloc(in_n * es + 1), *tmp = malloc(in_n * es + 1);
+        harness_fill_exact(in, in_n, rank, dt, op);
+        harness_expected(want, tmp, in_n, n, dt, op);
+        shoal_status_t s;
+        size_t off = 0, len = c;
+        shoal_coll_args_t args = {.kind = kind, .sendbuf = in, .recvbuf = out, .count = c,
+                                  .dtype = dt, .op = op};
+        if (kind == SHOAL_COLL_ALLREDUCE) {
+            s = shoal_allreduce(in, out, c, dt, op, comm);
+        } else if (kind == SHOAL_COLL_REDUCE_SCATTER) {
+            s = shoal_reduce_scatter(in, out, c, dt, op, comm);
+            off = (size_t)rank * c;
+        } else {
+            args.root = (int)(c % (size_t)n);
+            s = shoal_reduce(in, out, c, dt, op, args.root, comm);
+            if (rank != args.root)
+                len = 0;
         }
+        RANK_CHECK(s == SHOAL_OK, fail, "%s %s %s count %zu: %s (%s)",
+                   shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
+                   shoal_status_string(s), shoal_comm_last_error(comm));
+        RANK_CHECK(!memcmp(out, want + off * es, len * es), fail,
+                   "%s %s %s count %zu on rank %d/%d: wrong result",
+                   shoal_coll_kind_name(kind), shoal_dtype_name(dt), shoal_op_name(op), c,
+                   rank, n);
+        if (check_ran(comm, f, &args))
+            goto fail;
+        free(in);
+        free(out);
+        free(want);
+        free(tmp);
     }
     return 0;
 fail:
@@ -327,18 +329,20 @@ fail:
     return 1;
 }
 
-static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
+/* The calls of one forced algorithm on comm. */
+static int forced_calls(shoal_comm_t comm, const forced_t *f, int rank, int n)
 {
-    const forced_t *f = arg;
     shoal_coll_kind_t kind = f->kind;
-    shoal_comm_t comm;
-    shoal_status_t s = shoal_comm_init(n, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    char ran[64];
+    forced_runs = 0;
+    /* The calls before (the last algorithm's) are not this one's. */
+    RANK_CHECK(last_record(comm, &seen_record, ran, sizeof(ran)) == 0, fail,
+               "the flight recorder's newest record names no algorithm");
     for (size_t k = 0; k < NCOUNTS; k++) {
         int reducing = kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
                        kind == SHOAL_COLL_REDUCE;
         /* Every dtype x op at every count, several pieces included. */
-        if (reducing && check_reducing(comm, f, rank, n, counts[k]))
+        if (reducing && check_reducing(comm, f, rank, n, k))
             return 1;
         if (!reducing && check_moving(comm, f, rank, n, counts[k]))
             return 1;
@@ -366,25 +370,45 @@ static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
     }
     RANK_CHECK(!f->must_run || forced_runs > 0, fail, "%s never ran %s", f->algo,
                shoal_coll_kind_name(kind));
+    return 0;
+fail:
+    return 1;
+}
+
+/* Every algorithm of a kind forced in turn (SHOAL_ALGO=kind:name, which
+ * each call reads), all on one communicator. */
+static int rank_kind(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    const forced_t *run = arg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(n, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    const shoal_algo_ops_t *a;
+    for (int i = 0; (a = shoal_algo_at(run->kind, i)); i++) {
+        char setting[128];
+        snprintf(setting, sizeof(setting), "%s:%s", shoal_coll_kind_name(run->kind), a->name);
+        harness_setenv("SHOAL_ALGO", setting);
+        forced_t f = {.kind = run->kind, .algo = a->name, .must_run = run->must_run};
+        RANK_CHECK(forced_calls(comm, &f, rank, n) == 0, fail, "rank %d/%d: SHOAL_ALGO=%s failed",
+                   rank, n, setting);
+    }
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
     return 1;
 }
 
-static void run_forced(shoal_coll_kind_t kind, const char *algo, const char *tl, int n)
+static void run_forced(shoal_coll_kind_t kind, const char *tl, int n)
 {
-    char setting[128];
-    snprintf(setting, sizeof(setting), "%s:%s", shoal_coll_kind_name(kind), algo);
-    harness_setenv("SHOAL_ALGO", setting);
     harness_setenv("SHOAL_SHM_ENABLE", strcmp(tl, "shm") ? "n" : "y");
     /* On one host over shared memory every algorithm can serve some call
      * of the matrix once there are peers: one that never runs there has
      * lost its place in the selection. */
-    forced_t f = {.kind = kind, .algo = algo, .must_run = !strcmp(tl, "shm") && n >= 2};
-    int rc = harness_run_ranks(n, rank_kind, &f, 120);
+    forced_t run = {.kind = kind, .must_run = !strcmp(tl, "shm") && n >= 2};
+    int rc = harness_run_ranks(n, rank_kind, &run, 120);
     if (rc != 0)
-        print_error("SHOAL_ALGO=%s over %s with %d ranks failed\n", setting, tl, n);
+        print_error("%s's algorithms over %s with %d ranks failed\n",
+                    shoal_coll_kind_name(kind), tl, n);
     assert_int_equal(rc, 0);
 }
 
@@ -404,11 +428,9 @@ static void test_every_algorithm_shm(void **state)
     for (int k = 0; k < SHOAL_COLL_KIND_COUNT; k++) {
         if (k == SHOAL_COLL_RECV)
             continue; /* send and recv share their algorithm and test */
-        const shoal_algo_ops_t *a;
-        for (int i = 0; (a = shoal_algo_at((shoal_coll_kind_t)k, i)); i++)
-            for (int n = 1; n <= 8; n++)
-                if (harness_ranks_wanted(n))
-                    run_forced((shoal_coll_kind_t)k, a->name, "shm", n);
+        for (int n = 1; n <= 8; n++)
+            if (harness_ranks_wanted(n))
+                run_forced((shoal_coll_kind_t)k, "shm", n);
     }
     harness_setenv("SHOAL_ALGO", NULL);
 }
@@ -421,10 +443,8 @@ static void test_every_algorithm_tcp(void **state)
     for (int k = 0; k < SHOAL_COLL_KIND_COUNT; k++) {
         if (k == SHOAL_COLL_RECV)
             continue;
-        const shoal_algo_ops_t *a;
-        for (int i = 0; (a = shoal_algo_at((shoal_coll_kind_t)k, i)); i++)
-            for (int n = 3; n <= 4; n++)
-                run_forced((shoal_coll_kind_t)k, a->name, "tcp", n);
+        for (int n = 3; n <= 4; n++)
+            run_forced((shoal_coll_kind_t)k, "tcp", n);
     }
     harness_setenv("SHOAL_ALGO", NULL);
     harness_setenv("SHOAL_SHM_ENABLE", NULL);
