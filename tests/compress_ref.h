@@ -358,9 +358,9 @@ static inline shoal_codec_t cref_codec(cref_bufs_t *b, int ternary, size_t block
     return c;
 }
 
-/* A matrix of one schedule, for harness_run_ranks: every count of counts
- * (ended by SIZE_MAX) x the int8 codec (and the ternary one with ternary
- * set) x blocks of 32, 64 and 128 x both roundings, through cref_check. */
+/* A matrix of one schedule: every count of counts (ended by SIZE_MAX) x
+ * the int8 codec (and the ternary one with ternary set) x blocks of 32, 64
+ * and 128 x both roundings, through cref_check. */
 typedef struct {
     const size_t *counts;
     shoal_compress_algo_t algo;
@@ -368,21 +368,26 @@ typedef struct {
     int ternary;
 } cref_matrix_t;
 
+/* For harness_run_ranks: n matrices, one after another on one
+ * communicator. */
+typedef struct {
+    const cref_matrix_t *m;
+    int n;
+} cref_matrices_t;
+
 /* Whether a matrix checks count number k with block size number bl (of
- * nblocks) and rounding rd: all of them in the plain build; short runs
- * (harness_quick) one block size and rounding per count, in turn, so that
- * over the counts every pair comes up. */
-static inline int cref_codec_wanted(size_t k, size_t bl, size_t nblocks, int rd)
+ * nblocks) and rounding rd, on nranks ranks: one block size and rounding
+ * per count, turning with the count and the rank count, so that over the
+ * counts every pair comes up and over the rank counts every count meets
+ * every pair. */
+static inline int cref_codec_wanted(size_t k, size_t bl, size_t nblocks, int rd, int nranks)
 {
-    return !harness_quick() || (bl == k % nblocks && rd == (int)(k / nblocks % 2));
+    return bl + nblocks * (size_t)rd == (k + (size_t)nranks) % (2 * nblocks);
 }
 
-static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+static inline int cref_run_matrix(shoal_comm_t comm, int rank, int nranks,
+                                  const cref_matrix_t *m)
 {
-    const cref_matrix_t *m = arg;
-    shoal_comm_t comm;
-    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
-    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
     size_t most = 0;
     for (size_t k = 0; m->counts[k] != SIZE_MAX; k++)
         most = m->counts[k] > most ? m->counts[k] : most;
@@ -394,7 +399,7 @@ static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t
         for (int tern = 0; tern <= (m->ternary ? 1 : 0); tern++) {
             for (size_t bl = 0; bl < 3; bl++) {
                 for (int rd = 0; rd < 2; rd++) {
-                    if (!cref_codec_wanted(k, bl, 3, rd))
+                    if (!cref_codec_wanted(k, bl, 3, rd, nranks))
                         continue;
                     shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
                     if (cref_check(comm, rank, &b, &c, m->algo, m->sched, 1))
@@ -404,6 +409,20 @@ static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t
         }
     }
     cref_free(&b);
+    return 0;
+fail:
+    return 1;
+}
+
+static inline int cref_rank_matrix(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    const cref_matrices_t *ms = arg;
+    shoal_comm_t comm;
+    shoal_status_t s = shoal_comm_init(nranks, id, rank, &comm);
+    RANK_CHECK(s == SHOAL_OK, fail, "init: %s", shoal_status_string(s));
+    for (int i = 0; i < ms->n; i++)
+        RANK_CHECK(cref_run_matrix(comm, rank, nranks, &ms->m[i]) == 0, fail,
+                   "rank %d/%d: schedule %d failed", rank, nranks, (int)ms->m[i].algo);
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:

@@ -6,10 +6,12 @@
  * counts 1..8, counts 0, 1, 63, 64, 65, 1001 and several pipeline loops of
  * 4 KiB pieces (86861: 24 pieces, three windows of the trees), and a
  * multi-MB count with the default piece size; blocks of 32, 64 and 128,
- * nearest and stochastic rounding; each through the reference check of
- * compress_ref.h: bitwise the same result on every rank and in place,
- * within the schedule's error bound of a double reference (compress_ref.h
- * derives each), residuals that add up to the error, AVG as SUM / n. The
+ * nearest and stochastic rounding (one pair per count, turning with the
+ * count and the rank count: cref_codec_wanted); each through the
+ * reference check of compress_ref.h: bitwise the same result on every
+ * rank and in place, within the schedule's error bound of a double
+ * reference (compress_ref.h derives each), residuals that add up to the
+ * error, AVG as SUM / n. The
  * ternary codec's shared scales are the max over ranks of each rank's
  * block maxima.
  *
@@ -101,22 +103,20 @@ static int schedules(const size_t *counts, cref_matrix_t *m, int max)
  * blocks of 32 (113 blocks of 36 B). */
 static const size_t small_counts[] = {0, 1, 63, 64, 65, 1001, 3 * 8 * 3616 + 77, SIZE_MAX};
 
-/* Every schedule over transport at rank counts from..8. */
+/* Every schedule over transport at rank counts from..8, one after another
+ * on one communicator per rank count. */
 static void run_matrix(const char *transport, int from)
 {
     cref_matrix_t m[MAX_SCHEDS];
-    int n = schedules(small_counts, m, MAX_SCHEDS);
+    cref_matrices_t ms = {.m = m, .n = schedules(small_counts, m, MAX_SCHEDS)};
     harness_use_transport(transport, TEST_CHUNK);
-    for (int k = 0; k < n; k++) {
-        for (int nranks = from; nranks <= 8; nranks++) {
-            if (!harness_ranks_wanted(nranks))
-                continue;
-            int rc = harness_run_ranks(nranks, cref_rank_matrix, &m[k], 600);
-            if (rc != 0)
-                print_error("schedule %d over %s with %d ranks failed\n", (int)m[k].algo,
-                            transport, nranks);
-            assert_int_equal(rc, 0);
-        }
+    for (int nranks = from; nranks <= 8; nranks++) {
+        if (!harness_ranks_wanted(nranks))
+            continue;
+        int rc = harness_run_ranks(nranks, cref_rank_matrix, &ms, 600);
+        if (rc != 0)
+            print_error("the schedules over %s with %d ranks failed\n", transport, nranks);
+        assert_int_equal(rc, 0);
     }
 }
 
@@ -140,15 +140,13 @@ static void test_default_chunk(void **state)
 {
     (void)state;
     cref_matrix_t m[MAX_SCHEDS];
-    int n = schedules(large_counts, m, MAX_SCHEDS);
-    for (int k = 0; k < n; k++) {
-        harness_use_transport("shm", 0);
-        harness_setenv("SHOAL_CHUNK_SIZE", NULL);
-        assert_int_equal(harness_run_ranks(3, cref_rank_matrix, &m[k], 600), 0);
-        harness_use_transport("tcp", 0);
-        harness_setenv("SHOAL_CHUNK_SIZE", NULL);
-        assert_int_equal(harness_run_ranks(2, cref_rank_matrix, &m[k], 600), 0);
-    }
+    cref_matrices_t ms = {.m = m, .n = schedules(large_counts, m, MAX_SCHEDS)};
+    harness_use_transport("shm", 0);
+    harness_setenv("SHOAL_CHUNK_SIZE", NULL);
+    assert_int_equal(harness_run_ranks(3, cref_rank_matrix, &ms, 600), 0);
+    harness_use_transport("tcp", 0);
+    harness_setenv("SHOAL_CHUNK_SIZE", NULL);
+    assert_int_equal(harness_run_ranks(2, cref_rank_matrix, &ms, 600), 0);
 }
 
 /* The choice of schedule, on the selection function. */

@@ -448,7 +448,8 @@ static int run_codec(rank_t *r, int nhosts)
         for (int tern = 0; tern < 2; tern++) {
             for (size_t bl = 0; bl < sizeof(blocks) / sizeof(blocks[0]); bl++) {
                 for (int rd = 0; rd < 2; rd++) {
-                    if (!cref_codec_wanted(k, bl, sizeof(blocks) / sizeof(blocks[0]), rd))
+                    if (!cref_codec_wanted(k, bl, sizeof(blocks) / sizeof(blocks[0]), rd,
+                                           r->n))
                         continue;
                     shoal_codec_t c = cref_codec(&b, tern, blocks[bl], rd);
                     if (cref_check(r->comm, r->rank, &b, &c, SHOAL_COMPRESS_ALGO_AUTO,
