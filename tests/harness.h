@@ -72,7 +72,8 @@ int harness_relay_id(long flip_at, harness_relay_t **relay_p, shoal_unique_id_t 
 int harness_quick(void);
 /* Whether a matrix runs at nranks ranks: every count in the plain build;
  * under SHOAL_TEST_QUICK=1 one rank, two, the odd 3 and 5 and the most, 8
- * (a ring's first wrap, odd blocks, the largest fan). */
+ * (a ring's first wrap, odd blocks, the largest fan); in a TSan build 2
+ * and 3 (the threads of a rank's process are what it checks). */
 int harness_ranks_wanted(int nranks);
 /* The matrices' element types: every dtype in the plain build; under
  * SHOAL_TEST_QUICK=1 int8, float16, float32 and float64 (one of each
