@@ -1,7 +1,23 @@
 /* Fibers on ucontext, with the switch annotations the address and thread
- * sanitizers need to follow a stack change. */
+ * sanitizers need to follow a stack change.
+ *
+ * A fiber is entered through its ucontext once, the first time it runs;
+ * every switch after that, either way, is a sigsetjmp/siglongjmp that
+ * leaves the signal mask alone. swapcontext saves and sets the mask with
+ * a system call on every switch, which on a virtual machine took most of
+ * a simulated 1024-rank ring's time. A fiber's function runs in a loop
+ * inside its first entry, so a fiber started again runs the new function
+ * on the same entry. glibc's checked longjmp (_FORTIFY_SOURCE) refuses a
+ * jump to a stack below the current one, which is what a switch to a
+ * fiber is: the check is off in this file. Under the address sanitizer,
+ * whose longjmp makes a system call of its own to unpoison the stacks,
+ * every switch stays a swapcontext. */
+#ifdef _FORTIFY_SOURCE
+#undef _FORTIFY_SOURCE
+#endif
 #include "fiber.h"
 
+#include <setjmp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -30,7 +46,9 @@
 #endif
 
 typedef struct {
-    ucontext_t ctx;
+    ucontext_t ctx;       /* the first entry (every switch under ASan) */
+    sigjmp_buf env;       /* where the fiber goes on when resumed */
+    int entered;          /* its first entry was made: env is where it waits */
     char *stack;          /* the mapping, guard page first */
     void (*fn)(void *);
     void *arg;
@@ -43,7 +61,8 @@ struct shoal_fibers {
     int cur;              /* the running fiber; -1 in the scheduler */
     size_t stack_bytes;   /* usable, after the guard page */
     size_t page;
-    ucontext_t sched;
+    ucontext_t sched;     /* swapcontext's save (under ASan the one used) */
+    sigjmp_buf sched_env; /* where the scheduler goes on when a fiber yields */
     const void *sched_bottom; /* the scheduler's stack, for the address sanitizer */
     size_t sched_size;
     void *sched_tsan;
@@ -76,22 +95,57 @@ static void switch_end(void *save, const void **bottom_p, size_t *size_p)
 #endif
 }
 
-static void fiber_exit(shoal_fibers_t *f, fiber_t *fb)
+/* From the scheduler into fiber fb, until it yields or its function
+ * returns. */
+static void to_fiber(shoal_fibers_t *f, fiber_t *fb)
 {
-    fb->done = 1;
-    switch_begin(NULL, f->sched_bottom, f->sched_size, f->sched_tsan);
-    swapcontext(&fb->ctx, &f->sched);
-    abort(); /* a finished fiber is started again, never resumed */
+#ifdef FIBER_ASAN
+    fb->entered = 1;
+    swapcontext(&f->sched, &fb->ctx);
+#else
+    if (sigsetjmp(f->sched_env, 0))
+        return;
+    if (fb->entered)
+        siglongjmp(fb->env, 1);
+    fb->entered = 1;
+    swapcontext(&f->sched, &fb->ctx);
+    abort(); /* the fiber comes back by sched_env */
+#endif
 }
 
-/* makecontext passes ints: the set's address in two halves. */
+/* From fiber fb back to the scheduler, until resumed. */
+static void to_sched(shoal_fibers_t *f, fiber_t *fb)
+{
+#ifdef FIBER_ASAN
+    swapcontext(&fb->ctx, &f->sched);
+#else
+    if (!sigsetjmp(fb->env, 0))
+        siglongjmp(f->sched_env, 1);
+#endif
+}
+
+static void fiber_leave(shoal_fibers_t *f, fiber_t *fb)
+{
+    void *save = NULL;
+    switch_begin(&save, f->sched_bottom, f->sched_size, f->sched_tsan);
+    to_sched(f, fb);
+    switch_end(save, &f->sched_bottom, &f->sched_size);
+}
+
+/* makecontext passes ints: the set's address in two halves. A fiber's
+ * function runs here, again each time the fiber is started anew. */
 static void fiber_main(unsigned lo, unsigned hi)
 {
     shoal_fibers_t *f = (shoal_fibers_t *)(((uintptr_t)hi << 32) | lo);
     fiber_t *fb = &f->fib[f->cur];
     switch_end(NULL, &f->sched_bottom, &f->sched_size);
-    fb->fn(fb->arg);
-    fiber_exit(f, fb);
+    for (;;) {
+        fb->fn(fb->arg);
+        fb->done = 1;
+        fiber_leave(f, fb);
+        if (fb->done)
+            abort(); /* a finished fiber is started again, never resumed */
+    }
 }
 
 shoal_fibers_t *shoal_fibers_create(int n, size_t stack_bytes)
@@ -142,6 +196,11 @@ void shoal_fibers_destroy(shoal_fibers_t *f)
 void shoal_fiber_start(shoal_fibers_t *f, int i, void (*fn)(void *), void *arg)
 {
     fiber_t *fb = &f->fib[i];
+    fb->fn = fn;
+    fb->arg = arg;
+    fb->done = 0;
+    if (fb->entered)
+        return; /* its loop runs fn when resumed */
     getcontext(&fb->ctx);
     fb->ctx.uc_stack.ss_sp = fb->stack + f->page;
     fb->ctx.uc_stack.ss_size = f->stack_bytes;
@@ -149,9 +208,6 @@ void shoal_fiber_start(shoal_fibers_t *f, int i, void (*fn)(void *), void *arg)
     uintptr_t self = (uintptr_t)f;
     makecontext(&fb->ctx, (void (*)(void))fiber_main, 2, (unsigned)(self & 0xffffffffu),
                 (unsigned)(self >> 32));
-    fb->fn = fn;
-    fb->arg = arg;
-    fb->done = 0;
 }
 
 int shoal_fiber_resume(shoal_fibers_t *f, int i)
@@ -160,7 +216,7 @@ int shoal_fiber_resume(shoal_fibers_t *f, int i)
     void *save = NULL;
     f->cur = i;
     switch_begin(&save, fb->stack + f->page, f->stack_bytes, fb->tsan);
-    swapcontext(&f->sched, &fb->ctx);
+    to_fiber(f, fb);
     switch_end(save, NULL, NULL);
     f->cur = -1;
     return fb->done;
@@ -168,9 +224,5 @@ int shoal_fiber_resume(shoal_fibers_t *f, int i)
 
 void shoal_fiber_yield(shoal_fibers_t *f)
 {
-    fiber_t *fb = &f->fib[f->cur];
-    void *save = NULL;
-    switch_begin(&save, f->sched_bottom, f->sched_size, f->sched_tsan);
-    swapcontext(&fb->ctx, &f->sched);
-    switch_end(save, &f->sched_bottom, &f->sched_size);
+    fiber_leave(f, &f->fib[f->cur]);
 }
