@@ -218,9 +218,14 @@ int harness_run_ranks_victim(int nranks, harness_rank_fn_t fn, void *arg, int ti
         return -1;
     /* The host's topology, loaded here once (the library keeps it per
      * process), comes with every rank's fork: hwloc takes tens of ms to
-     * read this machine, which every rank of every run paid again. A rank
-     * whose settings name another topology loads that one. */
-    shoal_place_cpus();
+     * read this machine, which every rank of every run paid again. Where
+     * the settings name another topology the ranks load that one: loaded
+     * here, it would replace the host's, and hwloc would unload its
+     * plugins with it, whose allocations LeakSanitizer then reports at
+     * this process's exit. */
+    const shoal_topo_config_t *topo = &shoal_config_get()->topo;
+    if (!topo->file[0] && !topo->synthetic[0] && !topo->cpus[0])
+        shoal_place_cpus();
     fflush(NULL);
     for (int r = 0; r < nranks; r++) {
         pids[r] = fork();

@@ -310,6 +310,11 @@ static shoal_status_t topo_load_from(topo_from_t from, const char *what, shoal_t
     }
     /* GPUs and NICs are I/O objects, which hwloc drops unless asked. */
     hwloc_topology_set_io_types_filter(topo->hw, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    /* The OpenCL and display devices are none of them (topo_osdev_is_gpu
+     * leaves OpenCL's out): their components' discovery would only start
+     * the OpenCL drivers and an X client in every rank. */
+    hwloc_topology_set_components(topo->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "opencl");
+    hwloc_topology_set_components(topo->hw, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "gl");
     switch (from) {
     case TOPO_FROM_XML:
         snprintf(topo->source, sizeof(topo->source), "file %s", what);
