@@ -2,9 +2,11 @@
 # The MPI door's SHOAL_MPI_PATH=auto as TAP for prove: tests/mpi/rule_check.c
 # calls each collective 10 times at each of three sizes, and an in-place
 # all-reduce 10 times at a fourth, checking every result.
-# SHOAL_TEST_MPI_SLOW makes rank 1 alone count one path's calls 1 s
-# slower: every rank must then choose the other path for every size (the
-# slowest rank's time decides), which the counts each rank logs at
+# SHOAL_TEST_MPI_SLOW makes rank 1's rule clock run on 1 s as each call
+# enters the door on one path (in the door's own work, before shoal or
+# MPI has the call: what the rule times must hold it): every rank must then
+# choose the other path for every size (the slowest rank's time decides),
+# which the counts each rank logs at
 # MPI_Finalize show to the call. A call that can run again (out of place)
 # learns its whole size at its first call, which then takes the chosen
 # path like the 9 after it; of the 10 in-place calls, the first 6 learn

@@ -143,8 +143,9 @@ enum { SHOAL_MPI_PATH_AUTO = 0, SHOAL_MPI_PATH_SHOAL = 1 };
 typedef struct {
     int path;      /* SHOAL_MPI_PATH: SHOAL_MPI_PATH_AUTO or _SHOAL */
     int learn;     /* SHOAL_MPI_LEARN: timed calls per path and size before choosing */
-    int test_slow; /* SHOAL_TEST_MPI_SLOW: tests only: 0, or the path rank 1 counts
-                    * 1 s slower (1 shoal, 2 MPI) */
+    int test_slow; /* SHOAL_TEST_MPI_SLOW: tests only: 0, or the path on which
+                    * rank 1's rule clock runs on 1 s at each call's entry
+                    * into the door (1 shoal, 2 MPI) */
 } shoal_mpi_config_t;
 
 /* The device module (base/dev.h). */

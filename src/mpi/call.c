@@ -83,7 +83,8 @@ shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok)
     int slower = k->comm && !shoal_mpi_rule_take(k);
     if (slower) /* k->dc stays: the rule's state */
         k->comm = NULL;
-    if (shoal_log_level >= SHOAL_LOG_INFO) {
+    shoal_mpi_rule_test_lag(k, k->comm != NULL);
+    if (shoal_log_level >= SHOAL_LOG_INFO && !shoal_mpi_rule_again()) {
         if (slower)
             atomic_fetch_add_explicit(&by_rule[k->kind][k->nb != 0], 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&counts[k->kind][k->nb != 0][k->comm != NULL], 1,
@@ -190,6 +191,8 @@ int shoal_mpi_call_run(door_call_t *k, MPI_Request *req)
         shoal_debug(INIT, "MPI door: %s compressed (int8)", k->what);
     if (s != SHOAL_OK || !req) {
         shoal_mpi_call_finish(k, s == SHOAL_OK);
+        if (s != SHOAL_OK && shoal_mpi_rule_again())
+            return MPI_ERR_OTHER;
         return s == SHOAL_OK ? MPI_SUCCESS : shoal_mpi_fail(k->mpi, k->comm, k->what, s);
     }
     return shoal_mpi_request_start(k, sr, req);

@@ -36,48 +36,71 @@ static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op)
     return count >= 0 && shoal_mpi_reduction(t, op, &k->dt, &k->op);
 }
 
-/* Blocking calls as MPI takes them, for SHOAL_MPI_PATH=auto to run again
- * (door_call_t's pass; set where the call is not in place). */
-static int pass_allreduce(const door_call_t *k)
+static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
+                     MPI_Request *req);
+static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req);
+static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                     MPI_Datatype rt, MPI_Comm c, MPI_Request *req);
+static int reduce_scatter(const void *sb, void *rb, const int *counts, int block,
+                          MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *req);
+static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
+                    MPI_Datatype rt, MPI_Comm c, MPI_Request *req);
+static int barrier(MPI_Comm c, MPI_Request *req);
+
+/* Blocking calls again, as the program made them, for SHOAL_MPI_PATH=auto
+ * to time (door_call_t's again; set where the call is not in place): on
+ * MPI's path straight to PMPI_*, on shoal's through the door's own entry,
+ * which rule.c then sends down shoal's path. */
+static int again_allreduce(const door_call_t *k, int shoal)
 {
-    return PMPI_Allreduce(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi);
+    return shoal ? allreduce(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi, NULL)
+                 : PMPI_Allreduce(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi);
 }
 
-static int pass_bcast(const door_call_t *k)
+static int again_bcast(const door_call_t *k, int shoal)
 {
-    return PMPI_Bcast(k->m.rb, k->m.rcount, k->m.rt, k->m.root, k->mpi);
+    return shoal ? bcast(k->m.rb, k->m.rcount, k->m.rt, k->m.root, k->mpi, NULL)
+                 : PMPI_Bcast(k->m.rb, k->m.rcount, k->m.rt, k->m.root, k->mpi);
 }
 
-static int pass_allgather(const door_call_t *k)
+static int again_allgather(const door_call_t *k, int shoal)
 {
-    return PMPI_Allgather(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt,
-                          k->mpi);
+    return shoal ? allgather(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt,
+                             k->mpi, NULL)
+                 : PMPI_Allgather(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount,
+                                  k->m.rt, k->mpi);
 }
 
-static int pass_reduce_scatter_block(const door_call_t *k)
+static int again_reduce_scatter_block(const door_call_t *k, int shoal)
 {
-    return PMPI_Reduce_scatter_block(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op, k->mpi);
+    return shoal ? reduce_scatter(k->m.sb, k->m.rb, NULL, k->m.rcount, k->m.rt, k->m.op,
+                                  k->mpi, NULL)
+                 : PMPI_Reduce_scatter_block(k->m.sb, k->m.rb, k->m.rcount, k->m.rt, k->m.op,
+                                             k->mpi);
 }
 
-static int pass_alltoall(const door_call_t *k)
+static int again_alltoall(const door_call_t *k, int shoal)
 {
-    return PMPI_Alltoall(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt, k->mpi);
+    return shoal ? alltoall(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt,
+                            k->mpi, NULL)
+                 : PMPI_Alltoall(k->m.sb, k->m.scount, k->m.st, k->m.rb, k->m.rcount, k->m.rt,
+                                 k->mpi);
 }
 
-static int pass_barrier(const door_call_t *k)
+static int again_barrier(const door_call_t *k, int shoal)
 {
-    return PMPI_Barrier(k->mpi);
+    return shoal ? barrier(k->mpi, NULL) : PMPI_Barrier(k->mpi);
 }
 
 /* The arguments MPI took: rcount, rt and op are the memo's key (door.c).
- * A blocking call out of place can run again, through pass (NULL: none). */
-static void mpi_args(door_call_t *k, int (*pass)(const door_call_t *), const void *sb,
+ * A blocking call out of place can run again, through again (NULL: none). */
+static void mpi_args(door_call_t *k, int (*again)(const door_call_t *, int), const void *sb,
                      int scount, MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt,
                      MPI_Op op, int root)
 {
     k->keyed = 1;
     if (!k->nb && sb != MPI_IN_PLACE)
-        k->pass = pass;
+        k->again = again;
     k->m.sb = sb;
     k->m.scount = scount;
     k->m.st = st;
@@ -109,7 +132,7 @@ static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
     k.count = (size_t)count;
-    mpi_args(&k, pass_allreduce, sb, count, t, rb, count, t, op, 0);
+    mpi_args(&k, again_allreduce, sb, count, t, rb, count, t, op, 0);
     if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
         int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
                      : PMPI_Allreduce(sb, rb, count, t, op, c);
@@ -171,7 +194,7 @@ static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI
     k.sendbuf = buf;
     k.recvbuf = buf;
     k.root = root;
-    mpi_args(&k, pass_bcast, NULL, count, t, buf, count, t, MPI_OP_NULL, root);
+    mpi_args(&k, again_bcast, NULL, count, t, buf, count, t, MPI_OP_NULL, root);
     if (!shoal_mpi_take(&k, c, moves(&k, count, t, &k.count) && root_ok(root, c))) {
         int rc = req ? PMPI_Ibcast(buf, count, t, root, c, req)
                      : PMPI_Bcast(buf, count, t, root, c);
@@ -201,7 +224,7 @@ static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int 
     door_call_begin(&k, DOOR_ALLGATHER, req);
     k.sendbuf = sb;
     k.recvbuf = rb;
-    mpi_args(&k, pass_allgather, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
+    mpi_args(&k, again_allgather, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -250,7 +273,7 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
     }
     int mine = counts ? counts[rank] : block;
     if (!counts)
-        mpi_args(&k, pass_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
+        mpi_args(&k, again_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
     ok = ok && reduces(&k, mine, t, op);
     k.count = counts && !equal ? total : (size_t)(mine > 0 ? mine : 0); /* alike on all ranks */
     if (!shoal_mpi_take(&k, c, ok)) {
@@ -319,7 +342,7 @@ static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int r
     door_call_begin(&k, DOOR_ALLTOALL, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
     k.recvbuf = rb;
-    mpi_args(&k, pass_alltoall, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
+    mpi_args(&k, again_alltoall, sb, scount, st, rb, rcount, rt, MPI_OP_NULL, 0);
     size_t sbytes;
     int ok = moves(&k, rcount, rt, &k.count) &&
              (sb == MPI_IN_PLACE || (moves(&k, scount, st, &sbytes) && sbytes == k.count));
@@ -485,7 +508,7 @@ static int barrier(MPI_Comm c, MPI_Request *req)
         return PMPI_Barrier(c);
     door_call_t k;
     door_call_begin(&k, DOOR_BARRIER, req);
-    mpi_args(&k, pass_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
+    mpi_args(&k, again_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
                MPI_OP_NULL, 0);
     if (!shoal_mpi_take(&k, c, 1))
         return shoal_mpi_passed(&k, req ? PMPI_Ibarrier(c, req) : PMPI_Barrier(c));

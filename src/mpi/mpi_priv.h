@@ -81,11 +81,11 @@ struct door_call {
     uint64_t t0_ns;
     /* The arguments MPI took (m), where keyed. A blocking call that
      * SHOAL_MPI_PATH=auto may run again, on either path, while its class
-     * learns (rule.c) has a pass, which runs it on MPI's path: one whose
-     * result does not depend on what its output held before (not in
-     * place, nothing owned). */
+     * learns (rule.c) has an again, which runs it once more on the path
+     * named: one whose result does not depend on what its output held
+     * before (not in place, nothing owned). */
     int keyed;
-    int (*pass)(const door_call_t *k);
+    int (*again)(const door_call_t *k, int shoal);
     struct {
         const void *sb;
         void *rb;
@@ -124,8 +124,8 @@ static inline void door_call_begin(door_call_t *k, door_kind_t kind, const MPI_R
     k->learn_timed = 0;
     k->learn_last = 0;
     k->t0_ns = 0;
-    k->keyed = 0; /* m is read only where keyed or through pass */
-    k->pass = NULL;
+    k->keyed = 0; /* m is read only where keyed or through again */
+    k->again = NULL;
 }
 
 /* door.c; shoal_mpi_memo_*: a blocking call of kind on c with the same
@@ -165,12 +165,19 @@ int shoal_mpi_call_run(door_call_t *k, MPI_Request *req);
 
 /* rule.c: SHOAL_MPI_PATH=auto. Whether a call that shoal can serve takes
  * shoal's path (1) or MPI's (0), by its class's choice. While the class
- * learns, a call with pass first learns all of it, running itself on both
- * paths (collective over k->mpi); other calls take the paths by turns
+ * learns, a call with again first learns all of it, running itself on
+ * both paths (collective over k->mpi); other calls take the paths by turns
  * (k->learn set: the call is timed). The end of such a call, on shoal's
- * path or not (collective over k->mpi after a class's last timed call). */
+ * path or not (collective over k->mpi after a class's last timed call).
+ * shoal_mpi_rule_again: this thread's call is such a run again of a
+ * learning call on shoal's path (not counted; a failure skips MPI's
+ * error handler). */
 int shoal_mpi_rule_take(door_call_t *k);
 void shoal_mpi_rule_done(door_call_t *k, int shoal);
+int shoal_mpi_rule_again(void);
+/* SHOAL_TEST_MPI_SLOW's lag, charged where a call enters its path (shoal
+ * 1, MPI 0). */
+void shoal_mpi_rule_test_lag(const door_call_t *k, int shoal);
 
 /* request.c: a non-blocking call's MPI request (a generalized request
  * that completes when shoal's does); *k is copied. */

@@ -83,8 +83,8 @@ static const shoal_config_entry_t mpi_entries[] = {
             "untimed run each) before a size's path is chosen",
      .parse = shoal_config_field_int, .offset = SHOAL_CONFIG_FIELD(mpi.learn)},
     {.name = "SHOAL_TEST_MPI_SLOW", .def = "off",
-     .doc = "for tests only: rank 1 of each communicator counts each call it times on "
-            "this path (shoal or mpi) 1 s slower than it was",
+     .doc = "for tests only: on this path (shoal or mpi), the clock that rank 1 of each "
+            "communicator times calls by runs on 1 s as each call enters the door",
      .parse = parse_mpi_slow, .offset = SHOAL_CONFIG_FIELD(mpi.test_slow)},
 };
 
