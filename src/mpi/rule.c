@@ -71,13 +71,17 @@ static int learn_path(int i)
     return j == 0 || j == 3;
 }
 
-/* How many times a timed round runs a call of this many bytes: 1 MiB's
+/* How many times a timed round runs a call of this many bytes: 8 MiB's
  * worth, at most 64. With 64 KiB's worth, one run in each of a round of
  * two 32 KiB all-reduces on 2 ranks, the learnt time of shoal's path was
- * three times its steady one. */
+ * three times its steady one. With 1 MiB's worth, two 512 KiB
+ * all-reduces a round, shoal's copiers were still learning (base/copy.h:
+ * their first 32 copies each way, some at 2 GB/s) through both rounds:
+ * it learnt 60 us against MPI's 59 and went to MPI, where shoal's steady
+ * 45 us was about half MPI's. */
 static int round_calls(size_t bytes)
 {
-    size_t n = ((size_t)1 << 20) / (bytes ? bytes : 1);
+    size_t n = ((size_t)8 << 20) / (bytes ? bytes : 1);
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
