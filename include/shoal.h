@@ -12,8 +12,9 @@
  * several threads: they are queued under a lock and run one at a time in the
  * order they were queued, so the threads must agree with the other ranks on
  * that order (issue from one thread where the order matters). shoal_test,
- * shoal_wait and shoal_wait_all may be called from any thread on requests
- * that thread owns. Groups are per thread. shoal_comm_split,
+ * shoal_wait and shoal_wait_all may be called from any thread, the issuing
+ * one or another, on requests it owns: one thread at a time tests or waits
+ * a given request. Groups are per thread. shoal_comm_split,
  * shoal_comm_shrink, shoal_comm_destroy, shoal_comm_register,
  * shoal_comm_deregister and the pre-multiplied sum calls must not run
  * concurrently with other calls on the same communicator (registration
@@ -287,8 +288,10 @@ shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
 shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *status_p);
 
 /* The reason of the last failure on comm ("" if none). The string belongs to
- * comm and stays valid until the next call on comm. For a NULL or invalid
- * comm, the last failure of this thread outside any communicator. */
+ * comm and stays valid until the next call on comm: where several threads
+ * use comm, a failure on one may replace the text another reads. For a
+ * NULL or invalid comm, the last failure of this thread outside any
+ * communicator. */
 const char *shoal_comm_last_error(shoal_comm_t comm);
 
 /*

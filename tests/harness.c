@@ -339,6 +339,9 @@ void harness_expected(void *out, void *tmp, size_t count, int nranks, shoal_dtyp
     }
     if (op == SHOAL_AVG)
         shoal_avg_finish_ref(out, out, count, dt, nranks);
+    /* A logical op gives 1 or 0, on one rank too. */
+    if (op >= SHOAL_LAND && op <= SHOAL_LXOR)
+        shoal_reduce_ref(out, out, out, count, dt, SHOAL_LOR);
 }
 
 

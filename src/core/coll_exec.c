@@ -46,6 +46,20 @@ shoal_status_t shoal_coll_failed(struct shoal_comm *comm, shoal_status_t s, cons
     return s;
 }
 
+/* On one rank a reduction's result is the input, which every algorithm's
+ * one-rank shortcut copies; a logical op still owes 1 or 0 (x || x). out:
+ * where the result lies (the staged input when the call has no recvbuf). */
+static void one_rank_logical(struct shoal_comm *comm, const shoal_coll_args_t *args, void *out)
+{
+    int reducing = args->kind == SHOAL_COLL_ALLREDUCE || args->kind == SHOAL_COLL_REDUCE ||
+                   args->kind == SHOAL_COLL_REDUCE_SCATTER;
+    if (comm->team.nranks != 1 || !reducing || args->count == 0 || !out ||
+        args->op < SHOAL_LAND || args->op > SHOAL_LXOR)
+        return;
+    shoal_combine(&comm->team, shoal_reduce_fn(args->dtype, SHOAL_LOR), out, out, out,
+                  args->count, shoal_dtype_bytes(args->dtype));
+}
+
 shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *algo,
                               const char *what, const shoal_coll_args_t *args,
                               const shoal_coll_staging_t *staging)
@@ -57,6 +71,8 @@ shoal_status_t shoal_coll_run(struct shoal_comm *comm, const shoal_algo_ops_t *a
         if (args->stage_bytes)
             staging->fill(staging, plan->input);
         s = shoal_plan_run(plan, args);
+        if (s == SHOAL_OK)
+            one_rank_logical(comm, args, args->recvbuf ? args->recvbuf : plan->input);
         if (s == SHOAL_OK && args->stage_bytes && staging->drain)
             staging->drain(staging, plan->input);
         if (!cached)
