@@ -80,8 +80,10 @@ TEST_SCRIPTS := $(sort $(wildcard tests/test_*.sh))
 # SHOAL_TEST_QUICK=1 (CI's clang and sanitizer variants) the test binaries
 # and the doors' scripts check the same code. The long runs (fuzzing,
 # training, the RDMA guest) skip themselves there; the soak runs its
-# default 10 s.
-PLAIN_ONLY := tests/test_bench.sh tests/test_compare.sh tests/test_mpi_rule.sh
+# default 10 s. The Python package's script loads libshoal into python,
+# which a sanitizer build's library (its runtime not preloaded) cannot.
+PLAIN_ONLY := tests/test_bench.sh tests/test_compare.sh tests/test_mpi_rule.sh tests/test_py_package.sh \
+              tests/test_py_torch.sh tests/test_py_ddp.sh
 # TSan reports races between the threads of a process; a rank's blocking
 # collectives run on its one thread, so the TSan build runs the tests whose
 # processes run more: the progress thread (non-blocking calls, groups,
@@ -250,6 +252,7 @@ $(BUILD)/tests/nccl_vendor_test: $(VENDOR_SRC) tests/nccl/vendor.h
 
 include tests/fuzz/fuzz.mk
 include src/cuda/cuda.mk
+include python/shoal/torch/torch.mk
 
 # Every test binary prints TAP; prove runs them and prints the summary,
 # with each one's time.

@@ -12,8 +12,12 @@
 # ibverbs-utils (ibv_devices, ibv_rc_pingpong) serve it there. CI (.ci/run, SHOAL_CI=1) fails
 # a test whose tool is missing, so every tool a test looks for is here.
 # python3-torch is large (about 170 packages with its dependencies).
+# libtorch-dev (torch's C++ headers), pybind11-dev and python3-dev build the c10d
+# backend's extension (python/shoal/torch; tests/test_py_torch.sh).
+# python3-pip and python3-venv install the Python package offline into a
+# virtual environment (tests/test_py_package.sh: pip install ./python).
 set -eu
-PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran python3-mpi4py python3-numpy gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-providers libibverbs-dev ibverbs-utils"
+PKGS="build-essential clang libclang-rt-14-dev pkg-config perl iproute2 procps libssl-dev libpmix-dev libcmocka-dev libhwloc-dev libopenblas-dev openmpi-bin libopenmpi-dev mpich libmpich-dev gfortran python3-mpi4py python3-numpy python3-dev python3-pip python3-venv gnuplot-nox iperf3 zlib1g-dev python3-sklearn python3-torch libtorch-dev pybind11-dev qemu-system-x86 busybox-static kmod cpio xz-utils rdma-core ibverbs-providers libibverbs-dev ibverbs-utils"
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 missing=""
