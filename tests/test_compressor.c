@@ -657,10 +657,65 @@ static void test_mismatch(void **state)
     munmap(status, 9 * sizeof(int));
 }
 
+/* Calls that never run leave their compressors free: rank 0 issues one
+ * call on each of three compressors, non-blocking (the first waits for
+ * rank 1, which never joins it; the second queues behind it) and in a
+ * group that ends after the abort; then aborts. Every call completes with
+ * an error, and every compressor can be destroyed (before, the second's
+ * and the third's stayed busy for good, and their destroy refused). */
+static int rank_never_run(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    shoal_compress_options_t o;
+    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
+    shoal_compressor_t c[3];
+    for (int i = 0; i < 3; i++)
+        RANK_CHECK(shoal_compressor_create(comm, &o, 1000, SHOAL_FLOAT32, NULL, &c[i]) ==
+                       SHOAL_OK, fail, "create %d: %s", i, shoal_comm_last_error(comm));
+    /* Rank 1 leaves without another call: rank 0's first call finds it
+     * gone, or meets the abort below, whichever comes first. */
+    if (rank == 1) {
+        for (int i = 0; i < 3; i++)
+            shoal_compressor_destroy(c[i]);
+        shoal_comm_destroy(comm);
+        return 0;
+    }
+    float x[1000] = {0}, y[3][1000];
+    shoal_request_t req[3];
+    for (int i = 0; i < 2; i++)
+        RANK_CHECK(shoal_iallreduce_compressed(c[i], x, y[i], SHOAL_SUM, NULL, &req[i]) ==
+                       SHOAL_OK, fail, "issue %d: %s", i, shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_group_start() == SHOAL_OK, fail, "group start");
+    RANK_CHECK(shoal_iallreduce_compressed(c[2], x, y[2], SHOAL_SUM, NULL, &req[2]) == SHOAL_OK,
+               fail, "issue 2 in a group: %s", shoal_comm_last_error(comm));
+    shoal_comm_abort(comm);
+    RANK_CHECK(shoal_group_end() != SHOAL_OK, fail, "a group on an aborted communicator ended");
+    for (int i = 0; i < 3; i++)
+        RANK_CHECK(shoal_wait(&req[i]) != SHOAL_OK, fail, "call %d succeeded", i);
+    for (int i = 0; i < 3; i++)
+        RANK_CHECK(shoal_compressor_destroy(c[i]) == SHOAL_OK, fail,
+                   "compressor %d still busy after its call failed", i);
+    shoal_comm_destroy(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_never_run(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    harness_setenv("SHOAL_TIMEOUT", "10s");
+    assert_int_equal(harness_run_ranks(2, rank_never_run, NULL, 60), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad),      cmocka_unit_test(test_mismatch),
+        cmocka_unit_test(test_never_run),
         cmocka_unit_test(test_dtypes),   cmocka_unit_test(test_ternary_scales),
         cmocka_unit_test(test_shm_1),
         cmocka_unit_test(test_shm_2),    cmocka_unit_test(test_shm_3),

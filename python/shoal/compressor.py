@@ -200,8 +200,9 @@ class Compressor:
         if self._handle is None:
             return
         self._settle()
-        comp, self._handle = self._handle, None
-        check(_lib.lib().shoal_compressor_destroy(comp), None, "compressor_destroy")
+        # Forgotten only once freed: a refused destroy keeps the handle.
+        check(_lib.lib().shoal_compressor_destroy(self._handle), None, "compressor_destroy")
+        self._handle = None
 
     def __enter__(self):
         return self

@@ -517,6 +517,14 @@ void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t
     shoal_comp_info_moved(call, comm->team.tx_bytes - tx0, comm->team.rx_bytes - rx0, step);
 }
 
+/* The call is over: its ticket, if still the compressor's, frees it for
+ * the next call (a later call's ticket stays). */
+static void comp_release(const shoal_call_t *call)
+{
+    uint_least64_t mine = call->comp_ticket;
+    atomic_compare_exchange_strong(&call->comp->busy, &mine, 0);
+}
+
 shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call)
 {
     shoal_compressor_t c = call->comp;
@@ -546,7 +554,7 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
         shoal_comp_info(comm, call, tx0, rx0, c->step);
         c->step++;
     }
-    atomic_store(&c->busy, 0);
+    comp_release(call);
     return s;
 }
 
@@ -582,6 +590,7 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
                  .count = c->count, .dtype = c->dtype, .op = op},
         .comp = c,
         .run = shoal_compressor_run,
+        .end = comp_release,
         .info = info,
         .on_stream = on_stream,
         .stream = stream,
@@ -593,7 +602,9 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
         return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG, "this compressor's state lives on "
                            "a device: its calls are stream-ordered "
                            "(shoal_allreduce_compressed_stream)");
-    if (atomic_exchange(&c->busy, 1))
+    uint_least64_t none = 0;
+    call.comp_ticket = atomic_fetch_add(&c->tickets, 1) + 1;
+    if (!atomic_compare_exchange_strong(&c->busy, &none, call.comp_ticket))
         return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG,
                            "a call on this compressor is still in flight");
     s = shoal_call_issue(comm, &call, nb, req_p);
@@ -602,7 +613,7 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
         if (s == SHOAL_OK && info)
             *info = (shoal_compress_info_t){.step = c->step};
         c->step += s == SHOAL_OK;
-        atomic_store(&c->busy, 0);
+        comp_release(&call);
     }
     return s;
 }

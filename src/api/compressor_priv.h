@@ -65,7 +65,12 @@ struct shoal_compressor {
     size_t nblocks;
     shoal_psgd_t *psgd;
     float *buf1, *buf2;
-    atomic_int busy;   /* a host call issued and not yet run */
+    /* The ticket of the host call issued and not yet ended (0: none): its
+     * run clears it, or, for a call that never runs (its communicator
+     * aborted or broken first, a group that failed), the call's end
+     * (shoal_call_t), which clears only its own ticket. */
+    atomic_uint_least64_t busy;
+    atomic_uint_least64_t tickets; /* tickets handed out */
     shoal_comp_dev_t dev;
 };
 

@@ -195,10 +195,19 @@ static void task_release(shoal_task_t *t)
     exec_unref(ex);
 }
 
+void shoal_calls_end(const shoal_call_t *calls, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (calls[i].end)
+            calls[i].end(&calls[i]);
+    }
+}
+
 /* Lock held. */
 static void task_complete(shoal_task_t *t, shoal_status_t status)
 {
     shoal_dev_task_end(t->calls, t->ncalls);
+    shoal_calls_end(t->calls, t->ncalls);
     shoal_flight_finish(t->comm->flight, t->flight, status);
     t->status = status;
     atomic_store_explicit(&t->done, 1, memory_order_release);
@@ -665,6 +674,7 @@ shoal_status_t shoal_exec_run(struct shoal_comm *comm, const shoal_call_t *calls
      * gives the token back without the lock, waking only the threads that
      * came to wait meanwhile (exec_nap). */
     shoal_status_t s = exec_take_run(ex, &t);
+    shoal_calls_end(t.calls, t.ncalls);
     shoal_flight_finish(comm->flight, t.flight, s);
     atomic_store(&ex->running, 0);
     if (atomic_load(&ex->nappers) > 0) {

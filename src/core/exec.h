@@ -66,7 +66,16 @@ typedef struct shoal_call {
      * own, with the compressor's step as of the call. */
     const shoal_dev_stager_t *stager;
     uint64_t comp_step;
+    /* Called once the call is over, run or not (NULL: nothing to do),
+     * before its completion shows: what the issuer reserved for it (a
+     * compressor's busy ticket, comp_ticket) is released even where the
+     * call never ran. */
+    void (*end)(const struct shoal_call *call);
+    uint64_t comp_ticket;
 } shoal_call_t;
+
+/* Every call's end, for calls[0..n) that are over (exec.c). */
+void shoal_calls_end(const shoal_call_t *calls, size_t n);
 
 /* The scalar of a pre-multiplied call, as of now. */
 static inline const void *shoal_call_scalar(const shoal_call_t *call)

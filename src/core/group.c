@@ -149,6 +149,7 @@ shoal_status_t shoal_group_end(void)
             shoal_comm_leave(g->comm);
         }
         if (s != SHOAL_OK) {
+            shoal_calls_end(g->calls, g->ncalls);
             for (size_t k = 0; k < g->nreqs; k++)
                 shoal_request_complete(g->reqs[k], s);
             if (first == SHOAL_OK)
