@@ -56,3 +56,4 @@ if not hasattr(_dist.Backend, BACKEND.upper()):
     _dist.Backend.register_backend(BACKEND, _create_process_group)
 
 __all__ = ["BACKEND", "ProcessGroupShoal", "comm_handle"]
+from .hooks import *  # noqa: E402,F401,F403  (the DDP communication hooks, hooks.py)
