@@ -30,10 +30,15 @@ static int root_ok(int root, MPI_Comm c)
     return root >= 0 && root < shoal_mpi_comm_size(c);
 }
 
-/* A reduction's type and op, as shoal's. */
-static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op)
+/* A reduction's type and op, as shoal's. A logical op on one process is
+ * MPI's: MPI gives the value itself there (no op is applied), where
+ * shoal's logical ops give 1 or 0. */
+static int reduces(door_call_t *k, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
-    return count >= 0 && shoal_mpi_reduction(t, op, &k->dt, &k->op);
+    if (count < 0 || !shoal_mpi_reduction(t, op, &k->dt, &k->op))
+        return 0;
+    int logical = k->op == SHOAL_LAND || k->op == SHOAL_LOR || k->op == SHOAL_LXOR;
+    return !logical || shoal_mpi_comm_size(c) > 1;
 }
 
 static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
@@ -133,7 +138,7 @@ static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op
     k.recvbuf = rb;
     k.count = (size_t)count;
     mpi_args(&k, again_allreduce, sb, count, t, rb, count, t, op, 0);
-    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op))) {
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op, c))) {
         int rc = req ? PMPI_Iallreduce(sb, rb, count, t, op, c, req)
                      : PMPI_Allreduce(sb, rb, count, t, op, c);
         return shoal_mpi_passed(&k, rc);
@@ -165,7 +170,7 @@ static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op
     k.count = (size_t)count;
     k.root = root;
     mpi_args(&k, NULL, sb, count, t, rb, count, t, op, root);
-    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op) && root_ok(root, c))) {
+    if (!shoal_mpi_take(&k, c, reduces(&k, count, t, op, c) && root_ok(root, c))) {
         int rc = req ? PMPI_Ireduce(sb, rb, count, t, op, root, c, req)
                      : PMPI_Reduce(sb, rb, count, t, op, root, c);
         return shoal_mpi_passed(&k, rc);
@@ -274,7 +279,7 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
     int mine = counts ? counts[rank] : block;
     if (!counts)
         mpi_args(&k, again_reduce_scatter_block, sb, block, t, rb, block, t, op, 0);
-    ok = ok && reduces(&k, mine, t, op);
+    ok = ok && reduces(&k, mine, t, op, c);
     k.count = counts && !equal ? total : (size_t)(mine > 0 ? mine : 0); /* alike on all ranks */
     if (!shoal_mpi_take(&k, c, ok)) {
         int rc;
