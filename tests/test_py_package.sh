@@ -22,11 +22,8 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 TAP_LIMIT_S=120
 # shellcheck source=tests/tap.sh
 . tests/tap.sh
-# Debian's interpreter, which finds Debian's numpy and torch (another
-# python3 first on PATH may have neither).
-PY=/usr/bin/python3
-[ -x "$PY" ] || missing_all "$PY is not installed"
-"$PY" -c 'import numpy' 2>/dev/null || missing_all "numpy is not installed for $PY (python3-numpy)"
+# shellcheck source=tests/py_env.sh
+. tests/py_env.sh
 ROOT=$PWD
 LIBSHOAL=$ROOT/${BUILD:-build}/libshoal.so.0
 if [ ! -e "$LIBSHOAL" ]; then

@@ -20,25 +20,9 @@ TAP_LIMIT_S=120
 # shellcheck source=tests/tap.sh
 . tests/tap.sh
 
-BUILD=${BUILD:-build}
-PY=/usr/bin/python3
-EXT_DIR=python/shoal/torch
-[ -x "$PY" ] || missing_all "$PY is not installed"
-"$PY" -c 'import numpy' 2>/dev/null || missing_all "numpy is not installed for $PY (python3-numpy)"
-"$PY" -c 'import torch.distributed' 2>/dev/null ||
-    missing_all "torch is not installed for $PY (python3-torch)"
-[ -f /usr/include/torch/csrc/distributed/c10d/ProcessGroup.hpp ] ||
-    missing_all "torch's C++ headers are not installed (libtorch-dev), so the extension is not built"
-[ -f "$BUILD/libshoal.so.0" ] || missing_all "$BUILD/libshoal.so.0 is not built"
-ls "$EXT_DIR"/_c10d*.so >/dev/null 2>&1 ||
-    missing_all "the extension $EXT_DIR/_c10d.so is not built (make builds it in the plain build)"
-
-PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-SHOAL_LIBRARY=$PWD/$BUILD/libshoal.so.0
-# A rank that hangs must not hold the run: every operation's deadline.
-SHOAL_TIMEOUT=${SHOAL_TIMEOUT:-60s}
-OMP_NUM_THREADS=1
-export PYTHONPATH SHOAL_LIBRARY SHOAL_TIMEOUT OMP_NUM_THREADS
+# shellcheck source=tests/py_env.sh
+. tests/py_env.sh
+py_need_torch
 
 # all_ok OUT MODES NP RC: the run exited 0 and every rank said that it
 # passed each mode.

@@ -9,6 +9,7 @@ import ctypes
 import threading
 
 from . import _lib
+from .closing import Closing
 from .collectives import Collectives
 from .errors import ShoalError, Status, check, last_error
 from .request import Request
@@ -25,7 +26,7 @@ def get_unique_id():
     return bytes(uid.bytes)
 
 
-class Communicator(Collectives):
+class Communicator(Collectives, Closing):
     """A group of ranks that run collectives together (shoal_comm_t).
 
     Make one with from_unique_id or from_env (or split); release it with
@@ -157,19 +158,6 @@ class Communicator(Collectives):
         # TIMEOUT: calls of other threads were still inside; aborted anyway.
         if status not in (0, Status.TIMEOUT):
             check(status, None, "comm_abort")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            if self._handle is not None:
-                self.close()
-        except Exception:  # noqa: BLE001 (interpreter shutdown)
-            pass
 
     def __repr__(self):
         if self._handle is None:

@@ -6,6 +6,7 @@ import ctypes
 
 from . import _lib, buffers, dtypes
 from .buffers import as_buffer, optional
+from .closing import Closing
 from .errors import check
 
 KINDS = {"int8": 1, "ternary": 2, "powersgd": 3}
@@ -45,7 +46,7 @@ def _layout(layout):
     return lay, (lay, rows, cols), sum(r * c for r, c in shapes)
 
 
-class Compressor:
+class Compressor(Closing):
     """A compressor for one tensor or bucket of count values of dtype on
     comm: its error-feedback residual, PowerSGD's Q, the step counter.
 
@@ -203,18 +204,6 @@ class Compressor:
         # Forgotten only once freed: a refused destroy keeps the handle.
         check(_lib.lib().shoal_compressor_destroy(self._handle), None, "compressor_destroy")
         self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 (interpreter shutdown)
-            pass
 
     def __repr__(self):
         return "<shoal.Compressor %s, %d x %s%s>" % (

@@ -37,6 +37,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from ..closing import Closing
 from ..comm import Communicator, get_unique_id
 from ..compressor import KINDS, Compressor
 from ..errors import ShoalError
@@ -111,7 +112,7 @@ def _unwrap(fut):
     return fut.value()  # raises the exception the waiter set
 
 
-class HookState:
+class HookState(Closing):
     """The state passed to DDP's register_comm_hook with one of shoal's
     hooks (make it with allreduce_state, int8_state, ternary_state or
     powersgd_state in hooks.py).
@@ -366,41 +367,23 @@ class HookState:
     def close(self):
         """Wait for the buckets in flight, then free the compressors and
         the communicator. A compressor that cannot be freed raises after
-        the rest are, unless the communicator failed or was aborted: then
-        the failure was the buckets' to report."""
+        the rest are."""
         with self._lock:
             waiter, self._waiter = self._waiter, None
             if waiter is not None:
                 waiter.close()
             comm, self._comm = self._comm, None
-            failed = comm is None or comm.closed or comm.async_error() is not None
             error = None
             slots, self._slots = list(self._slots.values()), {}
             for s in slots:
                 try:
                     s.comp.close()
                 except ShoalError as e:
-                    # libshoal: a compressed call that failed before it
-                    # ran (queued when the communicator broke or was
-                    # aborted) leaves its compressor busy, and destroy
-                    # refuses it.
                     error = error or e
             if comm is not None:
                 comm.close()
-            if error is not None and not failed:
+            if error is not None:
                 raise error
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 (interpreter shutdown)
-            pass
 
     def __repr__(self):
         return "<shoal.torch.HookState %s, %d buckets%s>" % (
