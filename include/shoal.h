@@ -287,6 +287,23 @@ shoal_status_t shoal_comm_size(shoal_comm_t comm, int *size_p);
  * safe. Returns SHOAL_ERR_INVALID_ARG for a NULL status_p or a dead comm. */
 shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *status_p);
 
+/* Who runs comm's non-blocking operations (shoal_iallreduce...):
+ * SHOAL_PROGRESS_THREAD, a progress thread of comm's own (the default
+ * unless SHOAL_PROGRESS=caller), or SHOAL_PROGRESS_CALLER: a thread that
+ * waits or tests a request of comm, or makes a blocking call on it, which
+ * then runs the operations queued before its own too. A program with a
+ * thread of its own that waits every request it issues (a completion
+ * thread) needs no second one: each operation would wake the progress
+ * thread twice, and on a host whose ranks fill its cores each wake-up
+ * takes a core from a peer. Stream-ordered calls need the progress thread,
+ * and async errors are found between calls only while it runs (see
+ * shoal_comm_get_async_error).
+ * Only before comm's first non-blocking or stream-ordered call, with no
+ * operation in flight. Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG, changing
+ * nothing, for an invalid comm or mode, or after that first call. */
+typedef enum { SHOAL_PROGRESS_THREAD = 0, SHOAL_PROGRESS_CALLER = 1 } shoal_progress_t;
+shoal_status_t shoal_comm_set_progress(shoal_comm_t comm, shoal_progress_t mode);
+
 /* The reason of the last failure on comm ("" if none). The string belongs to
  * comm and stays valid until the next call on comm: where several threads
  * use comm, a failure on one may replace the text another reads. For a

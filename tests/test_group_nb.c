@@ -11,12 +11,16 @@
  * - several threads per rank: independent communicators at once, and
  *   requests issued on one thread and completed on another;
  * - a call queued on one thread behind a blocking call that runs on
- *   another without the queue's lock is woken when that call ends. */
+ *   another without the queue's lock is woken when that call ends;
+ * - shoal_comm_set_progress: caller-driven progress starts no thread and
+ *   still completes every operation; the mode is refused once the progress
+ *   thread runs, and the communicator keeps working. */
 #include "harness.h"
 
 #include "algos/reduce.h"
 #include "base/dtype.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -590,6 +594,97 @@ fail:
     return 1;
 }
 
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    if (!d)
+        return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/* An all-reduce of count int32 issued without waiting, then (after a poll,
+ * which must not change the thread count before: caller-driven progress)
+ * waited and checked; threads_after is what the process then has. */
+static int nb_allreduce_threads(shoal_comm_t comm, int nranks, size_t count, int k,
+                                int *threads_poll, int *threads_after)
+{
+    int32_t *buf = malloc(count * sizeof(*buf) + 1);
+    RANK_CHECK(buf, fail, "out of memory");
+    int rank = -1;
+    shoal_comm_rank(comm, &rank);
+    harness_fill_exact(buf, count, rank, SHOAL_INT32, SHOAL_SUM);
+    shoal_request_t req = NULL;
+    shoal_status_t s = shoal_iallreduce(buf, buf, count, SHOAL_INT32, SHOAL_SUM, comm, &req);
+    RANK_CHECK(s == SHOAL_OK, fail_free, "iallreduce %d: %s", k, shoal_status_string(s));
+    int done = 0;
+    s = shoal_test(&req, &done);
+    RANK_CHECK(s == SHOAL_OK, fail_free, "test %d: %s", k, shoal_status_string(s));
+    *threads_poll = count_threads();
+    if (!done) {
+        s = shoal_wait(&req);
+        RANK_CHECK(s == SHOAL_OK, fail_free, "wait %d: %s", k, shoal_status_string(s));
+    }
+    *threads_after = count_threads();
+    int bad = check_exact(buf, SHOAL_INT32, SHOAL_SUM, count, nranks, "set_progress all-reduce", k);
+    free(buf);
+    return bad;
+fail_free:
+    free(buf);
+fail:
+    return 1;
+}
+
+/* From the environment's mode: caller-driven progress, set before the
+ * first non-blocking call, runs it with no new thread; back to the thread
+ * while idle, whose first non-blocking call starts one; refused after
+ * that (and bad modes and handles always), the communicator unharmed. */
+static int rank_set_progress(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
+{
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(nranks, id, rank, &comm) == SHOAL_OK, fail, "init");
+    shoal_status_t s = shoal_comm_set_progress(comm, (shoal_progress_t)7);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "mode 7 gave %s", shoal_status_string(s));
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "mode 7"), fail, "reason: %s",
+               shoal_comm_last_error(comm));
+    s = shoal_comm_set_progress(NULL, SHOAL_PROGRESS_CALLER);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "NULL comm gave %s", shoal_status_string(s));
+
+    int before = count_threads(), poll = -1, after = -1;
+    RANK_CHECK(shoal_comm_set_progress(comm, SHOAL_PROGRESS_CALLER) == SHOAL_OK, fail,
+               "caller: %s", shoal_comm_last_error(comm));
+    /* Multi-chunk, odd, then one element. */
+    size_t counts[] = {3 * TEST_CHUNK + 7, 1};
+    for (int k = 0; k < 2; k++) {
+        RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[k], k, &poll, &after), fail,
+                   "caller-driven all-reduce");
+        RANK_CHECK(poll == before && after == before, fail,
+                   "caller-driven progress: %d threads before, %d at the poll, %d after",
+                   before, poll, after);
+    }
+    RANK_CHECK(shoal_comm_set_progress(comm, SHOAL_PROGRESS_THREAD) == SHOAL_OK, fail,
+               "back to the thread: %s", shoal_comm_last_error(comm));
+    RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[0], 2, &poll, &after), fail,
+               "all-reduce on the progress thread");
+    RANK_CHECK(after == before + 1, fail, "progress thread: %d threads before, %d after",
+               before, after);
+    s = shoal_comm_set_progress(comm, SHOAL_PROGRESS_CALLER);
+    RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "caller once the thread runs gave %s",
+               shoal_status_string(s));
+    RANK_CHECK(strstr(shoal_comm_last_error(comm), "set its progress before"), fail,
+               "reason: %s", shoal_comm_last_error(comm));
+    RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[1], 3, &poll, &after), fail,
+               "all-reduce after the refusal");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    (void)arg;
+    return 0;
+fail:
+    return 1;
+}
+
 static void run(harness_rank_fn_t fn, const char *transport, const char *progress, int nranks)
 {
     set_transport(transport, progress);
@@ -640,6 +735,8 @@ CASE(threads, rank_threads, shm, thread, 2) CASE(threads, rank_threads, shm, cal
 CASE(bad, rank_bad, shm, thread, 1) CASE(bad, rank_bad, shm, thread, 3)
 CASE(abort, rank_abort_nb, shm, thread, 2) CASE(abort, rank_abort_nb, shm, caller, 2)
 CASE(abort, rank_abort_nb, tcp, thread, 2)
+CASE(setprog, rank_set_progress, shm, thread, 1) CASE(setprog, rank_set_progress, shm, caller, 3)
+CASE(setprog, rank_set_progress, tcp, thread, 2)
 
 #define T(name, tl, prog, n) cmocka_unit_test(test_##name##_##tl##_##prog##_##n)
 
@@ -655,6 +752,7 @@ int main(void)
         T(premul, tcp, thread, 4), T(threads, shm, thread, 2), T(threads, shm, caller, 3),
         T(bad, shm, thread, 1),   T(bad, shm, thread, 3),   T(abort, shm, thread, 2),
         T(abort, shm, caller, 2), T(abort, tcp, thread, 2),
+        T(setprog, shm, thread, 1), T(setprog, shm, caller, 3), T(setprog, tcp, thread, 2),
         cmocka_unit_test(test_wake_caller_2), cmocka_unit_test(test_wake_thread_3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

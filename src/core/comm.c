@@ -612,6 +612,23 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *sta
     return SHOAL_OK;
 }
 
+shoal_status_t shoal_comm_set_progress(shoal_comm_t comm, shoal_progress_t mode)
+{
+    static const char what[] = "shoal_comm_set_progress";
+    shoal_status_t s = shoal_comm_enter_any(comm, what);
+    if (s != SHOAL_OK)
+        return s;
+    if (mode != SHOAL_PROGRESS_THREAD && mode != SHOAL_PROGRESS_CALLER)
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: mode %d is neither "
+                            "SHOAL_PROGRESS_THREAD nor SHOAL_PROGRESS_CALLER", what, (int)mode);
+    else if (shoal_exec_set_threaded(comm, mode == SHOAL_PROGRESS_THREAD) != 0)
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: rank %d: the communicator has "
+                            "issued a non-blocking or stream-ordered call already (or has one "
+                            "in flight); set its progress before that", what, comm->team.rank);
+    shoal_comm_leave(comm);
+    return s;
+}
+
 shoal_status_t shoal_comm_rank(shoal_comm_t comm, int *rank_p)
 {
     if (!shoal_comm_valid(comm) || !rank_p)

@@ -94,7 +94,7 @@ struct shoal_exec {
      * (shoal_exec_run), which then wakes the nappers, if any. */
     atomic_int running;
     atomic_int nappers;       /* threads asleep (or about to be) until running clears */
-    int thread_mode;          /* SHOAL_PROGRESS=thread; fixed at create */
+    int thread_mode;          /* SHOAL_PROGRESS=thread; set before the first task */
     int has_thread;
     int stop;
     pthread_t thread;
@@ -462,6 +462,17 @@ int shoal_exec_threaded(const struct shoal_comm *comm)
     return comm->exec->thread_mode;
 }
 
+int shoal_exec_set_threaded(struct shoal_comm *comm, int threaded)
+{
+    struct shoal_exec *ex = comm->exec;
+    pthread_mutex_lock(&ex->lock);
+    int busy = ex->has_thread || ex->head || session_active(ex) || atomic_load(&ex->running);
+    if (!busy)
+        ex->thread_mode = threaded;
+    pthread_mutex_unlock(&ex->lock);
+    return busy ? -1 : 0;
+}
+
 shoal_status_t shoal_exec_destroy(struct shoal_comm *comm, int drain)
 {
     struct shoal_exec *ex = comm->exec;
@@ -623,6 +634,8 @@ static shoal_status_t exec_kick(struct shoal_exec *ex)
             return SHOAL_ERR_SYSTEM;
         }
         ex->has_thread = 1;
+        /* Named for ps, top and debuggers (15 characters at most). */
+        pthread_setname_np(ex->thread, "shoal progress");
     }
     pthread_cond_signal(&ex->work);
     return SHOAL_OK;

@@ -90,6 +90,9 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm);
 /* Whether comm's tasks run on its progress thread (SHOAL_PROGRESS=thread),
  * so that a task nobody waits for still runs. */
 int shoal_exec_threaded(const struct shoal_comm *comm);
+/* Set that (shoal_comm_set_progress): 0, or -1 changing nothing when the
+ * progress thread has started or a task is queued or running. */
+int shoal_exec_set_threaded(struct shoal_comm *comm, int threaded);
 /* Run (drain = 1: destroy) or fail with SHOAL_ERR_ABORTED (drain = 0: abort)
  * every queued task, stop the progress thread, let go of the queue (freed
  * with the last task that a request still holds). Requests stay valid for

@@ -497,6 +497,16 @@ def mode_async(c, rank, size):
         works[i].wait()
         c.true(f"64 in flight: all_reduce {i}",
                bool((ts[i] == sum(r + i for r in range(size))).all()))
+    # The group's completion thread and its callers' waits drive its
+    # operations: shoal's own progress thread never starts.
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # a thread that ended meanwhile
+    c.true("no shoal progress thread in the process", "shoal progress" not in names)
 
 
 def mode_ddp(c, rank, size):

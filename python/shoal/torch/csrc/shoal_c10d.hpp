@@ -10,8 +10,10 @@
  * operations one at a time in issue order; a send and a receive may finish
  * out of order, which only delays the later one's notification), runs the
  * operation's copy-out where its result was staged, and completes its Work
- * and Future. Only that thread waits and frees shoal requests (shoal.h: a
- * request belongs to one thread).
+ * and Future, unless a wait() without a timeout claimed the operation
+ * first and does all that itself on the caller's thread (WorkShoal). The
+ * claim makes sure one thread alone waits and frees an operation's shoal
+ * requests (shoal.h: one thread at a time per request).
  *
  * Ownership. An operation keeps every tensor whose memory shoal reads or
  * writes (and the all-to-all-v count arrays) until its requests completed,
@@ -39,9 +41,16 @@ namespace shoal_c10d {
 
 using Work = c10d::Work;
 
-/* The Work of one operation. Completed once, by the completion thread
- * (complete); wait() waits for that, bounded by the operation's timeout
- * (the process group's unless the call set one) when called without one. */
+struct ShoalOp;
+
+/* The Work of one operation, completed once (complete) by whichever thread
+ * claims the operation first: the completion thread, or a wait() called
+ * without a timeout, which then waits its requests itself. That spares a
+ * blocking call two hand-offs between threads (the calling thread runs
+ * shoal's task, as shoal's own blocking calls do) and keeps the operation
+ * on the thread the scheduler already placed. wait() with a timeout, or
+ * on an operation the completion thread holds, waits for complete(),
+ * bounded by that timeout (the process group's when the call sets none). */
 class WorkShoal : public Work {
   public:
     WorkShoal(const char *call, c10d::OpType type, std::vector<at::Tensor> outputs,
@@ -56,7 +65,20 @@ class WorkShoal : public Work {
      * the output tensors, or the error. */
     void complete(std::exception_ptr error);
 
+    /* Before the operation is queued: what a claiming wait() runs. op
+     * lives until complete() has returned (the completion thread frees it
+     * only after that). */
+    void bind(shoal_comm_t comm, ShoalOp *op);
+    /* Claim the operation for the calling thread: true when nobody had. */
+    bool claim();
+    /* Wait for complete(), however long it takes (the claimant's waits
+     * are bounded by shoal's deadline). */
+    void awaitCompletion();
+
   private:
+    shoal_comm_t comm_ = nullptr;
+    ShoalOp *op_ = nullptr;
+    bool claimed_ = false; /* under mutex_ */
     const char *call_;
     std::vector<at::Tensor> outputs_;
     std::chrono::milliseconds timeout_;
@@ -83,6 +105,11 @@ struct ShoalOp {
     std::function<void()> finish;     /* on success: copy staged results out */
     c10::intrusive_ptr<WorkShoal> work;
 };
+
+/* Wait op's requests in order (each bounded by shoal's deadline) and run
+ * its copy-out: null on success, else the first failure with shoal's
+ * reason. The caller must have claimed op (or op has no Work). */
+std::exception_ptr run_op(shoal_comm_t comm, ShoalOp &op);
 
 class ProcessGroupShoal : public c10d::ProcessGroup {
   public:

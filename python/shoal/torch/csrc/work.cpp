@@ -18,8 +18,34 @@ WorkShoal::WorkShoal(const char *call, c10d::OpType type, std::vector<at::Tensor
 {
 }
 
+void WorkShoal::bind(shoal_comm_t comm, ShoalOp *op)
+{
+    comm_ = comm;
+    op_ = op;
+}
+
+bool WorkShoal::claim()
+{
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_ || claimed_ || !op_)
+        return false;
+    claimed_ = true;
+    return true;
+}
+
+void WorkShoal::awaitCompletion()
+{
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return completed_; });
+}
+
 bool WorkShoal::wait(std::chrono::milliseconds timeout)
 {
+    /* After complete() op_ may be gone; claim() looks at completed_ under
+     * the lock that complete() takes, and the completion thread frees the
+     * operation only once complete() has returned. */
+    if (timeout == kNoTimeout && claim())
+        complete(run_op(comm_, *op_));
     const std::chrono::milliseconds limit = timeout == kNoTimeout ? timeout_ : timeout;
     std::unique_lock<std::mutex> lock(mutex_);
     /* shoal's own deadline (SHOAL_TIMEOUT) ends every operation; this one
@@ -102,6 +128,16 @@ ProcessGroupShoal::ProcessGroupShoal(const c10::intrusive_ptr<c10d::Store> &stor
     shoal_status_t s = shoal_comm_init(size, &id, rank, &comm_);
     if (s != SHOAL_OK)
         fail("shoal_comm_init", s);
+    /* The completion thread waits every request issued here, in issue
+     * order, and so drives them; shoal's progress thread would only add
+     * two wake-ups to each call. */
+    s = shoal_comm_set_progress(comm_, SHOAL_PROGRESS_CALLER);
+    if (s != SHOAL_OK) {
+        std::string why = failure_message(comm_, "shoal_comm_set_progress", s);
+        shoal_comm_destroy(comm_);
+        comm_ = nullptr;
+        throw std::runtime_error(why);
+    }
     completion_ = std::thread(&ProcessGroupShoal::completionLoop, this);
 }
 
@@ -136,34 +172,46 @@ void ProcessGroupShoal::completionLoop()
                 return; /* stopping, and every operation completed */
             op = queue_.front().get();
         }
+        /* An operation whose wait() claimed it first is that thread's to
+         * run and complete; it stays queued until then. */
+        const bool mine = !op->work || op->work->claim();
         std::exception_ptr error;
-        shoal_status_t first = SHOAL_OK;
-        std::string why;
-        for (shoal_request_t &req : op->reqs) {
-            shoal_status_t s = shoal_wait(&req);
-            if (s != SHOAL_OK && first == SHOAL_OK) {
-                first = s;
-                why = failure_message(comm_, op->call, s);
-            }
-        }
-        if (first != SHOAL_OK) {
-            error = std::make_exception_ptr(std::runtime_error(why));
-        } else if (op->finish) {
-            try {
-                op->finish();
-            } catch (...) {
-                error = std::current_exception();
-            }
-        }
+        if (mine)
+            error = run_op(comm_, *op);
+        else
+            op->work->awaitCompletion();
         std::unique_ptr<ShoalOp> done;
         {
             std::lock_guard<std::mutex> lock(queue_lock_);
             done = std::move(queue_.front());
             queue_.pop_front();
         }
-        if (done->work)
+        if (mine && done->work)
             done->work->complete(error);
     }
+}
+
+std::exception_ptr run_op(shoal_comm_t comm, ShoalOp &op)
+{
+    shoal_status_t first = SHOAL_OK;
+    std::string why;
+    for (shoal_request_t &req : op.reqs) {
+        shoal_status_t s = shoal_wait(&req);
+        if (s != SHOAL_OK && first == SHOAL_OK) {
+            first = s;
+            why = failure_message(comm, op.call, s);
+        }
+    }
+    if (first != SHOAL_OK)
+        return std::make_exception_ptr(std::runtime_error(why));
+    if (op.finish) {
+        try {
+            op.finish();
+        } catch (...) {
+            return std::current_exception();
+        }
+    }
+    return nullptr;
 }
 
 c10::intrusive_ptr<Work> ProcessGroupShoal::submit(std::unique_ptr<ShoalOp> op,
@@ -185,9 +233,11 @@ c10::intrusive_ptr<Work> ProcessGroupShoal::submit(std::unique_ptr<ShoalOp> op,
     c10::intrusive_ptr<WorkShoal> work;
     if (s != SHOAL_OK)
         why = failure_message(comm_, op->call, s);
-    else
+    else {
         work = op->work = c10::make_intrusive<WorkShoal>(op->call, type, std::move(outputs),
                                                          timeoutOf(timeout));
+        work->bind(comm_, op.get());
+    }
     /* Requests issued before a refusal are still waited, by the completion
      * thread, with nobody told. */
     if (s == SHOAL_OK || !op->reqs.empty()) {
