@@ -10,8 +10,11 @@ gloo group of the same ranks beside it. Then:
 
 1. torch.distributed.all_reduce (float32 sum, in place) from --minbytes to
    --maxbytes, on the gloo group and on the shoal group. A measurement is
-   a barrier and then a run of calls (--iters, fewer for large sizes: about
-   32 MiB moved per run, 2 calls at least); its time per call is the
+   a barrier, one call on the group measured (which lines its ranks up
+   again: a barrier's ranks leave it up to a scheduler's slice apart), and
+   then a run of calls lasting about 50 ms (at least 2 calls, at most
+   --iters; the count from the slowest rank's time for that one call, so
+   that every rank makes the same number); its time per call is the
    slowest rank's. Each size is measured --reps times, gloo and shoal
    alternating, and the table gives the medians: latency, bus bandwidth
    (2 (n-1)/n x bytes / time, as nccl-tests count it) and shoal's speed-up
@@ -44,7 +47,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # the checkou
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-RUN_BYTES = 32 << 20  # bytes a measurement moves at most, past 2 calls
+RUN_SECONDS = 0.05  # how long a measurement's run of calls lasts, past 2 calls
 
 
 def size(text):
@@ -86,8 +89,9 @@ def parse_args():
                    help="largest size (default 64M)")
     p.add_argument("-f", "--stepfactor", type=at_least(2), default=4,
                    help="factor between sizes (default 4; the largest size is always run)")
-    p.add_argument("-n", "--iters", type=at_least(1), default=20,
-                   help="calls per measurement, at most (default 20)")
+    p.add_argument("-n", "--iters", type=at_least(2), default=10000,
+                   help="calls per measurement, at most (default 10000; a measurement "
+                        "lasts about 50 ms)")
     p.add_argument("-r", "--reps", type=at_least(5), default=5,
                    help="interleaved repetitions, at least 5 (default 5)")
     p.add_argument("--ddp-steps", type=at_least(0), default=10,
@@ -114,9 +118,13 @@ def slowest(seconds, gloo):
     return t.item()
 
 
-def time_allreduce(tensor, group, calls, gloo):
-    dist.all_reduce(tensor, group=group)  # warm: connections, plans
+def time_allreduce(tensor, group, iters, gloo):
     dist.barrier(group=gloo)
+    t0 = time.perf_counter()
+    dist.all_reduce(tensor, group=group)  # lines the ranks up; warms
+    one = slowest(time.perf_counter() - t0, gloo)
+    calls = max(2, min(iters, int(RUN_SECONDS / max(one, 1e-9))))
+    dist.all_reduce(tensor, group=group)  # lines them up after the gloo call
     t0 = time.perf_counter()
     for _ in range(calls):
         dist.all_reduce(tensor, group=group)
@@ -128,11 +136,11 @@ def bench_allreduce(args, groups):
     out = {}
     for nbytes in sizes(args):
         tensor = torch.zeros(nbytes // 4)  # zeros: sums stay finite
-        calls = max(2, min(args.iters, RUN_BYTES // nbytes))
         runs = {"gloo": [], "shoal": []}
         for _ in range(args.reps):
             for name in ("gloo", "shoal"):
-                runs[name].append(time_allreduce(tensor, groups[name], calls, groups["gloo"]))
+                runs[name].append(time_allreduce(tensor, groups[name], args.iters,
+                                                 groups["gloo"]))
         out[nbytes] = {k: statistics.median(v) for k, v in runs.items()}
     return out
 
