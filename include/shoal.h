@@ -298,9 +298,12 @@ shoal_status_t shoal_comm_get_async_error(shoal_comm_t comm, shoal_status_t *sta
  * takes a core from a peer. Stream-ordered calls need the progress thread,
  * and async errors are found between calls only while it runs (see
  * shoal_comm_get_async_error).
- * Only before comm's first non-blocking or stream-ordered call, with no
- * operation in flight. Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG, changing
- * nothing, for an invalid comm or mode, or after that first call. */
+ * Only while no operation of comm is in flight and its progress thread
+ * has not started (it starts at the first non-blocking or stream-ordered
+ * call made in SHOAL_PROGRESS_THREAD mode, and runs until comm is
+ * destroyed). Returns SHOAL_OK; SHOAL_ERR_INVALID_ARG, changing nothing,
+ * for an invalid comm or mode, or once that thread runs or with an
+ * operation in flight. */
 typedef enum { SHOAL_PROGRESS_THREAD = 0, SHOAL_PROGRESS_CALLER = 1 } shoal_progress_t;
 shoal_status_t shoal_comm_set_progress(shoal_comm_t comm, shoal_progress_t mode);
 

@@ -79,6 +79,7 @@ _SIGNATURES = {
     "shoal_comm_size": (_int, [_ptr, _intp]),
     "shoal_comm_last_error": (ctypes.c_char_p, [_ptr]),
     "shoal_comm_get_async_error": (_int, [_ptr, _intp]),
+    "shoal_comm_set_progress": (_int, [_ptr, _int]),
     # (send, recv, count, dtype, op, comm)
     "shoal_allreduce": (_int, [_ptr, _ptr, _sz, _int, _int, _ptr]),
     "shoal_iallreduce": (_int, [_ptr, _ptr, _sz, _int, _int, _ptr, _reqp]),

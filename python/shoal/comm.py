@@ -95,6 +95,23 @@ class Communicator(Collectives, Closing):
         """shoal's reason for the last failure on this communicator."""
         return last_error(self._handle)
 
+    def set_progress(self, mode):
+        """Who runs this communicator's non-blocking operations: "thread"
+        (a progress thread of its own, the default unless SHOAL_PROGRESS
+        says otherwise) or "caller" (whichever thread waits or tests one of
+        its requests, or makes a blocking call on it, running what was
+        issued before too). "caller" suits a program with a thread that
+        waits every request it issues: it spares each operation the
+        progress thread's wake-ups. Only while no operation is in flight
+        and the progress thread has not started (it starts at the first
+        non-blocking call made in "thread" mode): ShoalError otherwise."""
+        modes = {"thread": 0, "caller": 1}
+        if mode not in modes:
+            raise ValueError('mode: expected "thread" or "caller", got %r' % (mode,))
+        handle = self._live()
+        check(_lib.lib().shoal_comm_set_progress(handle, modes[mode]), handle,
+              "comm_set_progress")
+
     def async_error(self):
         """None while the communicator is healthy, else the ShoalError that
         broke it (a dead peer, a failure another rank reported, an abort);

@@ -622,9 +622,10 @@ shoal_status_t shoal_comm_set_progress(shoal_comm_t comm, shoal_progress_t mode)
         s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: mode %d is neither "
                             "SHOAL_PROGRESS_THREAD nor SHOAL_PROGRESS_CALLER", what, (int)mode);
     else if (shoal_exec_set_threaded(comm, mode == SHOAL_PROGRESS_THREAD) != 0)
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: rank %d: the communicator has "
-                            "issued a non-blocking or stream-ordered call already (or has one "
-                            "in flight); set its progress before that", what, comm->team.rank);
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: rank %d: the communicator's "
+                            "progress thread runs already (since its first non-blocking or "
+                            "stream-ordered call), or an operation is in flight; set its "
+                            "progress before that", what, comm->team.rank);
     shoal_comm_leave(comm);
     return s;
 }

@@ -65,6 +65,7 @@ import torch
 import torch.distributed as dist
 
 import shoal.torch as st  # registers backend "shoal"; the hooks
+from ref import progress_threads
 
 DIGITS = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz"
 N_TRAIN = 1497
@@ -110,7 +111,7 @@ def check_ids():
             ids.append(f"loss_{vid}")
         if replay:
             ids.append(f"replay_{vid}")
-    return ids + ["error_inflight"]
+    return ids + ["progress_threads", "error_inflight"]
 
 
 # ---- data, as test_train_digits.c makes it ----
@@ -289,10 +290,12 @@ def worker(rank, size, init, steps):
             elapsed = time.perf_counter() - t0
             loss, acc = evaluate(run.model, data)
             ratio = run.state.last_info if run.state is not None else {}
+            threads = progress_threads()  # the backend's and the hooks' comms alive
             run.close()
             r = {"desc": desc, "loss": loss, "acc": acc, "bound": bound,
                  "differ": same_everywhere(hashes, groups["gloo"], size), "s": elapsed,
-                 "wire": {i: round(info.ratio, 1) for i, info in sorted(ratio.items())}}
+                 "wire": {i: round(info.ratio, 1) for i, info in sorted(ratio.items())},
+                 "threads": threads}
             if replay:
                 ck = torch.load(io.BytesIO(saved))
                 model = make_model(SEED + 1)  # another start: only the checkpoint makes it
@@ -349,6 +352,10 @@ def report(results, errors, steps, size):
                  f"{steps - steps // 2} replay bit for bit"
                  + (f" (differ after steps {bad[:5]})" if bad else "")
                  + (f" ({unfit[0]})" if unfit else ""))
+    busy = {vid: r["threads"] for vid, r in results.items() if r["threads"]}
+    line("progress_threads", not busy, "the backend and the hooks drive their operations "
+         "themselves: no shoal progress thread on rank 0 after any variant"
+         + (f" (progress threads after {busy})" if busy else ""))
     for cid, (ok, text) in errors.items():
         line(cid, ok, text)
     print(f"# {'variant':<50} {'loss':>9} {'ratio':>8} {'held %':>7} {'s':>6}  wire ratio "

@@ -3,9 +3,23 @@ references computed from every rank's input, the two array kits (numpy and
 torch) and a checker that records failures without leaving the lock-step
 of the ranks (a failed comparison never skips a collective)."""
 
+import os
 import traceback
 
 import numpy as np
+
+def progress_threads():
+    """How many of this process's threads are shoal progress threads (shoal
+    names them "shoal progress")."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % tid) as f:
+                n += f.read().strip() == "shoal progress"
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return n
+
 
 OPS = ("sum", "prod", "min", "max", "avg")
 BITWISE = ("band", "bor", "bxor", "land", "lor", "lxor")

@@ -1,6 +1,6 @@
 """Non-blocking requests (waited in every order, polled with test(), holding
 buffers the caller dropped), split into subsets, and requests of an
-aborted communicator."""
+aborted communicator; caller-driven progress."""
 
 import gc
 import itertools
@@ -173,6 +173,34 @@ def aborted(comm, kits, c):
     comm.barrier()
 
 
+def caller_progress(comm, kits, c):
+    """A communicator set to caller-driven progress before its first
+    non-blocking call completes them all (waited in every order, polled)
+    without a progress thread of its own; set back to the thread, its next
+    non-blocking call starts one, after which the setting is refused; bad
+    modes always are."""
+    sub = comm.split(0, comm.rank)
+    c.raises(ValueError, lambda: sub.set_progress("eager"), "set_progress('eager')", "mode")
+    before = ref.progress_threads()
+    sub.set_progress("caller")
+    for kit in kits:
+        orders(sub, kit, c)
+        polled(sub, kit, c)
+    c.ok(ref.progress_threads() == before, "caller progress: %d progress threads, %d before"
+         % (ref.progress_threads(), before))
+    sub.set_progress("thread")
+    x = kits[0].make(np.ones(7), "float64")
+    sub.all_reduce(x, async_op=True).wait()
+    c.eq(kits[0].f64(x), np.full(7, float(sub.size)), "all_reduce on the progress thread")
+    c.ok(ref.progress_threads() == before + 1, "thread progress: %d progress threads, %d before"
+         % (ref.progress_threads(), before))
+    e = c.raises(shoal.ShoalError, lambda: sub.set_progress("caller"),
+                 "set_progress once the progress thread runs", "before")
+    c.ok(e is None or e.status == shoal.Status.INVALID_ARG,
+         "set_progress refused: status %s" % (e and e.status))
+    sub.close()
+
+
 def run(comm, kits, c):
     for kit in kits:
         orders(comm, kit, c)
@@ -181,5 +209,6 @@ def run(comm, kits, c):
         p2p(comm, kit, c)
         rooted(comm, kit, c)
     split(comm, kits, c)
+    caller_progress(comm, kits, c)
     aborted(comm, kits, c)
     comm.barrier()

@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 
 import shoal.torch  # noqa: F401  (registers backend "shoal")
+from ref import progress_threads
 
 R = dist.ReduceOp
 DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -499,14 +500,7 @@ def mode_async(c, rank, size):
                bool((ts[i] == sum(r + i for r in range(size))).all()))
     # The group's completion thread and its callers' waits drive its
     # operations: shoal's own progress thread never starts.
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # a thread that ended meanwhile
-    c.true("no shoal progress thread in the process", "shoal progress" not in names)
+    c.true("no shoal progress thread in the process", progress_threads() == 0)
 
 
 def mode_ddp(c, rank, size):

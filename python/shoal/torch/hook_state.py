@@ -61,7 +61,11 @@ def join_group(group):
     root = 0 if g is world else dist.get_global_rank(g, 0)
     box = [get_unique_id() if rank == 0 else None]
     dist.broadcast_object_list(box, src=root, group=None if g is world else g)
-    return Communicator.from_unique_id(size, box[0], rank)
+    comm = Communicator.from_unique_id(size, box[0], rank)
+    # The state's waiter thread waits every request the hooks issue, in
+    # issue order, and so drives them: no progress thread besides it.
+    comm.set_progress("caller")
+    return comm
 
 
 def matrix(shape):
