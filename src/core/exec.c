@@ -94,7 +94,9 @@ struct shoal_exec {
      * (shoal_exec_run), which then wakes the nappers, if any. */
     atomic_int running;
     atomic_int nappers;       /* threads asleep (or about to be) until running clears */
-    int thread_mode;          /* SHOAL_PROGRESS=thread; set before the first task */
+    /* SHOAL_PROGRESS=thread; set under the lock before the first task
+     * (shoal_comm_set_progress), read without it. */
+    atomic_int thread_mode;
     int has_thread;
     int stop;
     pthread_t thread;
@@ -447,7 +449,7 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm)
     struct shoal_exec *ex = calloc(1, sizeof(*ex));
     if (!ex)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "no memory for the operation queue");
-    ex->thread_mode = shoal_config_get()->algo.progress_thread;
+    atomic_init(&ex->thread_mode, shoal_config_get()->algo.progress_thread);
     ex->comm = comm;
     atomic_init(&ex->refs, 1);
     pthread_mutex_init(&ex->lock, NULL);
@@ -459,7 +461,7 @@ shoal_status_t shoal_exec_create(struct shoal_comm *comm)
 
 int shoal_exec_threaded(const struct shoal_comm *comm)
 {
-    return comm->exec->thread_mode;
+    return atomic_load_explicit(&comm->exec->thread_mode, memory_order_relaxed);
 }
 
 int shoal_exec_set_threaded(struct shoal_comm *comm, int threaded)
@@ -468,7 +470,7 @@ int shoal_exec_set_threaded(struct shoal_comm *comm, int threaded)
     pthread_mutex_lock(&ex->lock);
     int busy = ex->has_thread || ex->head || session_active(ex) || atomic_load(&ex->running);
     if (!busy)
-        ex->thread_mode = threaded;
+        atomic_store_explicit(&ex->thread_mode, threaded, memory_order_relaxed);
     pthread_mutex_unlock(&ex->lock);
     return busy ? -1 : 0;
 }
@@ -624,7 +626,7 @@ static shoal_status_t exec_queue(struct shoal_comm *comm, const shoal_call_t *ca
 /* Lock held: wake the progress thread, starting it on first use. */
 static shoal_status_t exec_kick(struct shoal_exec *ex)
 {
-    if (!ex->thread_mode)
+    if (!atomic_load_explicit(&ex->thread_mode, memory_order_relaxed))
         return SHOAL_OK;
     if (!ex->has_thread) {
         int e = pthread_create(&ex->thread, NULL, exec_thread, ex);
@@ -849,7 +851,7 @@ shoal_status_t shoal_test(shoal_request_t *reqp, int *done_p)
     /* Caller-driven progress: run what precedes and includes this request,
      * unless another thread is already running the queue. The request's
      * reference to its task keeps the executor. */
-    if (!done && t && !t->ex->thread_mode) {
+    if (!done && t && !atomic_load_explicit(&t->ex->thread_mode, memory_order_relaxed)) {
         struct shoal_exec *ex = t->ex;
         pthread_mutex_lock(&ex->lock);
         while (!done && exec_ready(ex)) {

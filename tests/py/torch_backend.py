@@ -471,6 +471,16 @@ def mode_async(c, rank, size):
                        torch.float64))
     c.equal("future of broadcast", futs[1].value()[0], torch.ones(4))
     c.true("future of barrier", futs[2].done())
+    # A callback that waits for a later work of the group claims it and
+    # runs it on its own thread (the completion thread, or a waiter).
+    t1 = torch.full((9,), float(rank))
+    t2 = torch.full((11,), float(rank + 1))
+    w1 = dist.all_reduce(t1, async_op=True)
+    w2 = dist.all_reduce(t2, async_op=True)
+    chained = w1.get_future().then(lambda f: w2.wait())
+    c.true("a callback that waits for a later work", chained.wait() is True)
+    c.true("that later work's result", bool((t2 == sum(r + 1 for r in range(size))).all()))
+    c.true("the first work's result", bool((t1 == sum(range(size))).all()))
     # Work.wait with a timeout, on a work that completes.
     w = dist.all_reduce(torch.ones(10), async_op=True)
     c.true("wait(timeout) on a completing work", w.wait(datetime.timedelta(seconds=60)))
