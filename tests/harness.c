@@ -482,3 +482,26 @@ void harness_relay_stop(harness_relay_t *relay, int timeout_s)
     munmap(relay->shared, sizeof(*relay->shared));
     free(relay);
 }
+
+int harness_threads(const char *name)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[300], comm[64] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = name ? fopen(path, "r") : NULL;
+        if (f) {
+            if (fgets(comm, sizeof(comm), f))
+                comm[strcspn(comm, "\n")] = '\0';
+            fclose(f);
+        }
+        n += !name || !strcmp(comm, name);
+    }
+    closedir(d);
+    return n;
+}

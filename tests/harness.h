@@ -126,6 +126,11 @@ uint32_t harness_mix(uint32_t x);
  * every rank of comm (a hash compared by a max and a min all-reduce). */
 int harness_same_bytes(shoal_comm_t comm, const void *buf, size_t len);
 
+/* Threads of this process (/proc/self/task), or only those named name
+ * when it is not NULL (shoal names its progress thread "shoal
+ * progress"); -1 when /proc cannot be read. */
+int harness_threads(const char *name);
+
 /* Rank's input element i for dtype and op: values whose sums, products,
  * minima and maxima over up to 8 ranks are exact in dtype, so the expected
  * result does not depend on the order of reduction. */

@@ -20,7 +20,6 @@
 #include "algos/reduce.h"
 #include "base/dtype.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -594,28 +593,15 @@ fail:
     return 1;
 }
 
-static int count_threads(void)
-{
-    DIR *d = opendir("/proc/self/task");
-    int n = 0;
-    if (!d)
-        return -1;
-    for (struct dirent *e; (e = readdir(d));)
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
 /* An all-reduce of count int32 issued without waiting, then (after a poll,
- * which must not change the thread count before: caller-driven progress)
- * waited and checked; threads_after is what the process then has. */
-static int nb_allreduce_threads(shoal_comm_t comm, int nranks, size_t count, int k,
+ * which must not change the progress threads before: caller-driven
+ * progress) waited and checked; threads_after is how many progress threads
+ * the process then has. */
+static int nb_allreduce_threads(shoal_comm_t comm, int rank, int nranks, size_t count, int k,
                                 int *threads_poll, int *threads_after)
 {
     int32_t *buf = malloc(count * sizeof(*buf) + 1);
     RANK_CHECK(buf, fail, "out of memory");
-    int rank = -1;
-    shoal_comm_rank(comm, &rank);
     harness_fill_exact(buf, count, rank, SHOAL_INT32, SHOAL_SUM);
     shoal_request_t req = NULL;
     shoal_status_t s = shoal_iallreduce(buf, buf, count, SHOAL_INT32, SHOAL_SUM, comm, &req);
@@ -623,12 +609,12 @@ static int nb_allreduce_threads(shoal_comm_t comm, int nranks, size_t count, int
     int done = 0;
     s = shoal_test(&req, &done);
     RANK_CHECK(s == SHOAL_OK, fail_free, "test %d: %s", k, shoal_status_string(s));
-    *threads_poll = count_threads();
+    *threads_poll = harness_threads("shoal progress");
     if (!done) {
         s = shoal_wait(&req);
         RANK_CHECK(s == SHOAL_OK, fail_free, "wait %d: %s", k, shoal_status_string(s));
     }
-    *threads_after = count_threads();
+    *threads_after = harness_threads("shoal progress");
     int bad = check_exact(buf, SHOAL_INT32, SHOAL_SUM, count, nranks, "set_progress all-reduce", k);
     free(buf);
     return bad;
@@ -653,13 +639,13 @@ static int rank_set_progress(int rank, int nranks, const shoal_unique_id_t *id, 
     s = shoal_comm_set_progress(NULL, SHOAL_PROGRESS_CALLER);
     RANK_CHECK(s == SHOAL_ERR_INVALID_ARG, fail, "NULL comm gave %s", shoal_status_string(s));
 
-    int before = count_threads(), poll = -1, after = -1;
+    int before = harness_threads("shoal progress"), poll = -1, after = -1;
     RANK_CHECK(shoal_comm_set_progress(comm, SHOAL_PROGRESS_CALLER) == SHOAL_OK, fail,
                "caller: %s", shoal_comm_last_error(comm));
     /* Multi-chunk, odd, then one element. */
     size_t counts[] = {3 * TEST_CHUNK + 7, 1};
     for (int k = 0; k < 2; k++) {
-        RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[k], k, &poll, &after), fail,
+        RANK_CHECK(!nb_allreduce_threads(comm, rank, nranks, counts[k], k, &poll, &after), fail,
                    "caller-driven all-reduce");
         RANK_CHECK(poll == before && after == before, fail,
                    "caller-driven progress: %d threads before, %d at the poll, %d after",
@@ -667,7 +653,7 @@ static int rank_set_progress(int rank, int nranks, const shoal_unique_id_t *id, 
     }
     RANK_CHECK(shoal_comm_set_progress(comm, SHOAL_PROGRESS_THREAD) == SHOAL_OK, fail,
                "back to the thread: %s", shoal_comm_last_error(comm));
-    RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[0], 2, &poll, &after), fail,
+    RANK_CHECK(!nb_allreduce_threads(comm, rank, nranks, counts[0], 2, &poll, &after), fail,
                "all-reduce on the progress thread");
     RANK_CHECK(after == before + 1, fail, "progress thread: %d threads before, %d after",
                before, after);
@@ -676,7 +662,7 @@ static int rank_set_progress(int rank, int nranks, const shoal_unique_id_t *id, 
                shoal_status_string(s));
     RANK_CHECK(strstr(shoal_comm_last_error(comm), "set its progress before"), fail,
                "reason: %s", shoal_comm_last_error(comm));
-    RANK_CHECK(!nb_allreduce_threads(comm, nranks, counts[1], 3, &poll, &after), fail,
+    RANK_CHECK(!nb_allreduce_threads(comm, rank, nranks, counts[1], 3, &poll, &after), fail,
                "all-reduce after the refusal");
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     (void)arg;

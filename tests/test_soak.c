@@ -73,20 +73,6 @@ static int soak_seconds(void)
     return s < 0 ? 0 : s;
 }
 
-/* Entries of directory path (here /proc/self/task: the threads), not counting "." and "..". */
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
-
 /* Log the threads of this process with their names, to tell whose a
  * thread that stayed is. */
 static void log_threads(int rank, const char *tag)
@@ -209,7 +195,7 @@ static int baseline_threads(void)
             nanosleep(&ts, NULL);
         }
     }
-    return count_entries("/proc/self/task");
+    return harness_threads(NULL);
 }
 
 /* Threads of this process once those that are exiting have gone: a
@@ -220,11 +206,11 @@ static int baseline_threads(void)
 static int settled_threads(int want, double *waited_p)
 {
     double t0 = now_s();
-    int n = count_entries("/proc/self/task");
+    int n = harness_threads(NULL);
     while (n > want && now_s() - t0 < 5) {
         struct timespec ts = {0, 1000000};
         nanosleep(&ts, NULL);
-        n = count_entries("/proc/self/task");
+        n = harness_threads(NULL);
     }
     *waited_p = now_s() - t0;
     return n;

@@ -8,6 +8,7 @@ import traceback
 
 import numpy as np
 
+
 def progress_threads():
     """How many of this process's threads are shoal progress threads (shoal
     names them "shoal progress")."""

@@ -53,8 +53,11 @@ struct ShoalOp;
  * bounded by that timeout (the process group's when the call sets none). */
 class WorkShoal : public Work {
   public:
-    WorkShoal(const char *call, c10d::OpType type, std::vector<at::Tensor> outputs,
-              std::chrono::milliseconds timeout);
+    /* op (on comm) is what a claiming wait() runs; it lives until
+     * complete() has returned (the completion thread frees it only after
+     * that). */
+    WorkShoal(shoal_comm_t comm, ShoalOp *op, c10d::OpType type,
+              std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout);
 
     bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
     std::vector<at::Tensor> result() override;
@@ -65,10 +68,6 @@ class WorkShoal : public Work {
      * the output tensors, or the error. */
     void complete(std::exception_ptr error);
 
-    /* Before the operation is queued: what a claiming wait() runs. op
-     * lives until complete() has returned (the completion thread frees it
-     * only after that). */
-    void bind(shoal_comm_t comm, ShoalOp *op);
     /* Claim the operation for the calling thread: true when nobody had. */
     bool claim();
     /* Wait for complete(), however long it takes (the claimant's waits
@@ -76,8 +75,8 @@ class WorkShoal : public Work {
     void awaitCompletion();
 
   private:
-    shoal_comm_t comm_ = nullptr;
-    ShoalOp *op_ = nullptr;
+    shoal_comm_t comm_;
+    ShoalOp *op_;
     bool claimed_ = false; /* under mutex_ */
     const char *call_;
     std::vector<at::Tensor> outputs_;

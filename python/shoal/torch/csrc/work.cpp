@@ -10,24 +10,19 @@
 
 namespace shoal_c10d {
 
-WorkShoal::WorkShoal(const char *call, c10d::OpType type, std::vector<at::Tensor> outputs,
-                     std::chrono::milliseconds timeout)
-    : Work(-1, type), call_(call), outputs_(std::move(outputs)), timeout_(timeout),
+WorkShoal::WorkShoal(shoal_comm_t comm, ShoalOp *op, c10d::OpType type,
+                     std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout)
+    : Work(-1, type), comm_(comm), op_(op), call_(op->call), outputs_(std::move(outputs)),
+      timeout_(timeout),
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get())))
 {
 }
 
-void WorkShoal::bind(shoal_comm_t comm, ShoalOp *op)
-{
-    comm_ = comm;
-    op_ = op;
-}
-
 bool WorkShoal::claim()
 {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (completed_ || claimed_ || !op_)
+    if (completed_ || claimed_)
         return false;
     claimed_ = true;
     return true;
@@ -233,11 +228,9 @@ c10::intrusive_ptr<Work> ProcessGroupShoal::submit(std::unique_ptr<ShoalOp> op,
     c10::intrusive_ptr<WorkShoal> work;
     if (s != SHOAL_OK)
         why = failure_message(comm_, op->call, s);
-    else {
-        work = op->work = c10::make_intrusive<WorkShoal>(op->call, type, std::move(outputs),
-                                                         timeoutOf(timeout));
-        work->bind(comm_, op.get());
-    }
+    else
+        work = op->work = c10::make_intrusive<WorkShoal>(comm_, op.get(), type,
+                                                         std::move(outputs), timeoutOf(timeout));
     /* Requests issued before a refusal are still waited, by the completion
      * thread, with nobody told. */
     if (s == SHOAL_OK || !op->reqs.empty()) {
