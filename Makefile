@@ -162,6 +162,8 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c
 $(BUILD)/tests/mpi/%.mpich: tests/mpi/%.c
 	@mkdir -p $(dir $@)
 	mpicc.mpich $(MPI_PROG_FLAGS) -o $@ $< -lpthread
+# bcast_check defines PMPI_Bcast for the door to find: exported.
+$(BUILD)/tests/mpi/bcast_check $(BUILD)/tests/mpi/bcast_check.mpich: MPI_PROG_FLAGS += -rdynamic
 $(BUILD)/tests/mpi/%: tests/mpi/%.f90
 	@mkdir -p $(dir $@)
 	mpif90.openmpi -O2 -Wall -Werror -J $(dir $@) -o $@ $<

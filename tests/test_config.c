@@ -226,7 +226,7 @@ static void test_config_compress(void **state)
 }
 
 /* The MPI door's path: auto unless shoal; SHOAL_MPI_LEARN within 1..100;
- * the tests' slow path off, shoal or mpi. */
+ * the tests' slow path off, shoal, mpi or near. */
 static void test_config_mpi_path(void **state)
 {
     set_env("SHOAL_MPI_PATH", NULL);
@@ -250,6 +250,8 @@ static void test_config_mpi_path(void **state)
     assert_int_equal(shoal_config_get()->mpi.test_slow, 1);
     set_env("SHOAL_TEST_MPI_SLOW", "mpi");
     assert_int_equal(shoal_config_get()->mpi.test_slow, 2);
+    set_env("SHOAL_TEST_MPI_SLOW", "near");
+    assert_int_equal(shoal_config_get()->mpi.test_slow, 3);
     set_env("SHOAL_TEST_MPI_SLOW", "rank1");
     assert_int_equal(shoal_config_get()->mpi.test_slow, 0);
     set_env("SHOAL_MPI_PATH", NULL);

@@ -12,8 +12,9 @@
 # and mpi_barrier_f08_ (use mpi_f08); under MPICH, whose Fortran bindings
 # call the C MPI_* themselves, libmpichfort's MPI_Allreduce (from either
 # binding) and the f08 program's mpi_barrier_f08_ (the one of MPICH's
-# Fortran routines that calls PMPI_*). Run from the repository root (make
-# test does).
+# Fortran routines that calls PMPI_*). Last, bcast_check counts the
+# PMPI_Bcast calls the door makes of its own: none. Run from the
+# repository root (make test does).
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/shoal_mpi_symbols.XXXXXX") || exit 1
 trap 'rm -rf "$TMP"' EXIT INT TERM
 
@@ -115,7 +116,7 @@ check_binding() {
     fi
 }
 
-echo "1..10"
+echo "1..12"
 for mpi in ompi mpich; do
     if [ "$mpi" = ompi ]; then
         door_lib=$DOOR_OMPI names="$C_NAMES $OMPI_FORTRAN" suffix=
@@ -138,5 +139,22 @@ for mpi in ompi mpich; do
         check_binding mpich fortran_check libmpichfort.so.12 MPI_Allreduce
         check_binding mpich fortran_f08_check libmpichfort.so.12 MPI_Allreduce
         check_binding mpich fortran_f08_check fortran_f08_check.mpich mpi_barrier_f08_
+    fi
+done
+
+# What the door calls of MPI: no PMPI_Bcast to map a communicator (on
+# MPI_COMM_WORLD, a duplicate and a split), which would leave Open MPI's
+# later calls slower (door.c). bcast_check counts the broadcasts the
+# door's PMPI_Bcast reaches (its own definition, which the dynamic linker
+# puts before MPI's).
+for mpi in ompi mpich; do
+    out=$TMP/bcast_$mpi.txt
+    mpi_run "$mpi" 3 1 "$BUILD/tests/mpi/bcast_check" >"$out" 2>&1
+    rc=$?
+    if [ "$rc" = 0 ] && grep -q "bcast_check: ok" "$out"; then
+        pass "$mpi, 3 ranks: the door maps 3 communicators without a PMPI_Bcast"
+    else
+        fail "$mpi, 3 ranks: the door's PMPI_Bcast calls (exit $rc)"
+        show "$out"
     fi
 done

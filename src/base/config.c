@@ -209,7 +209,7 @@ static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static atomic_int config_nccl_env;
 /* Loads so far, so that shoal_config_use_nccl_env loads only once when it
  * comes first. */
-static atomic_uint config_loads;
+atomic_uint shoal_config_loads;
 
 /* The tables every component placed in their section; weak, so that a
  * program with none linked still builds (and gets all-zero settings). */
@@ -360,7 +360,7 @@ static void config_load(void)
     for (size_t t = 0; t < ntables; t++)
         tables[t]->sanitize(&c);
     config = c;
-    atomic_fetch_add_explicit(&config_loads, 1, memory_order_release);
+    atomic_fetch_add_explicit(&shoal_config_loads, 1, memory_order_release);
 }
 
 const shoal_config_t *shoal_config_get(void)
@@ -369,10 +369,6 @@ const shoal_config_t *shoal_config_get(void)
     return &config;
 }
 
-unsigned shoal_config_generation(void)
-{
-    return atomic_load_explicit(&config_loads, memory_order_acquire);
-}
 
 void shoal_config_reload(void)
 {
@@ -383,9 +379,9 @@ void shoal_config_reload(void)
 void shoal_config_use_nccl_env(void)
 {
     atomic_store_explicit(&config_nccl_env, 1, memory_order_release);
-    unsigned before = atomic_load_explicit(&config_loads, memory_order_acquire);
+    unsigned before = atomic_load_explicit(&shoal_config_loads, memory_order_acquire);
     pthread_once(&config_once, config_load);
-    if (atomic_load_explicit(&config_loads, memory_order_acquire) == before)
+    if (atomic_load_explicit(&shoal_config_loads, memory_order_acquire) == before)
         config_load();
 }
 

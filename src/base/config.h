@@ -8,6 +8,7 @@
 #ifndef SHOAL_CONFIG_H
 #define SHOAL_CONFIG_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -145,7 +146,8 @@ typedef struct {
     int learn;     /* SHOAL_MPI_LEARN: timed calls per path and size before choosing */
     int test_slow; /* SHOAL_TEST_MPI_SLOW: tests only: 0, or the path on which
                     * rank 1's rule clock runs on 1 s at each call's entry
-                    * into the door (1 shoal, 2 MPI) */
+                    * into the door (1 shoal, 2 MPI), or 3 on both,
+                    * shoal's a little less and unevenly (rule.c) */
 } shoal_mpi_config_t;
 
 /* The device module (base/dev.h). */
@@ -256,8 +258,13 @@ const shoal_config_t *shoal_config_get(void);
  * Not thread-safe: no other shoal call may run concurrently. */
 void shoal_config_reload(void);
 /* How many times the settings were parsed: what was derived from them
- * holds while this stays the same. */
-unsigned shoal_config_generation(void);
+ * holds while this stays the same. Read inline: the MPI door's calls
+ * passed to MPI look at it on every call. */
+extern atomic_uint shoal_config_loads;
+static inline unsigned shoal_config_generation(void)
+{
+    return atomic_load_explicit(&shoal_config_loads, memory_order_acquire);
+}
 
 /* Honour the NCCL_* aliases of the settings from now on (NCCL_DEBUG for
  * SHOAL_DEBUG, NCCL_SOCKET_IFNAME for SHOAL_SOCKET_IFNAME...) through the

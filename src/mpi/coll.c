@@ -97,7 +97,7 @@ static int again_barrier(const door_call_t *k, int shoal)
     return shoal ? barrier(k->mpi, NULL) : PMPI_Barrier(k->mpi);
 }
 
-/* The arguments MPI took: rcount, rt and op are the memo's key (door.c).
+/* The arguments MPI took: rcount, rt and op are the memo's key (mpi_priv.h).
  * A blocking call out of place can run again, through again (NULL: none). */
 static void mpi_args(door_call_t *k, int (*again)(const door_call_t *, int), const void *sb,
                      int scount, MPI_Datatype st, void *rb, int rcount, MPI_Datatype rt,
@@ -130,8 +130,6 @@ static int moves(door_call_t *k, int count, MPI_Datatype t, size_t *bytes_p)
 static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c,
                      MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_ALLREDUCE, c, count, t, op))
-        return PMPI_Allreduce(sb, rb, count, t, op, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLREDUCE, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
@@ -148,6 +146,8 @@ static int allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op
 
 int MPI_Allreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_ALLREDUCE, c, count, t, op))
+        return PMPI_Allreduce(sb, rb, count, t, op, c);
     return allreduce(sb, rb, count, t, op, c, NULL);
 }
 
@@ -161,8 +161,6 @@ int MPI_Iallreduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op o
 static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
                   MPI_Comm c, MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_REDUCE, c, count, t, op))
-        return PMPI_Reduce(sb, rb, count, t, op, root, c);
     door_call_t k;
     door_call_begin(&k, DOOR_REDUCE, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
@@ -181,6 +179,8 @@ static int reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op
 int MPI_Reduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, int root,
                MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_REDUCE, c, count, t, op))
+        return PMPI_Reduce(sb, rb, count, t, op, root, c);
     return reduce(sb, rb, count, t, op, root, c, NULL);
 }
 
@@ -192,8 +192,6 @@ int MPI_Ireduce(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op, 
 
 static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_BCAST, c, count, t, MPI_OP_NULL))
-        return PMPI_Bcast(buf, count, t, root, c);
     door_call_t k;
     door_call_begin(&k, DOOR_BCAST, req);
     k.sendbuf = buf;
@@ -210,6 +208,8 @@ static int bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI
 
 int MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_BCAST, c, count, t, MPI_OP_NULL))
+        return PMPI_Bcast(buf, count, t, root, c);
     return bcast(buf, count, t, root, c, NULL);
 }
 
@@ -223,8 +223,6 @@ int MPI_Ibcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c, MPI_R
 static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                      MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_ALLGATHER, c, rcount, rt, MPI_OP_NULL))
-        return PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLGATHER, req);
     k.sendbuf = sb;
@@ -246,6 +244,8 @@ static int allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int 
 int MPI_Allgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                   MPI_Datatype rt, MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_ALLGATHER, c, rcount, rt, MPI_OP_NULL))
+        return PMPI_Allgather(sb, scount, st, rb, rcount, rt, c);
     return allgather(sb, scount, st, rb, rcount, rt, c, NULL);
 }
 
@@ -261,8 +261,6 @@ int MPI_Iallgather(const void *sb, int scount, MPI_Datatype st, void *rb, int rc
 static int reduce_scatter(const void *sb, void *rb, const int *counts, int block,
                           MPI_Datatype t, MPI_Op op, MPI_Comm c, MPI_Request *req)
 {
-    if (!req && !counts && shoal_mpi_memo_passes(DOOR_REDUCE_SCATTER_BLOCK, c, block, t, op))
-        return PMPI_Reduce_scatter_block(sb, rb, block, t, op, c);
     door_call_t k;
     door_call_begin(&k, counts ? DOOR_REDUCE_SCATTER : DOOR_REDUCE_SCATTER_BLOCK, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
@@ -317,6 +315,8 @@ static int reduce_scatter(const void *sb, void *rb, const int *counts, int block
 int MPI_Reduce_scatter_block(const void *sb, void *rb, int count, MPI_Datatype t, MPI_Op op,
                              MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_REDUCE_SCATTER_BLOCK, c, count, t, op))
+        return PMPI_Reduce_scatter_block(sb, rb, count, t, op, c);
     return reduce_scatter(sb, rb, NULL, count, t, op, c, NULL);
 }
 
@@ -341,8 +341,6 @@ int MPI_Ireduce_scatter(const void *sb, void *rb, const int counts[], MPI_Dataty
 static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                     MPI_Datatype rt, MPI_Comm c, MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_ALLTOALL, c, rcount, rt, MPI_OP_NULL))
-        return PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
     door_call_t k;
     door_call_begin(&k, DOOR_ALLTOALL, req);
     k.sendbuf = sb == MPI_IN_PLACE ? rb : sb;
@@ -362,6 +360,8 @@ static int alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int r
 int MPI_Alltoall(const void *sb, int scount, MPI_Datatype st, void *rb, int rcount,
                  MPI_Datatype rt, MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_ALLTOALL, c, rcount, rt, MPI_OP_NULL))
+        return PMPI_Alltoall(sb, scount, st, rb, rcount, rt, c);
     return alltoall(sb, scount, st, rb, rcount, rt, c, NULL);
 }
 
@@ -509,8 +509,6 @@ int MPI_Iscatter(const void *sb, int scount, MPI_Datatype st, void *rb, int rcou
 
 static int barrier(MPI_Comm c, MPI_Request *req)
 {
-    if (!req && shoal_mpi_memo_passes(DOOR_BARRIER, c, 0, MPI_DATATYPE_NULL, MPI_OP_NULL))
-        return PMPI_Barrier(c);
     door_call_t k;
     door_call_begin(&k, DOOR_BARRIER, req);
     mpi_args(&k, again_barrier, NULL, 0, MPI_DATATYPE_NULL, NULL, 0, MPI_DATATYPE_NULL,
@@ -522,6 +520,8 @@ static int barrier(MPI_Comm c, MPI_Request *req)
 
 int MPI_Barrier(MPI_Comm c)
 {
+    if (shoal_mpi_memo_passes(DOOR_BARRIER, c, 0, MPI_DATATYPE_NULL, MPI_OP_NULL))
+        return PMPI_Barrier(c);
     return barrier(c, NULL);
 }
 

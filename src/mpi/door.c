@@ -6,7 +6,7 @@
  *
  * Communicators. Each MPI intracommunicator gets a shoal communicator
  * the first time a call on it is taken: rank 0 makes the unique id, a
- * PMPI_Bcast on the communicator carries it, every rank joins, and a
+ * PMPI_Allreduce on the communicator carries it, every rank joins, and a
  * PMPI_Allreduce agrees that all could (otherwise every rank passes the
  * communicator's calls through from then on). It is kept as an attribute
  * of the MPI communicator, so a dup does not inherit it (the copy
@@ -75,49 +75,28 @@ void shoal_mpi_comm_put(door_comm_t *d)
  * the attribute lookup in MPI on every call; a freed communicator (whose
  * handle MPI may give the next one) moves the generation on, which
  * forgets every thread's. */
-static atomic_uint comm_gen = 1;
+atomic_uint shoal_mpi_comm_gen = 1;
 static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
     MPI_Comm c;
     door_comm_t *d;
     unsigned gen;
 } last;
 
-/* The blocking calls that SHOAL_MPI_PATH=auto passed to MPI, the last per
- * kind and thread: a call of the same communicator, count, type and op
- * falls in the same size class, whose choice never changes, and passes at
- * once, sparing the door's look at it (two thirds of what the door added
- * to a passed 8-byte all-reduce). The generations forget them with the
- * communicator and with the settings. At SHOAL_DEBUG=info such a call is
- * counted (call.c); at debug, which logs each call, none is kept. */
-static _Thread_local __attribute__((tls_model("initial-exec"))) struct {
-    MPI_Comm c;
-    MPI_Datatype t;
-    MPI_Op op;
-    int count;
-    unsigned gen, settings;
-} memo[DOOR_NKINDS];
-
-int shoal_mpi_memo_passes(door_kind_t kind, MPI_Comm c, int count, MPI_Datatype t, MPI_Op op)
-{
-    int hit = memo[kind].c == c && memo[kind].count == count && memo[kind].t == t &&
-              memo[kind].op == op &&
-              memo[kind].gen == atomic_load_explicit(&comm_gen, memory_order_acquire) &&
-              memo[kind].settings == shoal_config_generation();
-    if (hit && shoal_log_level >= SHOAL_LOG_INFO)
-        shoal_mpi_count_at_once(kind);
-    return hit;
-}
+/* The blocking calls passed to MPI at once (mpi_priv.h), the last per
+ * kind and thread. */
+_Thread_local __attribute__((tls_model("initial-exec"))) door_memo_t shoal_mpi_memo[DOOR_NKINDS];
 
 void shoal_mpi_memo_keep(const door_call_t *k)
 {
     if (!k->keyed || k->nb || shoal_log_level >= SHOAL_LOG_DEBUG)
         return;
-    memo[k->kind].c = k->mpi;
-    memo[k->kind].t = k->m.rt;
-    memo[k->kind].op = k->m.op;
-    memo[k->kind].count = k->m.rcount;
-    memo[k->kind].gen = atomic_load_explicit(&comm_gen, memory_order_acquire);
-    memo[k->kind].settings = shoal_config_generation();
+    door_memo_t *m = &shoal_mpi_memo[k->kind];
+    m->c = k->mpi;
+    m->t = k->m.rt;
+    m->op = k->m.op;
+    m->count = k->m.rcount;
+    m->gen = atomic_load_explicit(&shoal_mpi_comm_gen, memory_order_acquire);
+    m->settings = shoal_config_generation();
 }
 
 static int delete_comm(MPI_Comm c, int keyval, void *attr, void *extra)
@@ -125,7 +104,7 @@ static int delete_comm(MPI_Comm c, int keyval, void *attr, void *extra)
     (void)c;
     (void)keyval;
     (void)extra;
-    atomic_fetch_add_explicit(&comm_gen, 1, memory_order_acq_rel);
+    atomic_fetch_add_explicit(&shoal_mpi_comm_gen, 1, memory_order_acq_rel);
     if (attr)
         shoal_mpi_comm_put(attr);
     return MPI_SUCCESS;
@@ -252,7 +231,7 @@ door_comm_t *shoal_mpi_comm(MPI_Comm c)
 {
     if (!shoal_mpi_ready() || c == MPI_COMM_NULL)
         return NULL;
-    unsigned gen = atomic_load_explicit(&comm_gen, memory_order_acquire);
+    unsigned gen = atomic_load_explicit(&shoal_mpi_comm_gen, memory_order_acquire);
     if (last.gen == gen && last.c == c)
         return last.d;
     void *attr;
@@ -284,7 +263,12 @@ door_comm_t *shoal_mpi_comm(MPI_Comm c)
     memset(&root, 0, sizeof(root));
     if (rank == 0)
         root.ok = shoal_get_unique_id(&root.id) == SHOAL_OK;
-    PMPI_Bcast(&root, (int)sizeof(root), MPI_BYTE, 0, c);
+    /* Rank 0's id reaches the others by an allreduce (OR of bytes: the
+     * others give zeros), not a broadcast: Open MPI 4.1 runs every later
+     * 8-byte all-reduce about 20% slower once a process has made any
+     * broadcast (0.48 against 0.58 us on 2 ranks), which would weigh on
+     * the calls the door passes to it. */
+    PMPI_Allreduce(MPI_IN_PLACE, &root, (int)sizeof(root), MPI_BYTE, MPI_BOR, c);
     shoal_comm_t comm = NULL;
     int ok = root.ok && shoal_comm_init(size, &root.id, rank, &comm) == SHOAL_OK;
     int all = 0;

@@ -4,6 +4,9 @@
 
 #include "shoal.h"
 
+#include "base/config.h"
+#include "base/log.h"
+
 #include <mpi.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -43,6 +46,8 @@ typedef struct {
     int calls;   /* blocking calls seen while learning */
     int failed;  /* a run of shoal's path failed on this rank while learning */
     double t[2]; /* this rank's best timed call, s (0: none yet): [0] MPI's path, [1] shoal's */
+    double t2[2];   /* the second best, likewise */
+    int rounds[2];  /* timed rounds on each path */
 } door_class_t;
 
 /* The door's side of an MPI communicator (its attribute). */
@@ -128,12 +133,43 @@ static inline void door_call_begin(door_call_t *k, door_kind_t kind, const MPI_R
     k->again = NULL;
 }
 
-/* door.c; shoal_mpi_memo_*: a blocking call of kind on c with the same
- * count, type and op as the last that SHOAL_MPI_PATH=auto passed to MPI
- * on this thread (whether it passes at once, shoal_mpi_count_at_once);
- * keep k as that call. */
+/* The blocking calls that SHOAL_MPI_PATH=auto passed to MPI, the last per
+ * kind and thread (door.c): a call of the same communicator, count, type
+ * and op falls in the same size class, whose choice never changes, and
+ * passes at once from its entry point (coll.c), before the door's own
+ * work: a passed 8-byte all-reduce on 2 ranks then costs what it costs
+ * without the door. The generations forget them with the communicator
+ * (shoal_mpi_comm_gen, moved on by each freed one) and with the settings.
+ * At SHOAL_DEBUG=info such a call is counted (call.c); at debug, which
+ * logs each call, none is kept (shoal_mpi_memo_keep). */
+typedef struct {
+    MPI_Comm c;
+    MPI_Datatype t;
+    MPI_Op op;
+    int count;
+    unsigned gen, settings;
+} door_memo_t;
+extern _Thread_local __attribute__((tls_model("initial-exec"))) door_memo_t
+    shoal_mpi_memo[DOOR_NKINDS];
+extern atomic_uint shoal_mpi_comm_gen;
+void shoal_mpi_count_at_once(door_kind_t kind);
+
+/* Whether a blocking call of kind on c passes to MPI at once. */
+static inline int shoal_mpi_memo_passes(door_kind_t kind, MPI_Comm c, int count,
+                                        MPI_Datatype t, MPI_Op op)
+{
+    const door_memo_t *m = &shoal_mpi_memo[kind];
+    if (m->c != c || m->count != count || m->t != t || m->op != op ||
+        m->gen != atomic_load_explicit(&shoal_mpi_comm_gen, memory_order_acquire) ||
+        m->settings != shoal_config_generation())
+        return 0;
+    if (shoal_log_level >= SHOAL_LOG_INFO)
+        shoal_mpi_count_at_once(kind);
+    return 1;
+}
+
+/* door.c: keep k as the last call of its kind passed to MPI. */
 int shoal_mpi_ready(void);
-int shoal_mpi_memo_passes(door_kind_t kind, MPI_Comm c, int count, MPI_Datatype t, MPI_Op op);
 void shoal_mpi_memo_keep(const door_call_t *k);
 door_comm_t *shoal_mpi_comm(MPI_Comm c);
 void shoal_mpi_comm_hold(door_comm_t *d);
@@ -156,7 +192,6 @@ int shoal_mpi_bytes(MPI_Datatype t, size_t *es_p);
  * NULL); finish it once it completed (the copies it owes, the memory it
  * owns); the whole of a blocking call. */
 shoal_comm_t shoal_mpi_take(door_call_t *k, MPI_Comm c, int ok);
-void shoal_mpi_count_at_once(door_kind_t kind);
 int shoal_mpi_passed(door_call_t *k, int rc);
 void shoal_mpi_log_counts(void);
 shoal_status_t shoal_mpi_call_issue(door_call_t *k, shoal_request_t *req_p);

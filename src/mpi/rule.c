@@ -14,8 +14,11 @@
  * round starts after a PMPI_Barrier, and a rank keeps its best round on
  * each path. After the last round every rank puts its two best times
  * into one PMPI_Allreduce (MPI_MAX: the slowest rank's), and all keep the
- * path whose time is smaller, shoal's on a tie or where shoal's path
- * failed on any rank (the program's call then reports why).
+ * path whose time is smaller, or shoal's where its path failed on any
+ * rank (the program's call then reports why). Where a path had three
+ * timed rounds or more, the gap between its two best tells how finely
+ * the learning sees: shoal's path must then win by more than that gap
+ * (the widest on any rank), and MPI's serves where the two are closer.
  *
  * Most calls can run again without harm: out of place, a collective's
  * result depends only on its inputs, so running it twice leaves the same
@@ -24,7 +27,9 @@
  * ranks' skew leaving the barrier, a microsecond or two, weighs little
  * on a call of a few hundred nanoseconds, and so that the first run of a
  * round, which finds the caches as the other path left them, weighs
- * little on a call of tens of microseconds. A run on shoal's path goes
+ * little on a call of tens of microseconds. Where every rank's rounds
+ * were short (SHORT_ROUND_NS), each path learns 3 x SHOAL_MPI_LEARN
+ * rounds more before the class chooses. A run on shoal's path goes
  * through the whole of the door's entry again, as the program's calls
  * will, and one on MPI's straight to PMPI_*, as the calls passed at once
  * will. The call then runs once more on the chosen path. Calls that cannot run again (in place, rooted, unequal
@@ -95,10 +100,23 @@ static size_t call_bytes(const door_call_t *k)
     return k->count * es;
 }
 
+/* A class that learns at once whose shortest round on each path lasted
+ * less than this on every rank (by the real clock) is cheap to learn
+ * further: it then learns
+ * 3 x SHOAL_MPI_LEARN more rounds on each path before it chooses. Between
+ * two rounds of 64 8-byte all-reduces on 2 ranks, the machine's own noise
+ * is several percent, as large as the difference between the paths; the
+ * best of 8 rounds, and the gap between the two best, tell more. */
+#define SHORT_ROUND_NS 2000000u
+
 /* SHOAL_TEST_MPI_SLOW: the time rank 1 lost on the path named, as if
  * its clock had run on 1 s at each call's entry there: lag_ns, which
  * rule_now adds. Where the lag is charged (shoal_mpi_take, run_once)
- * shows that what the rule times holds the door's own work on each path. */
+ * shows that what the rule times holds the door's own work on each path.
+ * "near" charges both paths: 1 s a call on MPI's, and on shoal's 0.99 s
+ * a call in its class's first timed round and 20 ms more in each later
+ * one. Shoal's path then has the best round, by 1%, and its two best are
+ * 2% apart: where a path had three timed rounds, MPI's must be chosen. */
 static _Thread_local __attribute__((tls_model("initial-exec"))) uint64_t lag_ns;
 
 static uint64_t rule_now(void)
@@ -108,32 +126,76 @@ static uint64_t rule_now(void)
 
 void shoal_mpi_rule_test_lag(const door_call_t *k, int shoal)
 {
-    if (shoal_config_get()->mpi.test_slow == (shoal ? 1 : 2) && k->dc &&
-        shoal_mpi_comm_rank(k->mpi) == 1)
+    int slow = shoal_config_get()->mpi.test_slow;
+    if (!slow || !k->dc || shoal_mpi_comm_rank(k->mpi) != 1)
+        return;
+    if (slow == 3 && shoal) {
+        const door_class_t *cl = &k->dc->rule[k->kind][size_class(call_bytes(k))];
+        lag_ns += 990000000u + 20000000u * (uint64_t)cl->rounds[1];
+    } else if (slow == 3 || slow == (shoal ? 1 : 2)) {
         lag_ns += 1000000000u;
+    }
 }
 
-/* A timed run's seconds per call, as this rank's best on its path. */
+/* A timed run's seconds per call, as this rank's best and second best on
+ * its path. */
 static void class_time(door_class_t *cl, int shoal, double s)
 {
-    if (cl->t[shoal] == 0 || s < cl->t[shoal])
+    cl->rounds[shoal]++;
+    if (cl->t[shoal] == 0 || s < cl->t[shoal]) {
+        cl->t2[shoal] = cl->t[shoal];
         cl->t[shoal] = s;
+    } else if (cl->t2[shoal] == 0 || s < cl->t2[shoal]) {
+        cl->t2[shoal] = s;
+    }
 }
 
-/* The class's choice, collective over k->mpi. */
-static void class_choose(const door_call_t *k, door_class_t *cl)
+/* How far apart this rank's two best rounds on a path are, as a fraction
+ * of the best: what the learning cannot tell apart. Known only where a
+ * path had three timed rounds or more, so that the first, which may still
+ * find caches or copiers cold, cannot be one of the two (0 otherwise). */
+static double class_noise(const door_class_t *cl)
 {
-    double mine[3] = {cl->t[0], cl->t[1], cl->failed}, slowest[3];
-    if (PMPI_Allreduce(mine, slowest, 3, MPI_DOUBLE, MPI_MAX, k->mpi) != MPI_SUCCESS)
-        slowest[2] = 1; /* MPI reported its trouble; shoal names dead ranks */
-    cl->path = slowest[2] != 0 || slowest[1] <= slowest[0] ? DOOR_PATH_SHOAL : DOOR_PATH_MPI;
+    double n = 0;
+    for (int p = 0; p < 2; p++) {
+        if (cl->rounds[p] >= 3 && cl->t[p] > 0 && cl->t2[p] / cl->t[p] - 1 > n)
+            n = cl->t2[p] / cl->t[p] - 1;
+    }
+    return n;
+}
+
+/* What every rank learnt of a class, the slowest rank's (MPI_MAX),
+ * collective over k->mpi: [0] MPI's time, [1] shoal's, [2] whether
+ * shoal's path failed anywhere, [3] the widest gap between two best
+ * rounds (class_noise), [4] the longer of the shortest rounds on each
+ * path, by the real clock, ns (what one more round of each costs). */
+enum { GOT_MPI, GOT_SHOAL, GOT_FAILED, GOT_NOISE, GOT_ROUND, GOT_N };
+
+static void class_gather(const door_call_t *k, const door_class_t *cl, uint64_t round_ns,
+                         double got[GOT_N])
+{
+    double mine[GOT_N] = {cl->t[0], cl->t[1], cl->failed, class_noise(cl), (double)round_ns};
+    if (PMPI_Allreduce(mine, got, GOT_N, MPI_DOUBLE, MPI_MAX, k->mpi) != MPI_SUCCESS)
+        got[GOT_FAILED] = 1; /* MPI reported its trouble; shoal names dead ranks */
+}
+
+/* The class's choice from what every rank learnt: shoal's path where its
+ * time is no more than MPI's, less what the learning cannot tell apart.
+ * Where the two paths are that close, MPI's serves: the program then
+ * runs as fast as without the door, rather than as fast or a little
+ * slower. */
+static void class_pick(const door_call_t *k, door_class_t *cl, const double got[GOT_N])
+{
+    int shoal = got[GOT_FAILED] != 0 || got[GOT_SHOAL] * (1 + got[GOT_NOISE]) <= got[GOT_MPI];
+    cl->path = shoal ? DOOR_PATH_SHOAL : DOOR_PATH_MPI;
     if (shoal_mpi_comm_rank(k->mpi) == 0) {
         int b = (int)(cl - k->dc->rule[k->kind]);
         shoal_info(INIT, "MPI door: %s of %zu..%zu B on %d ranks: shoal %.2f us, MPI "
-                   "%.2f us (the slowest rank's best of %d): %s from now on", k->what,
-                   class_bytes(b), b ? 2 * class_bytes(b) - 1 : 0, shoal_mpi_comm_size(k->mpi),
-                   slowest[1] * 1e6, slowest[0] * 1e6, shoal_config_get()->mpi.learn,
-                   cl->path == DOOR_PATH_SHOAL ? "shoal's path" : "MPI's path");
+                   "%.2f us (the slowest rank's best of %d; rounds %.1f%% apart): %s from "
+                   "now on", k->what, class_bytes(b), b ? 2 * class_bytes(b) - 1 : 0,
+                   shoal_mpi_comm_size(k->mpi), got[GOT_SHOAL] * 1e6, got[GOT_MPI] * 1e6,
+                   cl->rounds[0], got[GOT_NOISE] * 100,
+                   shoal ? "shoal's path" : "MPI's path");
     }
 }
 
@@ -162,32 +224,54 @@ static int run_once(door_call_t *k, int shoal)
     return rc == MPI_SUCCESS;
 }
 
+/* Runs from..to-1 of a class's learning (0 and 1 untimed, then timed
+ * rounds), each path's until it fails; real_ns[p]: the shortest timed
+ * round yet on path p, by the real clock (0: none). */
+static void learn_rounds(door_call_t *k, door_class_t *cl, int from, int to, int ok[2],
+                         uint64_t real_ns[2])
+{
+    int calls = round_calls(call_bytes(k));
+    for (int i = from; i < to; i++) {
+        int shoal = learn_path(i), timed = i >= 2;
+        if (timed)
+            PMPI_Barrier(k->mpi);
+        uint64_t t0 = rule_now(), real0 = shoal_now_ns();
+        for (int j = 0; j < (timed ? calls : 1) && ok[shoal]; j++)
+            ok[shoal] = run_once(k, shoal);
+        if (timed && ok[shoal]) {
+            uint64_t real = shoal_now_ns() - real0;
+            class_time(cl, shoal, (double)(rule_now() - t0) * 1e-9 / calls);
+            if (real_ns[shoal] == 0 || real < real_ns[shoal])
+                real_ns[shoal] = real;
+        }
+    }
+    cl->failed = !ok[1];
+}
+
 /* The whole learning of k's class, from k run again and again. Where
  * shoal's first run fails on any rank (a mismatch between ranks, which
  * shoal finds and MPI might not), the class takes shoal's path at once:
  * the call then reports why. A later failure stops that path's runs on
  * the rank, which keeps to the barriers and the choice that the other
- * ranks make too. */
+ * ranks make too. Whether to learn more rounds follows from what every
+ * rank learnt (class_gather), so all learn alike. */
 static void learn_class(door_call_t *k, door_class_t *cl)
 {
-    int learn = shoal_config_get()->mpi.learn, calls = round_calls(call_bytes(k));
+    int learn = shoal_config_get()->mpi.learn, end = 2 + 2 * learn;
     int ok[2] = {1, run_once(k, 1)}, all = 0;
     if (PMPI_Allreduce(&ok[1], &all, 1, MPI_INT, MPI_MIN, k->mpi) != MPI_SUCCESS || !all) {
         cl->path = DOOR_PATH_SHOAL;
         return;
     }
-    for (int i = 1; i < 2 + 2 * learn; i++) {
-        int shoal = learn_path(i), timed = i >= 2;
-        if (timed)
-            PMPI_Barrier(k->mpi);
-        uint64_t t0 = rule_now();
-        for (int j = 0; j < (timed ? calls : 1) && ok[shoal]; j++)
-            ok[shoal] = run_once(k, shoal);
-        if (timed && ok[shoal])
-            class_time(cl, shoal, (double)(rule_now() - t0) * 1e-9 / calls);
+    uint64_t real_ns[2] = {0, 0};
+    double got[GOT_N];
+    learn_rounds(k, cl, 1, end, ok, real_ns);
+    class_gather(k, cl, real_ns[0] > real_ns[1] ? real_ns[0] : real_ns[1], got);
+    if (!got[GOT_FAILED] && got[GOT_ROUND] < SHORT_ROUND_NS) {
+        learn_rounds(k, cl, end, end + 6 * learn, ok, real_ns);
+        class_gather(k, cl, 0, got);
     }
-    cl->failed = !ok[1];
-    class_choose(k, cl);
+    class_pick(k, cl, got);
 }
 
 int shoal_mpi_rule_take(door_call_t *k)
@@ -222,6 +306,9 @@ void shoal_mpi_rule_done(door_call_t *k, int shoal)
     k->learn = NULL;
     if (k->learn_timed)
         class_time(cl, shoal, (double)(rule_now() - k->t0_ns) * 1e-9);
-    if (k->learn_last)
-        class_choose(k, cl);
+    if (k->learn_last) {
+        double got[GOT_N];
+        class_gather(k, cl, 0, got);
+        class_pick(k, cl, got);
+    }
 }

@@ -66,6 +66,8 @@ static int parse_mpi_slow(const char *text, void *field)
         *(int *)field = 1;
     else if (!strcasecmp(text, "mpi"))
         *(int *)field = 2;
+    else if (!strcasecmp(text, "near"))
+        *(int *)field = 3;
     else
         return -1;
     return 0;
