@@ -66,15 +66,16 @@ expect() {
 
 # near OUT: SHOAL_TEST_MPI_SLOW=near's choices (rank 0 logs them). Shoal's
 # path is the faster on rank 1, by 1% (median) or 3% (best), but its two
-# best rounds there are 2% apart. On 2
-# ranks, the classes of small blocks (8 B, 4 KiB, the barrier's 0 B, each
-# duplicate's 8 B, the last call's 4 B) have rounds short enough to learn
-# 8 of them a path, and must go to MPI; the in-place 256 B, which learns
-# one call a round (2 of them), to shoal. 256 KiB goes either way,
-# depending on how long its rounds take.
+# best rounds there are 2% apart. A class that learnt 8 rounds a path
+# (those whose rounds were short: on 2 ranks, at least the 8-byte ones,
+# 4 collectives, each duplicate's and the last call's 4 B, and the
+# barrier) must go to MPI; one that learnt 2 (the in-place 256 B, one
+# call a round; any whose rounds were long on a slow machine) to shoal.
 near() {
-    [ "$(grep -v " of 262144\.\." "$1" |
-        grep -c "median of 8; rounds [0-9.]*% apart): MPI's path from now on")" = 13 ] &&
+    local eight two
+    eight=$(grep -c "median of 8; rounds [0-9.]*% apart): MPI's path from now on" "$1")
+    two=$(grep -c "best of 2; rounds 0.0% apart): shoal's path from now on" "$1")
+    [ "$eight" -ge 9 ] && [ $((eight + two)) = 18 ] &&
         [ "$(grep -c "of 256..511 B .*best of 2; rounds 0.0% apart): shoal's path" "$1")" = 1 ]
 }
 
