@@ -52,7 +52,7 @@ typedef struct shoal_codec shoal_codec_t;
 
 typedef struct {
     size_t size;      /* sizeof(shoal_codec_ops_t) */
-    const char *name; /* "int8", "ternary" */
+    const char *name; /* "int8", "ternary", "sign" */
     /* Bytes of the wire form of count values. */
     size_t (*wire_bytes)(const shoal_codec_t *c, size_t count);
     void (*encode)(const shoal_codec_t *c, void *wire, const float *src, const float *addend,
@@ -93,6 +93,9 @@ struct shoal_codec {
 
 extern const shoal_codec_ops_t shoal_codec_int8;
 extern const shoal_codec_ops_t shoal_codec_ternary;
+/* 1 bit a value and a scale a block (compress/sign.c); one scalar path,
+ * not yet a compressor kind. */
+extern const shoal_codec_ops_t shoal_codec_sign;
 
 /* Shared scales of the ternary codec (compress/ternary.c). out[b] = the
  * largest |src[i]| of block b, i in [b * block, (b + 1) * block), for the
