@@ -369,7 +369,6 @@ const shoal_config_t *shoal_config_get(void)
     return &config;
 }
 
-
 void shoal_config_reload(void)
 {
     pthread_once(&config_once, config_load);

@@ -140,10 +140,12 @@ typedef struct {
 } shoal_compress_config_t;
 
 /* The MPI door's choice between shoal and MPI's own path (src/mpi/rule.c). */
+#define SHOAL_MPI_LEARN_MAX 100
 enum { SHOAL_MPI_PATH_AUTO = 0, SHOAL_MPI_PATH_SHOAL = 1 };
 typedef struct {
     int path;      /* SHOAL_MPI_PATH: SHOAL_MPI_PATH_AUTO or _SHOAL */
-    int learn;     /* SHOAL_MPI_LEARN: timed calls per path and size before choosing */
+    int learn;     /* SHOAL_MPI_LEARN: timed calls per path and size before choosing,
+                    * 1..SHOAL_MPI_LEARN_MAX */
     int test_slow; /* SHOAL_TEST_MPI_SLOW: tests only: 0, or the path on which
                     * rank 1's rule clock runs on 1 s at each call's entry
                     * into the door (1 shoal, 2 MPI), or 3 on both,

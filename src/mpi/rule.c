@@ -230,10 +230,10 @@ static int run_once(door_call_t *k, int shoal)
 }
 
 /* The timed rounds of a class that learns at once: each path's seconds
- * per call, in order (s NULL where there was no memory: the best serves). */
+ * per call, in order (at most 4 x SHOAL_MPI_LEARN each). */
 typedef struct {
-    double *s[2];
-    int n[2], cap;
+    double s[2][4 * SHOAL_MPI_LEARN_MAX];
+    int n[2];
 } rounds_t;
 
 static int cmp_double(const void *a, const void *b)
@@ -250,7 +250,7 @@ static int cmp_double(const void *a, const void *b)
  * common one. */
 static double rounds_time(const door_class_t *cl, rounds_t *r, int p)
 {
-    if (!r->s[p] || r->n[p] < 3)
+    if (r->n[p] < 3)
         return cl->t[p];
     qsort(r->s[p], (size_t)r->n[p], sizeof(double), cmp_double);
     int n = r->n[p];
@@ -275,8 +275,7 @@ static void learn_rounds(door_call_t *k, door_class_t *cl, int from, int to, int
             uint64_t real = shoal_now_ns() - real0;
             double per_call = (double)(rule_now() - t0) * 1e-9 / calls;
             class_time(cl, shoal, per_call);
-            if (r->s[shoal] && r->n[shoal] < r->cap)
-                r->s[shoal][r->n[shoal]++] = per_call;
+            r->s[shoal][r->n[shoal]++] = per_call;
             if (real_ns[shoal] == 0 || real < real_ns[shoal])
                 real_ns[shoal] = real;
         }
@@ -300,10 +299,8 @@ static void learn_class(door_call_t *k, door_class_t *cl)
         return;
     }
     uint64_t real_ns[2] = {0, 0};
-    rounds_t r = {{NULL, NULL}, {0, 0}, 4 * learn};
+    rounds_t r = {.n = {0, 0}};
     double got[GOT_N], t[2];
-    r.s[0] = malloc(2 * (size_t)r.cap * sizeof(double));
-    r.s[1] = r.s[0] ? r.s[0] + r.cap : NULL;
     learn_rounds(k, cl, 1, end, ok, real_ns, &r);
     /* Sorting for the median keeps the order of nothing that matters. */
     t[0] = rounds_time(cl, &r, 0);
@@ -315,8 +312,7 @@ static void learn_class(door_call_t *k, door_class_t *cl)
         t[1] = rounds_time(cl, &r, 1);
         class_gather(k, cl, t, 0, got);
     }
-    class_pick(k, cl, got, r.s[0] && r.n[0] >= 3 ? "median" : "best");
-    free(r.s[0]);
+    class_pick(k, cl, got, r.n[0] >= 3 ? "median" : "best");
 }
 
 int shoal_mpi_rule_take(door_call_t *k)

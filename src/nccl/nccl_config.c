@@ -95,9 +95,10 @@ static void mpi_sanitize(shoal_config_t *c)
     if (c->mpi.learn < 1) {
         shoal_warn(INIT, "SHOAL_MPI_LEARN=%d: at least 1; using 1", c->mpi.learn);
         c->mpi.learn = 1;
-    } else if (c->mpi.learn > 100) {
-        shoal_warn(INIT, "SHOAL_MPI_LEARN=%d: at most 100; using 100", c->mpi.learn);
-        c->mpi.learn = 100;
+    } else if (c->mpi.learn > SHOAL_MPI_LEARN_MAX) {
+        shoal_warn(INIT, "SHOAL_MPI_LEARN=%d: at most %d; using %d", c->mpi.learn,
+                   SHOAL_MPI_LEARN_MAX, SHOAL_MPI_LEARN_MAX);
+        c->mpi.learn = SHOAL_MPI_LEARN_MAX;
     }
 }
 
