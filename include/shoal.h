@@ -546,6 +546,24 @@ shoal_status_t shoal_recv_stream(void *recvbuf, size_t count, shoal_dtype_t dtyp
  *   matrices that would not shrink, are reduced in full precision. Q is
  *   common to all ranks (seeded) and warm-started from the previous call.
  *   The first warmup_steps calls are plain all-reduces.
+ * - SIGN: 1 bit a value and one fp32 scale a block (the mean magnitude
+ *   with nearest rounding, the largest with stochastic rounding, whose
+ *   signs are unbiased): 1-bit Adam's compressed all-reduce, each
+ *   contribution quantised once straight to the value's owner, the owner's
+ *   fp32 sum quantised once more and gathered. With error feedback, the
+ *   signs' large error comes back at the next steps.
+ * - MAJORITY: the majority vote of Distributed Lion: the result is the
+ *   sign (-1, 0 or +1) of the sum over the ranks of the signs of the
+ *   inputs (a NaN or a zero votes 0), summed exactly as small integers (4
+ *   bits a value up to 7 ranks, 8 up to 127, 16 beyond); SUM and AVG give
+ *   the same vote; no error feedback (error_feedback must be 0).
+ * - INT4: as INT8 with 4-bit codes in [-7, 7] (a scale of max |x| / 7 a
+ *   block), the two-shot schedule by default.
+ *
+ * The compressor serves one collective (options.coll): the all-reduce
+ * above, or the all-gather, reduce-scatter and all-to-all of sharded
+ * training and of mixture-of-experts (INT8, INT4 and, for the
+ * reduce-scatter, SIGN; see their calls below).
  *
  * Error feedback (error_feedback = 1): the part of this rank's input that
  * the compression lost is kept and added to the next call's input; it is
@@ -559,14 +577,28 @@ typedef enum {
     SHOAL_COMPRESS_INT8 = 1,
     SHOAL_COMPRESS_TERNARY = 2,
     SHOAL_COMPRESS_POWERSGD = 3,
+    SHOAL_COMPRESS_SIGN = 4,
+    SHOAL_COMPRESS_MAJORITY = 5,
+    SHOAL_COMPRESS_INT4 = 6,
 } shoal_compress_kind_t;
 
-/* The schedule of INT8 and TERNARY; POWERSGD ignores it. AUTO: the ring on
- * up to 8 ranks, two-shot beyond (the ring's per-hop error grows with the
- * ranks); with more than one host, full precision inside each host and
- * the compressed schedule across hosts only. TREE (INT8 only): the double
- * binary tree, requantising at each level (log2 n quantisations of a
- * value, against the ring's n-1), for many ranks and small tensors. */
+/* The collective a compressor serves. */
+typedef enum {
+    SHOAL_COMPRESS_COLL_ALLREDUCE = 0,
+    SHOAL_COMPRESS_COLL_ALLGATHER = 1,
+    SHOAL_COMPRESS_COLL_REDUCE_SCATTER = 2,
+    SHOAL_COMPRESS_COLL_ALLTOALL = 3,
+} shoal_compress_coll_t;
+
+/* The schedule of the all-reduce's INT8 and TERNARY; POWERSGD and
+ * MAJORITY ignore it. AUTO: the ring on up to 8 ranks, two-shot beyond (the
+ * ring's per-hop error grows with the ranks); with more than one host,
+ * full precision inside each host and the compressed schedule across hosts
+ * only. TREE (INT8 only): the double binary tree, requantising at each
+ * level (log2 n quantisations of a value, against the ring's n-1), for
+ * many ranks and small tensors. SIGN: two-shot only (a ring would requantise
+ * partial sums to signs). INT4: AUTO is two-shot; RING may be asked for.
+ * The reduce-scatter: TWO_SHOT (AUTO) or RING; see there. */
 typedef enum {
     SHOAL_COMPRESS_ALGO_AUTO = 0,
     SHOAL_COMPRESS_ALGO_RING = 1,
@@ -585,6 +617,7 @@ typedef struct {
     unsigned warmup_steps;      /* POWERSGD: plain all-reduces first */
     uint64_t seed;              /* stochastic rounding and PowerSGD's first Q */
     shoal_compress_algo_t algo;
+    shoal_compress_coll_t coll; /* the collective served; ALLREDUCE by default */
 } shoal_compress_options_t;
 
 /* The tensors of a bucket, in order: tensor t is rows[t] x cols[t] values,
@@ -600,15 +633,18 @@ typedef struct {
 typedef struct {
     uint64_t bytes_sent;     /* bytes this rank put on its links */
     uint64_t bytes_received; /* bytes it took off them */
-    /* The bytes a full-precision ring all-reduce of the input sends per
-     * rank (2 (n-1)/n x count x dtype size) over bytes_sent; 0 when nothing
+    /* The bytes the full-precision collective sends per rank over
+     * bytes_sent: 2 (n-1)/n x count x dtype size for the all-reduce (its
+     * ring), (n-1) x count x dtype size for the all-gather, reduce-scatter
+     * and all-to-all (count per rank, as their calls say); 0 when nothing
      * was sent (one rank, count 0). */
     double ratio;
     uint64_t step;           /* the compressor's call count before this call */
 } shoal_compress_info_t;
 
-/* Defaults for kind: error feedback on, block 64, nearest rounding (INT8),
- * no clipping, rank 4, no warm-up, seed 0, AUTO. Returns
+/* Defaults for kind: error feedback on (off for MAJORITY), block 64,
+ * nearest rounding (INT8, INT4, SIGN), no clipping, rank 4, no warm-up,
+ * seed 0, AUTO, the all-reduce. Returns
  * SHOAL_ERR_INVALID_ARG for a NULL options or an unknown kind. */
 shoal_status_t shoal_compress_options_init(shoal_compress_options_t *options,
                                            shoal_compress_kind_t kind);
@@ -618,7 +654,8 @@ shoal_status_t shoal_compress_options_init(shoal_compress_options_t *options,
  * comm: every rank passes the same options, count, dtype and layout, or
  * every rank gets SHOAL_ERR_INVALID_ARG naming a rank that differs. Also
  * SHOAL_ERR_INVALID_ARG for a NULL pointer, an options size this library
- * does not know, an unknown kind or algo, a block other than 32/64/128, a
+ * does not know, an unknown kind, algo or coll, a kind or schedule the
+ * collective does not offer, a block other than 32/64/128, a
  * negative or non-finite clip_sigma, rank 0, a layout whose sizes do not add
  * up to count, or a dtype other than float32/float16/bfloat16;
  * SHOAL_ERR_NO_MEMORY; the codes of a failed all-gather on comm.
@@ -663,7 +700,61 @@ shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *
                                            shoal_compress_info_t *info, shoal_request_t *req_p);
 
 /*
- * The stream-ordered form, for device tensors (TERNARY up to 127 ranks;
+ * Compressed collectives of sharded training and mixture-of-experts, each
+ * on a compressor made for it (options.coll), count being the compressor's
+ * count, dtype its dtype; in place where the plain call allows it (the
+ * all-gather's sendbuf at recvbuf + rank x count; the reduce-scatter's
+ * recvbuf at sendbuf + rank x count; the all-to-all's sendbuf == recvbuf).
+ * Blocking and non-blocking as the all-reduce, and usable in groups.
+ *
+ * All-gather (INT8, INT4), for weights: each rank's count values are
+ * encoded once, the bytes travel unchanged, and every rank (the owner too)
+ * decodes them: recvbuf (nranks x count) is bitwise the same on every
+ * rank. With error feedback the owner keeps what its encoding lost and
+ * adds it to its next call's input, so that repeated gathers of a weight
+ * carry it on average exactly; the owner's own values in sendbuf stay
+ * untouched (QSDP's full-precision master copy).
+ *
+ * Reduce-scatter (INT8, INT4, SIGN; SUM or AVG), for gradients: sendbuf
+ * holds nranks x count values, block j going to rank j, whose recvbuf gets
+ * count values. TWO_SHOT (AUTO): each contribution is quantised once and
+ * sent straight to its owner, which adds the decoded contributions to its
+ * own exact values in fp32 in a fixed order. RING: each hop adds its own
+ * values to the decoded partial sum and requantises it (n-2 times for a
+ * block), the owner adding its own in fp32. Error feedback (on the
+ * senders) keeps, per value of sendbuf, what its quantisation lost; the
+ * owner's own block loses nothing (its residual is 0). Summed over the
+ * ranks the residuals are the exact sum minus the result (for AVG minus
+ * nranks times the result), up to fp32 rounding.
+ *
+ * All-to-all (INT8, INT4; no error feedback: tokens are not accumulated),
+ * for mixture-of-experts: block j of sendbuf (count values) goes to rank j
+ * encoded, and is decoded there; a rank's block to itself is copied
+ * exactly. With more than one host, blocks to ranks of the same host go in
+ * full precision and only blocks across hosts are encoded.
+ */
+shoal_status_t shoal_allgather_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_compress_info_t *info);
+shoal_status_t shoal_iallgather_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                           void *recvbuf, shoal_compress_info_t *info,
+                                           shoal_request_t *req_p);
+shoal_status_t shoal_reduce_scatter_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                               void *recvbuf, shoal_op_t op,
+                                               shoal_compress_info_t *info);
+shoal_status_t shoal_ireduce_scatter_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                                void *recvbuf, shoal_op_t op,
+                                                shoal_compress_info_t *info,
+                                                shoal_request_t *req_p);
+shoal_status_t shoal_alltoall_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                         void *recvbuf, shoal_compress_info_t *info);
+shoal_status_t shoal_ialltoall_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_compress_info_t *info,
+                                          shoal_request_t *req_p);
+
+/*
+ * The stream-ordered form of the all-reduce, for device tensors (INT8,
+ * TERNARY and POWERSGD; SIGN, MAJORITY and INT4 are SHOAL_ERR_UNSUPPORTED
+ * there until they have device kernels; TERNARY up to 127 ranks;
  * TERNARY and POWERSGD outside groups, where they are SHOAL_ERR_UNSUPPORTED:
  * each is two calls of its own): sendbuf and recvbuf are device (or
  * managed) memory of one device, and the call is queued on stream (a

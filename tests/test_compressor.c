@@ -2,7 +2,8 @@
  * shoal_allreduce_int8) over shared memory and tcp, 1..8 ranks:
  * - every kind (int8 nearest and stochastic, over the ring, the two-shot
  *   and the tree; ternary with and without clipping; PowerSGD on a bucket
- *   of matrices and vectors) gives every rank bitwise the same result at
+ *   of matrices and vectors; sign, both roundings, on the two-shot; int4 on
+ *   the two-shot and the ring) gives every rank bitwise the same result at
  *   every step;
  * - error feedback: after K steps the residuals summed over the ranks are
  *   the exact sum of every step's inputs minus the sum of the results (the
@@ -64,6 +65,10 @@ static const variant_t variants[] = {
     {"ternary", SHOAL_COMPRESS_TERNARY, 1, 0, SHOAL_COMPRESS_ALGO_AUTO},
     {"ternary clipped", SHOAL_COMPRESS_TERNARY, 1, 2.5f, SHOAL_COMPRESS_ALGO_AUTO},
     {"powersgd", SHOAL_COMPRESS_POWERSGD, 0, 0, SHOAL_COMPRESS_ALGO_AUTO},
+    {"sign", SHOAL_COMPRESS_SIGN, 0, 0, SHOAL_COMPRESS_ALGO_AUTO},
+    {"sign stochastic", SHOAL_COMPRESS_SIGN, 1, 0, SHOAL_COMPRESS_ALGO_TWO_SHOT},
+    {"int4", SHOAL_COMPRESS_INT4, 0, 0, SHOAL_COMPRESS_ALGO_AUTO},
+    {"int4 ring", SHOAL_COMPRESS_INT4, 1, 0, SHOAL_COMPRESS_ALGO_RING},
 };
 #define NVARIANTS (sizeof(variants) / sizeof(variants[0]))
 
@@ -143,7 +148,11 @@ static int check_variant(shoal_comm_t comm, int rank, int n, const variant_t *v,
                    (unsigned long long)info.bytes_sent);
         /* int8: 4 B of fp32 become 1 B plus a scale per block; ternary's
          * 4-bit codes (up to 7 ranks) 1/2 B plus the scales' all-reduce. */
-        double least = v->kind == SHOAL_COMPRESS_INT8 ? 3 : n <= 7 ? 6 : 3;
+        double least = v->kind == SHOAL_COMPRESS_INT8   ? 3
+                       : v->kind == SHOAL_COMPRESS_SIGN ? 15 /* 1 bit and 4 B a block */
+                       : v->kind == SHOAL_COMPRESS_INT4 ? 6
+                       : n <= 7                         ? 6
+                                                        : 3;
         if (n > 1 && count >= 60000 && v->kind != SHOAL_COMPRESS_POWERSGD)
             RANK_CHECK(info.ratio > least, fail, "%s: ratio %.2f", v->name, info.ratio);
         if (t == 1)

@@ -29,6 +29,9 @@ static const char *const bench_comp_kinds[] = {
     [SHOAL_COMPRESS_INT8] = "int8",
     [SHOAL_COMPRESS_TERNARY] = "ternary",
     [SHOAL_COMPRESS_POWERSGD] = "powersgd",
+    [SHOAL_COMPRESS_SIGN] = "sign",
+    [SHOAL_COMPRESS_MAJORITY] = "majority",
+    [SHOAL_COMPRESS_INT4] = "int4",
 };
 #define BENCH_COMP_NKINDS (sizeof(bench_comp_kinds) / sizeof(bench_comp_kinds[0]))
 
@@ -254,8 +257,14 @@ void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t le
     int n = 0;
     switch (o->kind) {
     case SHOAL_COMPRESS_INT8:
-        n = snprintf(out, len, "int8, block %u, %s rounding, algo %s", o->block,
+    case SHOAL_COMPRESS_INT4:
+    case SHOAL_COMPRESS_SIGN:
+        n = snprintf(out, len, "%s, block %u, %s rounding, algo %s",
+                     bench_comp_kinds[o->kind], o->block,
                      o->stochastic ? "stochastic" : "nearest", bench_comp_algos[o->algo]);
+        break;
+    case SHOAL_COMPRESS_MAJORITY:
+        n = snprintf(out, len, "majority vote of signs, exact integer sums on the ring");
         break;
     case SHOAL_COMPRESS_TERNARY:
         n = snprintf(out, len, "ternary, block %u, clip %g sigma, algo %s", o->block,

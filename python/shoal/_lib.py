@@ -36,6 +36,7 @@ class CompressOptions(ctypes.Structure):
         ("warmup_steps", ctypes.c_uint),
         ("seed", ctypes.c_uint64),
         ("algo", ctypes.c_int),
+        ("coll", ctypes.c_int),
     ]
 
 

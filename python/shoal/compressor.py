@@ -9,7 +9,7 @@ from .buffers import as_buffer, optional
 from .closing import Closing
 from .errors import check
 
-KINDS = {"int8": 1, "ternary": 2, "powersgd": 3}
+KINDS = {"int8": 1, "ternary": 2, "powersgd": 3, "sign": 4, "majority": 5, "int4": 6}
 ALGOS = {"auto": 0, "ring": 1, "two_shot": 2, "tree": 3}
 DTYPES = (dtypes.DType.FLOAT32, dtypes.DType.FLOAT16, dtypes.DType.BFLOAT16)
 

@@ -58,9 +58,10 @@ typedef struct {
     shoal_op_t op;
     int root;             /* rooted collectives; the peer of send/recv; 0 elsewhere */
     const size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-all-v only */
-    /* A compressed all-reduce (core/compress_call.h; fp32, SUM or AVG):
-     * the codec, and the error-feedback residual of count floats or NULL.
-     * residual_in: the last call's residual, count floats or NULL, added
+    /* A compressed all-reduce or reduce-scatter (fp32, SUM or AVG): the
+     * codec, and the error-feedback residual of the input's floats (count,
+     * or nranks * count for the reduce-scatter) or NULL. residual_in: the
+     * last call's residual, as many floats or NULL, added
      * to this rank's input piece by piece as it is encoded (it may be
      * residual itself). NULL codec for every other call. */
     const shoal_codec_t *codec;
@@ -406,6 +407,8 @@ extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
  * shoal_codec_algo_select for a call whose args carry a codec. */
 extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_codec_allreduce_ops,
     shoal_hier_codec_allreduce_ops, shoal_tree_codec_allreduce_ops;
+/* The compressed reduce-scatters (ring_rsag.c, twoshot.c), the same way. */
+extern const shoal_algo_ops_t shoal_ring_codec_rs_ops, shoal_twoshot_codec_rs_ops;
 /* Single copy over shared memory (put.h; put_*.c): named "put"; each
  * falls back to the slot algorithm the model would pick, collectively,
  * when a buffer it needs is not reachable by every peer that needs it. */

@@ -18,6 +18,15 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
     const shoal_codec_t *c = args->codec;
     const shoal_algo_ops_t *algo = NULL;
     const char *why = "requested";
+    /* A contribution quantised once to its owner, or requantised at each
+     * hop of the ring, as asked. */
+    if (args->kind == SHOAL_COLL_REDUCE_SCATTER) {
+        int ring = args->codec_algo == SHOAL_COMPRESS_ALGO_RING;
+        algo = ring ? &shoal_ring_codec_rs_ops : &shoal_twoshot_codec_rs_ops;
+        shoal_info(ALGO, "compressed reduce-scatter of %zu x %s on %d ranks: %s", args->count,
+                   c->ops->name, team->nranks, algo->name);
+        return algo;
+    }
     switch (args->codec_algo) {
     case SHOAL_COMPRESS_ALGO_RING:
         algo = &shoal_ring_codec_allreduce_ops;
@@ -33,12 +42,17 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
          * inside a host: its rail is the flat ring, which it would only
          * precede with a copy of the input (plus the residual) into the
          * output, a pass over the tensor before the wire. */
-        if (team->nhosts > 1 && team->cluster.max_local > 1) {
+        if (team->nhosts > 1 && team->cluster.max_local > 1 &&
+            (c->ops == &shoal_codec_int8 || c->ops == &shoal_codec_ternary)) {
             algo = &shoal_hier_codec_allreduce_ops;
             why = "several hosts";
         } else if (c->ops == &shoal_codec_ternary) {
             algo = &shoal_ring_codec_allreduce_ops;
             why = "exact sums of shared scales";
+        } else if (c->ops != &shoal_codec_int8) {
+            /* Signs and 4 bits lose too much to be requantised per hop. */
+            algo = &shoal_twoshot_codec_allreduce_ops;
+            why = "one quantisation of each contribution";
         } else {
             int ring = team->nranks <= CODEC_RING_MAX_RANKS;
             algo = ring ? &shoal_ring_codec_allreduce_ops : &shoal_twoshot_codec_allreduce_ops;

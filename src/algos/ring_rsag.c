@@ -3,6 +3,7 @@
  * cluster's ring order. Block b is the b-th run of count elements of the
  * n-block buffer, and travels with the ring position of rank b. */
 #include "algo.h"
+#include "stage.h"
 
 #include "base/clock.h"
 
@@ -62,6 +63,50 @@ static shoal_status_t ag_run(shoal_plan_t *plan)
     return shoal_ring_ag_run(p, &plan->ring, place == a->sendbuf ? NULL : a->sendbuf,
                              a->recvbuf, plan->piece_elems);
 }
+
+/* The compressed reduce-scatter (codec_select.c): the same ring with the
+ * codec stage (stage_codec.c). A block starts as its first rank's encoded
+ * values; each hop decodes it, adds its own values and requantises; the
+ * owner decodes the last wire and adds its own values in fp32 (its own
+ * block is never quantised), through the stage's working memory. */
+static shoal_status_t rs_codec_plan(shoal_team_t *team, const shoal_coll_args_t *args,
+                                    shoal_plan_t *plan)
+{
+    shoal_status_t s = shoal_codec_flat_plan(team, args, plan);
+    shoal_prims_t *p = &plan->prims;
+    if (s == SHOAL_OK)
+        shoal_plan_reserve(plan, p->st->tmp_bytes(p, plan->stage_elems));
+    return s;
+}
+
+static shoal_status_t rs_codec_run(shoal_plan_t *plan)
+{
+    shoal_prims_t *p = &plan->prims;
+    shoal_status_t s = SHOAL_OK;
+    size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
+    if (plan->ring.n > 1 && tmp_bytes)
+        s = shoal_plan_scratch(plan, tmp_bytes, &p->tmp);
+    if (s != SHOAL_OK)
+        return s;
+    const shoal_coll_args_t *a = &plan->args;
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
+    return shoal_ring_rs_run(p, &plan->ring, a->sendbuf, a->recvbuf, plan->stage_elems);
+}
+
+static double rs_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    double n = team->nranks;
+    double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
+    return (n - 1) * (shoal_algo_lat(team) + wire / shoal_algo_bw(team));
+}
+
+const shoal_algo_ops_t shoal_ring_codec_rs_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "ring-codec",
+    .cost = rs_codec_cost,
+    .plan = rs_codec_plan,
+    .run = rs_codec_run,
+};
 
 const shoal_algo_ops_t shoal_ring_reduce_scatter_ops = {
     .size = sizeof(shoal_algo_ops_t),

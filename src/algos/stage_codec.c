@@ -140,15 +140,30 @@ static shoal_status_t codec_recv(shoal_prims_t *p, void *dst, size_t first, size
     return shoal_prims_release(p);
 }
 
+static shoal_status_t codec_recv_reduce(shoal_prims_t *p, const void *src, void *dst,
+                                        size_t first, size_t n);
+
 /* Received (+) src encoded into the send slot and sent on; with dst, also
  * dst = decode of that wire, read back from the slot after it is posted
- * (the gather phase's first send then needs no copy of it). The wire needs
- * a send slot: a last hop that sends nothing on has no place for it. */
+ * (the gather phase's first send then needs no copy of it).
+ *
+ * A last hop that sends nothing on (the ring reduce-scatter's, at the
+ * block's owner) keeps its sum in full precision: the decoded wire plus
+ * src (and the addend) in fp32, AVG finished. The owner's own values were
+ * never quantised, so their residual is 0. */
 static shoal_status_t recv_addenc(shoal_prims_t *p, const void *src, void *dst, size_t first,
                                   size_t n)
 {
-    if (!p->send_ep)
-        return SHOAL_ERR_INTERNAL;
+    if (!p->send_ep) {
+        if (!dst || !p->tmp)
+            return SHOAL_ERR_INTERNAL;
+        shoal_status_t s = codec_recv_reduce(p, src, dst, first, n);
+        if (s == SHOAL_OK && p->residual && n)
+            p->team->kern->zero(p->team, p->residual + first, n * sizeof(float));
+        if (s == SHOAL_OK && p->avg_n > 1 && n)
+            shoal_finish_avg(p->team, dst, n, SHOAL_FLOAT32, p->avg_n);
+        return s;
+    }
     size_t bytes = codec_wire(p, n);
     const void *in;
     void *out;

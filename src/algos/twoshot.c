@@ -130,6 +130,87 @@ static shoal_status_t twoshot_plan(shoal_team_t *team, const shoal_coll_args_t *
     return s;
 }
 
+/* The compressed reduce-scatter's two-shot (codec_select.c): the direct
+ * exchange above on the blocks of the reduce-scatter, without the
+ * all-gather. Block j (count values of the n-block input) belongs to rank
+ * j. In step k of a piece, rank r encodes its piece of block r+k (writing
+ * those values' residual) and sends it to rank r+k, and receives its own
+ * block's piece from rank r-k, decodes it and adds it in fp32 to its own
+ * exact values (the addend joining them at the first), r-1's first: a
+ * fixed order, whatever arrived first. Its own values were not quantised:
+ * their residual is 0. AVG divides the sum once it is complete. */
+static shoal_status_t twoshot_rs_pieces(shoal_prims_t *p, const char *src, char *dst,
+                                        size_t count, size_t piece_elems)
+{
+    const shoal_stage_ops_t *st = p->st;
+    shoal_team_t *team = p->team;
+    const float *addend = p->addend;
+    int n = team->nranks, r = team->rank;
+    size_t es = p->esize;
+    shoal_status_t s = SHOAL_OK;
+    for (size_t off = 0; off < count && s == SHOAL_OK; off += piece_elems) {
+        size_t len = count - off < piece_elems ? count - off : piece_elems;
+        size_t own = (size_t)r * count + off;
+        for (int k = 1; k < n && s == SHOAL_OK; k++) {
+            int to = (r + k) % n, from = (r - k + n) % n;
+            p->send_ep = shoal_team_ep(team, to);
+            p->recv_ep = shoal_team_ep(team, from);
+            size_t at = (size_t)to * count + off;
+            p->addend = addend;
+            s = st->send(p, src + at * es, at, len);
+            if (s != SHOAL_OK)
+                break;
+            p->addend = k == 1 ? addend : NULL;
+            s = st->recv_reduce(p, k == 1 ? src + own * es : dst + off * es, dst + off * es,
+                                own, len);
+        }
+        if (s == SHOAL_OK && p->residual)
+            team->kern->zero(team, p->residual + own, len * sizeof(float));
+        if (s == SHOAL_OK && p->avg_n > 1)
+            shoal_finish_avg(team, dst + off * es, len, SHOAL_FLOAT32, p->avg_n);
+    }
+    p->addend = addend;
+    for (int k = 1; k < n && s == SHOAL_OK; k++) {
+        p->send_ep = shoal_team_ep(team, (r + k) % n);
+        s = shoal_prim_flush(p);
+    }
+    return s;
+}
+
+static shoal_status_t twoshot_rs_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    shoal_team_t *team = p->team;
+    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
+    if (team->nranks == 1) {
+        p->st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
+        return SHOAL_OK;
+    }
+    size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
+    shoal_status_t s = SHOAL_OK;
+    if (tmp_bytes)
+        s = shoal_plan_scratch(plan, tmp_bytes, &p->tmp);
+    if (s == SHOAL_OK)
+        s = twoshot_rs_pieces(p, a->sendbuf, a->recvbuf, a->count, plan->stage_elems);
+    return s;
+}
+
+static double twoshot_rs_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    double n = team->nranks;
+    double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
+    return (n - 1) * (shoal_algo_lat(team) + wire / shoal_algo_bw(team));
+}
+
+const shoal_algo_ops_t shoal_twoshot_codec_rs_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "twoshot-codec",
+    .cost = twoshot_rs_cost,
+    .plan = twoshot_plan,
+    .run = twoshot_rs_run,
+};
+
 const shoal_algo_ops_t shoal_twoshot_codec_allreduce_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "twoshot-codec",

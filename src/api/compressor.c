@@ -22,10 +22,11 @@ typedef struct {
 shoal_status_t shoal_compress_options_init(shoal_compress_options_t *o,
                                            shoal_compress_kind_t kind)
 {
-    if (!o || kind < SHOAL_COMPRESS_INT8 || kind > SHOAL_COMPRESS_POWERSGD)
+    if (!o || kind < SHOAL_COMPRESS_INT8 || kind > SHOAL_COMPRESS_INT4)
         return SHOAL_ERR_INVALID_ARG;
     *o = (shoal_compress_options_t){
-        .size = sizeof(*o), .kind = kind, .error_feedback = 1, .block = 64, .rank = 4,
+        .size = sizeof(*o), .kind = kind, .error_feedback = kind != SHOAL_COMPRESS_MAJORITY,
+        .block = 64, .rank = 4,
     };
     return SHOAL_OK;
 }
@@ -56,6 +57,7 @@ static uint64_t options_hash(const shoal_compress_options_t *o, size_t count,
     v = o->warmup_steps; h = FNV(h, v);
     h = FNV(h, o->seed);
     v = (uint64_t)o->algo; h = FNV(h, v);
+    v = (uint64_t)o->coll; h = FNV(h, v);
     v = count; h = FNV(h, v);
     v = (uint64_t)dtype; h = FNV(h, v);
     if (layout) {
@@ -68,6 +70,30 @@ static uint64_t options_hash(const shoal_compress_options_t *o, size_t count,
     return h | 1; /* 0 marks a rank whose arguments are invalid */
 }
 
+/* Which kinds each collective offers, and what it needs of them; NULL
+ * when o is fine. */
+static const char *coll_kind_problem(const shoal_compress_options_t *o)
+{
+    int k = o->kind;
+    switch (o->coll) {
+    case SHOAL_COMPRESS_COLL_ALLGATHER:
+        return k == SHOAL_COMPRESS_INT8 || k == SHOAL_COMPRESS_INT4
+                   ? NULL : "the compressed all-gather takes int8 or int4";
+    case SHOAL_COMPRESS_COLL_REDUCE_SCATTER:
+        if (k != SHOAL_COMPRESS_INT8 && k != SHOAL_COMPRESS_INT4 && k != SHOAL_COMPRESS_SIGN)
+            return "the compressed reduce-scatter takes int8, int4 or sign";
+        return o->algo == SHOAL_COMPRESS_ALGO_TREE
+                   ? "the compressed reduce-scatter runs two-shot or ring" : NULL;
+    case SHOAL_COMPRESS_COLL_ALLTOALL:
+        if (k != SHOAL_COMPRESS_INT8 && k != SHOAL_COMPRESS_INT4)
+            return "the compressed all-to-all takes int8 or int4";
+        return o->error_feedback ? "the compressed all-to-all keeps no residual "
+                                   "(error_feedback must be 0)" : NULL;
+    default:
+        return NULL;
+    }
+}
+
 /* Why the arguments are invalid on this rank, or NULL. */
 static const char *options_problem(const shoal_compress_options_t *o, size_t count,
                                    shoal_dtype_t dtype, const shoal_compress_layout_t *layout)
@@ -77,13 +103,26 @@ static const char *options_problem(const shoal_compress_options_t *o, size_t cou
     if (o->size != sizeof(*o))
         return "options.size is not sizeof(shoal_compress_options_t) (use "
                "shoal_compress_options_init)";
-    if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_POWERSGD)
+    if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_INT4)
         return "unknown compression kind";
     if (o->algo < SHOAL_COMPRESS_ALGO_AUTO || o->algo > SHOAL_COMPRESS_ALGO_TREE)
         return "unknown compression algo";
+    if (o->coll < SHOAL_COMPRESS_COLL_ALLREDUCE || o->coll > SHOAL_COMPRESS_COLL_ALLTOALL)
+        return "unknown compressed collective (coll)";
+    const char *coll_problem = coll_kind_problem(o);
+    if (coll_problem)
+        return coll_problem;
     if (o->kind == SHOAL_COMPRESS_TERNARY && o->algo != SHOAL_COMPRESS_ALGO_AUTO &&
         o->algo != SHOAL_COMPRESS_ALGO_RING)
         return "ternary has only the ring schedule (its ring sums are exact)";
+    if (o->kind == SHOAL_COMPRESS_SIGN && o->algo != SHOAL_COMPRESS_ALGO_AUTO &&
+        o->algo != SHOAL_COMPRESS_ALGO_TWO_SHOT)
+        return "sign has only the two-shot schedule (a ring would requantise partial sums "
+               "to signs)";
+    if (o->kind == SHOAL_COMPRESS_INT4 && o->algo == SHOAL_COMPRESS_ALGO_TREE)
+        return "the tree schedule is int8's only";
+    if (o->kind == SHOAL_COMPRESS_MAJORITY && o->error_feedback)
+        return "the majority vote keeps no residual (error_feedback must be 0)";
     if (o->kind != SHOAL_COMPRESS_POWERSGD && o->block != 32 && o->block != 64 &&
         o->block != 128)
         return "block must be 32, 64 or 128";
@@ -125,6 +164,7 @@ static void comp_free(shoal_compressor_t c)
     free(c->scales16);
     free(c->buf1);
     free(c->buf2);
+    shoal_comp_colls_free(c);
     if (c->psgd)
         shoal_psgd_destroy(c->psgd);
     free(c);
@@ -151,22 +191,35 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     c->nranks = comm->team.nranks;
     c->hash = options_hash(o, count, dtype, layout);
     atomic_init(&c->dev.lost, 0);
+    /* The collective's shape on this rank. */
+    size_t n = (size_t)c->nranks, all = count * n;
+    if (count && all / n != count) {
+        free(c);
+        return SHOAL_ERR_NO_MEMORY;
+    }
+    c->nin = o->coll == SHOAL_COMPRESS_COLL_REDUCE_SCATTER ||
+             o->coll == SHOAL_COMPRESS_COLL_ALLTOALL ? all : count;
+    c->nout = o->coll == SHOAL_COMPRESS_COLL_ALLGATHER ||
+              o->coll == SHOAL_COMPRESS_COLL_ALLTOALL ? all : count;
+    c->nres = o->error_feedback ? c->nin : 0;
     int ok = 1;
     if (o->error_feedback) {
-        ok &= (c->res = calloc(count ? count : 1, sizeof(float))) != NULL;
-        ok &= (c->res_next = floats(count)) != NULL;
+        ok &= (c->res = calloc(c->nres ? c->nres : 1, sizeof(float))) != NULL;
+        ok &= (c->res_next = floats(c->nres)) != NULL;
     }
     /* The codecs take the residual piece by piece (no x for them in
      * fp32); PowerSGD reads its input three times and keeps the sum. */
     if ((o->error_feedback && o->kind == SHOAL_COMPRESS_POWERSGD) || dtype != SHOAL_FLOAT32)
-        ok &= (c->x = floats(count)) != NULL;
+        ok &= (c->x = floats(c->nin)) != NULL;
     if (dtype != SHOAL_FLOAT32)
-        ok &= (c->out = floats(count)) != NULL;
-    if (o->kind == SHOAL_COMPRESS_TERNARY) {
+        ok &= (c->out = floats(c->nout)) != NULL;
+    if (o->kind == SHOAL_COMPRESS_TERNARY || o->kind == SHOAL_COMPRESS_MAJORITY) {
         c->nblocks = (count + o->block - 1) / o->block;
         ok &= (c->scales = floats(c->nblocks)) != NULL;
         ok &= (c->scales16 = calloc(c->nblocks ? c->nblocks : 1, sizeof(uint16_t))) != NULL;
     }
+    if (ok)
+        ok &= shoal_comp_colls_alloc(c) == SHOAL_OK;
     if (ok && o->kind == SHOAL_COMPRESS_POWERSGD) {
         /* Without a layout: one vector, which PowerSGD reduces plainly. */
         size_t one_rows = 1, one_cols = count;
@@ -262,7 +315,7 @@ shoal_status_t shoal_compressor_destroy(shoal_compressor_t comp)
 /* Floats of each part of the state. */
 static size_t state_nres(shoal_compressor_t c)
 {
-    return c->res ? c->count : 0;
+    return c->res ? c->nres : 0;
 }
 
 static size_t state_nq(shoal_compressor_t c)
@@ -331,16 +384,16 @@ shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
         return SHOAL_ERR_INVALID_ARG;
     comp->step = 0;
     if (comp->res)
-        memset(comp->res, 0, comp->count * sizeof(float));
+        memset(comp->res, 0, comp->nres * sizeof(float));
     if (comp->psgd)
         shoal_psgd_reset(comp->psgd);
     return shoal_comp_dev_push(comp);
 }
 
-/* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL:
- * PowerSGD's warm-up, the one step that still adds the residual in a pass
- * of its own. */
-static void widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype, const float *add)
+/* With add: PowerSGD's warm-up, the one step that still adds the residual
+ * in a pass of its own. */
+void shoal_comp_widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype,
+                      const float *add)
 {
     if (dtype == SHOAL_FLOAT32) {
         const float *s = src;
@@ -355,30 +408,37 @@ static void widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype, co
     }
 }
 
-static void narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype)
+void shoal_comp_narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype)
 {
     uint16_t *h = dst;
     for (size_t i = 0; i < n; i++)
         h[i] = dtype == SHOAL_FLOAT16 ? shoal_f32_to_f16(src[i]) : shoal_f32_to_bf16(src[i]);
 }
 
-/* One inner all-reduce of fp32 values; a codec's adds res_in to send as
- * it encodes it and writes the new residual into residual. */
+shoal_status_t shoal_comp_inner(struct shoal_comm *comm, const shoal_call_t *call,
+                                const shoal_coll_args_t *args, unsigned sig_kind)
+{
+    shoal_call_t c = {.what = call->what, .args = *args, .sig_kind = sig_kind};
+    return shoal_call_run(comm, &c);
+}
+
+/* One inner all-reduce (or, for the reduce-scatter, reduce-scatter) of
+ * fp32 values; a codec's adds res_in to send as it encodes it and writes
+ * the new residual into residual. */
 static shoal_status_t inner_typed(struct shoal_comm *comm, const shoal_call_t *call,
                                   const void *send, void *recv, size_t count,
                                   shoal_dtype_t dtype, shoal_op_t op,
                                   const shoal_codec_t *codec, const float *res_in,
                                   float *residual)
 {
-    shoal_call_t c = {
-        .what = call->what,
-        .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = send, .recvbuf = recv,
-                 .count = count, .dtype = dtype, .op = op, .codec = codec,
-                 .residual = residual, .residual_in = res_in,
-                 .codec_algo = call->comp->opt.algo},
-        .sig_kind = codec ? 0 : SHOAL_SIG_COMPRESSOR,
+    const shoal_compressor_t comp = call->comp;
+    int rs = comp->opt.coll == SHOAL_COMPRESS_COLL_REDUCE_SCATTER && codec;
+    shoal_coll_args_t args = {
+        .kind = rs ? SHOAL_COLL_REDUCE_SCATTER : SHOAL_COLL_ALLREDUCE, .sendbuf = send,
+        .recvbuf = recv, .count = count, .dtype = dtype, .op = op, .codec = codec,
+        .residual = residual, .residual_in = res_in, .codec_algo = comp->opt.algo,
     };
-    return shoal_call_run(comm, &c);
+    return shoal_comp_inner(comm, call, &args, codec ? 0 : SHOAL_SIG_COMPRESSOR);
 }
 
 static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, const void *send,
@@ -408,15 +468,25 @@ static shoal_status_t share_scales(struct shoal_comm *comm, const shoal_call_t *
 /* x: the fp32 input; res_in, res: the last and the new residual (NULL
  * without error feedback). The input plus the residual is never written
  * out: the scales read both, and the codec adds them as it encodes. */
+shoal_codec_t shoal_comp_codec(const struct shoal_compressor *c, int rank)
+{
+    const shoal_codec_ops_t *ops = c->opt.kind == SHOAL_COMPRESS_SIGN   ? &shoal_codec_sign
+                                   : c->opt.kind == SHOAL_COMPRESS_INT4 ? &shoal_codec_int4
+                                                                        : &shoal_codec_int8;
+    return (shoal_codec_t){
+        .ops = ops, .block = c->opt.block,
+        .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+        .seed = shoal_comp_rank_seed(c, rank), .step = c->step,
+    };
+}
+
+/* The all-reduce's and the reduce-scatter's codec call: one, or for
+ * TERNARY the shared scales first. */
 static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *call,
                                 const float *x, const float *res_in, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
-    shoal_codec_t codec = {
-        .ops = &shoal_codec_int8, .block = c->opt.block,
-        .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
-        .seed = shoal_comp_rank_seed(c, comm->team.rank), .step = c->step,
-    };
+    shoal_codec_t codec = shoal_comp_codec(c, comm->team.rank);
     if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
          * ranks, as bf16 rounded up. */
@@ -474,7 +544,7 @@ static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *
         /* A plain all-reduce of m + r: the sum written once, for it. */
         const float *x = m;
         if (res_in) {
-            widen(c->x, m, c->count, SHOAL_FLOAT32, res_in);
+            shoal_comp_widen(c->x, m, c->count, SHOAL_FLOAT32, res_in);
             x = c->x;
         }
         shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL, NULL);
@@ -498,6 +568,26 @@ static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *
     return SHOAL_OK;
 }
 
+/* The run of c's collective and kind. */
+static shoal_status_t run_kind(struct shoal_comm *comm, const shoal_call_t *call,
+                               const float *x, const float *res_in, float *out, float *res)
+{
+    shoal_compressor_t c = call->comp;
+    switch (c->opt.coll) {
+    case SHOAL_COMPRESS_COLL_ALLGATHER:
+        return shoal_comp_run_allgather(comm, call, x, res_in, out, res);
+    case SHOAL_COMPRESS_COLL_ALLTOALL:
+        return shoal_comp_run_alltoall(comm, call, x, out);
+    default:
+        break;
+    }
+    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD)
+        return run_powersgd(comm, call, x, res_in, out, res);
+    if (c->opt.kind == SHOAL_COMPRESS_MAJORITY)
+        return shoal_comp_run_vote(comm, call, x, out);
+    return run_codec(comm, call, x, res_in, out, res);
+}
+
 void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t received,
                            uint64_t step)
 {
@@ -505,7 +595,8 @@ void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t rec
     if (!call->info)
         return;
     double n = c->nranks;
-    double plain = 2 * (n - 1) / n * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
+    double per = c->opt.coll == SHOAL_COMPRESS_COLL_ALLREDUCE ? 2 * (n - 1) / n : n - 1;
+    double plain = per * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
     *call->info = (shoal_compress_info_t){.bytes_sent = sent, .bytes_received = received,
                                           .ratio = sent ? plain / (double)sent : 0,
                                           .step = step};
@@ -536,17 +627,15 @@ shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t 
      * the tensor comes before the wire. */
     const float *x = a->sendbuf;
     if (c->dtype != SHOAL_FLOAT32) {
-        widen(c->x, a->sendbuf, c->count, c->dtype, NULL);
+        shoal_comp_widen(c->x, a->sendbuf, c->nin, c->dtype, NULL);
         x = c->x;
     }
     float *out = c->out ? c->out : a->recvbuf;
     float *res = c->res ? c->res_next : NULL;
-    shoal_status_t s = c->opt.kind == SHOAL_COMPRESS_POWERSGD
-                           ? run_powersgd(comm, call, x, c->res, out, res)
-                           : run_codec(comm, call, x, c->res, out, res);
+    shoal_status_t s = run_kind(comm, call, x, c->res, out, res);
     if (s == SHOAL_OK) {
         if (c->out)
-            narrow(a->recvbuf, c->out, c->count, c->dtype);
+            shoal_comp_narrow(a->recvbuf, c->out, c->nout, c->dtype);
         if (res) {
             c->res_next = c->res;
             c->res = res;
@@ -570,15 +659,30 @@ static shoal_status_t comp_refuse(shoal_compressor_t c, const char *what, shoal_
     return s;
 }
 
-/* Check and issue a call on comp (nb: with a request; on_stream: ordered
- * with stream, its state on the device, compressor_dev.c). */
-static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const void *sendbuf,
-                                 void *recvbuf, shoal_op_t op, shoal_compress_info_t *info,
-                                 int nb, shoal_request_t *req_p, int on_stream, void *stream)
+static const char *const coll_names[] = {"all-reduce", "all-gather", "reduce-scatter",
+                                          "all-to-all"};
+
+/* Check and issue a call of collective coll on comp (nb: with a request;
+ * on_stream: ordered with stream, its state on the device,
+ * compressor_dev.c). */
+static shoal_status_t comp_issue(const char *what, shoal_compress_coll_t coll,
+                                 shoal_compressor_t c, const void *sendbuf, void *recvbuf,
+                                 shoal_op_t op, shoal_compress_info_t *info, int nb,
+                                 shoal_request_t *req_p, int on_stream, void *stream)
 {
+    static const shoal_coll_kind_t kinds[] = {SHOAL_COLL_ALLREDUCE, SHOAL_COLL_ALLGATHER,
+                                              SHOAL_COLL_REDUCE_SCATTER, SHOAL_COLL_ALLTOALL};
     if (!comp_valid(c))
         return SHOAL_ERR_INVALID_ARG;
     struct shoal_comm *comm = c->comm;
+    if (c->opt.coll != coll) {
+        char why[96];
+        snprintf(why, sizeof(why), "this compressor serves the %s, not the %s",
+                 coll_names[c->opt.coll], coll_names[coll]);
+        return comp_refuse(c, what, SHOAL_ERR_INVALID_ARG, why);
+    }
+    if (coll == SHOAL_COMPRESS_COLL_ALLGATHER || coll == SHOAL_COMPRESS_COLL_ALLTOALL)
+        op = SHOAL_SUM; /* moves only */
     if (op != SHOAL_SUM && op != SHOAL_AVG) {
         char why[64];
         snprintf(why, sizeof(why), "compression takes sum and avg only, not op %d", (int)op);
@@ -586,7 +690,7 @@ static shoal_status_t comp_issue(const char *what, shoal_compressor_t c, const v
     }
     shoal_call_t call = {
         .what = what,
-        .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = sendbuf, .recvbuf = recvbuf,
+        .args = {.kind = kinds[coll], .sendbuf = sendbuf, .recvbuf = recvbuf,
                  .count = c->count, .dtype = c->dtype, .op = op},
         .comp = c,
         .run = shoal_compressor_run,
@@ -622,24 +726,71 @@ shoal_status_t shoal_allreduce_compressed(shoal_compressor_t comp, const void *s
                                           void *recvbuf, shoal_op_t op,
                                           shoal_compress_info_t *info)
 {
-    return comp_issue("shoal_allreduce_compressed", comp, sendbuf, recvbuf, op, info, 0, NULL,
-                      0, NULL);
+    return comp_issue("shoal_allreduce_compressed", SHOAL_COMPRESS_COLL_ALLREDUCE, comp,
+                      sendbuf, recvbuf, op, info, 0, NULL, 0, NULL);
 }
 
 shoal_status_t shoal_iallreduce_compressed(shoal_compressor_t comp, const void *sendbuf,
                                            void *recvbuf, shoal_op_t op,
                                            shoal_compress_info_t *info, shoal_request_t *req_p)
 {
-    return comp_issue("shoal_iallreduce_compressed", comp, sendbuf, recvbuf, op, info, 1,
-                      req_p, 0, NULL);
+    return comp_issue("shoal_iallreduce_compressed", SHOAL_COMPRESS_COLL_ALLREDUCE, comp,
+                      sendbuf, recvbuf, op, info, 1, req_p, 0, NULL);
+}
+
+shoal_status_t shoal_allgather_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_compress_info_t *info)
+{
+    return comp_issue("shoal_allgather_compressed", SHOAL_COMPRESS_COLL_ALLGATHER, comp,
+                      sendbuf, recvbuf, SHOAL_SUM, info, 0, NULL, 0, NULL);
+}
+
+shoal_status_t shoal_iallgather_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                           void *recvbuf, shoal_compress_info_t *info,
+                                           shoal_request_t *req_p)
+{
+    return comp_issue("shoal_iallgather_compressed", SHOAL_COMPRESS_COLL_ALLGATHER, comp,
+                      sendbuf, recvbuf, SHOAL_SUM, info, 1, req_p, 0, NULL);
+}
+
+shoal_status_t shoal_reduce_scatter_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                               void *recvbuf, shoal_op_t op,
+                                               shoal_compress_info_t *info)
+{
+    return comp_issue("shoal_reduce_scatter_compressed", SHOAL_COMPRESS_COLL_REDUCE_SCATTER,
+                      comp, sendbuf, recvbuf, op, info, 0, NULL, 0, NULL);
+}
+
+shoal_status_t shoal_ireduce_scatter_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                                void *recvbuf, shoal_op_t op,
+                                                shoal_compress_info_t *info,
+                                                shoal_request_t *req_p)
+{
+    return comp_issue("shoal_ireduce_scatter_compressed", SHOAL_COMPRESS_COLL_REDUCE_SCATTER,
+                      comp, sendbuf, recvbuf, op, info, 1, req_p, 0, NULL);
+}
+
+shoal_status_t shoal_alltoall_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                         void *recvbuf, shoal_compress_info_t *info)
+{
+    return comp_issue("shoal_alltoall_compressed", SHOAL_COMPRESS_COLL_ALLTOALL, comp,
+                      sendbuf, recvbuf, SHOAL_SUM, info, 0, NULL, 0, NULL);
+}
+
+shoal_status_t shoal_ialltoall_compressed(shoal_compressor_t comp, const void *sendbuf,
+                                          void *recvbuf, shoal_compress_info_t *info,
+                                          shoal_request_t *req_p)
+{
+    return comp_issue("shoal_ialltoall_compressed", SHOAL_COMPRESS_COLL_ALLTOALL, comp,
+                      sendbuf, recvbuf, SHOAL_SUM, info, 1, req_p, 0, NULL);
 }
 
 shoal_status_t shoal_allreduce_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
                                                  void *recvbuf, shoal_op_t op,
                                                  shoal_compress_info_t *info, void *stream)
 {
-    return comp_issue("shoal_allreduce_compressed_stream", comp, sendbuf, recvbuf, op, info, 0,
-                      NULL, 1, stream);
+    return comp_issue("shoal_allreduce_compressed_stream", SHOAL_COMPRESS_COLL_ALLREDUCE, comp,
+                      sendbuf, recvbuf, op, info, 0, NULL, 1, stream);
 }
 
 shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t count,
@@ -667,7 +818,8 @@ shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t c
     s = comp_new(comm, &o, count, dtype, NULL, &c);
     if (s != SHOAL_OK)
         return shoal_comm_fail(comm, s, "%s: no memory", what);
-    s = comp_issue(what, c, sendbuf, recvbuf, op, info, 0, NULL, 0, NULL);
+    s = comp_issue(what, SHOAL_COMPRESS_COLL_ALLREDUCE, c, sendbuf, recvbuf, op, info, 0, NULL,
+                   0, NULL);
     comp_free(c);
     return s;
 }

@@ -52,6 +52,10 @@ struct shoal_compressor {
     size_t count;
     shoal_dtype_t dtype;
     int nranks;        /* comm's, kept: checkpoints outlive the communicator */
+    /* Values of a call's input and output on this rank (the collective's
+     * shape: count, or nranks x count), and of the residual (the input's,
+     * or the all-to-all's none). */
+    size_t nin, nout, nres;
     uint64_t hash;     /* of everything that must agree across ranks */
     int collective;    /* made by shoal_compressor_create (not per call) */
     uint64_t step;     /* successful calls so far (queued ones, on a stream) */
@@ -65,6 +69,12 @@ struct shoal_compressor {
     size_t nblocks;
     shoal_psgd_t *psgd;
     float *buf1, *buf2;
+    /* The all-gather's and all-to-all's wire (compressor_colls.c): what
+     * this rank sends and what it receives, and the all-to-all's byte
+     * counts and displacements (4 x nranks). MAJORITY: the votes. */
+    unsigned char *tx, *rx;
+    size_t *moves;
+    float *votes;
     /* The ticket of the host call issued and not yet ended (0: none): its
      * run clears it, or, for a call that never runs (its communicator
      * aborted or broken first, a group that failed), the call's end
@@ -99,6 +109,33 @@ static inline size_t shoal_comp_up64(size_t x)
 {
     return (x + 63) & ~(size_t)63;
 }
+
+/* The codec of c's INT8, INT4 and SIGN calls on rank, at c's step. */
+shoal_codec_t shoal_comp_codec(const struct shoal_compressor *c, int rank);
+/* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL;
+ * and back to float16 or bfloat16. */
+void shoal_comp_widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype,
+                      const float *add);
+void shoal_comp_narrow(void *dst, const float *src, size_t n, shoal_dtype_t dtype);
+
+/* compressor_colls.c: the buffers of c's collective, on top of
+ * comp_new's (0 or SHOAL_ERR_NO_MEMORY); and its runs. x: the fp32 input
+ * (nin values); res_in, res: the last and the new residual (NULL without
+ * error feedback); out: the fp32 output (nout values). */
+shoal_status_t shoal_comp_colls_alloc(struct shoal_compressor *c);
+void shoal_comp_colls_free(struct shoal_compressor *c);
+shoal_status_t shoal_comp_run_allgather(struct shoal_comm *comm, const shoal_call_t *call,
+                                        const float *x, const float *res_in, float *out,
+                                        float *res);
+shoal_status_t shoal_comp_run_alltoall(struct shoal_comm *comm, const shoal_call_t *call,
+                                       const float *x, float *out);
+shoal_status_t shoal_comp_run_vote(struct shoal_comm *comm, const shoal_call_t *call,
+                                   const float *x, float *out);
+/* One inner call on comm for call: kind's collective of count values of
+ * dtype (with codec: the residuals as args.residual and residual_in),
+ * under sig_kind (0: the call's own). */
+shoal_status_t shoal_comp_inner(struct shoal_comm *comm, const shoal_call_t *call,
+                                const shoal_coll_args_t *args, unsigned sig_kind);
 
 /* call->info (when set) after a successful call: the bytes comm's links
  * moved since tx0 and rx0, and the compressor's step as of the call. */

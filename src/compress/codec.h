@@ -96,6 +96,8 @@ extern const shoal_codec_ops_t shoal_codec_ternary;
 /* 1 bit a value and a scale a block (compress/sign.c); one scalar path,
  * not yet a compressor kind. */
 extern const shoal_codec_ops_t shoal_codec_sign;
+/* 4-bit integers with a scale a block (compress/int4.c); one scalar path. */
+extern const shoal_codec_ops_t shoal_codec_int4;
 
 /* Shared scales of the ternary codec (compress/ternary.c). out[b] = the
  * largest |src[i]| of block b, i in [b * block, (b + 1) * block), for the

@@ -68,9 +68,9 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
 {
     const shoal_coll_args_t *a = &call->args;
     const shoal_codec_t *c = a->codec;
-    if (a->kind != SHOAL_COLL_ALLREDUCE)
-        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: only all-reduce compresses",
-                               call->what);
+    if (a->kind != SHOAL_COLL_ALLREDUCE && a->kind != SHOAL_COLL_REDUCE_SCATTER)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: only all-reduce and reduce-scatter run a codec", call->what);
     if (a->dtype != SHOAL_FLOAT32)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: compression takes float32 only, not %s", call->what,
@@ -100,10 +100,19 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: the ternary codec has no two-shot schedule (its ring sums "
                                "are exact); use the ring or auto", call->what);
-    if (a->codec_algo == SHOAL_COMPRESS_ALGO_TREE && c->ops == &shoal_codec_ternary)
+    if (a->codec_algo == SHOAL_COMPRESS_ALGO_TREE && c->ops != &shoal_codec_int8)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "%s: the ternary codec has no tree schedule (its ring sums "
-                               "are exact); use the ring or auto", call->what);
+                               "%s: only the int8 codec has the tree schedule, not %s",
+                               call->what, c->ops->name);
+    /* A ring would requantise partial sums to signs at every hop. */
+    if (a->codec_algo == SHOAL_COMPRESS_ALGO_RING && c->ops == &shoal_codec_sign)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the sign codec has only the two-shot schedule (auto)",
+                               call->what);
+    if (a->kind == SHOAL_COLL_REDUCE_SCATTER && c->ops == &shoal_codec_ternary)
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the ternary codec's shared scales serve the all-reduce "
+                               "only", call->what);
     return SHOAL_OK;
 }
 

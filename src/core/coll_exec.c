@@ -231,7 +231,8 @@ shoal_status_t shoal_call_run(struct shoal_comm *comm, const shoal_call_t *call)
     } else {
         /* Its own kind: against a plain all-reduce, a mismatch. */
         unsigned kind = call->sig_kind ? call->sig_kind
-                        : args.codec   ? SHOAL_SIG_ALLREDUCE_CODEC
+                        : args.codec   ? (args.kind == SHOAL_COLL_REDUCE_SCATTER
+                                              ? SHOAL_SIG_RS_CODEC : SHOAL_SIG_ALLREDUCE_CODEC)
                                        : args.kind;
         return run_selected(comm, call->what, &args, kind, NULL);
     }

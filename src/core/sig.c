@@ -38,7 +38,7 @@ static int sig_reduces(unsigned kind)
 {
     return kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER ||
            kind == SHOAL_COLL_REDUCE || kind == SHOAL_SIG_ALLREDUCE_CODEC ||
-           kind == SHOAL_SIG_COMPRESSOR;
+           kind == SHOAL_SIG_COMPRESSOR || kind == SHOAL_SIG_RS_CODEC;
 }
 
 static void sig_put_count(sig_text_t *t, const shoal_sig_t *sig)
@@ -84,8 +84,14 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
         sig_put(&t, "send/recv");
     else if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
         sig_put(&t, "compressed allreduce");
+    else if (kind == SHOAL_SIG_RS_CODEC)
+        sig_put(&t, "compressed reducescatter");
     else if (kind == SHOAL_SIG_COMPRESSOR)
         sig_put(&t, "compressor's allreduce");
+    else if (kind == SHOAL_SIG_COMP_ALLGATHER)
+        sig_put(&t, "compressed allgather");
+    else if (kind == SHOAL_SIG_COMP_ALLTOALL)
+        sig_put(&t, "compressed alltoall");
     else if (kind < SHOAL_COLL_KIND_COUNT)
         sig_put(&t, "%s", shoal_coll_kind_name((shoal_coll_kind_t)kind));
     else
@@ -97,7 +103,7 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
     sig_put_count(&t, sig);
     if (sig_reduces(kind))
         sig_put(&t, " %s", shoal_op_name(shoal_op_of_sig_code(sig->op)));
-    if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
+    if (kind == SHOAL_SIG_ALLREDUCE_CODEC || kind == SHOAL_SIG_RS_CODEC)
         sig_put(&t, " codec %08x", (unsigned)(uint32_t)sig->root);
     else if (sig->root >= 0)
         sig_put(&t, p2p ? " peer %d" : " root %d", (int)sig->root);

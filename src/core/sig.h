@@ -14,7 +14,10 @@
 #define SHOAL_SIG_P2P 0xf0u     /* point to point (and groups of them) */
 #define SHOAL_SIG_BARRIER 0xf1u
 #define SHOAL_SIG_ALLREDUCE_CODEC 0xf2u /* compressed all-reduce (compress_call.h) */
-#define SHOAL_SIG_COMPRESSOR 0xf3u /* a compressor's inner all-reduce (compressor.h) */
+#define SHOAL_SIG_COMPRESSOR 0xf3u /* a compressor's inner call (compressor.h) */
+#define SHOAL_SIG_RS_CODEC 0xf4u   /* compressed reduce-scatter */
+#define SHOAL_SIG_COMP_ALLGATHER 0xf5u /* a compressor's all-gather of wire bytes */
+#define SHOAL_SIG_COMP_ALLTOALL 0xf6u  /* a compressor's all-to-all of wire bytes */
 /* count of a call whose per-peer counts differ (all-to-all-v): not compared */
 #define SHOAL_SIG_COUNT_ANY UINT64_MAX
 
@@ -26,7 +29,8 @@ typedef struct {
     uint8_t op;     /* shoal_op_t; pre-multiplied sums as SHOAL_SUM */
     uint8_t pad;
     /* The root or peer, -1 when the call has none; for
-     * SHOAL_SIG_ALLREDUCE_CODEC, the codec id (shoal_sig_codec_id). */
+     * SHOAL_SIG_ALLREDUCE_CODEC and _RS_CODEC, the codec id
+     * (shoal_sig_codec_id). */
     int32_t root;
 } shoal_sig_t;
 
