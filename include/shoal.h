@@ -559,6 +559,22 @@ shoal_status_t shoal_recv_stream(void *recvbuf, size_t count, shoal_dtype_t dtyp
  *   the same vote; no error feedback (error_feedback must be 0).
  * - INT4: as INT8 with 4-bit codes in [-7, 7] (a scale of max |x| / 7 a
  *   block), the two-shot schedule by default.
+ * - ADAPTIVE: a choice per tensor of the layout, under an error budget:
+ *   none (full precision), INT8 with block 128, 64 or 32, INT4, TERNARY,
+ *   or POWERSGD at options.rank (for a matrix it shrinks). At the first
+ *   call of every window of options.window calls, each rank measures, for
+ *   every tensor and every choice, the squared error that choice would
+ *   leave in its residual (what error feedback keeps) on this call's input
+ *   plus residual, and the tensor's squared norm; the ranks sum these
+ *   statistics (an all-reduce), so every rank holds the same ones, and
+ *   each picks, as a dynamic programme over the tensors (L-GreCo's), the
+ *   choices that send the fewest bytes while the bucket's relative error,
+ *   sqrt(sum of errors / sum of norms), stays within options.budget (its
+ *   errors counted in thousandths of the budget, rounded up). Every rank
+ *   reaches the same choices. Each tensor then runs its choice's schedule
+ *   (as that kind's compressor would, with the tensor's slice of the
+ *   residual; nearest rounding). shoal_compressor_choices reports the
+ *   choices and their history; checkpoints keep them.
  *
  * The compressor serves one collective (options.coll): the all-reduce
  * above, or the all-gather, reduce-scatter and all-to-all of sharded
@@ -580,6 +596,7 @@ typedef enum {
     SHOAL_COMPRESS_SIGN = 4,
     SHOAL_COMPRESS_MAJORITY = 5,
     SHOAL_COMPRESS_INT4 = 6,
+    SHOAL_COMPRESS_ADAPTIVE = 7,
 } shoal_compress_kind_t;
 
 /* The collective a compressor serves. */
@@ -618,6 +635,8 @@ typedef struct {
     uint64_t seed;              /* stochastic rounding and PowerSGD's first Q */
     shoal_compress_algo_t algo;
     shoal_compress_coll_t coll; /* the collective served; ALLREDUCE by default */
+    float budget;               /* ADAPTIVE: the bucket's relative error, > 0 */
+    unsigned window;            /* ADAPTIVE: calls between choices, >= 1 */
 } shoal_compress_options_t;
 
 /* The tensors of a bucket, in order: tensor t is rows[t] x cols[t] values,
@@ -640,11 +659,26 @@ typedef struct {
      * was sent (one rank, count 0). */
     double ratio;
     uint64_t step;           /* the compressor's call count before this call */
+    /* ADAPTIVE: the bucket's relative error that the choices in force
+     * were estimated to leave (the agreed statistics); 0 otherwise. */
+    double error;
 } shoal_compress_info_t;
+
+/* ADAPTIVE: one tensor's choice (shoal_compressor_choices). kind 0 is full
+ * precision; block for INT8, INT4 and TERNARY, rank for POWERSGD. */
+typedef struct {
+    shoal_compress_kind_t kind;
+    unsigned block;
+    unsigned rank;
+    double error;      /* its relative error estimated at the last choice */
+    uint64_t bytes;    /* its wire bytes per call of one rank's tensor */
+    uint64_t since;    /* the step from which it is in force */
+    uint64_t changes;  /* how often the tensor's choice changed */
+} shoal_compress_choice_t;
 
 /* Defaults for kind: error feedback on (off for MAJORITY), block 64,
  * nearest rounding (INT8, INT4, SIGN), no clipping, rank 4, no warm-up,
- * seed 0, AUTO, the all-reduce. Returns
+ * seed 0, AUTO, the all-reduce, budget 0.1 and window 100. Returns
  * SHOAL_ERR_INVALID_ARG for a NULL options or an unknown kind. */
 shoal_status_t shoal_compress_options_init(shoal_compress_options_t *options,
                                            shoal_compress_kind_t kind);
@@ -656,7 +690,8 @@ shoal_status_t shoal_compress_options_init(shoal_compress_options_t *options,
  * SHOAL_ERR_INVALID_ARG for a NULL pointer, an options size this library
  * does not know, an unknown kind, algo or coll, a kind or schedule the
  * collective does not offer, a block other than 32/64/128, a
- * negative or non-finite clip_sigma, rank 0, a layout whose sizes do not add
+ * negative or non-finite clip_sigma, rank 0, an ADAPTIVE budget that is not
+ * finite and > 0 or window 0, a layout whose sizes do not add
  * up to count, or a dtype other than float32/float16/bfloat16;
  * SHOAL_ERR_NO_MEMORY; the codes of a failed all-gather on comm.
  */
@@ -681,6 +716,13 @@ shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, si
 shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *buf,
                                           size_t bytes);
 shoal_status_t shoal_compressor_reset(shoal_compressor_t comp);
+/* ADAPTIVE: the choices in force, one per tensor of the layout (one for a
+ * compressor without a layout), into choices[0..n); n must be that
+ * number. Before the first call every choice is full precision, since 0.
+ * SHOAL_ERR_INVALID_ARG for another kind, a NULL choices or another n.
+ * Local; not while a call is in flight. */
+shoal_status_t shoal_compressor_choices(shoal_compressor_t comp,
+                                        shoal_compress_choice_t *choices, size_t n);
 
 /*
  * Compressed all-reduce of the compressor's count values of its dtype, in

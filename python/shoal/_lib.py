@@ -37,6 +37,8 @@ class CompressOptions(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("algo", ctypes.c_int),
         ("coll", ctypes.c_int),
+        ("budget", ctypes.c_float),
+        ("window", ctypes.c_uint),
     ]
 
 

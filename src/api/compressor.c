@@ -16,17 +16,17 @@
 
 /* The inner state a checkpoint carries, after its header. */
 typedef struct {
-    uint64_t magic, hash, nranks, step, nres, nq;
+    uint64_t magic, hash, nranks, step, nres, nq, nadapt;
 } state_head_t;
 
 shoal_status_t shoal_compress_options_init(shoal_compress_options_t *o,
                                            shoal_compress_kind_t kind)
 {
-    if (!o || kind < SHOAL_COMPRESS_INT8 || kind > SHOAL_COMPRESS_INT4)
+    if (!o || kind < SHOAL_COMPRESS_INT8 || kind > SHOAL_COMPRESS_ADAPTIVE)
         return SHOAL_ERR_INVALID_ARG;
     *o = (shoal_compress_options_t){
         .size = sizeof(*o), .kind = kind, .error_feedback = kind != SHOAL_COMPRESS_MAJORITY,
-        .block = 64, .rank = 4,
+        .block = 64, .rank = 4, .budget = 0.1f, .window = 100,
     };
     return SHOAL_OK;
 }
@@ -46,8 +46,9 @@ static uint64_t options_hash(const shoal_compress_options_t *o, size_t count,
                              shoal_dtype_t dtype, const shoal_compress_layout_t *layout)
 {
     uint64_t h = 0xcbf29ce484222325ull, v;
-    uint32_t clip;
+    uint32_t clip, budget;
     memcpy(&clip, &o->clip_sigma, sizeof(clip));
+    memcpy(&budget, &o->budget, sizeof(budget));
     v = (uint64_t)o->kind; h = FNV(h, v);
     v = (uint64_t)!!o->error_feedback; h = FNV(h, v);
     v = o->block; h = FNV(h, v);
@@ -58,6 +59,8 @@ static uint64_t options_hash(const shoal_compress_options_t *o, size_t count,
     h = FNV(h, o->seed);
     v = (uint64_t)o->algo; h = FNV(h, v);
     v = (uint64_t)o->coll; h = FNV(h, v);
+    h = FNV(h, budget);
+    v = o->window; h = FNV(h, v);
     v = count; h = FNV(h, v);
     v = (uint64_t)dtype; h = FNV(h, v);
     if (layout) {
@@ -103,7 +106,7 @@ static const char *options_problem(const shoal_compress_options_t *o, size_t cou
     if (o->size != sizeof(*o))
         return "options.size is not sizeof(shoal_compress_options_t) (use "
                "shoal_compress_options_init)";
-    if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_INT4)
+    if (o->kind < SHOAL_COMPRESS_INT8 || o->kind > SHOAL_COMPRESS_ADAPTIVE)
         return "unknown compression kind";
     if (o->algo < SHOAL_COMPRESS_ALGO_AUTO || o->algo > SHOAL_COMPRESS_ALGO_TREE)
         return "unknown compression algo";
@@ -123,6 +126,10 @@ static const char *options_problem(const shoal_compress_options_t *o, size_t cou
         return "the tree schedule is int8's only";
     if (o->kind == SHOAL_COMPRESS_MAJORITY && o->error_feedback)
         return "the majority vote keeps no residual (error_feedback must be 0)";
+    if (o->kind == SHOAL_COMPRESS_ADAPTIVE && (!isfinite(o->budget) || !(o->budget > 0)))
+        return "the adaptive compressor's budget must be finite and > 0";
+    if (o->kind == SHOAL_COMPRESS_ADAPTIVE && o->window == 0)
+        return "the adaptive compressor's window must be at least 1";
     if (o->kind != SHOAL_COMPRESS_POWERSGD && o->block != 32 && o->block != 64 &&
         o->block != 128)
         return "block must be 32, 64 or 128";
@@ -165,6 +172,7 @@ static void comp_free(shoal_compressor_t c)
     free(c->buf1);
     free(c->buf2);
     shoal_comp_colls_free(c);
+    shoal_comp_adapt_free(c);
     if (c->psgd)
         shoal_psgd_destroy(c->psgd);
     free(c);
@@ -220,6 +228,13 @@ static shoal_status_t comp_new(struct shoal_comm *comm, const shoal_compress_opt
     }
     if (ok)
         ok &= shoal_comp_colls_alloc(c) == SHOAL_OK;
+    if (ok && o->kind == SHOAL_COMPRESS_ADAPTIVE) {
+        shoal_status_t s = shoal_comp_adapt_new(c, layout);
+        if (s != SHOAL_OK) {
+            comp_free(c);
+            return s;
+        }
+    }
     if (ok && o->kind == SHOAL_COMPRESS_POWERSGD) {
         /* Without a layout: one vector, which PowerSGD reduces plainly. */
         size_t one_rows = 1, one_cols = count;
@@ -327,7 +342,8 @@ shoal_status_t shoal_compressor_state_size(shoal_compressor_t comp, size_t *byte
 {
     if (!comp_valid(comp) || !bytes_p)
         return SHOAL_ERR_INVALID_ARG;
-    *bytes_p = sizeof(state_head_t) + (state_nres(comp) + state_nq(comp)) * sizeof(float);
+    *bytes_p = sizeof(state_head_t) + (state_nres(comp) + state_nq(comp)) * sizeof(float) +
+               shoal_comp_adapt_state_bytes(comp);
     return SHOAL_OK;
 }
 
@@ -342,7 +358,8 @@ shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, si
         return s;
     state_head_t h = {.magic = STATE_MAGIC, .hash = comp->hash,
                       .nranks = (uint64_t)comp->nranks, .step = comp->step,
-                      .nres = state_nres(comp), .nq = state_nq(comp)};
+                      .nres = state_nres(comp), .nq = state_nq(comp),
+                      .nadapt = shoal_comp_adapt_state_bytes(comp)};
     char *p = buf;
     memcpy(p, &h, sizeof(h));
     p += sizeof(h);
@@ -351,6 +368,9 @@ shoal_status_t shoal_compressor_get_state(shoal_compressor_t comp, void *buf, si
     p += h.nres * sizeof(float);
     if (h.nq)
         memcpy(p, shoal_psgd_state(comp->psgd), h.nq * sizeof(float));
+    p += h.nq * sizeof(float);
+    if (h.nadapt)
+        shoal_comp_adapt_save(comp, p);
     return SHOAL_OK;
 }
 
@@ -366,9 +386,14 @@ shoal_status_t shoal_compressor_set_state(shoal_compressor_t comp, const void *b
     memcpy(&h, p, sizeof(h));
     if (h.magic != STATE_MAGIC || h.hash != comp->hash ||
         h.nranks != (uint64_t)comp->nranks || h.nres != state_nres(comp) ||
-        h.nq != state_nq(comp))
+        h.nq != state_nq(comp) || h.nadapt != shoal_comp_adapt_state_bytes(comp))
         return SHOAL_ERR_INVALID_ARG;
     p += sizeof(h);
+    /* The adaptive record is checked first: nothing changes if it is
+     * refused. */
+    if (h.nadapt &&
+        shoal_comp_adapt_load(comp, p + (h.nres + h.nq) * sizeof(float)) != SHOAL_OK)
+        return SHOAL_ERR_INVALID_ARG;
     comp->step = h.step;
     if (h.nres)
         memcpy(comp->res, p, h.nres * sizeof(float));
@@ -387,6 +412,7 @@ shoal_status_t shoal_compressor_reset(shoal_compressor_t comp)
         memset(comp->res, 0, comp->nres * sizeof(float));
     if (comp->psgd)
         shoal_psgd_reset(comp->psgd);
+    shoal_comp_adapt_reset(comp);
     return shoal_comp_dev_push(comp);
 }
 
@@ -454,47 +480,65 @@ static shoal_status_t inner(struct shoal_comm *comm, const shoal_call_t *call, c
  * that holds the wire back moves half the bytes of fp32 scales. A scale
  * grows by less than 2^-7 of itself, which leaves the codec unbiased. */
 static shoal_status_t share_scales(struct shoal_comm *comm, const shoal_call_t *call,
-                                   shoal_compressor_t c)
+                                   const shoal_comp_job_t *job)
 {
-    for (size_t b = 0; b < c->nblocks; b++)
-        c->scales16[b] = shoal_comp_scale_bf16_up(c->scales[b]);
-    shoal_status_t s = inner_typed(comm, call, c->scales16, c->scales16, c->nblocks,
+    for (size_t b = 0; b < job->nblocks; b++)
+        job->scales16[b] = shoal_comp_scale_bf16_up(job->scales[b]);
+    shoal_status_t s = inner_typed(comm, call, job->scales16, job->scales16, job->nblocks,
                                    SHOAL_BFLOAT16, SHOAL_MAX, NULL, NULL, NULL);
-    for (size_t b = 0; s == SHOAL_OK && b < c->nblocks; b++)
-        c->scales[b] = shoal_bf16_to_f32(c->scales16[b]);
+    for (size_t b = 0; s == SHOAL_OK && b < job->nblocks; b++)
+        job->scales[b] = shoal_bf16_to_f32(job->scales16[b]);
     return s;
 }
 
 /* x: the fp32 input; res_in, res: the last and the new residual (NULL
  * without error feedback). The input plus the residual is never written
  * out: the scales read both, and the codec adds them as it encodes. */
-shoal_codec_t shoal_comp_codec(const struct shoal_compressor *c, int rank)
+shoal_codec_t shoal_comp_job_codec(const struct shoal_compressor *c,
+                                   const shoal_comp_job_t *job, int rank)
 {
-    const shoal_codec_ops_t *ops = c->opt.kind == SHOAL_COMPRESS_SIGN   ? &shoal_codec_sign
-                                   : c->opt.kind == SHOAL_COMPRESS_INT4 ? &shoal_codec_int4
-                                                                        : &shoal_codec_int8;
+    const shoal_codec_ops_t *ops = job->kind == SHOAL_COMPRESS_SIGN      ? &shoal_codec_sign
+                                   : job->kind == SHOAL_COMPRESS_INT4    ? &shoal_codec_int4
+                                   : job->kind == SHOAL_COMPRESS_TERNARY ? &shoal_codec_ternary
+                                                                         : &shoal_codec_int8;
     return (shoal_codec_t){
-        .ops = ops, .block = c->opt.block,
-        .round = c->opt.stochastic ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
+        .ops = ops, .block = job->block,
+        .round = c->opt.stochastic || job->kind == SHOAL_COMPRESS_TERNARY
+                     ? SHOAL_ROUND_STOCHASTIC : SHOAL_ROUND_NEAREST,
         .seed = shoal_comp_rank_seed(c, rank), .step = c->step,
     };
 }
 
-/* The all-reduce's and the reduce-scatter's codec call: one, or for
- * TERNARY the shared scales first. */
-static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *call,
-                                const float *x, const float *res_in, float *out, float *res)
+shoal_comp_job_t shoal_comp_own_job(struct shoal_compressor *c)
+{
+    return (shoal_comp_job_t){
+        .kind = c->opt.kind, .block = c->opt.block, .count = c->count,
+        .scales = c->scales, .scales16 = c->scales16, .nblocks = c->nblocks,
+        .psgd = c->psgd, .buf1 = c->buf1, .buf2 = c->buf2, .x = c->x,
+        .warmup = c->opt.warmup_steps,
+    };
+}
+
+shoal_codec_t shoal_comp_codec(const struct shoal_compressor *c, int rank)
+{
+    shoal_comp_job_t job = {.kind = c->opt.kind, .block = c->opt.block};
+    return shoal_comp_job_codec(c, &job, rank);
+}
+
+shoal_status_t shoal_comp_run_codec(struct shoal_comm *comm, const shoal_call_t *call,
+                                    const shoal_comp_job_t *job, const float *x,
+                                    const float *res_in, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
-    shoal_codec_t codec = shoal_comp_codec(c, comm->team.rank);
-    if (c->opt.kind == SHOAL_COMPRESS_TERNARY) {
+    shoal_codec_t codec = shoal_comp_job_codec(c, job, comm->team.rank);
+    if (job->kind == SHOAL_COMPRESS_TERNARY) {
         /* Shared scales: the largest (clipped) value of each block over the
          * ranks, as bf16 rounded up. */
-        shoal_codec_block_absmax_sum(c->scales, x, res_in, c->count, c->opt.block);
-        float bound = shoal_codec_clip_bound_sum(x, res_in, c->count, c->opt.clip_sigma);
-        for (size_t b = 0; bound > 0 && b < c->nblocks; b++)
-            c->scales[b] = fminf(c->scales[b], bound);
-        shoal_status_t s = share_scales(comm, call, c);
+        shoal_codec_block_absmax_sum(job->scales, x, res_in, job->count, job->block);
+        float bound = shoal_codec_clip_bound_sum(x, res_in, job->count, c->opt.clip_sigma);
+        for (size_t b = 0; bound > 0 && b < job->nblocks; b++)
+            job->scales[b] = fminf(job->scales[b], bound);
+        shoal_status_t s = share_scales(comm, call, job);
         if (s != SHOAL_OK)
             return s;
         /* Across hosts (hier-codec) each host compresses the sum of its
@@ -502,18 +546,16 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
          * cover it, so that no host's sum is clipped. (With one rank per
          * host AUTO runs the flat ring, and the factor is 1.) */
         if (comm->team.nhosts > 1 && c->opt.algo == SHOAL_COMPRESS_ALGO_AUTO) {
-            for (size_t b = 0; b < c->nblocks; b++)
-                c->scales[b] *= (float)comm->team.cluster.max_local;
+            for (size_t b = 0; b < job->nblocks; b++)
+                job->scales[b] *= (float)comm->team.cluster.max_local;
         }
-        codec.ops = &shoal_codec_ternary;
-        codec.round = SHOAL_ROUND_STOCHASTIC;
-        codec.scales = c->scales;
+        codec.scales = job->scales;
         /* A value's sum is within +-nranks: 4-bit codes up to 7 ranks,
          * 8-bit up to 127, 16-bit beyond. */
         codec.packed = comm->team.nranks <= 7;
         codec.wide = comm->team.nranks > 127;
     }
-    return inner(comm, call, x, out, c->count, call->args.op, &codec, res_in, res);
+    return inner(comm, call, x, out, job->count, call->args.op, &codec, res_in, res);
 }
 
 /* m: the fp32 input; res_in, res as run_codec's.
@@ -535,36 +577,43 @@ static shoal_status_t run_codec(struct shoal_comm *comm, const shoal_call_t *cal
  *   tensor again after each of the two all-reduces (2 reads of x), so
  *   keeping the sum x (1 write) costs what reading m and r a second time
  *   would save. */
-static shoal_status_t run_powersgd(struct shoal_comm *comm, const shoal_call_t *call,
-                                   const float *m, const float *res_in, float *out, float *res)
+shoal_status_t shoal_comp_run_plain(struct shoal_comm *comm, const shoal_call_t *call,
+                                    const shoal_comp_job_t *job, const float *m,
+                                    const float *res_in, float *out, float *res)
+{
+    const float *x = m;
+    if (res_in) {
+        shoal_comp_widen(job->x, m, job->count, SHOAL_FLOAT32, res_in);
+        x = job->x;
+    }
+    shoal_status_t s = inner(comm, call, x, out, job->count, call->args.op, NULL, NULL, NULL);
+    if (s == SHOAL_OK && res)
+        memset(res, 0, job->count * sizeof(float));
+    return s;
+}
+
+shoal_status_t shoal_comp_run_powersgd(struct shoal_comm *comm, const shoal_call_t *call,
+                                       const shoal_comp_job_t *job, const float *m,
+                                       const float *res_in, float *out, float *res)
 {
     shoal_compressor_t c = call->comp;
     int n = comm->team.nranks;
-    if (c->step < c->opt.warmup_steps) {
-        /* A plain all-reduce of m + r: the sum written once, for it. */
-        const float *x = m;
-        if (res_in) {
-            shoal_comp_widen(c->x, m, c->count, SHOAL_FLOAT32, res_in);
-            x = c->x;
-        }
-        shoal_status_t s = inner(comm, call, x, out, c->count, call->args.op, NULL, NULL, NULL);
-        if (s == SHOAL_OK && res)
-            memset(res, 0, c->count * sizeof(float));
-        return s;
-    }
-    const float *x = res_in ? c->x : m;
-    shoal_psgd_phase1_ef(c->psgd, m, res_in, c->x, c->buf1);
-    shoal_status_t s = inner(comm, call, c->buf1, c->buf1, shoal_psgd_len1(c->psgd), SHOAL_SUM,
-                             NULL, NULL, NULL);
+    /* Warm-up: a plain all-reduce of m + r, the sum written once for it. */
+    if (c->step < job->warmup)
+        return shoal_comp_run_plain(comm, call, job, m, res_in, out, res);
+    const float *x = res_in ? job->x : m;
+    shoal_psgd_phase1_ef(job->psgd, m, res_in, job->x, job->buf1);
+    shoal_status_t s = inner(comm, call, job->buf1, job->buf1, shoal_psgd_len1(job->psgd),
+                             SHOAL_SUM, NULL, NULL, NULL);
     if (s != SHOAL_OK)
         return s;
-    shoal_psgd_phase2(c->psgd, x, c->buf1, c->buf2);
-    s = inner(comm, call, c->buf2, c->buf2, shoal_psgd_len2(c->psgd), SHOAL_SUM, NULL, NULL,
-              NULL);
+    shoal_psgd_phase2(job->psgd, x, job->buf1, job->buf2);
+    s = inner(comm, call, job->buf2, job->buf2, shoal_psgd_len2(job->psgd), SHOAL_SUM, NULL,
+              NULL, NULL);
     if (s != SHOAL_OK)
         return s;
     float scale = call->args.op == SHOAL_AVG ? 1.0f / (float)n : 1.0f;
-    shoal_psgd_phase3(c->psgd, x, c->buf1, c->buf2, out, res, n, scale);
+    shoal_psgd_phase3(job->psgd, x, job->buf1, job->buf2, out, res, n, scale);
     return SHOAL_OK;
 }
 
@@ -581,11 +630,17 @@ static shoal_status_t run_kind(struct shoal_comm *comm, const shoal_call_t *call
     default:
         break;
     }
-    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD)
-        return run_powersgd(comm, call, x, res_in, out, res);
-    if (c->opt.kind == SHOAL_COMPRESS_MAJORITY)
+    shoal_comp_job_t job = shoal_comp_own_job(c);
+    switch (c->opt.kind) {
+    case SHOAL_COMPRESS_POWERSGD:
+        return shoal_comp_run_powersgd(comm, call, &job, x, res_in, out, res);
+    case SHOAL_COMPRESS_MAJORITY:
         return shoal_comp_run_vote(comm, call, x, out);
-    return run_codec(comm, call, x, res_in, out, res);
+    case SHOAL_COMPRESS_ADAPTIVE:
+        return shoal_comp_run_adaptive(comm, call, x, res_in, out, res);
+    default:
+        return shoal_comp_run_codec(comm, call, &job, x, res_in, out, res);
+    }
 }
 
 void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t received,
@@ -599,7 +654,7 @@ void shoal_comp_info_moved(const shoal_call_t *call, uint64_t sent, uint64_t rec
     double plain = per * (double)c->count * (double)shoal_dtype_bytes(c->dtype);
     *call->info = (shoal_compress_info_t){.bytes_sent = sent, .bytes_received = received,
                                           .ratio = sent ? plain / (double)sent : 0,
-                                          .step = step};
+                                          .step = step, .error = shoal_comp_adapt_error(c)};
 }
 
 void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t tx0,

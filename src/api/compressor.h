@@ -37,4 +37,11 @@ shoal_status_t shoal_compressor_local(struct shoal_comm *comm,
  * feedback), as of the last successful call: for tests. */
 shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p);
 
+/* ADAPTIVE: the agreed statistics of the last choice (ntensors x (nopt +
+ * 1) doubles: each choice's squared error, then the tensor's squared
+ * norm, summed over the ranks) and each choice's wire bytes (ntensors x
+ * nopt; 0: not offered, but for full precision, choice 0): for tests. */
+shoal_status_t shoal_compressor_adapt_table(shoal_compressor_t comp, const double **stats_p,
+                                            const uint64_t **bytes_p, size_t *nopt_p);
+
 #endif

@@ -723,8 +723,8 @@ static const char *dev_problem(const struct shoal_compressor *c)
 {
     if (c->opt.kind != SHOAL_COMPRESS_INT8 && c->opt.kind != SHOAL_COMPRESS_TERNARY &&
         c->opt.kind != SHOAL_COMPRESS_POWERSGD)
-        return "SIGN, MAJORITY and INT4 compressors have no device kernels: their calls "
-               "take host memory";
+        return "SIGN, MAJORITY, INT4 and ADAPTIVE compressors have no device kernels: their "
+               "calls take host memory";
     if (c->opt.kind == SHOAL_COMPRESS_POWERSGD && shoal_group_active())
         return "a POWERSGD compressor's stream-ordered call is two calls, which a group "
                "cannot hold";

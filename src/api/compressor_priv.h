@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 
 #define COMP_MAGIC 0x73686f616c636f6dull  /* "shoalcom" */
-#define STATE_MAGIC 0x73686f616c737431ull /* "shoalst1" */
+#define STATE_MAGIC 0x73686f616c737432ull /* "shoalst2" */
 
 /* The state on a device, from the first stream-ordered call on. */
 typedef struct {
@@ -75,6 +75,7 @@ struct shoal_compressor {
     unsigned char *tx, *rx;
     size_t *moves;
     float *votes;
+    struct shoal_comp_adapt *adapt; /* ADAPTIVE (compressor_adapt.c) */
     /* The ticket of the host call issued and not yet ended (0: none): its
      * run clears it, or, for a call that never runs (its communicator
      * aborted or broken first, a group that failed), the call's end
@@ -110,8 +111,61 @@ static inline size_t shoal_comp_up64(size_t x)
     return (x + 63) & ~(size_t)63;
 }
 
-/* The codec of c's INT8, INT4 and SIGN calls on rank, at c's step. */
+/* One all-reduce job of a kind on count values (the compressor's whole
+ * tensor, or for ADAPTIVE one tensor of its layout) with its buffers:
+ * TERNARY's scales (nblocks of block values), POWERSGD's state and
+ * buffers (warm-up: plain calls while the step is below it), and x, count
+ * floats for the input plus the residual where a run writes it. */
+typedef struct {
+    shoal_compress_kind_t kind;
+    unsigned block;
+    size_t count;
+    float *scales;
+    uint16_t *scales16;
+    size_t nblocks;
+    shoal_psgd_t *psgd;
+    float *buf1, *buf2, *x;
+    uint64_t warmup;
+} shoal_comp_job_t;
+
+/* The job of c's own kind on its whole tensor. */
+shoal_comp_job_t shoal_comp_own_job(struct shoal_compressor *c);
+/* The codec of job (INT8, INT4, SIGN, TERNARY without its scales) on rank,
+ * at c's step; shoal_comp_codec: that of c's own kind and block. */
+shoal_codec_t shoal_comp_job_codec(const struct shoal_compressor *c,
+                                   const shoal_comp_job_t *job, int rank);
 shoal_codec_t shoal_comp_codec(const struct shoal_compressor *c, int rank);
+/* The runs of a job for call: x (or m) its fp32 input, res_in and res the
+ * last and the new residual of its values (NULL without error feedback),
+ * out its output. plain: a full-precision all-reduce of the input plus
+ * the residual, which leaves a residual of 0; codec: INT8, INT4, SIGN or
+ * TERNARY (the shared scales first); powersgd. */
+shoal_status_t shoal_comp_run_plain(struct shoal_comm *comm, const shoal_call_t *call,
+                                    const shoal_comp_job_t *job, const float *m,
+                                    const float *res_in, float *out, float *res);
+shoal_status_t shoal_comp_run_codec(struct shoal_comm *comm, const shoal_call_t *call,
+                                    const shoal_comp_job_t *job, const float *x,
+                                    const float *res_in, float *out, float *res);
+shoal_status_t shoal_comp_run_powersgd(struct shoal_comm *comm, const shoal_call_t *call,
+                                       const shoal_comp_job_t *job, const float *m,
+                                       const float *res_in, float *out, float *res);
+
+/* compressor_adapt.c: ADAPTIVE's record (choices, per-tensor state), made
+ * with the compressor from its layout; its run; its part of a checkpoint
+ * (bytes, save, load: SHOAL_ERR_INVALID_ARG for choices it cannot hold,
+ * changing nothing then); reset to no choice; the choices for the API. */
+struct shoal_comp_adapt;
+shoal_status_t shoal_comp_adapt_new(struct shoal_compressor *c,
+                                    const shoal_compress_layout_t *layout);
+void shoal_comp_adapt_free(struct shoal_compressor *c);
+shoal_status_t shoal_comp_run_adaptive(struct shoal_comm *comm, const shoal_call_t *call,
+                                       const float *x, const float *res_in, float *out,
+                                       float *res);
+size_t shoal_comp_adapt_state_bytes(const struct shoal_compressor *c);
+void shoal_comp_adapt_save(const struct shoal_compressor *c, void *buf);
+shoal_status_t shoal_comp_adapt_load(struct shoal_compressor *c, const void *buf);
+void shoal_comp_adapt_reset(struct shoal_compressor *c);
+double shoal_comp_adapt_error(const struct shoal_compressor *c);
 /* dst[0..n) = src (of dtype) as fp32, plus add[i] when add is not NULL;
  * and back to float16 or bfloat16. */
 void shoal_comp_widen(float *dst, const void *src, size_t n, shoal_dtype_t dtype,
