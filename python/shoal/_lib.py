@@ -56,6 +56,7 @@ class CompressInfo(ctypes.Structure):
         ("bytes_received", ctypes.c_uint64),
         ("ratio", ctypes.c_double),
         ("step", ctypes.c_uint64),
+        ("error", ctypes.c_double),
     ]
 
 

@@ -9,18 +9,19 @@ from .buffers import as_buffer, optional
 from .closing import Closing
 from .errors import check
 
-KINDS = {"int8": 1, "ternary": 2, "powersgd": 3, "sign": 4, "majority": 5, "int4": 6}
+KINDS = {"int8": 1, "ternary": 2, "powersgd": 3, "sign": 4, "majority": 5, "int4": 6,
+         "adaptive": 7}
 ALGOS = {"auto": 0, "ring": 1, "two_shot": 2, "tree": 3}
 DTYPES = (dtypes.DType.FLOAT32, dtypes.DType.FLOAT16, dtypes.DType.BFLOAT16)
 
 # What one compressed call did on this rank (shoal_compress_info_t).
 CompressInfo = collections.namedtuple("CompressInfo",
-                                      "bytes_sent bytes_received ratio step")
+                                      "bytes_sent bytes_received ratio step error")
 
 # The options set by keyword: name -> Python type (None keeps shoal's default).
 _OPTIONS = {
     "error_feedback": bool, "block": int, "stochastic": bool, "clip_sigma": float,
-    "rank": int, "warmup_steps": int, "seed": int,
+    "rank": int, "warmup_steps": int, "seed": int, "budget": float, "window": int,
 }
 
 
@@ -146,7 +147,7 @@ class Compressor(Closing):
 
         def finish():
             self.last_info = CompressInfo(info.bytes_sent, info.bytes_received, info.ratio,
-                                          info.step)
+                                          info.step, info.error)
 
         comm = self._comm
         args = (comp, s.ptr, r.ptr, op, ctypes.byref(info))
