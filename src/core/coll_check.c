@@ -102,8 +102,9 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
                                "are exact); use the ring or auto", call->what);
     if (a->codec_algo == SHOAL_COMPRESS_ALGO_TREE && c->ops != &shoal_codec_int8)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "%s: only the int8 codec has the tree schedule, not %s",
-                               call->what, c->ops->name);
+                               "%s: the %s codec has no tree schedule (int8 alone has "
+                               "one); use the ring, two-shot or auto", call->what,
+                               c->ops->name);
     /* A ring would requantise partial sums to signs at every hop. */
     if (a->codec_algo == SHOAL_COMPRESS_ALGO_RING && c->ops == &shoal_codec_sign)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
