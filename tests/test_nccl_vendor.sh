@@ -53,7 +53,7 @@ export CMOCKA_MESSAGE_OUTPUT=TAP
 # Compression changes results that the other cases check bitwise: it stays
 # off unless one case is picked (tests/test_nccl_compress.sh picks its own).
 if [ -z "${NCCL_VENDOR_TEST_FILTER:-}" ]; then
-    unset SHOAL_COMPRESS SHOAL_COMPRESS_MIN
+    unset SHOAL_COMPRESS SHOAL_COMPRESS_MIN SHOAL_COMPRESS_ALLGATHER SHOAL_COMPRESS_REDUCESCATTER
 fi
 
 LD_PRELOAD=$PRELOAD${LD_PRELOAD:+:$LD_PRELOAD} "$BIN"

@@ -298,7 +298,7 @@ typedef struct {
     char note[512];
 } config_report_t;
 
-#define CONFIG_MAX_ENTRIES 64
+#define CONFIG_MAX_ENTRIES 128
 
 /* Logging is configured by the table itself, so the load reports what it
  * did (bad values, aliases taken) only once the log settings apply. */
@@ -341,9 +341,13 @@ static void config_load(void)
     int aliases = atomic_load_explicit(&config_nccl_env, memory_order_acquire);
     config_collect();
     for (size_t t = 0; t < ntables; t++) {
-        for (size_t i = 0; i < tables[t]->count && nreports < CONFIG_MAX_ENTRIES; i++) {
+        for (size_t i = 0; i < tables[t]->count; i++) {
             const shoal_config_entry_t *e = &tables[t]->entries[i];
-            config_report_t *r = &reports[nreports++];
+            /* Every entry is read; one past the reports' room goes
+             * unreported, and the load says so below. */
+            config_report_t spare, *r = nreports < CONFIG_MAX_ENTRIES ? &reports[nreports]
+                                                                      : &spare;
+            nreports++;
             void *field = (char *)&c + e->offset;
             const char *text;
             r->entry = e;
@@ -354,8 +358,11 @@ static void config_load(void)
         }
     }
     shoal_log_setup(c.core.log_level, c.core.log_subsys, c.core.log_file);
-    for (size_t i = 0; i < nreports; i++)
+    for (size_t i = 0; i < nreports && i < CONFIG_MAX_ENTRIES; i++)
         config_report(&reports[i]);
+    if (nreports > CONFIG_MAX_ENTRIES)
+        shoal_error(INIT, "%zu settings, more than the %d whose bad values can be reported "
+                    "(CONFIG_MAX_ENTRIES in base/config.c)", nreports, CONFIG_MAX_ENTRIES);
     /* Checks a parser cannot make, per component, once everything parsed. */
     for (size_t t = 0; t < ntables; t++)
         tables[t]->sanitize(&c);

@@ -132,11 +132,13 @@ enum {
     SHOAL_BIND_OFF = SHOAL_OFF,   /* never */
 };
 
-/* Compression of the NCCL door's all-reduces (shoal.h's API takes its
+/* Compression of the NCCL door's collectives (shoal.h's API takes its
  * options from the caller, not from here). */
 typedef struct {
-    int kind;         /* SHOAL_COMPRESS: 0 off, or SHOAL_COMPRESS_INT8 */
-    size_t min_bytes; /* SHOAL_COMPRESS_MIN: smaller buffers go uncompressed */
+    int kind;           /* SHOAL_COMPRESS: 0 off, or SHOAL_COMPRESS_INT8 */
+    size_t min_bytes;   /* SHOAL_COMPRESS_MIN: smaller buffers go uncompressed */
+    int allgather;      /* SHOAL_COMPRESS_ALLGATHER: 0 off, SHOAL_COMPRESS_INT8 or _INT4 */
+    int reduce_scatter; /* SHOAL_COMPRESS_REDUCESCATTER: 0, _INT8, _INT4 or _SIGN */
 } shoal_compress_config_t;
 
 /* The MPI door's choice between shoal and MPI's own path (src/mpi/rule.c). */

@@ -17,6 +17,11 @@
  * gradients make (float sums and averages of SHOAL_COMPRESS_MIN bytes or
  * more) go through shoal_allreduce_int8 on host buffers, and through the
  * stream-ordered compressed all-reduce on device buffers (compress.c).
+ * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER do the same
+ * for the all-gathers of a sharded program's weights and the
+ * reduce-scatters of its gradients (FSDP, ZeRO), on host buffers only:
+ * the compressed all-gather and reduce-scatter have no stream-ordered
+ * form, so on device buffers they stay plain.
  * Every rank reads the same settings and sees the same count, type, op
  * and kind of buffer, so all take the same path; a rank whose settings
  * differ meets a mismatch. */
@@ -40,6 +45,7 @@ typedef struct {
     int root; /* or peer */
     cudaStream_t stream;
     int on_stream; /* set by classify */
+    int compress;  /* the compression that takes the call, 0 for none (door_compression) */
 } door_call_t;
 
 /* Elements of a buffer: the per-rank count times nranks for the blocks of
@@ -114,23 +120,50 @@ static ncclResult_t classify(struct ncclComm *comm, shoal_comm_t sc, door_call_t
  * in a group, so between ncclGroupStart and ncclGroupEnd the all-reduces go
  * the usual way (every rank is inside the group alike). A stream-ordered
  * call compresses when both its buffers are device memory, which the
- * device's kernels read. */
+ * device's kernels read.
+ *
+ * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER follow the
+ * all-reduce's rules where they apply: not in groups (a group may hold two
+ * calls of one shape, and a compressor takes one call at a time), and only
+ * on host buffers outside stream order, since their calls are blocking and
+ * have no device form. Their size is the buffer of nranks x count values
+ * (the all-gather's output, the reduce-scatter's input), and on one rank,
+ * where nothing travels, they stay plain. */
 static int device_memory(const void *p)
 {
     shoal_dev_mem_t kind = shoal_dev_kind(p);
     return kind == SHOAL_DEV_MEM_DEVICE || kind == SHOAL_DEV_MEM_MANAGED;
 }
 
-static int door_compressed(const door_call_t *c)
+/* The compression kind that takes c on nranks ranks, or 0. */
+static int door_compression(const door_call_t *c, int nranks)
 {
     const shoal_compress_config_t *cc = &shoal_config_get()->compress;
     shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
     shoal_op_t op = (shoal_op_t)c->op;
-    size_t es;
-    if (cc->kind != SHOAL_COMPRESS_INT8 || c->kind != SHOAL_COLL_ALLREDUCE || c->count == 0 ||
-        shoal_nccl_in_group())
+    size_t es, elems = c->count;
+    int kind;
+    if (c->count == 0 || shoal_nccl_in_group())
         return 0;
-    if (c->on_stream && (!device_memory(c->sendbuf) || !device_memory(c->recvbuf)))
+    switch (c->kind) {
+    case SHOAL_COLL_ALLREDUCE:
+        kind = cc->kind == SHOAL_COMPRESS_INT8 ? SHOAL_COMPRESS_INT8 : 0;
+        if (c->on_stream && (!device_memory(c->sendbuf) || !device_memory(c->recvbuf)))
+            return 0;
+        break;
+    case SHOAL_COLL_ALLGATHER:
+    case SHOAL_COLL_REDUCE_SCATTER:
+        kind = c->kind == SHOAL_COLL_ALLGATHER ? cc->allgather : cc->reduce_scatter;
+        if (c->kind == SHOAL_COLL_ALLGATHER)
+            op = SHOAL_SUM; /* it moves values; the door passes ncclSum */
+        if (c->on_stream || nranks < 2 || c->count > SIZE_MAX / (size_t)nranks)
+            return 0;
+        elems = c->count * (size_t)nranks;
+        break;
+    default:
+        return 0;
+    }
+    if (!kind)
         return 0;
     if (dt != SHOAL_FLOAT32 && dt != SHOAL_FLOAT16 && dt != SHOAL_BFLOAT16)
         return 0;
@@ -138,11 +171,28 @@ static int door_compressed(const door_call_t *c)
         return 0;
     if (shoal_dtype_size(dt, &es) != SHOAL_OK)
         return 0;
-    return c->count >= cc->min_bytes / es + (cc->min_bytes % es != 0);
+    return elems >= cc->min_bytes / es + (cc->min_bytes % es != 0) ? kind : 0;
 }
 
-/* Run c on sc: blocking when req_p is NULL, else non-blocking. */
-static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request_t *req_p)
+/* c's compressed all-gather or reduce-scatter (c->compress set); *taken
+ * = 0 when it was not run (the communicator keeps no more compressors),
+ * and the call goes plain. */
+static shoal_status_t issue_compressed(struct ncclComm *comm, shoal_comm_t sc,
+                                       const door_call_t *c, int *taken)
+{
+    shoal_compress_coll_t coll = c->kind == SHOAL_COLL_ALLGATHER
+                                     ? SHOAL_COMPRESS_COLL_ALLGATHER
+                                     : SHOAL_COMPRESS_COLL_REDUCE_SCATTER;
+    return shoal_nccl_compress_host(comm, sc, c->what, coll, (shoal_compress_kind_t)c->compress,
+                                    c->sendbuf, c->recvbuf, c->count, (shoal_dtype_t)c->dtype,
+                                    (shoal_op_t)c->op, taken);
+}
+
+/* Run c on sc: blocking when req_p is NULL, else non-blocking. A
+ * compressed call (c->compress) is always blocking: door_run passes no
+ * req_p for it. */
+static shoal_status_t issue(struct ncclComm *comm, shoal_comm_t sc, const door_call_t *c,
+                            shoal_request_t *req_p)
 {
     shoal_dtype_t dt = (shoal_dtype_t)c->dtype;
     shoal_op_t op = (shoal_op_t)c->op;
@@ -152,14 +202,26 @@ static shoal_status_t issue(shoal_comm_t sc, const door_call_t *c, shoal_request
     int root = c->root;
     switch (c->kind) {
     case SHOAL_COLL_ALLREDUCE:
-        if (door_compressed(c))
+        if (c->compress)
             return shoal_allreduce_int8(sb, rb, n, dt, op, sc, NULL);
         return req_p ? shoal_iallreduce(sb, rb, n, dt, op, sc, req_p)
                      : shoal_allreduce(sb, rb, n, dt, op, sc);
     case SHOAL_COLL_REDUCE_SCATTER:
+        if (c->compress) {
+            int taken;
+            shoal_status_t s = issue_compressed(comm, sc, c, &taken);
+            if (taken || s != SHOAL_OK)
+                return s;
+        }
         return req_p ? shoal_ireduce_scatter(sb, rb, n, dt, op, sc, req_p)
                      : shoal_reduce_scatter(sb, rb, n, dt, op, sc);
     case SHOAL_COLL_ALLGATHER:
+        if (c->compress) {
+            int taken;
+            shoal_status_t s = issue_compressed(comm, sc, c, &taken);
+            if (taken || s != SHOAL_OK)
+                return s;
+        }
         return req_p ? shoal_iallgather(sb, rb, n, dt, sc, req_p)
                      : shoal_allgather(sb, rb, n, dt, sc);
     case SHOAL_COLL_ALLTOALL:
@@ -197,7 +259,7 @@ static shoal_status_t issue_stream(struct ncclComm *comm, shoal_comm_t sc, const
     int root = c->root;
     switch (c->kind) {
     case SHOAL_COLL_ALLREDUCE:
-        if (door_compressed(c)) {
+        if (c->compress) {
             int taken;
             shoal_status_t s = shoal_nccl_compress_stream(comm, sc, sb, rb, n, dt, op, st, &taken);
             if (taken || s != SHOAL_OK)
@@ -225,14 +287,17 @@ static ncclResult_t door_run(struct ncclComm *comm, door_call_t *c)
         res = classify(comm, sc, c);
     if (res != ncclSuccess)
         return res;
+    c->compress = door_compression(c, sc->team.nranks);
     if (c->on_stream)
         return shoal_nccl_result(issue_stream(comm, sc, c));
-    /* The compressed all-reduce has no non-blocking form: it completes
-     * before it returns, which a non-blocking communicator allows. */
-    if (comm->blocking || shoal_nccl_in_group() || door_compressed(c))
-        return shoal_nccl_result(issue(sc, c, NULL));
+    /* The door's compressed calls are blocking: they complete before they
+     * return, which a non-blocking communicator allows (the all-reduce has
+     * no non-blocking form; the all-gather's and reduce-scatter's
+     * compressor takes one call at a time). */
+    if (comm->blocking || shoal_nccl_in_group() || c->compress)
+        return shoal_nccl_result(issue(comm, sc, c, NULL));
     shoal_request_t req;
-    shoal_status_t s = issue(sc, c, &req);
+    shoal_status_t s = issue(comm, sc, c, &req);
     if (s != SHOAL_OK)
         return shoal_nccl_result(s);
     return shoal_nccl_track(comm, req);

@@ -23,6 +23,20 @@ static void door_setup(void)
     if (cc->kind == SHOAL_COMPRESS_INT8)
         shoal_info(INIT, "SHOAL_COMPRESS=int8: float sum and average all-reduces of %zu bytes "
                    "or more are compressed to int8", cc->min_bytes);
+    const shoal_compress_config_t *colls = cc;
+    static const char *const kinds[] = {
+        [SHOAL_COMPRESS_INT8] = "int8", [SHOAL_COMPRESS_INT4] = "int4",
+        [SHOAL_COMPRESS_SIGN] = "sign",
+    };
+    if (colls->allgather)
+        shoal_info(INIT, "SHOAL_COMPRESS_ALLGATHER=%s: float all-gathers on host memory whose "
+                   "output is %zu bytes or more are compressed to %s", kinds[colls->allgather],
+                   cc->min_bytes, kinds[colls->allgather]);
+    if (colls->reduce_scatter)
+        shoal_info(INIT, "SHOAL_COMPRESS_REDUCESCATTER=%s: float sum and average "
+                   "reduce-scatters on host memory whose input is %zu bytes or more are "
+                   "compressed to %s", kinds[colls->reduce_scatter], cc->min_bytes,
+                   kinds[colls->reduce_scatter]);
 }
 
 void shoal_nccl_once(void)

@@ -48,8 +48,9 @@ struct ncclComm {
     ncclResult_t async_error;     /* first failure among them */
 
     struct ncclWindow_vidmem *windows; /* live windows (mem.c), under lock */
-    struct shoal_nccl_comp *comps;     /* SHOAL_COMPRESS's compressors (compress.c), under lock */
+    struct shoal_nccl_comp *comps;     /* the door's compressors (compress.c), under lock */
     size_t ncomps;
+    int comps_full_said;               /* logged that no more fit (compress.c), under lock */
 };
 
 /* First thing of every entry point: map NCCL_* settings and log the banner,
@@ -133,6 +134,18 @@ shoal_status_t shoal_nccl_compress_stream(struct ncclComm *comm, shoal_comm_t sc
                                           const void *sendbuf, void *recvbuf, size_t count,
                                           shoal_dtype_t dtype, shoal_op_t op, void *stream,
                                           int *taken);
+/* SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER on host
+ * buffers: the compressed all-gather (coll SHOAL_COMPRESS_COLL_ALLGATHER)
+ * or reduce-scatter (SHOAL_COMPRESS_COLL_REDUCE_SCATTER, op sum or avg) of
+ * kind, blocking, through the communicator's compressor for (coll, kind,
+ * count, dtype), made on first use; count is per rank, as the NCCL calls
+ * count. what names the call in the log. *taken as for
+ * shoal_nccl_compress_stream. */
+shoal_status_t shoal_nccl_compress_host(struct ncclComm *comm, shoal_comm_t sc,
+                                        const char *what, shoal_compress_coll_t coll,
+                                        shoal_compress_kind_t kind, const void *sendbuf,
+                                        void *recvbuf, size_t count, shoal_dtype_t dtype,
+                                        shoal_op_t op, int *taken);
 /* The compressors, after their streams' last calls. */
 void shoal_nccl_compress_free(struct ncclComm *comm);
 

@@ -27,6 +27,34 @@ static int parse_compress(const char *text, void *field)
     return 0;
 }
 
+/* The kinds the door's compressed all-gather and reduce-scatter take: off,
+ * int8, int4 and, with sign_ok, sign (the compressed all-gather has no
+ * sign). Every one stateless, as SHOAL_COMPRESS's int8. */
+static int parse_colls_kind(const char *text, int sign_ok, int *kind_p)
+{
+    if (!strcasecmp(text, "off") || !strcasecmp(text, "none") || !text[0])
+        *kind_p = 0;
+    else if (!strcasecmp(text, "int8"))
+        *kind_p = SHOAL_COMPRESS_INT8;
+    else if (!strcasecmp(text, "int4"))
+        *kind_p = SHOAL_COMPRESS_INT4;
+    else if (sign_ok && !strcasecmp(text, "sign"))
+        *kind_p = SHOAL_COMPRESS_SIGN;
+    else
+        return -1;
+    return 0;
+}
+
+static int parse_compress_allgather(const char *text, void *field)
+{
+    return parse_colls_kind(text, 0, field);
+}
+
+static int parse_compress_reducescatter(const char *text, void *field)
+{
+    return parse_colls_kind(text, 1, field);
+}
+
 static const shoal_config_entry_t compress_entries[] = {
     {.name = "SHOAL_COMPRESS", .def = "off",
      .doc = "NCCL door: all-reduces of float32, float16 and bfloat16 sums and averages "
@@ -37,12 +65,62 @@ static const shoal_config_entry_t compress_entries[] = {
      .parse = parse_compress, .offset = SHOAL_CONFIG_FIELD(compress.kind)},
     {.name = "SHOAL_COMPRESS_MIN", .def = "1M",
      .doc = "NCCL and MPI doors: the smallest all-reduce buffer that SHOAL_COMPRESS "
-            "compresses",
+            "compresses; NCCL door: also the smallest all-gather output and reduce-scatter "
+            "input (nranks x count values) that SHOAL_COMPRESS_ALLGATHER and "
+            "SHOAL_COMPRESS_REDUCESCATTER compress",
      .parse = shoal_config_field_size, .offset = SHOAL_CONFIG_FIELD(compress.min_bytes)},
+    {.name = "SHOAL_COMPRESS_ALLGATHER", .def = "off",
+     .doc = "NCCL door: ncclAllGather of float32, float16 or bfloat16 on two ranks or more, "
+            "on host buffers outside stream order (a NULL stream, or no CUDA in the "
+            "process) and outside ncclGroupStart/End, whose output (nranks x count values) "
+            "is SHOAL_COMPRESS_MIN bytes or more, goes through shoal_allgather_compressed "
+            "(a scale per block of 64 values, nearest rounding, no error feedback, nothing "
+            "kept between calls): off, int8 or int4. Every rank's output is bitwise the "
+            "same, this rank's own values decoded too (in place, its send values are "
+            "replaced by their decoded form). Error: each value within half its block's "
+            "scale of its input, max|block|/254 for int8 and max|block|/14 for int4, the "
+            "block being the 64 values of the sender's input that hold it (plus float16's "
+            "or bfloat16's rounding of the result). Device buffers, stream-ordered calls, "
+            "groups and other types take the plain all-gather",
+     .parse = parse_compress_allgather, .offset = SHOAL_CONFIG_FIELD(compress.allgather)},
+    {.name = "SHOAL_COMPRESS_REDUCESCATTER", .def = "off",
+     .doc = "NCCL door: ncclReduceScatter sums and averages (ncclSum, ncclAvg) of float32, "
+            "float16 or bfloat16 on two ranks or more, on host buffers outside stream order "
+            "and outside ncclGroupStart/End, whose input (nranks x count values) is "
+            "SHOAL_COMPRESS_MIN bytes or more, go through shoal_reduce_scatter_compressed, "
+            "two-shot: each rank's block for another rank is quantised once (a scale per "
+            "block of 64 values, nearest rounding, no error feedback, nothing kept between "
+            "calls) and its owner adds the decoded blocks to its own exact values in fp32: "
+            "off, int8, int4 or sign. Error: int8: each result within the sum, over the "
+            "other ranks' contributions, of half the scale of the contribution's block of "
+            "64, max|block|/254; int4: max|block|/14; averages that divided by nranks (plus "
+            "fp32's, float16's or bfloat16's rounding). sign: each contribution becomes 1 "
+            "bit a value times its block's mean magnitude, a 1-bit approximation meant for "
+            "use with error feedback, which the stateless door does not keep, so its "
+            "results here are coarse. Device buffers, stream-ordered calls, groups, other "
+            "types and other ops take the plain reduce-scatter",
+     .parse = parse_compress_reducescatter,
+     .offset = SHOAL_CONFIG_FIELD(compress.reduce_scatter)},
 };
 
+/* A value that does not parse has had the machinery's warning and the
+ * default (off); this says what the setting takes. */
 static void compress_sanitize(shoal_config_t *c)
 {
+    static const struct {
+        const char *name, *takes, *calls;
+        int sign_ok;
+    } colls[] = {
+        {"SHOAL_COMPRESS_ALLGATHER", "off, int8 or int4", "all-gathers", 0},
+        {"SHOAL_COMPRESS_REDUCESCATTER", "off, int8, int4 or sign", "reduce-scatters", 1},
+    };
+    for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
+        const char *text = shoal_config_env(colls[i].name);
+        int kind;
+        if (text && parse_colls_kind(text, colls[i].sign_ok, &kind) != 0)
+            shoal_warn(INIT, "%s=\"%s\" is not %s: the NCCL door's %s stay uncompressed",
+                       colls[i].name, text, colls[i].takes, colls[i].calls);
+    }
 }
 
 SHOAL_CONFIG_TABLE(compress, 6, compress_entries, compress_sanitize);
