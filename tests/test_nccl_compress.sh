@@ -9,8 +9,8 @@
 #   within int8's error and, on two ranks or more, not exact; small ones,
 #   integers and other ops exact.
 # - SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER: the
-#   all-gather and reduce-scatter case (tests/nccl/vendor_compress_colls.c,
-#   which NCCL_VENDOR_COMPRESS_COLLS runs): int8 and int8 at 1 to 3 ranks,
+#   all-gather and reduce-scatter case (tests/nccl/vendor_compress_colls.c)
+#   at the rank counts its filter picks: int8 and int8 at 1 to 3 ranks,
 #   int4 and sign at 2 and 3, a value the door does not take ("bogus") and
 #   int4 at 2. The program checks the results:
 #   within the error the settings' documentation states, most float32
@@ -28,8 +28,8 @@
 #   a setting that is off; and for "bogus", the warning that says what the
 #   setting takes.
 #
-# tests/test_nccl_vendor.sh runs the program's other cases without these
-# settings, where everything is exact.
+# tests/test_nccl_vendor.sh runs every case of the program, these two too,
+# without these settings, where everything is exact.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -43,9 +43,11 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 unset SHOAL_COMPRESS SHOAL_COMPRESS_MIN SHOAL_COMPRESS_ALLGATHER SHOAL_COMPRESS_REDUCESCATTER \
-    NCCL_VENDOR_COMPRESS_COLLS SHOAL_DEBUG SHOAL_DEBUG_SUBSYS NCCL_DEBUG NCCL_DEBUG_SUBSYS
+    SHOAL_DEBUG SHOAL_DEBUG_SUBSYS NCCL_DEBUG NCCL_DEBUG_SUBSYS
 
 BIG=262144 # the program's per-rank count of the large calls
+# The program's all-gather and reduce-scatter case, less its rank count.
+COLLS='SHOAL_COMPRESS_ALLGATHER and _REDUCESCATTER: compressed or exact as they say,'
 PLAIN_COUNTS="1031 262145 262146 262147"
 
 # run NAME VAR=VALUE...: the conformance program under the settings given,
@@ -108,26 +110,27 @@ report() {
 }
 
 # 1. The all-reduce (the program's own TAP is kept for a failure).
-if run allreduce SHOAL_COMPRESS=int8 NCCL_VENDOR_TEST_FILTER='SHOAL_COMPRESS*'; then
+if run allreduce SHOAL_COMPRESS=int8 NCCL_VENDOR_TEST_FILTER='SHOAL_COMPRESS:*'; then
     pass "SHOAL_COMPRESS=int8: float all-reduces compressed or exact as it says, 1 to 4 ranks"
 else
     fail "SHOAL_COMPRESS=int8: float all-reduces compressed or exact as it says, 1 to 4 ranks"
     show "$TMP/allreduce.out"
 fi
 
-# 2. to 4. The all-gather and the reduce-scatter. The filter matches none
-# of the program's own cases, so that nothing else runs if
-# NCCL_VENDOR_COMPRESS_COLLS were not honoured (then the logs fail).
+# 2. to 4. The all-gather and the reduce-scatter.
+# colls NAME RANKS GLOB AG RS: the case at the rank counts RANKS, which
+# GLOB (the end of the case's name: "*ranks" is 2 and 3) picks; it passes
+# when exactly those passed.
 colls() {
-    name=$1 ranks=$2 ag=$3 rs=$4
-    run "$name" NCCL_VENDOR_COMPRESS_COLLS="$ranks" SHOAL_COMPRESS_ALLGATHER="$ag" \
-        SHOAL_COMPRESS_REDUCESCATTER="$rs" SHOAL_DEBUG=debug SHOAL_DEBUG_SUBSYS=COMP,INIT \
-        NCCL_VENDOR_TEST_FILTER='SHOAL_COMPRESS_ALLGATHER*'
+    name=$1 ranks=$2 glob=$3 ag=$4 rs=$5
+    run "$name" SHOAL_COMPRESS_ALLGATHER="$ag" SHOAL_COMPRESS_REDUCESCATTER="$rs" \
+        SHOAL_DEBUG=debug SHOAL_DEBUG_SUBSYS=COMP,INIT NCCL_VENDOR_TEST_FILTER="$COLLS $glob"
     rc=$?
+    passed=$(grep -F -- "- $COLLS " "$TMP/$name.out" | sed -n 's/^ok .*, \([0-9]*\) ranks*$/\1/p' |
+        paste -sd,)
     desc="SHOAL_COMPRESS_ALLGATHER=$ag SHOAL_COMPRESS_REDUCESCATTER=$rs: results within the"
     desc="$desc stated error, bitwise the same on every rank, plain calls exact ($ranks ranks)"
-    if [ "$rc" -eq 0 ] && grep -q '^ok ' "$TMP/$name.out" && ! grep -q '^not ok' "$TMP/$name.out"
-    then
+    if [ "$rc" -eq 0 ] && [ "$passed" = "$ranks" ]; then
         pass "$desc"
     else
         fail "$desc"
@@ -159,11 +162,11 @@ log_colls() {
     report "SHOAL_COMPRESS_ALLGATHER=$ag SHOAL_COMPRESS_REDUCESCATTER=$rs: the log shows every compressed call on every rank, and no other ($ranks ranks)" "$name"
 }
 
-colls int8 1,2,3 int8 int8
+colls int8 1,2,3 '*' int8 int8
 log_colls int8 1,2,3 int8 int8
-colls int4_sign 2,3 int4 sign
+colls int4_sign 2,3 '*ranks' int4 sign
 log_colls int4_sign 2,3 int4 sign
-colls bogus 2 bogus int4
+colls bogus 2 '2 ranks' bogus int4
 log_colls bogus 2 bogus int4
 problems=
 for line in 'cannot parse SHOAL_COMPRESS_ALLGATHER="bogus"; using its default' \

@@ -6,6 +6,8 @@
  * vendor_coll.c every collective x dtype x op x size x in/out of place
  * vendor_api.c  communicators, groups, ops, registration, errors
  * vendor_compress.c  all-reduces under the drop-in's SHOAL_COMPRESS setting
+ * vendor_compress_colls.c  all-gathers and reduce-scatters under its
+ *               SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER
  * vendor_test.c symbol check, fork harness, single-process cases, main */
 #ifndef NCCL_VENDOR_TEST_H
 #define NCCL_VENDOR_TEST_H
@@ -149,6 +151,9 @@ int vt_shrink_abort_rank(int rank, int nranks, const vt_ids_t *ids);
 int vt_death_rank(int rank, int nranks, const vt_ids_t *ids);
 /* vendor_compress.c: all-reduces as SHOAL_COMPRESS says. */
 int vt_compress_rank(int rank, int nranks, const vt_ids_t *ids);
+/* vendor_compress_colls.c: all-gathers and reduce-scatters as
+ * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER say. */
+int vt_compress_colls_rank(int rank, int nranks, const vt_ids_t *ids);
 
 /* All-reduce a small int32 vector on comm and check it: the "comm still
  * works" probe after every error. tag makes the inputs distinct. */

@@ -20,28 +20,19 @@
  *   the drop-in's log has no compressed line for them, and one for every
  *   call that must compress.
  *
- * How it runs: the Makefile links every .c file of tests/nccl into the one
- * conformance program (nccl_vendor_test), whose case table is
- * vendor_test.c's. With NCCL_VENDOR_COMPRESS_COLLS set to a list of rank
- * counts ("2,3"), the constructor below runs this file's case at those
- * counts instead, as a cmocka group of its own printing TAP, and exits
- * before main; unset, it does nothing. It proves first, as main does, that
- * the nccl* functions it calls are SHOAL_NCCL_LIB's. */
+ * vendor_test.c runs it as a case of its own ("SHOAL_COMPRESS_ALLGATHER
+ * and _REDUCESCATTER: ...", 1 to 3 ranks). The drop-in reads its settings
+ * once per process, so the program cannot turn them on for itself: it
+ * reads them as the drop-in does, and with both unset (the whole suite's
+ * run) every call must come back exact. tests/test_nccl_compress.sh runs
+ * the case under each setting. */
 #include "vendor.h"
 
-#include <dlfcn.h>
 #include <math.h>
-#include <setjmp.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cmocka.h>
 
 #define CC_DEFAULT_MIN ((size_t)1 << 20)
 /* Per-rank counts. BIG: its buffers of nranks x BIG values reach the
@@ -53,9 +44,6 @@
 #define CC_MAX (CC_BIG + 2)
 #define CC_GROUP (CC_BIG + 3)
 #define CC_BLOCK 64
-/* A rank still running this long after the fork is stopped (SIGALRM); the
- * drop-in's own deadline (SHOAL_TIMEOUT, set by the scripts) is shorter. */
-#define CC_RANK_TIMEOUT_S 120
 
 /* The kinds, as the drop-in reads its settings. */
 enum { CC_OFF, CC_INT8, CC_INT4, CC_SIGN };
@@ -524,12 +512,12 @@ static void cc_nonblocking(cc_t *c, const ncclUniqueId *id)
     VT_RC(ncclCommDestroy(nb), ncclSuccess);
 }
 
-static int cc_rank(int rank, int nranks, const ncclUniqueId *ids)
+int vt_compress_colls_rank(int rank, int nranks, const vt_ids_t *ids)
 {
     cc_t c = {.rank = rank, .n = nranks, .ag = cc_kind("SHOAL_COMPRESS_ALLGATHER", false),
               .rs = cc_kind("SHOAL_COMPRESS_REDUCESCATTER", true),
               .min_bytes = cc_min_bytes()};
-    if (!VT_RC(ncclCommInitRank(&c.comm, nranks, ids[0], rank), ncclSuccess))
+    if (!VT_RC(ncclCommInitRank(&c.comm, nranks, ids->id[VT_ID_MAIN], rank), ncclSuccess))
         return 1;
     /* The threshold in float32 values per rank: at it, and one below. */
     size_t per = (size_t)nranks * 4, at = (c.min_bytes + per - 1) / per;
@@ -568,112 +556,7 @@ static int cc_rank(int rank, int nranks, const ncclUniqueId *ids)
     cc_reduce_scatter_ref(&c, ncclFloat32, ncclMax, CC_MAX);
     cc_reduce_scatter(&c, ncclFloat32, ncclSum, CC_GROUP, false, true, ++c.salt, NULL);
 
-    cc_nonblocking(&c, &ids[1]);
+    cc_nonblocking(&c, &ids->id[VT_ID_CONFIG]);
     VT_RC(ncclCommDestroy(c.comm), ncclSuccess);
     return 0;
-}
-
-/* ---- harness ------------------------------------------------------------------ */
-
-/* Fork nranks ranks on ids made here, before the fork, as NCCL requires;
- * returns how many failed, saying why on stderr. */
-static int cc_run_ranks(int nranks)
-{
-    ncclUniqueId ids[2];
-    for (int i = 0; i < 2; i++) {
-        if (ncclGetUniqueId(&ids[i]) != ncclSuccess) {
-            fprintf(stderr, "# parent: ncclGetUniqueId failed\n");
-            return nranks;
-        }
-    }
-    fflush(NULL);
-    pid_t pids[8];
-    int started = 0, bad = 0;
-    for (int r = 0; r < nranks; r++, started++) {
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            vt_set_who("rank %d of %d", r, nranks);
-            alarm(CC_RANK_TIMEOUT_S);
-            int rc = cc_rank(r, nranks, ids);
-            fflush(NULL);
-            _exit(rc || vt_failures() ? 1 : 0);
-        }
-        if (pids[r] < 0) {
-            fprintf(stderr, "# parent: fork failed\n");
-            bad = nranks - r;
-            break;
-        }
-    }
-    for (int r = 0; r < started; r++) {
-        int st = 0;
-        if (waitpid(pids[r], &st, 0) != pids[r] || !WIFEXITED(st) || WEXITSTATUS(st)) {
-            bad++;
-            if (WIFSIGNALED(st))
-                fprintf(stderr, "# rank %d: killed by signal %d (%s)\n", r, WTERMSIG(st),
-                        WTERMSIG(st) == SIGALRM ? "its deadline" : strsignal(WTERMSIG(st)));
-            else
-                fprintf(stderr, "# rank %d: exit status %d\n", r, WEXITSTATUS(st));
-        }
-    }
-    return bad;
-}
-
-static void cc_test(void **state)
-{
-    int n = (int)(intptr_t)*state;
-    int bad = cc_run_ranks(n);
-    if (bad)
-        fail_msg("%d of %d ranks failed", bad, n);
-}
-
-/* Whether fn lives in the file SHOAL_NCCL_LIB names. */
-static bool cc_from_drop_in(void *fn, const char *lib)
-{
-    Dl_info info;
-    char a[4096], b[4096];
-    return dladdr(fn, &info) && info.dli_fname && realpath(info.dli_fname, a) &&
-           realpath(lib, b) && !strcmp(a, b);
-}
-
-__attribute__((constructor)) static void cc_main(void)
-{
-    const char *list = getenv("NCCL_VENDOR_COMPRESS_COLLS");
-    if (!list || !*list)
-        return;
-    const char *lib = getenv("SHOAL_NCCL_LIB");
-    void *fns[] = {(void *)ncclAllGather, (void *)ncclReduceScatter, (void *)ncclCommInitRank,
-                   (void *)ncclGetUniqueId, (void *)ncclGroupStart};
-    for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++) {
-        if (!lib || !cc_from_drop_in(fns[i], lib)) {
-            printf("Bail out! the nccl* functions do not all come from SHOAL_NCCL_LIB "
-                   "(run with LD_PRELOAD=<drop-in libnccl.so.2> SHOAL_NCCL_LIB=<same path>)\n");
-            fflush(stdout);
-            _exit(1);
-        }
-    }
-    static char names[8][160];
-    struct CMUnitTest tests[8];
-    size_t nt = 0;
-    char buf[64];
-    snprintf(buf, sizeof(buf), "%s", list);
-    for (char *save, *tok = strtok_r(buf, ",", &save); tok && nt < 8;
-         tok = strtok_r(NULL, ",", &save)) {
-        int n = atoi(tok);
-        if (n < 1 || n > 8) {
-            printf("Bail out! NCCL_VENDOR_COMPRESS_COLLS=%s: rank counts are 1 to 8\n", list);
-            fflush(stdout);
-            _exit(1);
-        }
-        snprintf(names[nt], sizeof(names[nt]),
-                 "SHOAL_COMPRESS_ALLGATHER=%s SHOAL_COMPRESS_REDUCESCATTER=%s: all-gathers and "
-                 "reduce-scatters compressed or exact as they say, %d rank%s",
-                 cc_kind_name(cc_kind("SHOAL_COMPRESS_ALLGATHER", false)),
-                 cc_kind_name(cc_kind("SHOAL_COMPRESS_REDUCESCATTER", true)), n,
-                 n > 1 ? "s" : "");
-        tests[nt] = (struct CMUnitTest){names[nt], cc_test, NULL, NULL, (void *)(intptr_t)n};
-        nt++;
-    }
-    int rc = _cmocka_run_group_tests("nccl_vendor_compress_colls", tests, nt, NULL, NULL);
-    fflush(NULL);
-    exit(rc ? 1 : 0);
 }

@@ -849,6 +849,12 @@ static void test_compress(void **state)
     expect_ranks_ok(run_ranks(n, vt_compress_rank, VT_ID_CONFIG + 1), n, "ranks");
 }
 
+static void test_compress_colls(void **state)
+{
+    int n = (int)(intptr_t)*state;
+    expect_ranks_ok(run_ranks(n, vt_compress_colls_rank, VT_ID_CONFIG + 1), n, "ranks");
+}
+
 static void test_single_process(void **state)
 {
     int n = (int)(intptr_t)*state;
@@ -870,7 +876,7 @@ int main(void)
     }
 
     /* Four cases that need no ranks, then up to eight per rank count. */
-    enum { KINDS = 8 };
+    enum { KINDS = 9 };
     static char names[KINDS][8][96];
     struct CMUnitTest tests[4 + KINDS * 8];
     size_t nt = 0;
@@ -896,6 +902,8 @@ int main(void)
         {"a rank killed: ncclRemoteError on the others, %d rank%s", test_death, 2, 4},
         {"SHOAL_COMPRESS: float all-reduces compressed or exact as it says, %d rank%s",
          test_compress, 1, 4},
+        {"SHOAL_COMPRESS_ALLGATHER and _REDUCESCATTER: compressed or exact as they say, %d rank%s",
+         test_compress_colls, 1, 3},
     };
     /* Short runs (SHOAL_TEST_QUICK=1, CI's sanitizer and clang variants)
      * take the rank counts of the test binaries' short matrices. */
