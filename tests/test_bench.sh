@@ -4,7 +4,9 @@
 # and sizes that are no multiple of the element, ranks started by mpirun
 # (through PMIx) and by torchrun-style variables; then every collective of
 # --coll at 1..8 ranks over shm and tcp, every type of each, and groups of
-# operations (-m); the compressed all-reduces of --compress; buffers from
+# operations (-m); the compressed all-reduces of --compress (every kind) and
+# the compressed all-gather, reduce-scatter and all-to-all of --coll with
+# --compress, with what each refuses; buffers from
 # shoal_mem_alloc (--mem shared) and in device memory (--mem device, on the
 # CPU stand-in of the CUDA driver that make test names). Run from the
 # repository root (make test does).
@@ -413,13 +415,15 @@ bad_comp() { # WHAT PATTERN FLAGS...
     check "--compress refuses $what" \
         sh -c "[ $rc -eq 2 ] && grep -q -- '$pattern' '$TMP/comp.bad.out'" || show "$TMP/comp.bad.out"
 }
-bad_comp "an unknown kind" 'unknown --compress kind "int4"' --compress int4
-bad_comp "another collective" 'all-reduce only, not --coll allgather' --compress int8 --coll allgather
+bad_comp "an unknown kind" 'unknown --compress kind "int3"' --compress int3
+bad_comp "a collective without a compressed form" \
+    'times --coll allreduce, allgather, reducescatter or alltoall, not --coll broadcast' \
+    --compress int8 --coll broadcast
 bad_comp "an integer type" 'takes -d float, half or bfloat16, not int32' --compress int8 -d int32
 bad_comp "-d all" 'takes -d float, half or bfloat16, not int8' --compress int8 -d all
 bad_comp "an op other than sum and avg" 'takes -o sum or avg, not max' --compress ternary -o max
 bad_comp "-m" 'takes no -m' --compress int8 -m 4
-bad_comp ":RANK on int8" 'only powersgd takes :RANK' --compress int8:4
+bad_comp ":RANK on int8" 'compress int8:4: only powersgd' --compress int8:4
 bad_comp "rank 0" 'powersgd:RANK wants an integer in 1..65536, not "0"' --compress powersgd:0
 bad_comp "a block of 48" 'block is 32, 64 or 128, not 48' --compress int8 --compress-opts block=48
 bad_comp "an unknown option" 'unknown --compress-opts item "fast"' --compress int8 --compress-opts fast
@@ -427,6 +431,196 @@ bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress 
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
 bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
+
+# The kinds sign, majority and int4 on the all-reduce, and the compressed
+# all-gather, reduce-scatter and all-to-all (--coll with --compress), each
+# at 2 and 3 ranks. The majority vote is compared with the exact vote (the
+# sign of the sum of the inputs' signs), which its exact integer sums must
+# give: relerr 0. Sign's error is that of one bit a value (below 1: nearer
+# than zero); int4's below 0.25. Ratios at the largest row: sign 1 bit and a
+# scale a block (above 15), int4 and the vote 4 bits (above 6).
+for kind in sign majority int4; do
+    for np in 2 3; do
+        out="$TMP/comp.$kind.$np.out"
+        shm=y
+        [ $np -eq 3 ] && shm=n
+        # shellcheck disable=SC2086 # CSIZES is several flags
+        SHOAL_SHM_ENABLE=$shm SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np $np --compress $kind \
+            $CSIZES -n 2 -w 1 >"$out" 2>&1
+        rc=$?
+        case $kind in
+        sign) maxerr=1 minratio=15 errtext="below 1" ;;
+        majority) maxerr=1e-300 minratio=6 errtext="0 (the exact vote)" ;;
+        int4) maxerr=0.25 minratio=6 errtext="below 0.25" ;;
+        esac
+        check "--compress $kind -np $np: exits 0, $CNSIZES rows of 15 columns, guards intact" \
+            crun_ok "$out" $rc || show "$out"
+        check "--compress $kind -np $np: relerr columns $errtext" \
+            cerr_ok "$out" $maxerr || show "$out"
+        check "--compress $kind -np $np: bytes sent and ratio (above $minratio at 1.07 MB)" \
+            cwire_ok "$out" $np $minratio || show "$out"
+    done
+done
+check "--compress majority: the header names the vote and the exact vote it is compared with" \
+    sh -c "grep -q '^# Compression: majority vote of signs, exact integer sums on the ring, error feedback off\$' '$TMP/comp.majority.2.out' &&
+        grep -q 'exact: the exact vote, the sign of the sum of the inputs. signs;' '$TMP/comp.majority.2.out'" ||
+    show "$TMP/comp.majority.2.out"
+out="$TMP/comp.int4.opts.out"
+# shellcheck disable=SC2086 # CSIZES is several flags
+$LIMIT "$BENCH" -np 3 --compress int4 --compress-opts algo=ring,block=32,stochastic,seed=5 \
+    $CSIZES -n 2 -w 1 >"$out" 2>&1
+rc=$?
+int4_opts_ok() {
+    crun_err_ok "$1" "$2" 0.25 &&
+        grep -q '^# Compression: int4, block 32, stochastic rounding, algo ring, error feedback on, seed 5$' "$1"
+}
+check "--compress int4 --compress-opts algo=ring,block=32,stochastic,seed=5 -np 3: exits 0, relerr below 0.25, in the header" \
+    int4_opts_ok "$out" $rc || show "$out"
+
+# --coll with --compress: the compressed collective, its buffers laid out as
+# nccl-tests lays out the plain one's (the count per rank; the size column
+# the larger buffer, nranks blocks) and its busbw nccl-tests' (n-1)/n of the
+# algbw. relerr against the exact result: every rank's input (all-gather),
+# the exact sum of each rank's block (reduce-scatter), the blocks sent
+# (all-to-all). Sizes 24 bytes .. 292008 bytes in steps of x23: counts of
+# 1 to 36501 values a rank, none a multiple of a block.
+XSIZES="-b 24 -e 300000 -f 23"
+XNSIZES=4
+# xrun_ok FILE STATUS: exited 0 with the rows, guards intact, none wrong.
+xrun_ok() {
+    [ "$2" -eq 0 ] && [ "$(crows "$1")" -eq $XNSIZES ] && oob_ok "$1" &&
+        ! grep -q '^# Wrong elements' "$1"
+}
+# xbus_ok FILE NP: busbw = algbw x (n-1)/n in both placements, to the
+# table's rounding.
+xbus_ok() {
+    [ "$(crows "$1")" -gt 0 ] &&
+        awk -v np="$2" '
+            function off(a, b) { d = b - a * (np - 1) / np; if (d < 0) d = -d; return d > 0.0101 }
+            !/^#/ && NF == 15 && (off($7, $8) || off($11, $12)) { bad = 1 }
+            END { exit bad }' "$1"
+}
+# xcols_ok NP FILE REDOP: the largest row's size and count columns are
+# nccl-tests' (292008 bytes of float round down to whole blocks), and every
+# row's busbw is (n-1)/n of its algbw.
+xcols_ok() {
+    count=$((292008 / 4 / $1))
+    awk -v s=$((count * $1 * 4)) -v c=$count -v o="$3" \
+        '!/^#/ && NF == 15 && $1 == s && $2 == c && $3 == "float" && $4 == o && $5 == "-1" {f = 1}
+        END {exit !f}' "$2" && xbus_ok "$2" "$1"
+}
+# xrun_err_ok FILE STATUS MAX: xrun_ok, and every relerr below MAX.
+xrun_err_ok() { xrun_ok "$1" "$2" && cerr_ok "$1" "$3"; }
+for combo in allgather:int8 allgather:int4 reducescatter:int8 reducescatter:int4 \
+    reducescatter:sign alltoall:int8 alltoall:int4; do
+    coll=${combo%%:*}
+    kind=${combo#*:}
+    for np in 2 3; do
+        out="$TMP/comp.$coll.$kind.$np.out"
+        shm=y
+        [ $np -eq 3 ] && shm=n
+        # shellcheck disable=SC2086 # XSIZES is several flags
+        SHOAL_SHM_ENABLE=$shm SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np $np --coll $coll \
+            --compress $kind $XSIZES -n 2 -w 1 >"$out" 2>&1
+        rc=$?
+        case $kind in
+        int8) maxerr=1e-2 minratio=3 ;;
+        int4) maxerr=0.25 minratio=6 ;;
+        sign) maxerr=1 minratio=15 ;;
+        esac
+        redop=none
+        [ $coll = reducescatter ] && redop=sum
+        what="--coll $coll --compress $kind -np $np"
+        check "$what: exits 0, $XNSIZES rows of 15 columns, guards intact, none wrong" \
+            xrun_ok "$out" $rc || show "$out"
+        check "$what: relerr columns below $maxerr" cerr_ok "$out" $maxerr || show "$out"
+        check "$what: bytes sent and ratio (above $minratio at 292008 bytes)" \
+            cwire_ok "$out" $np $minratio || show "$out"
+        check "$what: nccl-tests' size, count and redop columns, busbw (n-1)/n of algbw" \
+            xcols_ok $np "$out" $redop || show "$out"
+    done
+done
+check "--coll allgather --compress int8: the header names the call and what relerr compares" \
+    sh -c "grep -q '^# Compression: int8, block 64, nearest rounding, error feedback on, seed 0; the all-gather: shoal_allgather_compressed\$' '$TMP/comp.allgather.int8.2.out' &&
+        grep -q 'exact: every rank.s input;' '$TMP/comp.allgather.int8.2.out' &&
+        grep -q '^# Collective: allgather ' '$TMP/comp.allgather.int8.2.out'" ||
+    show "$TMP/comp.allgather.int8.2.out"
+check "--coll alltoall --compress int4: error feedback off by default, the call in the header" \
+    grep -q '^# Compression: int4, block 64, nearest rounding, error feedback off, seed 0; the all-to-all: shoal_alltoall_compressed$' \
+    "$TMP/comp.alltoall.int4.3.out" || show "$TMP/comp.alltoall.int4.3.out"
+# Half and bfloat16, averages, the ring schedule, -c 0, JSON.
+out="$TMP/comp.rs.half.out"
+# shellcheck disable=SC2086 # XSIZES is several flags
+$LIMIT "$BENCH" -np 3 --coll reducescatter --compress int8 -d half -o avg $XSIZES -n 2 -w 1 \
+    >"$out" 2>&1
+rc=$?
+check "--coll reducescatter --compress int8 -d half -o avg -np 3: exits 0, relerr below 2e-2" \
+    xrun_err_ok "$out" $rc 2e-2 || show "$out"
+out="$TMP/comp.ag.bf16.out"
+# shellcheck disable=SC2086 # XSIZES is several flags
+$LIMIT "$BENCH" -np 2 --coll allgather --compress int4 -d bfloat16 $XSIZES -n 2 -w 1 >"$out" 2>&1
+rc=$?
+check "--coll allgather --compress int4 -d bfloat16 -np 2: exits 0, relerr below 0.25" \
+    xrun_err_ok "$out" $rc 0.25 || show "$out"
+xalgo_ok() { xrun_err_ok "$1" "$2" 2e-2 && grep -q "algo $3, error feedback on" "$1"; }
+for algo in ring two-shot; do
+    out="$TMP/comp.rs.$algo.out"
+    # shellcheck disable=SC2086 # XSIZES is several flags
+    $LIMIT "$BENCH" -np 3 --coll reducescatter --compress int8 --compress-opts algo=$algo \
+        $XSIZES -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--coll reducescatter --compress int8 --compress-opts algo=$algo -np 3: exits 0, relerr below 2e-2, the schedule in the header" \
+        xalgo_ok "$out" $rc $algo || show "$out"
+done
+out="$TMP/comp.a2a.c0.out"
+$LIMIT "$BENCH" -np 2 --coll alltoall --compress int8 -b 1M -e 1M -n 1 -w 0 -c 0 >"$out" 2>&1
+rc=$?
+check "--coll alltoall --compress int8 -c 0: exits 0, relerr N/A" \
+    sh -c "[ $rc -eq 0 ] && awk '!/^#/ && NF == 15 && \$9 == \"N/A\" && \$13 == \"N/A\" {f = 1} END {exit !f}' '$out'" ||
+    show "$out"
+out="$TMP/comp.ag.json.out"
+$LIMIT "$BENCH" -np 2 --coll allgather --compress int8 -b 1M -e 1M -n 2 -w 1 \
+    -J "$TMP/comp.ag.json" >"$out" 2>&1
+rc=$?
+check "--coll allgather --compress int8 -J: the collective and the call in the settings, each row's error, wire bytes and ratio" \
+    sh -c "[ $rc -eq 0 ] && grep -q '^  \"collective\": \"allgather\",\$' '$TMP/comp.ag.json' &&
+        grep -q '\"compression\": {\"kind\": \"int8\", .*\"collective\": \"allgather\", \"call\": \"shoal_allgather_compressed\", \"rel_error_against\": \"every rank.s input\"' '$TMP/comp.ag.json' &&
+        grep -q '\"count\": 131072, \"type\": \"float\", \"op\": \"none\"' '$TMP/comp.ag.json' &&
+        grep -Eq '\"rel_error\": [0-9.e+-]+\\}' '$TMP/comp.ag.json' &&
+        grep -Eq '\"bytes_sent\": [1-9][0-9]*, \"bytes_received\": [1-9][0-9]*, \"ratio\": [0-9.]+, \"wrong\": 0\\}' '$TMP/comp.ag.json' &&
+        grep -q '\"status\": \"ok\"' '$TMP/comp.ag.json'" || { show "$out"; show "$TMP/comp.ag.json"; }
+
+# What the compressed collectives do not take, each refused with its reason.
+bad_comp "sign on the all-gather" 'the compressed all-gather takes int8 or int4' \
+    --coll allgather --compress sign
+bad_comp "the majority vote on the all-to-all" 'the compressed all-to-all takes int8 or int4' \
+    --coll alltoall --compress majority
+bad_comp "ternary on the reduce-scatter" 'the compressed reduce-scatter takes int8, int4 or sign' \
+    --coll reducescatter --compress ternary
+bad_comp "error feedback on the all-to-all" 'ef does not apply to int8 on the all-to-all' \
+    --coll alltoall --compress int8 --compress-opts ef
+bad_comp "error feedback on the majority vote" 'ef does not apply to majority (it takes noef)' \
+    --compress majority --compress-opts ef
+bad_comp "a block for the majority vote" 'block=32 does not apply to majority' \
+    --compress majority --compress-opts block=32
+bad_comp "the ring for sign" 'all-reduce runs algo auto or two-shot' \
+    --compress sign --compress-opts algo=ring
+bad_comp "the tree for int4" 'all-reduce runs algo auto, ring or two-shot' \
+    --compress int4 --compress-opts algo=tree
+bad_comp "the tree for the reduce-scatter" 'reduce-scatter runs algo auto, ring or two-shot' \
+    --coll reducescatter --compress int8 --compress-opts algo=tree
+bad_comp "a schedule for the all-gather" 'algo=ring does not apply to int4 on the all-gather' \
+    --coll allgather --compress int4 --compress-opts algo=ring
+bad_comp "an op other than sum and avg on the reduce-scatter" 'takes -o sum or avg, not max' \
+    --coll reducescatter --compress sign -o max
+bad_comp "a compressed all-gather in device memory" \
+    'the compressed all-gather has no device path' --coll allgather --compress int8 --mem device
+bad_comp "a compressed reduce-scatter in device memory" \
+    'the compressed reduce-scatter has no device path' --coll reducescatter --compress sign --mem device
+bad_comp "a compressed all-to-all in device memory" \
+    'the compressed all-to-all has no device path' --coll alltoall --compress int4 --mem device
+bad_comp "sign in device memory" \
+    'shoal_allreduce_compressed_stream takes int8, ternary or powersgd' --compress sign --mem device
 
 # --mem shared: the send and receive buffers from shoal_mem_alloc, which
 # peers can map. Over shared memory the all-gather, all-to-all, broadcast,

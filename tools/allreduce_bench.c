@@ -11,8 +11,9 @@
  * wrong elements and clobbered guard bytes are summed over ranks. With -J
  * rank 0 also writes the settings and the rows as JSON, for
  * tools/compare_mpi and tools/plot_bench. --compress times the compressed
- * all-reduce instead (bench_compress.c), with the wire bytes, the ratio and
- * the error against the exact sum in the table. --mem shared takes the send
+ * form of --coll instead (all-reduce, all-gather, reduce-scatter or
+ * all-to-all: bench_compress.c), with the wire bytes, the ratio and the
+ * error against the exact result in the table. --mem shared takes the send
  * and receive buffers from shoal_mem_alloc, whose blocks peers can map: the
  * single-copy ("put") collectives then write into them or read from them
  * directly. --mem device puts them in GPU memory and times the
@@ -346,11 +347,14 @@ static shoal_status_t shoal_bench_placement(shoal_comm_t comm, const shoal_bench
     return SHOAL_OK;
 }
 
-/* A row of --compress: both placements, then the wire bytes per rank and
- * the ratio of the check's call (of the last timed one with -c 0). The
- * relative error replaces #wrong; elements of the send buffer changed,
- * ranks whose results differ and clobbered guard bytes still count as
- * wrong and out of bounds. */
+/* A row of --compress: both placements of the compressed collective, laid
+ * out as the plain row of --coll is (the count per rank, the size column
+ * the larger buffer, nccl-tests' bus factor), then the wire bytes per rank
+ * and the ratio of the check's call (of the last timed one with -c 0). The
+ * relative error replaces #wrong; elements of the send buffer (or, in
+ * place, input blocks) changed, ranks whose results differ where all must
+ * agree, and clobbered guard bytes still count as wrong and out of
+ * bounds. */
 static shoal_status_t shoal_bench_comp_print(shoal_comm_t comm, const shoal_bench_opts_t *o,
                                              const shoal_bench_row_t *row,
                                              shoal_bench_bufs_t *b, shoal_bench_totals_t *tot)
@@ -360,8 +364,10 @@ static shoal_status_t shoal_bench_comp_print(shoal_comm_t comm, const shoal_benc
         .rank = row->rank,
         .nranks = row->nranks,
         .count = row->count,
+        .send_count = row->send_count,
+        .recv_count = row->recv_count,
         .dtype = row->dtype,
-        .op = row->op,
+        .op = row->coll->reduces ? row->op : SHOAL_SUM,
         .iters = o->iters,
         .warmup = o->warmup,
         .check = o->check,
@@ -377,7 +383,7 @@ static shoal_status_t shoal_bench_comp_print(shoal_comm_t comm, const shoal_benc
     tot->out_of_bounds += r.out_of_bounds;
     size_t shown = row->total_bytes;
     double factor = shoal_bench_bus_factor(row->coll->bus, row->nranks);
-    const char *redop = shoal_bench_op_names[row->op];
+    const char *redop = row->coll->reduces ? shoal_bench_op_names[row->op] : "none";
     const char *type = shoal_bench_types[row->dtype].name;
     int psgd = o->comp.opt.kind == SHOAL_COMPRESS_POWERSGD;
     if (row->rank == 0) {

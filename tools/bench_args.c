@@ -59,14 +59,21 @@ void shoal_bench_usage(FILE *out, const char *prog)
             "  --cpu <0/1>              each rank prints at the end the CPU time (user and\n"
             "                           system, every thread) one operation of each timed\n"
             "                           row took, and per byte (default 0)\n"
-            "  --compress <kind>        time the compressed all-reduce: int8, ternary,\n"
-            "                           powersgd or powersgd:RANK (error feedback on);\n"
-            "                           float, half or bfloat16, sum or avg, no -m. The\n"
-            "                           table adds the wire bytes per rank, the ratio and\n"
-            "                           ||result - exact|| / ||exact|| (with -c 1)\n"
+            "  --compress <kind>        time the compressed collective instead: with\n"
+            "                           --coll allreduce (the default) int8, int4, sign,\n"
+            "                           majority, ternary, powersgd or powersgd:RANK; with\n"
+            "                           --coll allgather int8 or int4; reducescatter int8,\n"
+            "                           int4 or sign; alltoall int8 or int4 (no error\n"
+            "                           feedback). Error feedback on but for majority and\n"
+            "                           alltoall; float, half or bfloat16, sum or avg, no\n"
+            "                           -m. The table adds the wire bytes per rank, the\n"
+            "                           ratio (the full-precision collective's bytes over\n"
+            "                           them) and ||result - exact|| / ||exact|| (with -c 1;\n"
+            "                           majority: against the exact vote)\n"
             "  --compress-opts <list>   block=32|64|128, stochastic, nearest, ef, noef,\n"
             "                           clip=SIGMA, rank=N, warmup=N, seed=N,\n"
-            "                           algo=auto|ring|two-shot|tree\n"
+            "                           algo=auto|ring|two-shot|tree, each where the kind\n"
+            "                           and the collective take it\n"
             "  --shape <RxC>            PowerSGD's matrix (default: the squarest one of\n"
             "                           each size; 64M of float is 4096x4096)\n"
             "  -h,--help                this text\n"
@@ -253,21 +260,17 @@ static int shoal_bench_apply(char flag, const char *val, shoal_bench_opts_t *o)
     return -1;
 }
 
-/* What --compress cannot time: another collective, a type or op that the
- * compressors do not take, groups (one call per compressor at a time), a
- * --shape that some row's count does not fill, device buffers of a kind
- * that the stream-ordered call does not take (PowerSGD). With --mem
- * device the rows time that call, and -z says when they wait for the
- * stream. */
+/* What --compress cannot time (beyond what shoal_bench_comp_setup
+ * refuses: a collective without a compressed form, a kind the collective
+ * does not take): a type or op that the compressors do not take, groups
+ * (one call per compressor at a time), a --shape that some row's count
+ * does not fill, device buffers of a collective or kind that the
+ * stream-ordered call does not take. With --mem device the rows time that
+ * call, and -z says when they wait for the stream. */
 static int shoal_bench_comp_check(shoal_bench_opts_t *o)
 {
     if (o->mem == SHOAL_BENCH_MEM_DEVICE && shoal_bench_comp_on_device(&o->comp, o->blocking))
         return -1;
-    if (o->coll != &shoal_bench_colls[0]) {
-        fprintf(stderr, "allreduce_bench: --compress times the all-reduce only, not --coll %s\n",
-                o->coll->name);
-        return -1;
-    }
     for (int t = 0; t < o->ndtypes; t++) {
         shoal_dtype_t d = o->dtypes[t];
         if (d != SHOAL_FLOAT32 && d != SHOAL_FLOAT16 && d != SHOAL_BFLOAT16) {
@@ -276,7 +279,9 @@ static int shoal_bench_comp_check(shoal_bench_opts_t *o)
             return -1;
         }
     }
-    for (int p = 0; p < o->nops; p++) {
+    /* The all-gather and the all-to-all reduce nothing: -o is not theirs,
+     * as for the plain rows. */
+    for (int p = 0; o->coll->reduces && p < o->nops; p++) {
         if (o->ops[p] != SHOAL_SUM && o->ops[p] != SHOAL_AVG) {
             fprintf(stderr, "allreduce_bench: --compress takes -o sum or avg, not %s\n",
                     shoal_bench_op_names[o->ops[p]]);
@@ -373,7 +378,8 @@ int shoal_bench_parse_args(int argc, char **argv, shoal_bench_opts_t *o)
         fprintf(stderr, "allreduce_bench: stepbytes must be > 0 without a step factor\n");
         return -1;
     }
-    if (shoal_bench_comp_setup(&o->comp, o->comp_kind, o->comp_opts, o->comp_shape) ||
+    if (shoal_bench_comp_setup(&o->comp, o->coll->name, o->comp_kind, o->comp_opts,
+                               o->comp_shape) ||
         (o->comp.on && shoal_bench_comp_check(o)))
         return -1;
     return 0;

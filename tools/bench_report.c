@@ -61,12 +61,12 @@ shoal_status_t shoal_bench_header(shoal_comm_t comm, int rank, int nranks,
         printf("# Memory: %s (send and receive buffers from %s)\n",
                shoal_bench_mem_names[o->mem], shoal_bench_mem_sources[o->mem]);
         if (o->comp.on) {
-            char desc[256];
+            char desc[384];
             shoal_bench_comp_describe(&o->comp, desc, sizeof(desc));
             printf("# Compression: %s\n# inputs: values spread over [-1, 1); relerr = "
-                   "||result - exact|| / ||exact|| of one call from a reset compressor; "
-                   "sent: bytes per rank and call; ratio: a full-precision ring's bytes over "
-                   "them\n", desc);
+                   "||result - exact|| / ||exact|| of one call from a reset compressor, "
+                   "exact: %s; sent: bytes per rank and call; ratio: %s over them\n", desc,
+                   shoal_bench_comp_exact_text(&o->comp), shoal_bench_comp_plain_text(&o->comp));
         }
         printf("#\n# Using ranks\n");
         for (int r = 0; r < nranks; r++) {
