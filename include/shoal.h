@@ -627,8 +627,9 @@ typedef struct {
     size_t size;                /* sizeof(shoal_compress_options_t) */
     shoal_compress_kind_t kind;
     int error_feedback;         /* 1: keep residuals (see above) */
-    unsigned block;             /* INT8, TERNARY: values per scale; 32, 64, 128 */
-    int stochastic;             /* INT8: stochastic rounding (TERNARY always is) */
+    unsigned block;             /* INT8, INT4, SIGN, TERNARY: values per scale; 32, 64,
+                                 * 128 (MAJORITY: the vote's wire blocks) */
+    int stochastic;             /* INT8, INT4, SIGN: stochastic rounding (TERNARY always is) */
     float clip_sigma;           /* TERNARY: clip at k standard deviations; 0: none */
     unsigned rank;              /* POWERSGD: the approximation's rank */
     unsigned warmup_steps;      /* POWERSGD: plain all-reduces first */

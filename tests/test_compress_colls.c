@@ -720,6 +720,10 @@ static int rank_refusals(int rank, int n, const shoal_unique_id_t *id, void *arg
                        SHOAL_COMPRESS_ALGO_RING, 1), fail, "sign on the ring");
     RANK_CHECK(refused(comm, SHOAL_COMPRESS_INT4, SHOAL_COMPRESS_COLL_ALLREDUCE,
                        SHOAL_COMPRESS_ALGO_TREE, 1), fail, "int4 on the tree");
+    RANK_CHECK(refused(comm, SHOAL_COMPRESS_INT8, SHOAL_COMPRESS_COLL_ALLGATHER,
+                       SHOAL_COMPRESS_ALGO_TREE, 1), fail, "a schedule for the all-gather");
+    RANK_CHECK(refused(comm, SHOAL_COMPRESS_INT8, SHOAL_COMPRESS_COLL_ALLTOALL,
+                       SHOAL_COMPRESS_ALGO_RING, 0), fail, "a schedule for the all-to-all");
     RANK_CHECK(refused(comm, SHOAL_COMPRESS_INT8, (shoal_compress_coll_t)9,
                        SHOAL_COMPRESS_ALGO_AUTO, 1), fail, "an unknown collective");
     /* A compressor of one collective called for another. */

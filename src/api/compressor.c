@@ -80,8 +80,10 @@ static const char *coll_kind_problem(const shoal_compress_options_t *o)
     int k = o->kind;
     switch (o->coll) {
     case SHOAL_COMPRESS_COLL_ALLGATHER:
-        return k == SHOAL_COMPRESS_INT8 || k == SHOAL_COMPRESS_INT4
-                   ? NULL : "the compressed all-gather takes int8 or int4";
+        if (k != SHOAL_COMPRESS_INT8 && k != SHOAL_COMPRESS_INT4)
+            return "the compressed all-gather takes int8 or int4";
+        return o->algo != SHOAL_COMPRESS_ALGO_AUTO
+                   ? "the compressed all-gather has one schedule (algo auto)" : NULL;
     case SHOAL_COMPRESS_COLL_REDUCE_SCATTER:
         if (k != SHOAL_COMPRESS_INT8 && k != SHOAL_COMPRESS_INT4 && k != SHOAL_COMPRESS_SIGN)
             return "the compressed reduce-scatter takes int8, int4 or sign";
@@ -90,6 +92,8 @@ static const char *coll_kind_problem(const shoal_compress_options_t *o)
     case SHOAL_COMPRESS_COLL_ALLTOALL:
         if (k != SHOAL_COMPRESS_INT8 && k != SHOAL_COMPRESS_INT4)
             return "the compressed all-to-all takes int8 or int4";
+        if (o->algo != SHOAL_COMPRESS_ALGO_AUTO)
+            return "the compressed all-to-all has one schedule (algo auto)";
         return o->error_feedback ? "the compressed all-to-all keeps no residual "
                                    "(error_feedback must be 0)" : NULL;
     default:
