@@ -1,4 +1,5 @@
-/* The sign codec (compress/sign.c) against its documented semantics,
+/* The sign codec (compress/sign.c), both its paths (the AVX2 kernels and
+ * the scalar code, compared bit for bit too), against its documented semantics,
  * checked by a reference written here from the definitions: the wire's
  * layout and size, nearest's mean-magnitude scale and signs, stochastic's
  * max scale and unbiased signs, non-finite blocks, the residual identity,
@@ -54,14 +55,16 @@ static size_t nblocks_of(size_t count, size_t block)
 static float ref_scale(const shoal_codec_t *c, const float *x, size_t count, size_t b)
 {
     size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-    double sum = 0;
+    double lane[8] = {0}; /* lane j: values j, j + 8, ... of the block, in order */
     float amax = 0;
-    for (size_t i = at; i < at + n; i++) {
-        if (isnan(x[i]) || isinf(x[i]))
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(x[at + i]) || isinf(x[at + i]))
             return NAN;
-        sum += fabsf(x[i]);
-        amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        lane[i % 8] += fabsf(x[at + i]);
+        amax = fabsf(x[at + i]) > amax ? fabsf(x[at + i]) : amax;
     }
+    double sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                 ((lane[1] + lane[5]) + (lane[3] + lane[7]));
     return c->round == SHOAL_ROUND_STOCHASTIC ? amax : (float)(sum / (double)n);
 }
 
@@ -144,14 +147,21 @@ static void test_encode(void **state)
     static const shoal_round_t rounds[] = {SHOAL_ROUND_NEAREST, SHOAL_ROUND_STOCHASTIC};
     float *x = malloc(4099 * sizeof(float));
     assert_non_null(x);
-    for (size_t r = 0; r < 2; r++)
-        for (size_t b = 0; b < NBLOCKS; b++)
-            for (size_t k = 0; k < NCOUNTS; k++) {
-                fill(x, counts[k], 3.0f);
-                shoal_codec_t c = make(blocks[b], rounds[r], 42, 7);
-                check_encode(&c, x, counts[k], 0);
-                check_encode(&c, x, counts[k], ((size_t)1 << 32) + 11);
-            }
+    /* Both paths (the SIMD kernels where the CPU has them), and stream
+     * indices that cross 2^32 inside eight values. */
+    for (int simd = 1; simd >= 0; simd--) {
+        shoal_codec_simd_enable(simd);
+        for (size_t r = 0; r < 2; r++)
+            for (size_t b = 0; b < NBLOCKS; b++)
+                for (size_t k = 0; k < NCOUNTS; k++) {
+                    fill(x, counts[k], 3.0f);
+                    shoal_codec_t c = make(blocks[b], rounds[r], 42, 7);
+                    check_encode(&c, x, counts[k], 0);
+                    check_encode(&c, x, counts[k], ((size_t)1 << 32) + 11);
+                    check_encode(&c, x, counts[k], ((size_t)1 << 32) - 3 * 64 - 4);
+                }
+    }
+    shoal_codec_simd_enable(1);
     free(x);
 }
 
@@ -277,6 +287,52 @@ static void test_addend_add_pieces(void **state)
     }
 }
 
+/* The SIMD kernels against the scalar path, bit for bit: encode with and
+ * without the addend (the residual written into it), decode, add_encode
+ * in place; specials included. */
+static void test_simd_scalar(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    float *src = malloc(N * sizeof(float)), *add[2], *res[2], *dec[2];
+    unsigned char *w[2];
+    shoal_codec_t c0 = make(128, SHOAL_ROUND_NEAREST, 0, 0);
+    size_t most = c0.ops->wire_bytes(&c0, N) * 4;
+    for (int p = 0; p < 2; p++) {
+        add[p] = malloc(N * sizeof(float));
+        res[p] = malloc(N * sizeof(float));
+        dec[p] = malloc(N * sizeof(float));
+        w[p] = malloc(most);
+        assert_true(add[p] && res[p] && dec[p] && w[p]);
+    }
+    assert_non_null(src);
+    for (int round = 0; round < 2; round++)
+        for (size_t b = 0; b < NBLOCKS; b++) {
+            fill(src, N, 2.0f);
+            src[77] = NAN;
+            src[1500] = -INFINITY;
+            memset(src + 2048, 0, 128 * sizeof(float));
+            shoal_codec_t c = make(blocks[b], (shoal_round_t)round, 9, 4);
+            size_t bytes = c.ops->wire_bytes(&c, N);
+            for (int p = 0; p < 2; p++) {
+                shoal_codec_simd_enable(p == 0);
+                rng_state = 0x9e3779b97f4a7c15ull; /* the same addend for both */
+                fill(add[p], N, 0.5f);
+                c.ops->encode(&c, w[p], src, add[p], add[p], N, ((size_t)1 << 32) - 1000);
+                c.ops->decode(&c, dec[p], w[p], N, 0);
+                c.ops->add_encode(&c, w[p], w[p], src, add[p], res[p], N, 3);
+            }
+            shoal_codec_simd_enable(1);
+            assert_memory_equal(w[0], w[1], bytes);
+            assert_memory_equal(add[0], add[1], N * sizeof(float));
+            assert_memory_equal(dec[0], dec[1], N * sizeof(float));
+            assert_memory_equal(res[0], res[1], N * sizeof(float));
+        }
+    free(src);
+    for (int p = 0; p < 2; p++)
+        free(add[p]), free(res[p]), free(dec[p]), free(w[p]);
+}
+
 /* Error feedback: encoding x + residual each step, with the new residual
  * kept, the running mean of the decodes approaches x (what 1-bit Adam and
  * EF-signSGD rely on), while without feedback nearest decodes to the same
@@ -319,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_specials),
         cmocka_unit_test(test_scales_and_bias),
         cmocka_unit_test(test_addend_add_pieces),
+        cmocka_unit_test(test_simd_scalar),
         cmocka_unit_test(test_error_feedback),
     };
     return cmocka_run_group_tests_name("codec_sign", tests, NULL, NULL);

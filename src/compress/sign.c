@@ -10,8 +10,7 @@
  *   nblocks * 4 + ceil(count / 8): 1/32 of fp32 plus a scale per block.
  *
  * Nearest (deterministic, biased): a block's scale is the mean of |x| over
- * its values (summed in double in index order, divided by the block's
- * count, rounded to fp32 once), the scale that makes scale * sign(x)
+ * its values, the scale that makes scale * sign(x)
  * closest to the block in the 2-norm; a value's bit is 1 where x < 0 (so
  * -0 encodes as +0). Decode: +scale or -scale. What this loses, which is
  * large (every value comes back with the block's mean magnitude), is what
@@ -40,15 +39,25 @@
  * the arrays first. A block's addend is read before its residual is
  * written, so residual may be addend.
  *
- * One path, this scalar code, serves every machine: a block's sum is
- * taken in index order, which gives the same scale on every rank and
- * every build (the compiler vectorises nothing that would reorder it). A
- * codec whose block is not 32, 64 or 128 or whose round is not a
- * shoal_round_t is invalid: wire_bytes gives 0 and the operations touch
- * nothing. */
+ * The mean is summed in double, in eight lanes: lane j adds |x| of values
+ * j, j + 8, j + 16, ... of the block in that order, and the lanes are
+ * added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)); the sum over
+ * the block's count, in double, is rounded to fp32 once. A sum of fp32
+ * magnitudes never overflows double, so a non-finite sum means a
+ * non-finite value.
+ *
+ * Two paths give the same bits: the scalar code, written from these
+ * definitions, and AVX2 kernels for whole blocks (the order of the sums
+ * above is one AVX2 register of four doubles per half of eight values),
+ * used where the CPU has AVX2 and shoal_codec_simd_enabled(); a run's
+ * short last block, and stochastic values whose stream indices cross a
+ * multiple of 2^32 within eight, take the scalar code. A codec whose block
+ * is not 32, 64 or 128 or whose round is not a shoal_round_t is invalid:
+ * wire_bytes gives 0 and the operations touch nothing. */
 #include "codec.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #define SIGN_MAX_BLOCK 128
@@ -70,17 +79,23 @@ static size_t sign_wire_bytes(const shoal_codec_t *c, size_t count)
 /* The scale of the n values of x (see the top). */
 static float sign_scale(const shoal_codec_t *c, const float *x, size_t n)
 {
-    double sum = 0;
+    double lane[8] = {0};
     float amax = 0;
+    int finite = 1;
     for (size_t i = 0; i < n; i++) {
         float a = fabsf(x[i]);
-        if (!isfinite(a))
-            return NAN;
-        sum += a;
+        finite &= isfinite(a) != 0;
+        lane[i % 8] += (double)a;
         if (a > amax)
             amax = a;
     }
-    return c->round == SHOAL_ROUND_STOCHASTIC ? amax : (float)(sum / (double)n);
+    if (!finite)
+        return NAN;
+    if (c->round == SHOAL_ROUND_STOCHASTIC)
+        return amax;
+    double sum = ((lane[0] + lane[4]) + (lane[2] + lane[6])) +
+                 ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    return (float)(sum / (double)n);
 }
 
 /* Encode the n values of block x (index first in the tensor) into scale_p
@@ -115,6 +130,146 @@ static void sign_decode_block(float *dst, const unsigned char *scale_p,
         dst[i] = bits[i / 8] >> (i % 8) & 1 ? -scale : scale;
 }
 
+/* ---- AVX2: the same definitions, eight values at a time ---- */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define SIGN_AVX2 __attribute__((target("avx2")))
+
+/* The sum's order of the top, in two registers of four doubles: lo holds
+ * lanes 0-3, hi lanes 4-7. The largest magnitude as bits: for floats >= 0
+ * the unsigned order of the bits is the order of the values, and NaN and
+ * infinity lie above every finite one. */
+SIGN_AVX2 static float sign_scale_avx2(const shoal_codec_t *c, const float *x, size_t n)
+{
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    __m256i most = _mm256_setzero_si256();
+    for (size_t i = 0; i < n; i += 8) {
+        __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), absmask);
+        most = _mm256_max_epu32(most, _mm256_castps_si256(a));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(a)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)));
+    }
+    uint32_t m[8], top = 0;
+    _mm256_storeu_si256((__m256i *)m, most);
+    for (int j = 0; j < 8; j++)
+        top = m[j] > top ? m[j] : top;
+    if (top >= 0x7f800000u)
+        return NAN;
+    if (c->round == SHOAL_ROUND_STOCHASTIC) {
+        float amax;
+        memcpy(&amax, &top, sizeof(amax));
+        return amax;
+    }
+    double t[4];
+    _mm256_storeu_pd(t, _mm256_add_pd(lo, hi));
+    return (float)(((t[0] + t[2]) + (t[1] + t[3])) / (double)n);
+}
+
+/* shoal_codec_uniform of indices idx .. idx + 7, whose low words do not
+ * wrap. */
+SIGN_AVX2 static __m256 sign_uniform8(uint32_t key, uint64_t idx)
+{
+    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)idx),
+                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    x = _mm256_xor_si256(x, _mm256_set1_epi32((int)key));
+    x = _mm256_add_epi32(x, _mm256_set1_epi32((int)((uint32_t)(idx >> 32) * 0x9e3779b9u)));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 8)),
+                         _mm256_set1_ps(1.0f / 16777216.0f));
+}
+
+/* The lanes whose bit is set in byte b, as a mask. */
+SIGN_AVX2 static __m256 sign_mask8(unsigned b)
+{
+    const __m256i lanes = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i v = _mm256_and_si256(_mm256_set1_epi32((int)b), lanes);
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(v, lanes));
+}
+
+/* sign_block for n a multiple of 8. */
+SIGN_AVX2 static void sign_block_avx2(const shoal_codec_t *c, uint32_t key, const float *x,
+                                      size_t n, size_t first, unsigned char *scale_p,
+                                      unsigned char *bits, float *residual)
+{
+    float scale = sign_scale_avx2(c, x, n);
+    memcpy(scale_p, &scale, sizeof(scale));
+    float inv = scale > 0 ? shoal_codec_div(1.0f, scale) : 0.0f;
+    const __m256 vs = _mm256_set1_ps(scale), vns = _mm256_set1_ps(-scale);
+    const __m256 vinv = _mm256_set1_ps(inv), half = _mm256_set1_ps(0.5f);
+    for (size_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i), neg;
+        uint64_t idx = (uint64_t)first + i;
+        if (c->round == SHOAL_ROUND_NEAREST) {
+            neg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
+        } else if ((uint32_t)idx <= UINT32_MAX - 7) {
+            __m256 t = _mm256_sub_ps(half, _mm256_mul_ps(half, _mm256_mul_ps(v, vinv)));
+            neg = _mm256_cmp_ps(sign_uniform8(key, idx), t, _CMP_LT_OQ);
+        } else {
+            unsigned b = 0;
+            for (unsigned j = 0; j < 8; j++)
+                b |= (unsigned)(shoal_codec_uniform(key, idx + j) <
+                                0.5f - shoal_codec_mul(0.5f, shoal_codec_mul(x[i + j], inv)))
+                     << j;
+            neg = sign_mask8(b);
+        }
+        bits[i / 8] = (unsigned char)_mm256_movemask_ps(neg);
+        if (residual)
+            _mm256_storeu_ps(residual + i, _mm256_sub_ps(v, _mm256_blendv_ps(vs, vns, neg)));
+    }
+}
+
+SIGN_AVX2 static void sign_decode_block_avx2(float *dst, const unsigned char *scale_p,
+                                             const unsigned char *bits, size_t n)
+{
+    float scale;
+    memcpy(&scale, scale_p, sizeof(scale));
+    const __m256 vs = _mm256_set1_ps(scale), vns = _mm256_set1_ps(-scale);
+    for (size_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_blendv_ps(vs, vns, sign_mask8(bits[i / 8])));
+}
+
+/* Whether a block of n values takes the AVX2 kernels. */
+static int sign_simd(size_t n)
+{
+    return n % 8 == 0 && shoal_codec_simd_enabled() && __builtin_cpu_supports("avx2");
+}
+#else
+static int sign_simd(size_t n)
+{
+    (void)n;
+    return 0;
+}
+#define sign_block_avx2 sign_block
+#define sign_decode_block_avx2 sign_decode_block
+#endif
+
+/* One block of either path. */
+static void sign_block_any(const shoal_codec_t *c, uint32_t key, const float *x, size_t n,
+                           size_t first, unsigned char *scale_p, unsigned char *bits,
+                           float *residual)
+{
+    if (sign_simd(n))
+        sign_block_avx2(c, key, x, n, first, scale_p, bits, residual);
+    else
+        sign_block(c, key, x, n, first, scale_p, bits, residual);
+}
+
+static void sign_decode_any(float *dst, const unsigned char *scale_p, const unsigned char *bits,
+                            size_t n)
+{
+    if (sign_simd(n))
+        sign_decode_block_avx2(dst, scale_p, bits, n);
+    else
+        sign_decode_block(dst, scale_p, bits, n);
+}
+
 static void sign_encode(const shoal_codec_t *c, void *wire, const float *src,
                         const float *addend, float *residual, size_t count, size_t first)
 {
@@ -126,10 +281,14 @@ static void sign_encode(const shoal_codec_t *c, void *wire, const float *src,
     float x[SIGN_MAX_BLOCK];
     for (size_t b = 0; b < nblocks; b++) {
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        for (size_t i = 0; i < n; i++)
-            x[i] = addend ? src[at + i] + addend[at + i] : src[at + i];
-        sign_block(c, key, x, n, first + at, scales + b * sizeof(float), bits + at / 8,
-                   residual ? residual + at : NULL);
+        const float *xb = src + at;
+        if (addend) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = src[at + i] + addend[at + i];
+            xb = x;
+        }
+        sign_block_any(c, key, xb, n, first + at, scales + b * sizeof(float), bits + at / 8,
+                       residual ? residual + at : NULL);
     }
 }
 
@@ -143,7 +302,7 @@ static void sign_decode(const shoal_codec_t *c, float *dst, const void *wire, si
     const unsigned char *scales = wire, *bits = scales + nblocks * sizeof(float);
     for (size_t b = 0; b < nblocks; b++) {
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        sign_decode_block(dst + at, scales + b * sizeof(float), bits + at / 8, n);
+        sign_decode_any(dst + at, scales + b * sizeof(float), bits + at / 8, n);
     }
 }
 
@@ -161,11 +320,11 @@ static void sign_add_encode(const shoal_codec_t *c, void *wire_out, const void *
     float s[SIGN_MAX_BLOCK];
     for (size_t b = 0; b < nblocks; b++) {
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        sign_decode_block(s, in + b * sizeof(float), in + bits_at + at / 8, n);
+        sign_decode_any(s, in + b * sizeof(float), in + bits_at + at / 8, n);
         for (size_t i = 0; i < n; i++)
             s[i] += addend ? local[at + i] + addend[at + i] : local[at + i];
-        sign_block(c, key, s, n, first + at, out + b * sizeof(float), out + bits_at + at / 8,
-                   residual ? residual + at : NULL);
+        sign_block_any(c, key, s, n, first + at, out + b * sizeof(float),
+                       out + bits_at + at / 8, residual ? residual + at : NULL);
     }
 }
 
