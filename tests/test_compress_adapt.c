@@ -6,7 +6,8 @@
  * - the statistics of the first choice (no residual yet) are, for every
  *   tensor, the sums over the ranks of what the test computes itself from
  *   every rank's input: the norm, and int8's, int4's and ternary's errors
- *   (the codecs run here, ternary's expectation from the block maxima);
+ *   (the codecs run here, ternary's expectation under the shared scales,
+ *   the block maxima over the ranks as bf16 rounded up);
  * - the choice is optimal: an exhaustive search over every combination of
  *   choices, with the same counting of errors in thousandths of the
  *   allowance, finds no fewer bytes within the budget; the reported
@@ -28,6 +29,7 @@
 #include "harness.h"
 
 #include "api/compressor.h"
+#include "api/compressor_priv.h"
 #include "compress/codec.h"
 
 #include <math.h>
@@ -118,10 +120,20 @@ static void own_stats(int n, size_t t, double *e, double *norm)
             for (size_t i = 0; i < cnt; i++)
                 e[1 + k] += ((double)y[i] - d[i]) * ((double)y[i] - d[i]);
         }
-        shoal_codec_block_absmax(sc, y, cnt, 64);
-        for (size_t i = 0; i < cnt; i++)
-            e[5] += fabs((double)y[i]) * (sc[i / 64] - fabs((double)y[i]));
     }
+    /* Ternary under the shared scales: each block's largest |value| over
+     * the ranks, as bf16 rounded up. */
+    memset(sc, 0, (cnt / 32 + 2) * sizeof(float));
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < cnt; i++)
+            sc[i / 64] = fmaxf(sc[i / 64], fabsf(input(r, off + i, 0)));
+    for (size_t b = 0; b < (cnt + 63) / 64; b++)
+        sc[b] = shoal_bf16_to_f32(shoal_comp_scale_bf16_up(sc[b]));
+    for (int r = 0; r < n; r++)
+        for (size_t i = 0; i < cnt; i++) {
+            double v = fabs((double)input(r, off + i, 0));
+            e[5] += v * (sc[i / 64] - v);
+        }
     free(y);
     free(d);
     free(w);

@@ -9,9 +9,10 @@
  * - none: 0;
  * - INT8 and INT4 (nearest rounding): |y - decode(encode(y))|^2, the codec
  *   run on y;
- * - TERNARY: the expected squared error of its stochastic rounding under
- *   this rank's block maxima, sum |y| (s - |y|) (the shared scales are the
- *   ranks' largest, so the call's error is a little larger);
+ * - TERNARY: the expected squared error of its stochastic rounding,
+ *   sum |y| (s - |y|), under the scales the call would share: each block's
+ *   largest |y| over the ranks (a max all-reduce of the block maxima
+ *   first), as bf16 rounded up (clipping is not counted);
  * - POWERSGD: |y|^2 - |y^T P|^2, P this rank's P = y Q orthonormalised
  *   (Q the tensor's warm start): what the projection on P leaves.
  * One all-reduce sums them over the ranks (fp64), so every rank holds the
@@ -62,6 +63,7 @@ static const struct {
 
 typedef struct {
     size_t off, count, rows, cols;
+    size_t moff;        /* its first block in the maxima */
     shoal_psgd_t *psgd; /* a matrix that PowerSGD shrinks; else NULL */
     float *buf1, *buf2;
     uint64_t bytes[NOPT]; /* wire bytes of each choice; 0: not offered */
@@ -76,6 +78,8 @@ struct shoal_comp_adapt {
     double *stats;      /* nt x (NOPT + 1): e[t][k], then n[t] */
     float *y, *dec;     /* most floats: input plus residual; a decode */
     unsigned char *wire;
+    float *maxima;      /* every tensor's block maxima (TERNARY's blocks), nmaxima */
+    size_t nmaxima;
     float *scales;      /* TERNARY: most / 32 blocks, and as bf16 */
     uint16_t *scales16;
     double *cost;       /* the programme: 2 x (ADAPT_UNITS + 1) */
@@ -131,6 +135,8 @@ shoal_status_t shoal_comp_adapt_new(struct shoal_compressor *c,
         *t = (adapt_tensor_t){.off = off, .count = rows[i] * cols[i], .rows = rows[i],
                               .cols = cols[i], .choice = OPT_NONE};
         off += t->count;
+        t->moff = a->nmaxima;
+        a->nmaxima += (t->count + opts[OPT_TERNARY].block - 1) / opts[OPT_TERNARY].block;
         a->most = t->count > a->most ? t->count : a->most;
         /* PowerSGD for a matrix its rank shrinks. */
         size_t r = c->opt.rank;
@@ -155,7 +161,8 @@ shoal_status_t shoal_comp_adapt_new(struct shoal_compressor *c,
     a->wire = malloc(widest.ops->wire_bytes(&widest, most) + 64);
     a->scales = malloc((most / ADAPT_MIN_BLOCK + 1) * sizeof(float));
     a->scales16 = malloc((most / ADAPT_MIN_BLOCK + 1) * sizeof(uint16_t));
-    if (!a->y || !a->dec || !a->wire || !a->scales || !a->scales16)
+    a->maxima = malloc((a->nmaxima ? a->nmaxima : 1) * sizeof(float));
+    if (!a->y || !a->dec || !a->wire || !a->scales || !a->scales16 || !a->maxima)
         return SHOAL_ERR_NO_MEMORY;
     return SHOAL_OK;
 }
@@ -181,6 +188,7 @@ void shoal_comp_adapt_free(struct shoal_compressor *c)
     free(a->wire);
     free(a->scales);
     free(a->scales16);
+    free(a->maxima);
     free(a);
     c->adapt = NULL;
 }
@@ -199,10 +207,10 @@ static void measure(struct shoal_compressor *c, adapt_tensor_t *t, const float *
             err = 0;
         } else if (k == OPT_TERNARY) {
             size_t b = opts[k].block;
-            shoal_codec_block_absmax(a->scales, y, n, b);
+            const float *shared = a->maxima + t->moff;
             for (size_t i = 0; i < n; i++) {
-                double v = fabs((double)y[i]), s = a->scales[i / b];
-                err += isfinite(v) ? v * (s - v) : INFINITY;
+                double v = fabs((double)y[i]), s = shared[i / b];
+                err += isfinite(v) && isfinite(s) ? v * (s - v) : INFINITY;
             }
         } else if (k == OPT_PSGD) {
             shoal_psgd_phase1(t->psgd, y, t->buf1);
@@ -294,15 +302,31 @@ shoal_status_t shoal_comp_run_adaptive(struct shoal_comm *comm, const shoal_call
     struct shoal_comp_adapt *a = c->adapt;
     shoal_status_t s = SHOAL_OK;
     if (c->step % c->opt.window == 0) {
+        /* Ternary's shared scales, as its run would agree them. */
+        for (size_t i = 0; i < a->nt; i++) {
+            const adapt_tensor_t *t = &a->t[i];
+            shoal_comp_widen(a->y, x + t->off, t->count, SHOAL_FLOAT32,
+                             res_in ? res_in + t->off : NULL);
+            shoal_codec_block_absmax(a->maxima + t->moff, a->y, t->count,
+                                     opts[OPT_TERNARY].block);
+        }
+        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = a->maxima,
+                                  .recvbuf = a->maxima, .count = a->nmaxima,
+                                  .dtype = SHOAL_FLOAT32, .op = SHOAL_MAX};
+        s = shoal_comp_inner(comm, call, &args, SHOAL_SIG_COMPRESSOR);
+        if (s != SHOAL_OK)
+            return s;
+        for (size_t b = 0; b < a->nmaxima; b++)
+            a->maxima[b] = shoal_bf16_to_f32(shoal_comp_scale_bf16_up(a->maxima[b]));
         for (size_t i = 0; i < a->nt; i++) {
             const adapt_tensor_t *t = &a->t[i];
             shoal_comp_widen(a->y, x + t->off, t->count, SHOAL_FLOAT32,
                              res_in ? res_in + t->off : NULL);
             measure(c, &a->t[i], a->y, a->stats + i * (NOPT + 1));
         }
-        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = a->stats,
-                                  .recvbuf = a->stats, .count = a->nt * (NOPT + 1),
-                                  .dtype = SHOAL_FLOAT64, .op = SHOAL_SUM};
+        args = (shoal_coll_args_t){.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = a->stats,
+                                   .recvbuf = a->stats, .count = a->nt * (NOPT + 1),
+                                   .dtype = SHOAL_FLOAT64, .op = SHOAL_SUM};
         s = shoal_comp_inner(comm, call, &args, SHOAL_SIG_COMPRESSOR);
         if (s != SHOAL_OK)
             return s;
