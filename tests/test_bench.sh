@@ -429,7 +429,7 @@ bad_comp "a block of 48" 'block is 32, 64 or 128, not 48' --compress int8 --comp
 bad_comp "an unknown option" 'unknown --compress-opts item "fast"' --compress int8 --compress-opts fast
 bad_comp "an option of another kind" 'clip=2 does not apply to int8' --compress int8 --compress-opts clip=2
 bad_comp "--compress-opts alone" '--compress-opts needs --compress' --compress-opts noef
-bad_comp "--shape without powersgd" 'shape is PowerSGD' --compress int8 --shape 32x32
+bad_comp "--shape without powersgd or adaptive" 'shape is the matrix of PowerSGD and of the adaptive compressor' --compress int8 --shape 32x32
 bad_comp "a malformed --shape" 'shape wants ROWSxCOLS' --compress powersgd --shape 32
 
 # The kinds sign, majority and int4 on the all-reduce, and the compressed
@@ -461,6 +461,26 @@ for kind in sign majority int4; do
             cwire_ok "$out" $np $minratio || show "$out"
     done
 done
+# The adaptive compressor at two budgets, 2 ranks: within its budget (the
+# bench's inputs are uniform, so int8 serves 0.05 and int4 0.5), and the
+# looser budget sends fewer bytes.
+for budget in 0.05 0.5; do
+    out="$TMP/comp.adaptive.$budget.out"
+    # shellcheck disable=SC2086 # CSIZES is several flags
+    SHOAL_CHUNK_SIZE=4096 $LIMIT "$BENCH" -np 2 --compress adaptive:budget=$budget \
+        --compress-opts window=1 $CSIZES -n 2 -w 1 >"$out" 2>&1
+    rc=$?
+    check "--compress adaptive:budget=$budget: exits 0, $CNSIZES rows, guards intact, relerr below the budget" \
+        crun_err_ok "$out" $rc $budget || show "$out"
+    check "--compress adaptive:budget=$budget: bytes sent and a ratio above 3" \
+        cwire_ok "$out" 2 3 || show "$out"
+done
+lastsent() { awk '!/^#/ && NF == 15 { s = $14 } END { print s + 0 }' "$1"; }
+check "--compress adaptive: the looser budget sends fewer bytes" \
+    test "$(lastsent "$TMP/comp.adaptive.0.5.out")" -lt "$(lastsent "$TMP/comp.adaptive.0.05.out")"
+check "--compress adaptive: the header names the budget and the window" \
+    grep -q '^# Compression: adaptive, budget 0.05, window 1, PowerSGD rank 4, the squarest matrix of each size, error feedback on, seed 0$' \
+    "$TMP/comp.adaptive.0.05.out" || show "$TMP/comp.adaptive.0.05.out"
 check "--compress majority: the header names the vote and the exact vote it is compared with" \
     sh -c "grep -q '^# Compression: majority vote of signs, exact integer sums on the ring, error feedback off\$' '$TMP/comp.majority.2.out' &&
         grep -q 'exact: the exact vote, the sign of the sum of the inputs. signs;' '$TMP/comp.majority.2.out'" ||
@@ -591,6 +611,10 @@ check "--coll allgather --compress int8 -J: the collective and the call in the s
         grep -q '\"status\": \"ok\"' '$TMP/comp.ag.json'" || { show "$out"; show "$TMP/comp.ag.json"; }
 
 # What the compressed collectives do not take, each refused with its reason.
+bad_comp "adaptive without a budget" 'adaptive takes :budget=B' --compress adaptive:0.1
+bad_comp "adaptive with budget 0" 'adaptive takes :budget=B' --compress adaptive:budget=0
+bad_comp "adaptive on the all-gather" 'the compressed all-gather takes int8 or int4' \
+    --coll allgather --compress adaptive:budget=0.1
 bad_comp "sign on the all-gather" 'the compressed all-gather takes int8 or int4' \
     --coll allgather --compress sign
 bad_comp "the majority vote on the all-to-all" 'the compressed all-to-all takes int8 or int4' \

@@ -32,7 +32,7 @@
 #define ALGO_BIT(a) (1u << SHOAL_COMPRESS_ALGO_##a)
 #define ALL_KINDS                                                                            \
     (KIND_BIT(INT8) | KIND_BIT(TERNARY) | KIND_BIT(POWERSGD) | KIND_BIT(SIGN) |              \
-     KIND_BIT(MAJORITY) | KIND_BIT(INT4))
+     KIND_BIT(MAJORITY) | KIND_BIT(INT4) | KIND_BIT(ADAPTIVE))
 #define ALL_COLLS                                                                            \
     (COLL_BIT(ALLREDUCE) | COLL_BIT(ALLGATHER) | COLL_BIT(REDUCE_SCATTER) | COLL_BIT(ALLTOALL))
 #define ALL_ALGOS (ALGO_BIT(AUTO) | ALGO_BIT(RING) | ALGO_BIT(TWO_SHOT) | ALGO_BIT(TREE))
@@ -56,6 +56,7 @@ typedef struct bench_comp_kind {
 
 static int bench_comp_no_suffix(shoal_bench_comp_t *c, const char *arg, const char *text);
 static int bench_comp_psgd_rank(shoal_bench_comp_t *c, const char *arg, const char *text);
+static int bench_comp_adapt_budget(shoal_bench_comp_t *c, const char *arg, const char *text);
 
 /* In the order the messages list them. The schedules are shoal.h's: SIGN
  * two-shot only, TERNARY the ring only, INT4 anything but the tree. */
@@ -68,6 +69,7 @@ static const bench_comp_kind_t bench_comp_kinds[] = {
     {"ternary", "ternary", SHOAL_COMPRESS_TERNARY, ALGO_BIT(AUTO) | ALGO_BIT(RING),
      bench_comp_no_suffix},
     {"powersgd", "powersgd[:RANK]", SHOAL_COMPRESS_POWERSGD, 0, bench_comp_psgd_rank},
+    {"adaptive", "adaptive[:budget=B]", SHOAL_COMPRESS_ADAPTIVE, 0, bench_comp_adapt_budget},
 };
 #define BENCH_COMP_NKINDS (sizeof(bench_comp_kinds) / sizeof(bench_comp_kinds[0]))
 
@@ -236,6 +238,21 @@ static int bench_comp_psgd_rank(shoal_bench_comp_t *c, const char *arg, const ch
     return 0;
 }
 
+/* adaptive:budget=B: the relative error the choice keeps within, > 0. */
+static int bench_comp_adapt_budget(shoal_bench_comp_t *c, const char *arg, const char *text)
+{
+    char *end;
+    errno = 0;
+    double d = strncmp(text, "budget=", 7) ? NAN : strtod(text + 7, &end);
+    if (isnan(d) || end == text + 7 || *end || errno || !(d > 0) || d > 1e6) {
+        fprintf(stderr, "allreduce_bench: --compress %s: adaptive takes :budget=B, a relative "
+                "error above 0 (e.g. adaptive:budget=0.05)\n", arg);
+        return -1;
+    }
+    c->opt.budget = (float)d;
+    return 0;
+}
+
 /* An item of --compress-opts: its key, whether it takes "=VALUE", the
  * kinds and the collectives it applies to, and what it sets. */
 typedef struct bench_comp_item {
@@ -306,6 +323,17 @@ static int bench_comp_set_rank(shoal_bench_comp_t *c, const bench_comp_item_t *i
     return 0;
 }
 
+static int bench_comp_set_window(shoal_bench_comp_t *c, const bench_comp_item_t *it,
+                                 const char *val)
+{
+    unsigned long long v;
+    (void)it;
+    if (bench_comp_uint("--compress-opts window", val, 1, 1000000000, &v))
+        return -1;
+    c->opt.window = (unsigned)v;
+    return 0;
+}
+
 static int bench_comp_set_warmup(shoal_bench_comp_t *c, const bench_comp_item_t *it,
                                  const char *val)
 {
@@ -367,7 +395,9 @@ static const bench_comp_item_t bench_comp_items[] = {
      bench_comp_set_ef},
     {"noef", "noef", 0, ALL_KINDS, ALL_COLLS, bench_comp_set_ef},
     {"clip", "clip=SIGMA", 1, KIND_BIT(TERNARY), ALL_COLLS, bench_comp_set_clip},
-    {"rank", "rank=N", 1, KIND_BIT(POWERSGD), ALL_COLLS, bench_comp_set_rank},
+    {"rank", "rank=N", 1, KIND_BIT(POWERSGD) | KIND_BIT(ADAPTIVE), ALL_COLLS,
+     bench_comp_set_rank},
+    {"window", "window=N", 1, KIND_BIT(ADAPTIVE), ALL_COLLS, bench_comp_set_window},
     {"warmup", "warmup=N", 1, KIND_BIT(POWERSGD), ALL_COLLS, bench_comp_set_warmup},
     {"seed", "seed=N", 1, ALL_KINDS & ~KIND_BIT(MAJORITY), ALL_COLLS, bench_comp_set_seed},
     {"algo", "algo=auto|ring|two-shot|tree", 1,
@@ -444,9 +474,10 @@ static int bench_comp_item(shoal_bench_comp_t *c, const char *item)
 
 static int bench_comp_shape(shoal_bench_comp_t *c, const char *shape)
 {
-    if (c->opt.kind != SHOAL_COMPRESS_POWERSGD) {
-        fprintf(stderr, "allreduce_bench: --shape is PowerSGD's matrix: it needs "
-                "--compress powersgd, not %s\n", shoal_bench_comp_kind_name(c->opt.kind));
+    if (c->opt.kind != SHOAL_COMPRESS_POWERSGD && c->opt.kind != SHOAL_COMPRESS_ADAPTIVE) {
+        fprintf(stderr, "allreduce_bench: --shape is the matrix of PowerSGD and of the adaptive "
+                "compressor: it needs --compress powersgd or adaptive, not %s\n",
+                shoal_bench_comp_kind_name(c->opt.kind));
         return -1;
     }
     const char *x = strchr(shape, 'x');
@@ -598,6 +629,15 @@ void shoal_bench_comp_describe(const shoal_bench_comp_t *c, char *out, size_t le
         else
             n = snprintf(out, len, "powersgd, rank %u, warm-up %u, the squarest matrix of "
                          "each size", o->rank, o->warmup_steps);
+        break;
+    case SHOAL_COMPRESS_ADAPTIVE:
+        n = snprintf(out, len, "adaptive, budget %g, window %u, PowerSGD rank %u, ",
+                     (double)o->budget, o->window, o->rank);
+        if (n >= 0 && (size_t)n < len)
+            n += c->shape_rows ? snprintf(out + n, len - (size_t)n, "matrix %zux%zu",
+                                          c->shape_rows, c->shape_cols)
+                               : snprintf(out + n, len - (size_t)n,
+                                          "the squarest matrix of each size");
         break;
     default: /* a kind whose parameters the table does not know: its name */
         n = snprintf(out, len, "%s", shoal_bench_comp_kind_name(o->kind));
@@ -1101,7 +1141,7 @@ shoal_status_t shoal_bench_comp_row(const shoal_bench_comp_t *c, const shoal_ben
         return SHOAL_ERR_INVALID_ARG;
     shoal_compress_layout_t layout = {0, NULL, NULL};
     const shoal_compress_layout_t *lp = NULL;
-    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD) {
+    if (c->opt.kind == SHOAL_COMPRESS_POWERSGD || c->opt.kind == SHOAL_COMPRESS_ADAPTIVE) {
         if (shoal_bench_comp_layout(c, row->count, &res.rows, &res.cols) != 0) {
             if (row->rank == 0)
                 fprintf(stderr, "allreduce_bench: --shape %zux%zu is not the %zu elements of "
