@@ -3,9 +3,9 @@
  * the compressor's communicator, and a decode.
  *
  * All-gather: this rank's count values (plus the residual) encoded once
- * into tx, wire_bytes(count) bytes; an all-gather of those bytes into rx;
- * every rank decodes every rank's wire, its own included, so all hold the
- * same bits. The inner call carries SHOAL_SIG_COMP_ALLGATHER: a plain
+ * into tx, wire_bytes(count) bytes, and decoded from there into its own
+ * block before the bytes move; an all-gather of those bytes into rx; every
+ * rank decodes every other rank's wire, so all hold the same bits. The inner call carries SHOAL_SIG_COMP_ALLGATHER: a plain
  * all-gather on another rank is a mismatch, not a mix-up.
  *
  * All-to-all: block j of the input encoded for rank j into tx at its
@@ -85,13 +85,19 @@ shoal_status_t shoal_comp_run_allgather(struct shoal_comm *comm, const shoal_cal
     struct shoal_compressor *c = call->comp;
     shoal_codec_t codec = shoal_comp_codec(c, comm->team.rank);
     size_t wire = codec.ops->wire_bytes(&codec, c->count);
+    int me = comm->team.rank;
     codec.ops->encode(&codec, c->tx, x, res_in, res, c->count, 0);
+    /* This rank's own block from its own wire before the wire moves: in
+     * place, x is that block, and it has been read. */
+    codec.ops->decode(&codec, out + (size_t)me * c->count, c->tx, c->count, 0);
     shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLGATHER, .sendbuf = c->tx, .recvbuf = c->rx,
                               .count = wire, .dtype = SHOAL_UINT8, .op = SHOAL_SUM};
     shoal_status_t s = shoal_comp_inner(comm, call, &args, SHOAL_SIG_COMP_ALLGATHER);
-    for (int j = 0; s == SHOAL_OK && j < c->nranks; j++)
-        codec.ops->decode(&codec, out + (size_t)j * c->count, c->rx + (size_t)j * wire,
-                          c->count, 0);
+    for (int j = 0; s == SHOAL_OK && j < c->nranks; j++) {
+        if (j != me)
+            codec.ops->decode(&codec, out + (size_t)j * c->count, c->rx + (size_t)j * wire,
+                              c->count, 0);
+    }
     return s;
 }
 
