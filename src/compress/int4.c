@@ -70,12 +70,11 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#include "codec.h"
+#include "blocks.h"
 
 #include <math.h>
 #include <string.h>
 
-#define INT4_MAX_BLOCK 128
 #define INT4_QMAX 7.0f
 /* Below this amax, 7 / amax could overflow: pre scales amax up first. */
 #define INT4_TINY 0x1p-100f
@@ -88,20 +87,6 @@ typedef struct {
     float inv;
     int finite;
 } int4_params_t;
-
-static int int4_valid(const shoal_codec_t *c)
-{
-    return (c->block == 32 || c->block == 64 || c->block == 128) &&
-           (c->round == SHOAL_ROUND_NEAREST || c->round == SHOAL_ROUND_STOCHASTIC);
-}
-
-static size_t int4_wire_bytes(const shoal_codec_t *c, size_t count)
-{
-    if (!int4_valid(c))
-        return 0;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    return nblocks * sizeof(float) + (count + 1) / 2;
-}
 
 /* The parameters of the n values of x. */
 static int4_params_t int4_params(const float *x, size_t n)
@@ -176,58 +161,34 @@ static void int4_decode_block(float *dst, const unsigned char *scale_p,
         dst[i] = shoal_codec_mul((float)int4_code_get(codes, i), scale);
 }
 
+static const shoal_blocks_t int4_blocks = {
+    .bits = 4, .block = int4_block, .decode = int4_decode_block,
+};
+
+static size_t int4_wire_bytes(const shoal_codec_t *c, size_t count)
+{
+    return shoal_blocks_wire_bytes(&int4_blocks, c, count);
+}
+
 static void int4_encode(const shoal_codec_t *c, void *wire, const float *src,
                         const float *addend, float *residual, size_t count, size_t first)
 {
-    if (!int4_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    unsigned char *scales = wire, *codes = scales + nblocks * sizeof(float);
-    uint32_t key = shoal_codec_key(c->seed, c->step);
-    float x[INT4_MAX_BLOCK];
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        for (size_t i = 0; i < n; i++)
-            x[i] = addend ? src[at + i] + addend[at + i] : src[at + i];
-        int4_block(c, key, x, n, first + at, scales + b * sizeof(float), codes + at / 2,
-                   residual ? residual + at : NULL);
-    }
+    shoal_blocks_encode(&int4_blocks, c, wire, src, addend, residual, count, first);
 }
 
 static void int4_decode(const shoal_codec_t *c, float *dst, const void *wire, size_t count,
                         size_t first)
 {
     (void)first;
-    if (!int4_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    const unsigned char *scales = wire, *codes = scales + nblocks * sizeof(float);
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        int4_decode_block(dst + at, scales + b * sizeof(float), codes + at / 2, n);
-    }
+    shoal_blocks_decode(&int4_blocks, c, dst, wire, count);
 }
 
 static void int4_add_encode(const shoal_codec_t *c, void *wire_out, const void *wire_in,
                             const float *local, const float *addend, float *residual,
                             size_t count, size_t first)
 {
-    if (!int4_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    size_t codes_at = nblocks * sizeof(float);
-    const unsigned char *in = wire_in;
-    unsigned char *out = wire_out;
-    uint32_t key = shoal_codec_key(c->seed, c->step);
-    float s[INT4_MAX_BLOCK];
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        int4_decode_block(s, in + b * sizeof(float), in + codes_at + at / 2, n);
-        for (size_t i = 0; i < n; i++)
-            s[i] += addend ? local[at + i] + addend[at + i] : local[at + i];
-        int4_block(c, key, s, n, first + at, out + b * sizeof(float), out + codes_at + at / 2,
-                   residual ? residual + at : NULL);
-    }
+    shoal_blocks_add_encode(&int4_blocks, c, wire_out, wire_in, local, addend, residual, count,
+                            first);
 }
 
 const shoal_codec_ops_t shoal_codec_int4 = {

@@ -30,14 +30,11 @@
  * and decodes to +0 (nearest) or +0 and -0 (stochastic draws a sign even
  * for 0; the residual is then 0 either way).
  *
- * encode's residual is x - decode(wire); add_encode forms
- * s = decode(wire_in) + (local + addend) a block at a time on the stack
- * (each sum rounded to fp32 once), encodes s and writes the residual
- * s - decode(wire_out); a block of wire_in is read whole before the same
- * block of wire_out is written, so wire_out may equal wire_in. With an
- * addend, x = src + addend rounded once: the same bits as a caller adding
- * the arrays first. A block's addend is read before its residual is
- * written, so residual may be addend.
+ * encode's residual is x - decode(wire); add_encode encodes
+ * s = decode(wire_in) + (local + addend) and writes the residual
+ * s - decode(wire_out); blocks.h's drivers walk the blocks (an addend is
+ * added with each sum rounded once, residual may be addend, wire_out may
+ * be wire_in).
  *
  * The mean is summed in double, in eight lanes: lane j adds |x| of values
  * j, j + 8, j + 16, ... of the block in that order, and the lanes are
@@ -54,27 +51,11 @@
  * multiple of 2^32 within eight, take the scalar code. A codec whose block
  * is not 32, 64 or 128 or whose round is not a shoal_round_t is invalid:
  * wire_bytes gives 0 and the operations touch nothing. */
-#include "codec.h"
+#include "blocks.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-
-#define SIGN_MAX_BLOCK 128
-
-static int sign_valid(const shoal_codec_t *c)
-{
-    return (c->block == 32 || c->block == 64 || c->block == 128) &&
-           (c->round == SHOAL_ROUND_NEAREST || c->round == SHOAL_ROUND_STOCHASTIC);
-}
-
-static size_t sign_wire_bytes(const shoal_codec_t *c, size_t count)
-{
-    if (!sign_valid(c))
-        return 0;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    return nblocks * sizeof(float) + (count + 7) / 8;
-}
 
 /* The scale of the n values of x (see the top). */
 static float sign_scale(const shoal_codec_t *c, const float *x, size_t n)
@@ -270,62 +251,34 @@ static void sign_decode_any(float *dst, const unsigned char *scale_p, const unsi
         sign_decode_block(dst, scale_p, bits, n);
 }
 
+static const shoal_blocks_t sign_blocks = {
+    .bits = 1, .block = sign_block_any, .decode = sign_decode_any,
+};
+
+static size_t sign_wire_bytes(const shoal_codec_t *c, size_t count)
+{
+    return shoal_blocks_wire_bytes(&sign_blocks, c, count);
+}
+
 static void sign_encode(const shoal_codec_t *c, void *wire, const float *src,
                         const float *addend, float *residual, size_t count, size_t first)
 {
-    if (!sign_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    unsigned char *scales = wire, *bits = scales + nblocks * sizeof(float);
-    uint32_t key = shoal_codec_key(c->seed, c->step);
-    float x[SIGN_MAX_BLOCK];
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        const float *xb = src + at;
-        if (addend) {
-            for (size_t i = 0; i < n; i++)
-                x[i] = src[at + i] + addend[at + i];
-            xb = x;
-        }
-        sign_block_any(c, key, xb, n, first + at, scales + b * sizeof(float), bits + at / 8,
-                       residual ? residual + at : NULL);
-    }
+    shoal_blocks_encode(&sign_blocks, c, wire, src, addend, residual, count, first);
 }
 
 static void sign_decode(const shoal_codec_t *c, float *dst, const void *wire, size_t count,
                         size_t first)
 {
     (void)first;
-    if (!sign_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    const unsigned char *scales = wire, *bits = scales + nblocks * sizeof(float);
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        sign_decode_any(dst + at, scales + b * sizeof(float), bits + at / 8, n);
-    }
+    shoal_blocks_decode(&sign_blocks, c, dst, wire, count);
 }
 
 static void sign_add_encode(const shoal_codec_t *c, void *wire_out, const void *wire_in,
                             const float *local, const float *addend, float *residual,
                             size_t count, size_t first)
 {
-    if (!sign_valid(c))
-        return;
-    size_t nblocks = (count + c->block - 1) / c->block;
-    size_t bits_at = nblocks * sizeof(float);
-    const unsigned char *in = wire_in;
-    unsigned char *out = wire_out;
-    uint32_t key = shoal_codec_key(c->seed, c->step);
-    float s[SIGN_MAX_BLOCK];
-    for (size_t b = 0; b < nblocks; b++) {
-        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        sign_decode_any(s, in + b * sizeof(float), in + bits_at + at / 8, n);
-        for (size_t i = 0; i < n; i++)
-            s[i] += addend ? local[at + i] + addend[at + i] : local[at + i];
-        sign_block_any(c, key, s, n, first + at, out + b * sizeof(float),
-                       out + bits_at + at / 8, residual ? residual + at : NULL);
-    }
+    shoal_blocks_add_encode(&sign_blocks, c, wire_out, wire_in, local, addend, residual, count,
+                            first);
 }
 
 const shoal_codec_ops_t shoal_codec_sign = {

@@ -1,0 +1,78 @@
+/* The block drivers of the scale-and-payload codecs (blocks.h). */
+#include "blocks.h"
+
+static int blocks_valid(const shoal_codec_t *c)
+{
+    return (c->block == 32 || c->block == 64 || c->block == 128) &&
+           (c->round == SHOAL_ROUND_NEAREST || c->round == SHOAL_ROUND_STOCHASTIC);
+}
+
+static size_t blocks_of(const shoal_codec_t *c, size_t count)
+{
+    return (count + c->block - 1) / c->block;
+}
+
+size_t shoal_blocks_wire_bytes(const shoal_blocks_t *k, const shoal_codec_t *c, size_t count)
+{
+    if (!blocks_valid(c))
+        return 0;
+    return blocks_of(c, count) * sizeof(float) + (count * k->bits + 7) / 8;
+}
+
+void shoal_blocks_encode(const shoal_blocks_t *k, const shoal_codec_t *c, void *wire,
+                         const float *src, const float *addend, float *residual, size_t count,
+                         size_t first)
+{
+    if (!blocks_valid(c))
+        return;
+    size_t nblocks = blocks_of(c, count);
+    unsigned char *scales = wire, *payload = scales + nblocks * sizeof(float);
+    uint32_t key = shoal_codec_key(c->seed, c->step);
+    float x[SHOAL_BLOCKS_MAX];
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
+        const float *xb = src + at;
+        if (addend) {
+            for (size_t i = 0; i < n; i++)
+                x[i] = src[at + i] + addend[at + i];
+            xb = x;
+        }
+        k->block(c, key, xb, n, first + at, scales + b * sizeof(float),
+                 payload + at * k->bits / 8, residual ? residual + at : NULL);
+    }
+}
+
+void shoal_blocks_decode(const shoal_blocks_t *k, const shoal_codec_t *c, float *dst,
+                         const void *wire, size_t count)
+{
+    if (!blocks_valid(c))
+        return;
+    size_t nblocks = blocks_of(c, count);
+    const unsigned char *scales = wire, *payload = scales + nblocks * sizeof(float);
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
+        k->decode(dst + at, scales + b * sizeof(float), payload + at * k->bits / 8, n);
+    }
+}
+
+void shoal_blocks_add_encode(const shoal_blocks_t *k, const shoal_codec_t *c, void *wire_out,
+                             const void *wire_in, const float *local, const float *addend,
+                             float *residual, size_t count, size_t first)
+{
+    if (!blocks_valid(c))
+        return;
+    size_t nblocks = blocks_of(c, count), payload_at = nblocks * sizeof(float);
+    const unsigned char *in = wire_in;
+    unsigned char *out = wire_out;
+    uint32_t key = shoal_codec_key(c->seed, c->step);
+    float s[SHOAL_BLOCKS_MAX];
+    for (size_t b = 0; b < nblocks; b++) {
+        size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
+        size_t pat = payload_at + at * k->bits / 8;
+        k->decode(s, in + b * sizeof(float), in + pat, n);
+        for (size_t i = 0; i < n; i++)
+            s[i] += addend ? local[at + i] + addend[at + i] : local[at + i];
+        k->block(c, key, s, n, first + at, out + b * sizeof(float), out + pat,
+                 residual ? residual + at : NULL);
+    }
+}
