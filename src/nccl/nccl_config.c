@@ -13,46 +13,44 @@
 #include <string.h>
 #include <strings.h>
 
-/* "off" or "int8": the door's compressions, which need no state of their
- * own (the others keep error feedback per tensor, which only the caller
- * can own). */
-static int parse_compress(const char *text, void *field)
+/* The door's compressions, which need no state of their own (the others
+ * keep error feedback per tensor, which only the caller can own): "off",
+ * or one of the kinds in takes (a mask of 1 << kind). */
+#define KIND_BIT(k) (1u << SHOAL_COMPRESS_##k)
+#define ALLREDUCE_KINDS KIND_BIT(INT8)
+#define ALLGATHER_KINDS (KIND_BIT(INT8) | KIND_BIT(INT4))
+#define REDUCESCATTER_KINDS (KIND_BIT(INT8) | KIND_BIT(INT4) | KIND_BIT(SIGN))
+
+static int parse_kind(const char *text, unsigned takes, int *kind_p)
 {
-    if (!strcasecmp(text, "off") || !strcasecmp(text, "none") || !text[0])
-        *(int *)field = 0;
-    else if (!strcasecmp(text, "int8"))
-        *(int *)field = SHOAL_COMPRESS_INT8;
-    else
-        return -1;
-    return 0;
+    static const struct {
+        const char *name;
+        int kind;
+    } kinds[] = {{"off", 0}, {"none", 0}, {"", 0}, {"int8", SHOAL_COMPRESS_INT8},
+                 {"int4", SHOAL_COMPRESS_INT4}, {"sign", SHOAL_COMPRESS_SIGN}};
+    for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        int taken = !kinds[i].kind || takes & (1u << kinds[i].kind);
+        if (taken && !strcasecmp(text, kinds[i].name)) {
+            *kind_p = kinds[i].kind;
+            return 0;
+        }
+    }
+    return -1;
 }
 
-/* The kinds the door's compressed all-gather and reduce-scatter take: off,
- * int8, int4 and, with sign_ok, sign (the compressed all-gather has no
- * sign). Every one stateless, as SHOAL_COMPRESS's int8. */
-static int parse_colls_kind(const char *text, int sign_ok, int *kind_p)
+static int parse_compress(const char *text, void *field)
 {
-    if (!strcasecmp(text, "off") || !strcasecmp(text, "none") || !text[0])
-        *kind_p = 0;
-    else if (!strcasecmp(text, "int8"))
-        *kind_p = SHOAL_COMPRESS_INT8;
-    else if (!strcasecmp(text, "int4"))
-        *kind_p = SHOAL_COMPRESS_INT4;
-    else if (sign_ok && !strcasecmp(text, "sign"))
-        *kind_p = SHOAL_COMPRESS_SIGN;
-    else
-        return -1;
-    return 0;
+    return parse_kind(text, ALLREDUCE_KINDS, field);
 }
 
 static int parse_compress_allgather(const char *text, void *field)
 {
-    return parse_colls_kind(text, 0, field);
+    return parse_kind(text, ALLGATHER_KINDS, field);
 }
 
 static int parse_compress_reducescatter(const char *text, void *field)
 {
-    return parse_colls_kind(text, 1, field);
+    return parse_kind(text, REDUCESCATTER_KINDS, field);
 }
 
 static const shoal_config_entry_t compress_entries[] = {
@@ -108,18 +106,19 @@ static const shoal_config_entry_t compress_entries[] = {
 static void compress_sanitize(shoal_config_t *c)
 {
     static const struct {
-        const char *name, *takes, *calls;
-        int sign_ok;
+        const char *name, *text, *calls;
+        unsigned takes;
     } colls[] = {
-        {"SHOAL_COMPRESS_ALLGATHER", "off, int8 or int4", "all-gathers", 0},
-        {"SHOAL_COMPRESS_REDUCESCATTER", "off, int8, int4 or sign", "reduce-scatters", 1},
+        {"SHOAL_COMPRESS_ALLGATHER", "off, int8 or int4", "all-gathers", ALLGATHER_KINDS},
+        {"SHOAL_COMPRESS_REDUCESCATTER", "off, int8, int4 or sign", "reduce-scatters",
+         REDUCESCATTER_KINDS},
     };
     for (size_t i = 0; i < sizeof(colls) / sizeof(colls[0]); i++) {
         const char *text = shoal_config_env(colls[i].name);
         int kind;
-        if (text && parse_colls_kind(text, colls[i].sign_ok, &kind) != 0)
+        if (text && parse_kind(text, colls[i].takes, &kind) != 0)
             shoal_warn(INIT, "%s=\"%s\" is not %s: the NCCL door's %s stay uncompressed",
-                       colls[i].name, text, colls[i].takes, colls[i].calls);
+                       colls[i].name, text, colls[i].text, colls[i].calls);
     }
 }
 
