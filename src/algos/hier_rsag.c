@@ -25,7 +25,6 @@
 #include "base/clock.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 /* One move of the copy of piece [qo, qo + ql) of every rank's block
  * (count elements) between buf (n blocks by rank) and the staging of this
@@ -229,10 +228,7 @@ static shoal_status_t ag_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
     if (gathered <= k)
         return SHOAL_INPROGRESS;
     char *region = rsag_region(pp, k, &qo, &ql);
-    if (getenv("HACK_NOLOCAL")) { rsag_next(ln, 1, k); return SHOAL_OK; }
-    if (getenv("HACK_NORING")) ln->cur.done = 1;
     if (ln->cur.done) {
-        if (getenv("HACK_NOUNSTAGE")) { rsag_next(ln, 1, k); return SHOAL_OK; }
         if (hier_stage_move(ln->p.team, ln, region, plan->args.recvbuf, plan->args.count, qo,
                             ql, es, 0))
             rsag_next(ln, 1, k);
