@@ -48,18 +48,23 @@
 /* The name of the schedule algo picks for codec ops on nranks ranks of
  * nhosts hosts, spread as evenly as they go (NULL for none); only the
  * fields the choice reads are set. */
-static const char *chosen(const shoal_codec_ops_t *ops, int algo, int nranks, int nhosts)
+static const char *chosen_for(shoal_coll_kind_t kind, const shoal_codec_ops_t *ops, int algo,
+                              int nranks, int nhosts)
 {
     static shoal_team_t team;
     shoal_codec_t c = {.ops = ops, .block = 64};
     team.nranks = nranks;
     team.nhosts = nhosts;
     team.cluster.max_local = (nranks + nhosts - 1) / nhosts;
-    shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLREDUCE, .count = 1000,
-                              .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM, .codec = &c,
-                              .codec_algo = algo};
+    shoal_coll_args_t args = {.kind = kind, .count = 1000, .dtype = SHOAL_FLOAT32,
+                              .op = SHOAL_SUM, .codec = &c, .codec_algo = algo};
     const shoal_algo_ops_t *a = shoal_codec_algo_select(&team, &args);
     return a ? a->name : NULL;
+}
+
+static const char *chosen(const shoal_codec_ops_t *ops, int algo, int nranks, int nhosts)
+{
+    return chosen_for(SHOAL_COLL_ALLREDUCE, ops, algo, nranks, nhosts);
 }
 
 /* What the matrix needs to know of a schedule, by name: which error bound
@@ -174,6 +179,18 @@ static void test_select(void **state)
     assert_string_equal(chosen(i8, two, 2, 1), "twoshot-codec");
     assert_string_equal(chosen(i8, two, 16, 4), "twoshot-codec");
     assert_null(chosen(i8, 7, 4, 1));
+    /* The reduce-scatter: two-shot unless asked for the ring; across hosts
+     * with several ranks on one, the hierarchy's, whose rails run the
+     * two-shot; with one rank a host, the flat two-shot. */
+    const shoal_coll_kind_t rs = SHOAL_COLL_REDUCE_SCATTER;
+    const shoal_codec_ops_t *sign = &shoal_codec_sign, *i4 = &shoal_codec_int4;
+    assert_string_equal(chosen_for(rs, i8, autoa, 8, 1), "twoshot-codec");
+    assert_string_equal(chosen_for(rs, i8, autoa, 4, 4), "twoshot-codec");
+    assert_string_equal(chosen_for(rs, i8, autoa, 4, 2), "hier-codec");
+    assert_string_equal(chosen_for(rs, sign, autoa, 7, 3), "hier-codec");
+    assert_string_equal(chosen_for(rs, i4, autoa, 16, 4), "hier-codec");
+    assert_string_equal(chosen_for(rs, i8, two, 4, 2), "twoshot-codec");
+    assert_string_equal(chosen_for(rs, i8, ring, 4, 2), "ring-codec");
     /* The tree when asked, on any shape; never by AUTO. */
     static const int shapes[][2] = {{1, 1}, {2, 1}, {8, 1}, {64, 1}, {16, 4}};
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {

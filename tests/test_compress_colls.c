@@ -243,8 +243,10 @@ fail:
 /* ------------------------------------------------------------------ */
 /* Reduce-scatter */
 
+/* hosts: the number of faked hosts (1: none); across several, AUTO runs
+ * the hierarchy's (host sums in fp32, quantised once between hosts). */
 static int check_reduce_scatter(shoal_comm_t comm, int rank, int n, const cv_t *v, size_t count,
-                                shoal_op_t op, int in_place)
+                                shoal_op_t op, int in_place, int hosts)
 {
     size_t all = count * (size_t)n;
     shoal_compressor_t c = make(comm, v, SHOAL_COMPRESS_COLL_REDUCE_SCATTER, count,
@@ -252,7 +254,8 @@ static int check_reduce_scatter(shoal_comm_t comm, int rank, int n, const cv_t *
     RANK_CHECK(c, fail, "%s: create: %s", v->name, shoal_comm_last_error(comm));
     shoal_codec_t c0 = codec_of(v, 0, 0);
     size_t wire = c0.ops->wire_bytes(&c0, count);
-    int two_shot = v->algo != SHOAL_COMPRESS_ALGO_RING;
+    int hier = hosts > 1 && v->algo == SHOAL_COMPRESS_ALGO_AUTO;
+    int two_shot = v->algo != SHOAL_COMPRESS_ALGO_RING && !hier;
     float *x = floats(all), *y = floats(count), *acc = floats(count), *dec = floats(count);
     float *sim = floats(all * (size_t)n), *xr = floats(count), *gathered = floats(all);
     double *sum_in = calloc(all + 1, sizeof(double)), *sum_out = calloc(all + 1, 8);
@@ -276,7 +279,7 @@ static int check_reduce_scatter(shoal_comm_t comm, int rank, int n, const cv_t *
                        SHOAL_OK, fail, "%s count %zu step %d: %s", v->name, count, t,
                    shoal_comm_last_error(comm));
         memcpy(rp.outs[t], out, count * sizeof(float));
-        if (n > 1 && count >= 60000 && v->kind != SHOAL_COMPRESS_SIGN) {
+        if (n > 1 && count >= 60000 && v->kind != SHOAL_COMPRESS_SIGN && hosts == 1) {
             double least = v->kind == SHOAL_COMPRESS_INT4 ? 5 : 3;
             RANK_CHECK(info.ratio > least, fail, "%s: ratio %.2f", v->name, info.ratio);
         }
@@ -337,7 +340,7 @@ static int check_reduce_scatter(shoal_comm_t comm, int rank, int n, const cv_t *
             norm += e * e;
         }
         if (t == 0 && v->kind == SHOAL_COMPRESS_INT8 && norm > 0)
-            RANK_CHECK(sqrt(err / norm) < (two_shot ? 0.02 : 0.05), fail,
+            RANK_CHECK(sqrt(err / norm) < (two_shot || hier ? 0.02 : 0.05), fail,
                        "%s: relative error %g", v->name, sqrt(err / norm));
         if (n == 1)
             RANK_CHECK(err == 0, fail, "one rank must return its input exactly");
@@ -351,6 +354,14 @@ static int check_reduce_scatter(shoal_comm_t comm, int rank, int n, const cv_t *
         for (size_t i = 0; i < count; i++)
             RANK_CHECK(res[(size_t)rank * count + i] == 0.0f, fail,
                        "the owner's own block keeps a residual");
+        /* Across hosts the values for the ranks of this host travel in
+         * full precision: none of their blocks keeps a residual here. */
+        int my_host = (int)((long)rank * hosts / n);
+        for (int r = 0; hier && r < n; r++)
+            for (size_t i = 0; i < count && (int)((long)r * hosts / n) == my_host; i++)
+                RANK_CHECK(res[(size_t)r * count + i] == 0.0f, fail,
+                           "%s: value %zu for rank %d of this host keeps a residual", v->name,
+                           i, r);
         for (size_t g = 0; g < all; g++)
             res_all[g] = res[g];
         if (all)
@@ -550,7 +561,7 @@ static int rank_matrix(int rank, int n, const shoal_unique_id_t *id, void *arg)
                 goto fail;
         for (size_t v = 0; v < NV(rs_variants); v++)
             if (check_reduce_scatter(comm, rank, n, &rs_variants[v], count,
-                                     (k + v) % 2 ? SHOAL_AVG : SHOAL_SUM, in_place))
+                                     (k + v) % 2 ? SHOAL_AVG : SHOAL_SUM, in_place, 1))
                 goto fail;
         for (size_t v = 0; v < NV(a2a_variants); v++)
             if (check_alltoall(comm, rank, n, &a2a_variants[v], count, in_place, 1))
@@ -598,7 +609,7 @@ static int rank_large(int rank, int n, const shoal_unique_id_t *id, void *arg)
                 goto fail;
     } else {
         if (check_allgather(comm, rank, n, &ag_variants[2], count, 0) ||
-            check_reduce_scatter(comm, rank, n, &rs_variants[0], count, SHOAL_SUM, 0) ||
+            check_reduce_scatter(comm, rank, n, &rs_variants[0], count, SHOAL_SUM, 0, 1) ||
             check_alltoall(comm, rank, n, &a2a_variants[0], count, 0, 1) ||
             check_vote(comm, rank, n, count, SHOAL_FLOAT32) ||
             check_vote(comm, rank, n, 1001, SHOAL_FLOAT16) ||
@@ -625,6 +636,55 @@ static void test_two_hosts(void **state)
     int hosts = 2;
     harness_use_transport("tcp", TEST_CHUNK);
     assert_int_equal(harness_run_ranks(4, rank_large, &hosts, 600), 0);
+}
+
+/* The reduce-scatter across faked hosts (the hierarchy's under AUTO), on
+ * layout (arg: ranks, hosts, pipeline pieces; 0 pieces: the cost model's):
+ * every variant, counts 0, 1, odd and several pieces, SUM and AVG. */
+static const cv_t rs_host_variants[] = {
+    {"rs int8 across hosts", SHOAL_COMPRESS_INT8, 0, SHOAL_COMPRESS_ALGO_AUTO, 1},
+    {"rs int4 stochastic across hosts", SHOAL_COMPRESS_INT4, 1, SHOAL_COMPRESS_ALGO_AUTO, 1},
+    {"rs sign across hosts", SHOAL_COMPRESS_SIGN, 0, SHOAL_COMPRESS_ALGO_AUTO, 1},
+    {"rs int8 no-ef across hosts", SHOAL_COMPRESS_INT8, 0, SHOAL_COMPRESS_ALGO_AUTO, 0},
+    {"rs int8 two-shot across hosts", SHOAL_COMPRESS_INT8, 0, SHOAL_COMPRESS_ALGO_TWO_SHOT, 1},
+};
+
+static int rank_rs_hosts(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    const int *layout = arg;
+    harness_split_hosts(rank, n, layout[1]);
+    if (layout[2]) {
+        char text[16];
+        snprintf(text, sizeof(text), "%d", layout[2]);
+        harness_setenv("SHOAL_HIER_PIPE", text);
+    }
+    shoal_comm_t comm;
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    static const size_t rs_counts[] = {0, 1, 1001, 3 * 3616 + 77};
+    for (size_t k = 0; k < sizeof(rs_counts) / sizeof(rs_counts[0]); k++)
+        for (size_t v = 0; v < NV(rs_host_variants); v++)
+            if (check_reduce_scatter(comm, rank, n, &rs_host_variants[v], rs_counts[k],
+                                     (k + v) % 2 ? SHOAL_AVG : SHOAL_SUM, (k + v) % 3 == 0,
+                                     layout[1]))
+                goto fail;
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_rs_hosts(void **state)
+{
+    (void)state;
+    static const int layouts[][3] = {{4, 2, 0}, {5, 2, 3}, {7, 3, 0}, {6, 3, 2}};
+    for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+        if (!harness_ranks_wanted(layouts[i][0]))
+            continue;
+        harness_use_transport("tcp", TEST_CHUNK);
+        assert_int_equal(harness_run_ranks(layouts[i][0], rank_rs_hosts, (void *)layouts[i],
+                                           600),
+                         0);
+    }
 }
 
 /* float16 all-gather and reduce-scatter: the codec runs on the widened
@@ -772,7 +832,8 @@ int main(void)
         cmocka_unit_test(test_shm_7), cmocka_unit_test(test_shm_8),
         cmocka_unit_test(test_tcp_2), cmocka_unit_test(test_tcp_3),
         cmocka_unit_test(test_tcp_5), cmocka_unit_test(test_large),
-        cmocka_unit_test(test_two_hosts), cmocka_unit_test(test_half),
+        cmocka_unit_test(test_two_hosts), cmocka_unit_test(test_rs_hosts),
+        cmocka_unit_test(test_half),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -104,6 +104,18 @@ typedef struct shoal_ring {
 
 /* Block of position p, in elements. */
 void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *len_p);
+/* The rank whose block position p holds: BY_RANK's rank, BY_HOST's rank
+ * at the rail's position of host p; -1 where there is none (a host
+ * without the rail) or the block is not one rank's (BY_SEG, BY_RAIL). */
+int shoal_ring_block_rank(const shoal_ring_t *ring, int p);
+/* The longest block of ring: how far the piece loops of its stepped
+ * schedules go. */
+size_t shoal_ring_max_len(const shoal_ring_t *ring);
+/* The piece at offset off (elements) of position q's block: its start
+ * (elements into the buffer) in *start_p and its length, 0 past the
+ * block's end. */
+size_t shoal_ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t piece_elems,
+                        size_t *start_p);
 /* Start of segment s of total elements cut into nseg segments that start
  * on multiples of align elements (0: the kernels' alignment, 16; a codec's
  * block for compressed schedules); s == nseg gives total. */
@@ -177,6 +189,19 @@ shoal_status_t shoal_ring_rs_step(shoal_prims_t *p, const shoal_ring_t *ring, co
                                   char *dst, size_t piece_elems, shoal_ring_cur_t *cur);
 shoal_status_t shoal_ring_ag_step(shoal_prims_t *p, const shoal_ring_t *ring, const char *own,
                                   char *dst, size_t piece_elems, shoal_ring_cur_t *cur);
+/* The two-shot reduce-scatter over ring's positions (twoshot.c), stepped
+ * as above: each piece of position q's block goes straight from every
+ * other position to q, which adds the n-1 of them to its own in a fixed
+ * order (the stage's recv_reduce: a codec's contribution is quantised
+ * once); the caller's block lands at dst. A stage indexes the values of
+ * position q's block (first, residual, addend) from
+ * rank * stride + first, rank being shoal_ring_block_rank's, so that a
+ * rail's blocks keep the indices they have in the caller's input. The
+ * caller's own block is never quantised: its residual is 0 at the end of
+ * each piece, and AVG over p->avg_n is finished there. */
+shoal_status_t shoal_twoshot_rs_step(shoal_prims_t *p, const shoal_ring_t *ring,
+                                     const char *src, char *dst, size_t stride, size_t first,
+                                     size_t piece_elems, shoal_ring_cur_t *cur);
 /* The all-gather half of one loop of the ring all-reduce (its blocks as
  * shoal_ring_loop_block cuts real elements at base into blocks of bs):
  * position q has just sent the final piece of loop block (q + shift) mod n
@@ -408,7 +433,8 @@ extern const shoal_algo_ops_t shoal_direct_scatter_ops, shoal_ring_scatter_ops;
 extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_codec_allreduce_ops,
     shoal_hier_codec_allreduce_ops, shoal_tree_codec_allreduce_ops;
 /* The compressed reduce-scatters (ring_rsag.c, twoshot.c), the same way. */
-extern const shoal_algo_ops_t shoal_ring_codec_rs_ops, shoal_twoshot_codec_rs_ops;
+extern const shoal_algo_ops_t shoal_ring_codec_rs_ops, shoal_twoshot_codec_rs_ops,
+    shoal_hier_codec_rs_ops;
 /* Single copy over shared memory (put.h; put_*.c): named "put"; each
  * falls back to the slot algorithm the model would pick, collectively,
  * when a buffer it needs is not reachable by every peer that needs it. */

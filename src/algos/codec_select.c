@@ -19,12 +19,19 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
     const shoal_algo_ops_t *algo = NULL;
     const char *why = "requested";
     /* A contribution quantised once to its owner, or requantised at each
-     * hop of the ring, as asked. */
+     * hop of the ring, as asked; unasked, across hosts with several ranks
+     * on one, the host's sum quantised once to its owner (the hierarchy's
+     * rails run the two-shot). */
     if (args->kind == SHOAL_COLL_REDUCE_SCATTER) {
-        int ring = args->codec_algo == SHOAL_COMPRESS_ALGO_RING;
-        algo = ring ? &shoal_ring_codec_rs_ops : &shoal_twoshot_codec_rs_ops;
-        shoal_info(ALGO, "compressed reduce-scatter of %zu x %s on %d ranks: %s", args->count,
-                   c->ops->name, team->nranks, algo->name);
+        if (args->codec_algo == SHOAL_COMPRESS_ALGO_RING)
+            algo = &shoal_ring_codec_rs_ops;
+        else if (args->codec_algo == SHOAL_COMPRESS_ALGO_AUTO && team->nhosts > 1 &&
+                 team->cluster.max_local > 1)
+            algo = &shoal_hier_codec_rs_ops;
+        else
+            algo = &shoal_twoshot_codec_rs_ops;
+        shoal_info(ALGO, "compressed reduce-scatter of %zu x %s on %d ranks (%d hosts): %s",
+                   args->count, c->ops->name, team->nranks, team->nhosts, algo->name);
         return algo;
     }
     switch (args->codec_algo) {

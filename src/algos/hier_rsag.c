@@ -13,6 +13,16 @@
  * scatter each owned rail across hosts, which leaves every rank its own
  * block, finished once on its rail. All-gather is the same backwards.
  *
+ * The compressed reduce-scatter ("hier-codec", codec_select.c) sums
+ * inside the host in fp32 as above, error feedback's addend joining the
+ * input as it is staged, and its rails run the two-shot reduce-scatter
+ * with the codec stage (shoal_twoshot_rs_step): each host's sum of a
+ * block is quantised once, by the rank that owns its rail, straight to
+ * the block's owner, which adds the others' to its own host's sum in
+ * fp32. Only the links between hosts carry the codec's wire. Residuals
+ * keep the indices of the input (block of rank r at r * count): a rank
+ * writes those of the values it quantised, and zeros elsewhere.
+ *
  * Both run as the hierarchical pipeline (hier_pipe.h): every rank's block
  * is cut into plan->pipe pieces, and piece k of all blocks is staged on
  * its own (n blocks of the piece's length, at n times its start), so that
@@ -21,6 +31,7 @@
  * piece k+1 while the local lane gathers piece k and copies it out). */
 #include "algo.h"
 #include "hier_pipe.h"
+#include "stage.h"
 
 #include "base/clock.h"
 
@@ -28,13 +39,15 @@
 
 /* One move of the copy of piece [qo, qo + ql) of every rank's block
  * (count elements) between buf (n blocks by rank) and the staging of this
- * host, whose blocks are ql elements: to_stage 1 packs buf into stage, 0
- * unpacks. Rail by rail, each rail's blocks in host order, at least
+ * host, whose blocks are ql elements: to_stage 1 packs buf into stage
+ * (plus addend, indexed as buf, when it is set: fp32 sums through the
+ * lane's reduce), 0 unpacks. Rail by rail, each rail's blocks in host order, at least
  * SHOAL_HIER_LOCAL_MOVE bytes a move (or all of them when the piece is the
  * whole buffer), so that the rails are not kept waiting long; the lane's
  * stage_ fields are the cursor. Returns 1 once every block is copied. */
 static int hier_stage_move(shoal_team_t *team, shoal_hier_lane_t *ln, char *stage, char *buf,
-                           size_t count, size_t qo, size_t ql, size_t es, int to_stage)
+                           const float *addend, size_t count, size_t qo, size_t ql, size_t es,
+                           int to_stage)
 {
     const shoal_cluster_t *c = &team->cluster;
     int h = c->host_of[team->rank];
@@ -49,8 +62,12 @@ static int hier_stage_move(shoal_team_t *team, shoal_hier_lane_t *ln, char *stag
         if (j < shoal_cluster_nlocal(c, g)) {
             size_t at = (size_t)shoal_cluster_stage_off(c, h, j) + (size_t)ln->stage_k++;
             char *s = stage + at * ql * es;
-            char *b = buf + ((size_t)shoal_cluster_rank_at(c, g, j) * count + qo) * es;
-            shoal_move(team, to_stage ? s : b, to_stage ? b : s, ql * es);
+            size_t i = (size_t)shoal_cluster_rank_at(c, g, j) * count + qo;
+            if (to_stage && addend && ql)
+                shoal_combine(team, ln->p.reduce, s, buf + i * es, addend + i, ql, es);
+            else
+                shoal_move(team, to_stage ? s : buf + i * es, to_stage ? buf + i * es : s,
+                           ql * es);
             moved += ql * es;
         }
         ln->stage_g++;
@@ -58,9 +75,10 @@ static int hier_stage_move(shoal_team_t *team, shoal_hier_lane_t *ln, char *stag
     return ln->stage_j == c->max_local;
 }
 
-/* What the cost reads: the bytes of every rank's block together. */
+/* What the cost reads: the bytes of every rank's block together, and what
+ * the rails carry of them (the codec's wire, compressed). */
 typedef struct {
-    double total;
+    double total, wire;
 } rsag_shape_t;
 
 /* Time of one pipeline piece in each lane: inside the host the staging
@@ -72,7 +90,8 @@ static void rsag_piece_cost(const shoal_team_t *team, const void *ctx, int piece
                             double *local_p, double *cross_p, double *fill_p)
 {
     double l = team->cluster.max_local, hs = team->nhosts;
-    double total = ((const rsag_shape_t *)ctx)->total / pieces;
+    const rsag_shape_t *sh = ctx;
+    double total = sh->total / pieces, wire = sh->wire / pieces;
     double move = pieces > 1 ? SHOAL_HIER_LOCAL_MOVE : (double)team->chunk_size;
     double loops = total / l > move ? ceil(total / l / move) : 1;
     *local_p = shoal_hier_local_cost(team, (l - 1) * loops, (l - 1) / l * total + total);
@@ -80,21 +99,29 @@ static void rsag_piece_cost(const shoal_team_t *team, const void *ctx, int piece
      * link, which the simulator shows idle about a tenth of the time (at
      * 32 and 128 hosts). */
     double uneven = hs > 16 ? 1.09 : 1;
-    *cross_p = hs > 1 ? (hs - 1) * uneven * shoal_hier_rail_step(team, total) : 0;
+    *cross_p = hs > 1 ? (hs - 1) * uneven * shoal_hier_rail_step(team, wire) : 0;
     *fill_p = 0;
+}
+
+static rsag_shape_t rsag_shape(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    double total = shoal_algo_bytes(args, args->count) * team->nranks;
+    const shoal_codec_t *c = args->codec;
+    return (rsag_shape_t){total, c ? (double)c->ops->wire_bytes(c, args->count) * team->nranks
+                                   : total};
 }
 
 /* The pipeline pieces: each keeps at least a slot's worth per rail. */
 static int rsag_pipe(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    rsag_shape_t sh = {shoal_algo_bytes(args, args->count) * team->nranks};
+    rsag_shape_t sh = rsag_shape(team, args);
     return shoal_hier_pipe_choose(team, rsag_piece_cost, &sh, sh.total,
                                   (double)team->chunk_size * team->cluster.max_local);
 }
 
 static double hier_rsag_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
-    rsag_shape_t sh = {shoal_algo_bytes(args, args->count) * team->nranks};
+    rsag_shape_t sh = rsag_shape(team, args);
     return shoal_hier_pipe_cost(team, rsag_piece_cost, &sh, rsag_pipe(team, args));
 }
 
@@ -158,7 +185,7 @@ static shoal_status_t rs_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
     int k = ln->at;
     char *region = rsag_region(pp, k, &qo, &ql);
     if (!ln->begun) {
-        ln->begun = hier_stage_move(team, ln, region, (char *)plan->args.sendbuf,
+        ln->begun = hier_stage_move(team, ln, region, (char *)plan->args.sendbuf, pp->addend,
                                     plan->args.count, qo, ql, es, 1);
         return SHOAL_OK;
     }
@@ -170,6 +197,27 @@ static shoal_status_t rs_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
     if (s == SHOAL_OK && ln->cur.done)
         rsag_next(ln, 1, k);
     return s;
+}
+
+/* A compressed reduce-scatter's piece [qo, qo + ql) starts on the rails
+ * (its staging has read the addend): zero the residuals of the values this
+ * rank will not quantise, every block but those of the ranks of other
+ * hosts on the rails it owns. Returns 1. */
+static int rs_codec_residual(const shoal_hier_pipe_t *pp, shoal_prims_t *p, size_t qo,
+                             size_t ql)
+{
+    shoal_team_t *team = p->team;
+    const shoal_cluster_t *c = &team->cluster;
+    const shoal_ring_t *lr = &pp->plan->ring;
+    size_t count = pp->plan->args.count;
+    if (!p->residual || !ql)
+        return 1;
+    for (int r = 0; r < team->nranks; r++) {
+        if (c->host_of[r] != lr->host && c->local_of[r] % lr->n == lr->me)
+            continue;
+        team->kern->zero(team, p->residual + (size_t)r * count + qo, ql * sizeof(float));
+    }
+    return 1;
 }
 
 /* Reduce-scatter, rail lane: piece k of each owned rail across hosts, once
@@ -189,8 +237,15 @@ static shoal_status_t rs_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_
     hier_rail_of(team, j, ql, &ln->ring);
     char *src = region + (size_t)shoal_cluster_stage_off(c, plan->ring.host, j) * ql * es;
     char *dst = j == plan->ring.me ? (char *)plan->args.recvbuf + qo * es : pp->spare;
-    shoal_status_t s = shoal_ring_rs_step(&ln->p, &ln->ring, src, dst, plan->piece_elems,
-                                          &ln->cur);
+    shoal_status_t s;
+    if (plan->args.codec) {
+        if (!ln->begun)
+            ln->begun = rs_codec_residual(pp, &ln->p, qo, ql);
+        s = shoal_twoshot_rs_step(&ln->p, &ln->ring, src, dst, plan->args.count, qo,
+                                  plan->stage_elems, &ln->cur);
+    } else {
+        s = shoal_ring_rs_step(&ln->p, &ln->ring, src, dst, plan->piece_elems, &ln->cur);
+    }
     if (s == SHOAL_OK && ln->cur.done)
         rsag_next(ln, pp->nrails, k);
     return s;
@@ -229,8 +284,8 @@ static shoal_status_t ag_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
         return SHOAL_INPROGRESS;
     char *region = rsag_region(pp, k, &qo, &ql);
     if (ln->cur.done) {
-        if (hier_stage_move(ln->p.team, ln, region, plan->args.recvbuf, plan->args.count, qo,
-                            ql, es, 0))
+        if (hier_stage_move(ln->p.team, ln, region, plan->args.recvbuf, NULL, plan->args.count,
+                            qo, ql, es, 0))
             rsag_next(ln, 1, k);
         return SHOAL_OK;
     }
@@ -255,16 +310,23 @@ static shoal_status_t rsag_run(shoal_plan_t *plan, size_t bytes, shoal_hier_move
     shoal_status_t s = shoal_plan_scratch(plan, bytes, (void **)&stage);
     if (s != SHOAL_OK)
         return s;
+    /* A codec's pieces start on its blocks. */
     shoal_hier_pipe_t pp;
-    shoal_hier_pipe_init(&pp, plan, a->count, 0);
+    shoal_hier_pipe_init(&pp, plan, a->count, a->codec ? a->codec->block : 0);
     pp.stage = stage;
     pp.spare = stage + block * (size_t)team->nranks; /* results this rank does not keep */
+    pp.addend = p->addend;
+    p->tmp = a->codec ? pp.spare + block : NULL; /* a codec stage's received piece */
     pp.first = lr->me;
     pp.nrails = (team->cluster.max_local - lr->me + lr->n - 1) / lr->n;
     pp.end = pp.first + pp.nrails * lr->n;
     p->deadline_ns = shoal_deadline_after(team->timeout_ns);
     shoal_hier_lane_t lanes[2];
     shoal_hier_lanes_init(&pp, lanes);
+    /* Inside the host the values move as they are; a codec's wire only on
+     * the rails, whose addend the staging has taken. */
+    lanes[0].p.st = &shoal_stage_plain;
+    lanes[0].p.addend = lanes[1].p.addend = NULL;
     lanes[0].p.avg_n = 0;
     lanes[0].move = local;
     lanes[0].steps = pp.pieces;
@@ -274,11 +336,20 @@ static shoal_status_t rsag_run(shoal_plan_t *plan, size_t bytes, shoal_hier_move
     return shoal_hier_pipe_drive(&pp, lanes, what);
 }
 
+/* The staging, a block of results this rank does not keep, and a codec
+ * stage's working memory for a received piece. */
+static size_t hier_rs_scratch(const shoal_plan_t *plan)
+{
+    const shoal_prims_t *p = &plan->prims;
+    size_t block = plan->args.count * plan->esize;
+    size_t tmp = plan->args.codec ? p->st->tmp_bytes(p, plan->stage_elems) : 0;
+    return block * (size_t)p->team->nranks + block + tmp;
+}
+
 static shoal_status_t hier_rs_run(shoal_plan_t *plan)
 {
-    size_t block = plan->args.count * plan->esize;
-    return rsag_run(plan, block * (size_t)plan->prims.team->nranks + block, rs_local_move,
-                    rs_rail_move, 1, "reduce-scatter");
+    return rsag_run(plan, hier_rs_scratch(plan), rs_local_move, rs_rail_move, 1,
+                    "reduce-scatter");
 }
 
 static shoal_status_t hier_ag_run(shoal_plan_t *plan)
@@ -293,6 +364,33 @@ const shoal_algo_ops_t shoal_hier_reduce_scatter_ops = {
     .name = "hier",
     .cost = hier_rsag_cost,
     .plan = hier_rsag_plan,
+    .run = hier_rs_run,
+};
+
+/* Only between hosts: on one host there is no link to spare. */
+static double hier_codec_rs_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    return args->codec && team->nhosts > 1 ? hier_rsag_cost(team, args) : -1;
+}
+
+static shoal_status_t hier_codec_rs_plan(shoal_team_t *team, const shoal_coll_args_t *args,
+                                         shoal_plan_t *plan)
+{
+    if (!args->codec || args->dtype != SHOAL_FLOAT32 || team->nhosts < 2)
+        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = hier_rsag_plan(team, args, plan);
+    if (s == SHOAL_OK)
+        s = shoal_plan_stage(team, args, plan);
+    if (s == SHOAL_OK)
+        shoal_plan_reserve(plan, hier_rs_scratch(plan));
+    return s;
+}
+
+const shoal_algo_ops_t shoal_hier_codec_rs_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "hier-codec",
+    .cost = hier_codec_rs_cost,
+    .plan = hier_codec_rs_plan,
     .run = hier_rs_run,
 };
 

@@ -59,6 +59,19 @@ void shoal_ring_block(const shoal_ring_t *ring, int p, size_t *off_p, size_t *le
     *off_p = *len_p = 0;
 }
 
+int shoal_ring_block_rank(const shoal_ring_t *ring, int p)
+{
+    switch (ring->layout) {
+    case SHOAL_RING_BY_RANK:
+        return ring->ranks[p];
+    case SHOAL_RING_BY_HOST:
+        return ring->rail < shoal_cluster_nlocal(ring->cluster, p)
+                   ? shoal_cluster_rank_at(ring->cluster, p, ring->rail)
+                   : -1;
+    }
+    return -1;
+}
+
 void shoal_ring_bind(shoal_prims_t *p, const shoal_ring_t *ring)
 {
     int n = ring->n, me = ring->me;
@@ -239,8 +252,7 @@ shoal_status_t shoal_ring_allreduce_run_deep(shoal_prims_t *p, const shoal_ring_
     return s;
 }
 
-/* The longest block of ring: how far the piece loops go. */
-static size_t ring_max_len(const shoal_ring_t *ring)
+size_t shoal_ring_max_len(const shoal_ring_t *ring)
 {
     size_t most = 0;
     for (int q = 0; q < ring->n; q++) {
@@ -251,9 +263,7 @@ static size_t ring_max_len(const shoal_ring_t *ring)
     return most;
 }
 
-/* The piece at offset off (elements) of position q's block: its start
- * (elements into the buffer) and its length, 0 past the block's end. */
-static size_t ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t piece_elems,
+size_t shoal_ring_piece(const shoal_ring_t *ring, int q, size_t off, size_t piece_elems,
                          size_t *start_p)
 {
     size_t boff, blen;
@@ -282,10 +292,10 @@ shoal_status_t shoal_ring_rs_step(shoal_prims_t *p, const shoal_ring_t *ring, co
     }
     shoal_ring_bind(p, ring);
     if (!cur->end)
-        cur->end = ring_max_len(ring) + 1;
+        cur->end = shoal_ring_max_len(ring) + 1;
     if (off >= cur->end - 1)
         return ring_cur_flush(p, cur);
-    size_t len = ring_piece(ring, (r - 1 - k + 2 * n) % n, off, piece_elems, &at);
+    size_t len = shoal_ring_piece(ring, (r - 1 - k + 2 * n) % n, off, piece_elems, &at);
     shoal_status_t s;
     if (k == 0) {
         s = st->send(p, src + at * es, at, len);
@@ -330,10 +340,10 @@ shoal_status_t shoal_ring_ag_step(shoal_prims_t *p, const shoal_ring_t *ring, co
     }
     shoal_ring_bind(p, ring);
     if (!cur->end)
-        cur->end = ring_max_len(ring) + 1;
+        cur->end = shoal_ring_max_len(ring) + 1;
     if (off >= cur->end - 1)
         return ring_cur_flush(p, cur);
-    size_t len = ring_piece(ring, (r - k + n) % n, off, piece_elems, &at);
+    size_t len = shoal_ring_piece(ring, (r - k + n) % n, off, piece_elems, &at);
     shoal_status_t s;
     if (k == 0 && !own) {
         s = st->send(p, dst + at * es, at, len);

@@ -132,47 +132,72 @@ static shoal_status_t twoshot_plan(shoal_team_t *team, const shoal_coll_args_t *
 
 /* The compressed reduce-scatter's two-shot (codec_select.c): the direct
  * exchange above on the blocks of the reduce-scatter, without the
- * all-gather. Block j (count values of the n-block input) belongs to rank
- * j. In step k of a piece, rank r encodes its piece of block r+k (writing
- * those values' residual) and sends it to rank r+k, and receives its own
- * block's piece from rank r-k, decodes it and adds it in fp32 to its own
- * exact values (the addend joining them at the first), r-1's first: a
+ * all-gather, as a stepped schedule (algo.h) that the hierarchical
+ * reduce-scatter's rails also run. In step k of a piece, position r
+ * encodes its piece of block r+k (writing those values' residual) and
+ * sends it to position r+k (move 2k-2), and receives its own block's piece
+ * from position r-k, decodes it and adds it in fp32 to its own exact
+ * values (move 2k-1; the addend joins them at the first), r-1's first: a
  * fixed order, whatever arrived first. Its own values were not quantised:
  * their residual is 0. AVG divides the sum once it is complete. */
-static shoal_status_t twoshot_rs_pieces(shoal_prims_t *p, const char *src, char *dst,
-                                        size_t count, size_t piece_elems)
+static size_t twoshot_index(const shoal_ring_t *ring, int q, size_t stride, size_t first,
+                            size_t off)
+{
+    int rank = shoal_ring_block_rank(ring, q);
+    return (rank < 0 ? 0 : (size_t)rank * stride) + first + off;
+}
+
+shoal_status_t shoal_twoshot_rs_step(shoal_prims_t *p, const shoal_ring_t *ring,
+                                     const char *src, char *dst, size_t stride, size_t first,
+                                     size_t piece_elems, shoal_ring_cur_t *cur)
 {
     const shoal_stage_ops_t *st = p->st;
     shoal_team_t *team = p->team;
     const float *addend = p->addend;
-    int n = team->nranks, r = team->rank;
-    size_t es = p->esize;
+    int n = ring->n, me = ring->me, k = cur->k / 2 + 1;
+    size_t es = p->esize, off = cur->at, at, len;
     shoal_status_t s = SHOAL_OK;
-    for (size_t off = 0; off < count && s == SHOAL_OK; off += piece_elems) {
-        size_t len = count - off < piece_elems ? count - off : piece_elems;
-        size_t own = (size_t)r * count + off;
-        for (int k = 1; k < n && s == SHOAL_OK; k++) {
-            int to = (r + k) % n, from = (r - k + n) % n;
-            p->send_ep = shoal_team_ep(team, to);
-            p->recv_ep = shoal_team_ep(team, from);
-            size_t at = (size_t)to * count + off;
-            p->addend = addend;
-            s = st->send(p, src + at * es, at, len);
-            if (s != SHOAL_OK)
-                break;
-            p->addend = k == 1 ? addend : NULL;
-            s = st->recv_reduce(p, k == 1 ? src + own * es : dst + off * es, dst + off * es,
-                                own, len);
+    if (n == 1) {
+        len = shoal_ring_piece(ring, me, 0, (size_t)-1, &at);
+        st->alone(p, src + at * es, dst, twoshot_index(ring, me, stride, first, 0), len);
+        cur->done = 1;
+        return SHOAL_OK;
+    }
+    if (!cur->end)
+        cur->end = shoal_ring_max_len(ring) + 1;
+    if (off >= cur->end - 1) {
+        /* Every peer this rank sent to: nothing it posted may stay behind. */
+        for (int q = 1; q < n && s == SHOAL_OK; q++) {
+            p->send_ep = shoal_team_ep(team, ring->ranks[(me + q) % n]);
+            s = shoal_prim_flush(p);
         }
-        if (s == SHOAL_OK && p->residual)
+        cur->done = s == SHOAL_OK;
+        return s;
+    }
+    if (cur->k % 2 == 0) {
+        int to = (me + k) % n;
+        p->send_ep = shoal_team_ep(team, ring->ranks[to]);
+        len = shoal_ring_piece(ring, to, off, piece_elems, &at);
+        s = st->send(p, src + at * es, twoshot_index(ring, to, stride, first, off), len);
+    } else {
+        size_t own = twoshot_index(ring, me, stride, first, off);
+        p->recv_ep = shoal_team_ep(team, ring->ranks[(me - k + n) % n]);
+        len = shoal_ring_piece(ring, me, off, piece_elems, &at);
+        /* The first contribution joins this rank's input (and error
+         * feedback's addend with it); the others the partial sum in dst,
+         * which holds them already. */
+        p->addend = k == 1 ? addend : NULL;
+        s = st->recv_reduce(p, k == 1 ? src + at * es : dst + off * es, dst + off * es, own,
+                            len);
+        p->addend = addend;
+        if (s == SHOAL_OK && k == n - 1 && p->residual && len)
             team->kern->zero(team, p->residual + own, len * sizeof(float));
-        if (s == SHOAL_OK && p->avg_n > 1)
+        if (s == SHOAL_OK && k == n - 1 && p->avg_n > 1 && len)
             shoal_finish_avg(team, dst + off * es, len, SHOAL_FLOAT32, p->avg_n);
     }
-    p->addend = addend;
-    for (int k = 1; k < n && s == SHOAL_OK; k++) {
-        p->send_ep = shoal_team_ep(team, (r + k) % n);
-        s = shoal_prim_flush(p);
+    if (s == SHOAL_OK && ++cur->k == 2 * (n - 1)) {
+        cur->k = 0;
+        cur->at = off + piece_elems;
     }
     return s;
 }
@@ -181,18 +206,15 @@ static shoal_status_t twoshot_rs_run(shoal_plan_t *plan)
 {
     const shoal_coll_args_t *a = &plan->args;
     shoal_prims_t *p = &plan->prims;
-    shoal_team_t *team = p->team;
-    p->deadline_ns = shoal_deadline_after(team->timeout_ns);
-    if (team->nranks == 1) {
-        p->st->alone(p, a->sendbuf, a->recvbuf, 0, a->count);
-        return SHOAL_OK;
-    }
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
     size_t tmp_bytes = p->st->tmp_bytes(p, plan->stage_elems);
     shoal_status_t s = SHOAL_OK;
-    if (tmp_bytes)
+    if (plan->ring.n > 1 && tmp_bytes)
         s = shoal_plan_scratch(plan, tmp_bytes, &p->tmp);
-    if (s == SHOAL_OK)
-        s = twoshot_rs_pieces(p, a->sendbuf, a->recvbuf, a->count, plan->stage_elems);
+    shoal_ring_cur_t cur = {0};
+    while (s == SHOAL_OK && !cur.done)
+        s = shoal_twoshot_rs_step(p, &plan->ring, a->sendbuf, a->recvbuf, a->count, 0,
+                                  plan->stage_elems, &cur);
     return s;
 }
 
