@@ -372,6 +372,63 @@ static void test_codec_bytes(void **state)
     shoal_sim_destroy(sim);
 }
 
+/* Bytes rank r sent to ranks of other hosts. */
+static unsigned long long cross_bytes(shoal_sim_t *sim)
+{
+    unsigned long long sum = 0;
+    for (int r = 0; r < shoal_sim_nranks(sim); r++) {
+        shoal_team_t *t = shoal_sim_team(sim, r);
+        for (int peer = 0; peer < t->nranks; peer++)
+            if (t->eps[peer] && t->cluster.host_of[peer] != t->cluster.host_of[r])
+                sum += atomic_load(&t->eps[peer]->tx_bytes);
+    }
+    return sum;
+}
+
+/* The compressed reduce-scatter across hosts (hier-codec, with AUTO): on
+ * 2 and 3 hosts of 3 ranks and 2 of 2, the links between
+ * hosts carry each host's sum of a block once in the codec's wire: the
+ * plain hierarchy's bytes there over about the codec's ratio, and fewer
+ * than the flat two-shot's, which sends every rank's contribution. */
+static void test_codec_rs_hosts(void **state)
+{
+    (void)state;
+    shoal_codec_t c = {.ops = &shoal_codec_int8, .block = 64};
+    static const int shapes[][2] = {{2, 3}, {3, 3}, {2, 2}};
+    size_t count = 100032;
+    double ratio = (double)count * sizeof(float) / (double)c.ops->wire_bytes(&c, count);
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        shoal_sim_t *sim = make_sim(shapes[sh][0], shapes[sh][1], 0, TEST_CHUNK, NULL);
+        double t;
+        const char *name = "";
+        unsigned long long before = cross_bytes(sim);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_REDUCE_SCATTER, count, SHOAL_FLOAT32,
+                                       &shoal_hier_reduce_scatter_ops, &t, NULL),
+                         SHOAL_OK);
+        unsigned long long plain = cross_bytes(sim) - before;
+        shoal_sim_set_codec(sim, &c, SHOAL_COMPRESS_ALGO_AUTO);
+        before = cross_bytes(sim);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_REDUCE_SCATTER, count, SHOAL_FLOAT32,
+                                       NULL, &t, &name),
+                         SHOAL_OK);
+        unsigned long long hier = cross_bytes(sim) - before;
+        assert_string_equal(name, "hier-codec");
+        shoal_sim_set_codec(sim, &c, SHOAL_COMPRESS_ALGO_TWO_SHOT);
+        before = cross_bytes(sim);
+        assert_int_equal(shoal_sim_run(sim, SHOAL_COLL_REDUCE_SCATTER, count, SHOAL_FLOAT32,
+                                       NULL, &t, &name),
+                         SHOAL_OK);
+        unsigned long long flat = cross_bytes(sim) - before;
+        assert_string_equal(name, "twoshot-codec");
+        if (fabs((double)plain / (double)hier - ratio) > 0.05 * ratio || flat <= hier)
+            fail_msg("%d x %d ranks: across hosts plain %llu B, hier-codec %llu B (%.2fx, the "
+                     "codec's %.2fx), two-shot %llu B",
+                     shapes[sh][0], shapes[sh][1], plain, hier, (double)plain / (double)hier,
+                     ratio, flat);
+        shoal_sim_destroy(sim);
+    }
+}
+
 /* The hierarchical all-reduce's pipeline, forced to 3 pieces and to 1
  * (its phases one after the other): plain and compressed (int8), and the
  * reduce-scatter's, all-gather's and broadcast's, on
@@ -629,6 +686,7 @@ int main(void)
         cmocka_unit_test(test_cost_model_choice),
         cmocka_unit_test(test_codec_schedules),
         cmocka_unit_test(test_codec_bytes),
+        cmocka_unit_test(test_codec_rs_hosts),
         cmocka_unit_test(test_hier_pipeline),
         cmocka_unit_test(test_hier_beats_ring),
         cmocka_unit_test(test_hier_pipe_no_slower),

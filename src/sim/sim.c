@@ -348,19 +348,21 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
     size_t es = shoal_dtype_bytes(dtype), sbytes, rbytes;
     if (es == 0 || kind >= SHOAL_COLL_SEND || kind == SHOAL_COLL_ALLTOALLV)
         return SHOAL_ERR_INVALID_ARG;
-    int compressed = sim->codec && kind == SHOAL_COLL_ALLREDUCE;
+    int compressed = sim->codec &&
+                     (kind == SHOAL_COLL_ALLREDUCE || kind == SHOAL_COLL_REDUCE_SCATTER);
     if (compressed && dtype != SHOAL_FLOAT32) {
-        shoal_error(ALGO, "simulation: compressed all-reduces take float32, not %s",
+        shoal_error(ALGO, "simulation: compressed reductions take float32, not %s",
                     shoal_dtype_name(dtype));
         return SHOAL_ERR_INVALID_ARG;
     }
     sim_buffers(kind, count * es, sim->n, &sbytes, &rbytes);
-    /* The buffers (and a compressed call's residual, after them):
+    /* The buffers (and a compressed call's residual, shaped as the input,
+     * after them):
      * reserved, never readable, so a schedule that touched data in a dry
      * run would fault at once. */
     size_t page = 4096, rbase = (sbytes + page) / page * page;
     size_t resid = (rbase + rbytes + page) / page * page;
-    size_t span = resid + (compressed ? count * sizeof(float) + page : 0);
+    size_t span = resid + (compressed ? sbytes + page : 0);
     span = (span + page - 1) / page * page;
     char *mem = mmap(NULL, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (mem == MAP_FAILED) {

@@ -53,7 +53,8 @@ shoal_status_t shoal_sim_run(shoal_sim_t *sim, shoal_coll_kind_t kind, size_t co
                              shoal_dtype_t dtype, const shoal_algo_ops_t *algo,
                              double *time_p, const char **algo_p);
 
-/* Compressed all-reduces: from now on, shoal_sim_run's all-reduces are
+/* Compressed all-reduces (and reduce-scatters, whose residual is shaped
+ * as their input): from now on, shoal_sim_run's all-reduces are
  * compressed through codec (borrowed until this is called again; NULL
  * goes back to plain ones) with schedule algo (shoal_compress_algo_t) and
  * an error-feedback residual, as shoal_allreduce_codec runs them: with
