@@ -1,6 +1,38 @@
 /* The block drivers of the scale-and-payload codecs (blocks.h). */
 #include "blocks.h"
 
+int shoal_blocks_simd(size_t n)
+{
+#ifdef SHOAL_BLOCKS_X86
+    return n % 8 == 0 && shoal_codec_simd_enabled() && __builtin_cpu_supports("avx2");
+#else
+    (void)n;
+    return 0;
+#endif
+}
+
+#ifdef SHOAL_BLOCKS_X86
+SHOAL_BLOCKS_AVX2 static void blocks_add_avx2(float *dst, const float *a, const float *b,
+                                              size_t n)
+{
+    for (size_t i = 0; i < n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+}
+#endif
+
+/* dst = a + b, each sum rounded to fp32 once (dst may be a). */
+static void blocks_add(float *dst, const float *a, const float *b, size_t n)
+{
+#ifdef SHOAL_BLOCKS_X86
+    if (shoal_blocks_simd(n)) {
+        blocks_add_avx2(dst, a, b, n);
+        return;
+    }
+#endif
+    for (size_t i = 0; i < n; i++)
+        dst[i] = a[i] + b[i];
+}
+
 static int blocks_valid(const shoal_codec_t *c)
 {
     return (c->block == 32 || c->block == 64 || c->block == 128) &&
@@ -33,8 +65,7 @@ void shoal_blocks_encode(const shoal_blocks_t *k, const shoal_codec_t *c, void *
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
         const float *xb = src + at;
         if (addend) {
-            for (size_t i = 0; i < n; i++)
-                x[i] = src[at + i] + addend[at + i];
+            blocks_add(x, src + at, addend + at, n);
             xb = x;
         }
         k->block(c, key, xb, n, first + at, scales + b * sizeof(float),
@@ -70,8 +101,13 @@ void shoal_blocks_add_encode(const shoal_blocks_t *k, const shoal_codec_t *c, vo
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
         size_t pat = payload_at + at * k->bits / 8;
         k->decode(s, in + b * sizeof(float), in + pat, n);
-        for (size_t i = 0; i < n; i++)
-            s[i] += addend ? local[at + i] + addend[at + i] : local[at + i];
+        if (addend) {
+            float t[SHOAL_BLOCKS_MAX];
+            blocks_add(t, local + at, addend + at, n);
+            blocks_add(s, s, t, n);
+        } else {
+            blocks_add(s, s, local + at, n);
+        }
         k->block(c, key, s, n, first + at, out + b * sizeof(float), out + pat,
                  residual ? residual + at : NULL);
     }

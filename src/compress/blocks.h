@@ -33,6 +33,35 @@ typedef struct {
                    size_t n);
 } shoal_blocks_t;
 
+/* Whether a block of n values takes a codec's AVX2 kernels: a whole
+ * number of 8-lane vectors, SIMD enabled (codec.h) and the CPU has AVX2.
+ * Every kernel gives the bits of the codec's scalar path. */
+int shoal_blocks_simd(size_t n);
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define SHOAL_BLOCKS_X86 1
+#define SHOAL_BLOCKS_AVX2 __attribute__((target("avx2")))
+
+/* shoal_codec_uniform of indices idx .. idx + 7, whose low words do not
+ * wrap (the caller takes the other case one value at a time). */
+SHOAL_BLOCKS_AVX2 static inline __m256 shoal_blocks_uniform8(uint32_t key, uint64_t idx)
+{
+    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)idx),
+                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    x = _mm256_xor_si256(x, _mm256_set1_epi32((int)key));
+    x = _mm256_add_epi32(x, _mm256_set1_epi32((int)((uint32_t)(idx >> 32) * 0x9e3779b9u)));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 8)),
+                         _mm256_set1_ps(1.0f / 16777216.0f));
+}
+#endif
+
 size_t shoal_blocks_wire_bytes(const shoal_blocks_t *k, const shoal_codec_t *c, size_t count);
 void shoal_blocks_encode(const shoal_blocks_t *k, const shoal_codec_t *c, void *wire,
                          const float *src, const float *addend, float *residual, size_t count,

@@ -57,7 +57,10 @@
  * written, so residual may be addend. Residuals are computed from the code
  * as stored, so they are exactly x minus what decode gives back.
  *
- * One path, this scalar code, serves every machine; rounding assumes the
+ * This scalar code is the reference; blocks of whole 8-lane vectors take
+ * AVX2 kernels where the CPU has AVX2 and shoal_codec_simd_enabled(), with
+ * the same bits (the blocks whose scale needs pre, or that hold a
+ * non-finite value, fall back to the scalar code). Rounding assumes the
  * default floating-point environment (round to nearest, subnormals
  * neither flushed nor treated as zero). A codec whose block is not 32, 64
  * or 128 or whose round is not a shoal_round_t is invalid: wire_bytes
@@ -161,8 +164,117 @@ static void int4_decode_block(float *dst, const unsigned char *scale_p,
         dst[i] = shoal_codec_mul((float)int4_code_get(codes, i), scale);
 }
 
+#ifdef SHOAL_BLOCKS_X86
+/* int4_block for n a multiple of 8. The block's amax is the largest
+ * |x| as bits (for floats >= 0 the unsigned order of the bits is the order
+ * of the values, and NaN and infinity lie above every finite one). */
+SHOAL_BLOCKS_AVX2 static void int4_block_avx2(const shoal_codec_t *c, uint32_t key,
+                                              const float *x, size_t n, size_t first,
+                                              unsigned char *scale_p, unsigned char *codes,
+                                              float *residual)
+{
+    const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+    __m256i most = _mm256_setzero_si256();
+    for (size_t i = 0; i < n; i += 8)
+        most = _mm256_max_epu32(most,
+                                _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(x + i)),
+                                                 absmask));
+    uint32_t m[8], top = 0;
+    _mm256_storeu_si256((__m256i *)m, most);
+    for (int j = 0; j < 8; j++)
+        top = m[j] > top ? m[j] : top;
+    float amax;
+    memcpy(&amax, &top, sizeof(amax));
+    if (top >= 0x7f800000u || amax < INT4_TINY) {
+        int4_block(c, key, x, n, first, scale_p, codes, residual);
+        return;
+    }
+    /* pre = 1: y = x * inv, inv = 7 / amax. */
+    float scale = shoal_codec_div(amax, INT4_QMAX), inv = shoal_codec_div(INT4_QMAX, amax);
+    memcpy(scale_p, &scale, sizeof(scale));
+    const __m256 vinv = _mm256_set1_ps(inv), vscale = _mm256_set1_ps(scale);
+    const __m256 qmax = _mm256_set1_ps(INT4_QMAX), qmin = _mm256_set1_ps(-INT4_QMAX);
+    const __m256 one = _mm256_set1_ps(1.0f);
+    const __m256i nibble = _mm256_set1_epi32(0xf);
+    for (size_t i = 0; i < n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i), y = _mm256_mul_ps(v, vinv), q;
+        uint64_t idx = (uint64_t)first + i;
+        if (c->round == SHOAL_ROUND_NEAREST) {
+            q = _mm256_round_ps(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        } else if ((uint32_t)idx <= UINT32_MAX - 7) {
+            __m256 f = _mm256_floor_ps(y);
+            __m256 up = _mm256_cmp_ps(_mm256_sub_ps(y, f),
+                                      _mm256_sub_ps(one, shoal_blocks_uniform8(key, idx)),
+                                      _CMP_GE_OQ);
+            q = _mm256_add_ps(f, _mm256_and_ps(up, one));
+        } else {
+            float t[8];
+            for (unsigned j = 0; j < 8; j++) {
+                float yj = x[i + j] * inv, f = floorf(yj);
+                t[j] = f + (yj - f >= 1.0f - shoal_codec_uniform(key, idx + j) ? 1.0f : 0.0f);
+            }
+            q = _mm256_loadu_ps(t);
+        }
+        /* Through the integers, so that a code of 0 is +0, as the scalar
+         * path's (float)q is. */
+        __m256i qi = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(q, qmin), qmax));
+        if (residual)
+            _mm256_storeu_ps(residual + i,
+                             _mm256_sub_ps(v, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), vscale)));
+        /* Lanes 2j and 2j+1 into the low byte of 64-bit lane j. */
+        __m256i t = _mm256_and_si256(qi, nibble);
+        t = _mm256_or_si256(t, _mm256_srli_epi64(t, 28));
+        uint64_t pairs[4];
+        _mm256_storeu_si256((__m256i *)pairs, t);
+        for (int j = 0; j < 4; j++)
+            codes[i / 2 + (size_t)j] = (unsigned char)pairs[j];
+    }
+}
+
+SHOAL_BLOCKS_AVX2 static void int4_decode_block_avx2(float *dst, const unsigned char *scale_p,
+                                                     const unsigned char *codes, size_t n)
+{
+    float scale;
+    memcpy(&scale, scale_p, sizeof(scale));
+    const __m256 vs = _mm256_set1_ps(scale);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i nibble = _mm256_set1_epi32(0xf), eight = _mm256_set1_epi32(8);
+    for (size_t i = 0; i < n; i += 8) {
+        uint32_t b;
+        memcpy(&b, codes + i / 2, sizeof(b));
+        __m256i v = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)b), shifts),
+                                     nibble);
+        v = _mm256_sub_epi32(_mm256_xor_si256(v, eight), eight); /* the nibble's sign */
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtepi32_ps(v), vs));
+    }
+}
+#else
+#define int4_block_avx2 int4_block
+#define int4_decode_block_avx2 int4_decode_block
+#endif
+
+/* One block of either path. */
+static void int4_block_any(const shoal_codec_t *c, uint32_t key, const float *x, size_t n,
+                           size_t first, unsigned char *scale_p, unsigned char *codes,
+                           float *residual)
+{
+    if (shoal_blocks_simd(n))
+        int4_block_avx2(c, key, x, n, first, scale_p, codes, residual);
+    else
+        int4_block(c, key, x, n, first, scale_p, codes, residual);
+}
+
+static void int4_decode_any(float *dst, const unsigned char *scale_p, const unsigned char *codes,
+                            size_t n)
+{
+    if (shoal_blocks_simd(n))
+        int4_decode_block_avx2(dst, scale_p, codes, n);
+    else
+        int4_decode_block(dst, scale_p, codes, n);
+}
+
 static const shoal_blocks_t int4_blocks = {
-    .bits = 4, .block = int4_block, .decode = int4_decode_block,
+    .bits = 4, .block = int4_block_any, .decode = int4_decode_any,
 };
 
 static size_t int4_wire_bytes(const shoal_codec_t *c, size_t count)

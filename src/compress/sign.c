@@ -113,10 +113,8 @@ static void sign_decode_block(float *dst, const unsigned char *scale_p,
 
 /* ---- AVX2: the same definitions, eight values at a time ---- */
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-
-#define SIGN_AVX2 __attribute__((target("avx2")))
+#ifdef SHOAL_BLOCKS_X86
+#define SIGN_AVX2 SHOAL_BLOCKS_AVX2
 
 /* The sum's order of the top, in two registers of four doubles: lo holds
  * lanes 0-3, hi lanes 4-7. The largest magnitude as bits: for floats >= 0
@@ -149,23 +147,6 @@ SIGN_AVX2 static float sign_scale_avx2(const shoal_codec_t *c, const float *x, s
     return (float)(((t[0] + t[2]) + (t[1] + t[3])) / (double)n);
 }
 
-/* shoal_codec_uniform of indices idx .. idx + 7, whose low words do not
- * wrap. */
-SIGN_AVX2 static __m256 sign_uniform8(uint32_t key, uint64_t idx)
-{
-    __m256i x = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)idx),
-                                 _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-    x = _mm256_xor_si256(x, _mm256_set1_epi32((int)key));
-    x = _mm256_add_epi32(x, _mm256_set1_epi32((int)((uint32_t)(idx >> 32) * 0x9e3779b9u)));
-    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-    x = _mm256_mullo_epi32(x, _mm256_set1_epi32(0x7feb352d));
-    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
-    x = _mm256_mullo_epi32(x, _mm256_set1_epi32((int)0x846ca68bu));
-    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(x, 8)),
-                         _mm256_set1_ps(1.0f / 16777216.0f));
-}
-
 /* The lanes whose bit is set in byte b, as a mask. */
 SIGN_AVX2 static __m256 sign_mask8(unsigned b)
 {
@@ -191,7 +172,7 @@ SIGN_AVX2 static void sign_block_avx2(const shoal_codec_t *c, uint32_t key, cons
             neg = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_LT_OQ);
         } else if ((uint32_t)idx <= UINT32_MAX - 7) {
             __m256 t = _mm256_sub_ps(half, _mm256_mul_ps(half, _mm256_mul_ps(v, vinv)));
-            neg = _mm256_cmp_ps(sign_uniform8(key, idx), t, _CMP_LT_OQ);
+            neg = _mm256_cmp_ps(shoal_blocks_uniform8(key, idx), t, _CMP_LT_OQ);
         } else {
             unsigned b = 0;
             for (unsigned j = 0; j < 8; j++)
@@ -216,17 +197,7 @@ SIGN_AVX2 static void sign_decode_block_avx2(float *dst, const unsigned char *sc
         _mm256_storeu_ps(dst + i, _mm256_blendv_ps(vs, vns, sign_mask8(bits[i / 8])));
 }
 
-/* Whether a block of n values takes the AVX2 kernels. */
-static int sign_simd(size_t n)
-{
-    return n % 8 == 0 && shoal_codec_simd_enabled() && __builtin_cpu_supports("avx2");
-}
 #else
-static int sign_simd(size_t n)
-{
-    (void)n;
-    return 0;
-}
 #define sign_block_avx2 sign_block
 #define sign_decode_block_avx2 sign_decode_block
 #endif
@@ -236,7 +207,7 @@ static void sign_block_any(const shoal_codec_t *c, uint32_t key, const float *x,
                            size_t first, unsigned char *scale_p, unsigned char *bits,
                            float *residual)
 {
-    if (sign_simd(n))
+    if (shoal_blocks_simd(n))
         sign_block_avx2(c, key, x, n, first, scale_p, bits, residual);
     else
         sign_block(c, key, x, n, first, scale_p, bits, residual);
@@ -245,7 +216,7 @@ static void sign_block_any(const shoal_codec_t *c, uint32_t key, const float *x,
 static void sign_decode_any(float *dst, const unsigned char *scale_p, const unsigned char *bits,
                             size_t n)
 {
-    if (sign_simd(n))
+    if (shoal_blocks_simd(n))
         sign_decode_block_avx2(dst, scale_p, bits, n);
     else
         sign_decode_block(dst, scale_p, bits, n);
