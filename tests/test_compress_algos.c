@@ -191,6 +191,9 @@ static void test_select(void **state)
     assert_string_equal(chosen_for(rs, i4, autoa, 16, 4), "hier-codec");
     assert_string_equal(chosen_for(rs, i8, two, 4, 2), "twoshot-codec");
     assert_string_equal(chosen_for(rs, i8, ring, 4, 2), "ring-codec");
+    /* The all-gather's ring, wherever the compressor asks for it. */
+    assert_string_equal(chosen_for(SHOAL_COLL_ALLGATHER, i8, autoa, 4, 1), "ring-codec");
+    assert_string_equal(chosen_for(SHOAL_COLL_ALLGATHER, i4, autoa, 3, 3), "ring-codec");
     /* The tree when asked, on any shape; never by AUTO. */
     static const int shapes[][2] = {{1, 1}, {2, 1}, {8, 1}, {64, 1}, {16, 4}};
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++) {

@@ -638,9 +638,11 @@ static void test_two_hosts(void **state)
     assert_int_equal(harness_run_ranks(4, rank_large, &hosts, 600), 0);
 }
 
-/* The reduce-scatter across faked hosts (the hierarchy's under AUTO), on
+/* The reduce-scatter (the hierarchy's under AUTO) and the all-gather (its
+ * wire gathered as bytes, where the hierarchy runs) across faked hosts, on
  * layout (arg: ranks, hosts, pipeline pieces; 0 pieces: the cost model's):
- * every variant, counts 0, 1, odd and several pieces, SUM and AVG. */
+ * every variant, counts 0, 1, odd and several pieces, SUM and AVG, in
+ * place and not. */
 static const cv_t rs_host_variants[] = {
     {"rs int8 across hosts", SHOAL_COMPRESS_INT8, 0, SHOAL_COMPRESS_ALGO_AUTO, 1},
     {"rs int4 stochastic across hosts", SHOAL_COMPRESS_INT4, 1, SHOAL_COMPRESS_ALGO_AUTO, 1},
@@ -649,7 +651,7 @@ static const cv_t rs_host_variants[] = {
     {"rs int8 two-shot across hosts", SHOAL_COMPRESS_INT8, 0, SHOAL_COMPRESS_ALGO_TWO_SHOT, 1},
 };
 
-static int rank_rs_hosts(int rank, int n, const shoal_unique_id_t *id, void *arg)
+static int rank_hosts(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
     const int *layout = arg;
     harness_split_hosts(rank, n, layout[1]);
@@ -661,19 +663,23 @@ static int rank_rs_hosts(int rank, int n, const shoal_unique_id_t *id, void *arg
     shoal_comm_t comm;
     RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
     static const size_t rs_counts[] = {0, 1, 1001, 3 * 3616 + 77};
-    for (size_t k = 0; k < sizeof(rs_counts) / sizeof(rs_counts[0]); k++)
+    for (size_t k = 0; k < sizeof(rs_counts) / sizeof(rs_counts[0]); k++) {
         for (size_t v = 0; v < NV(rs_host_variants); v++)
             if (check_reduce_scatter(comm, rank, n, &rs_host_variants[v], rs_counts[k],
                                      (k + v) % 2 ? SHOAL_AVG : SHOAL_SUM, (k + v) % 3 == 0,
                                      layout[1]))
                 goto fail;
+        for (size_t v = 0; v < NV(ag_variants); v++)
+            if (check_allgather(comm, rank, n, &ag_variants[v], rs_counts[k], (k + v) % 2))
+                goto fail;
+    }
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
     return 1;
 }
 
-static void test_rs_hosts(void **state)
+static void test_hosts(void **state)
 {
     (void)state;
     static const int layouts[][3] = {{4, 2, 0}, {5, 2, 3}, {7, 3, 0}, {6, 3, 2}};
@@ -681,7 +687,7 @@ static void test_rs_hosts(void **state)
         if (!harness_ranks_wanted(layouts[i][0]))
             continue;
         harness_use_transport("tcp", TEST_CHUNK);
-        assert_int_equal(harness_run_ranks(layouts[i][0], rank_rs_hosts, (void *)layouts[i],
+        assert_int_equal(harness_run_ranks(layouts[i][0], rank_hosts, (void *)layouts[i],
                                            600),
                          0);
     }
@@ -832,7 +838,7 @@ int main(void)
         cmocka_unit_test(test_shm_7), cmocka_unit_test(test_shm_8),
         cmocka_unit_test(test_tcp_2), cmocka_unit_test(test_tcp_3),
         cmocka_unit_test(test_tcp_5), cmocka_unit_test(test_large),
-        cmocka_unit_test(test_two_hosts), cmocka_unit_test(test_rs_hosts),
+        cmocka_unit_test(test_two_hosts), cmocka_unit_test(test_hosts),
         cmocka_unit_test(test_half),
         cmocka_unit_test(test_refusals),
     };

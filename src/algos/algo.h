@@ -434,7 +434,7 @@ extern const shoal_algo_ops_t shoal_ring_codec_allreduce_ops, shoal_twoshot_code
     shoal_hier_codec_allreduce_ops, shoal_tree_codec_allreduce_ops;
 /* The compressed reduce-scatters (ring_rsag.c, twoshot.c), the same way. */
 extern const shoal_algo_ops_t shoal_ring_codec_rs_ops, shoal_twoshot_codec_rs_ops,
-    shoal_hier_codec_rs_ops;
+    shoal_hier_codec_rs_ops, shoal_ring_codec_ag_ops;
 /* Single copy over shared memory (put.h; put_*.c): named "put"; each
  * falls back to the slot algorithm the model would pick, collectively,
  * when a buffer it needs is not reachable by every peer that needs it. */

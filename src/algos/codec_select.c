@@ -1,4 +1,5 @@
-/* Which schedule a compressed all-reduce runs. The cost model does not
+/* Which schedule a compressed all-reduce (or reduce-scatter, or
+ * all-gather) runs. The cost model does not
  * choose: the schedules differ in how often a value is quantised, which
  * is the caller's trade (shoal_compress_algo_t), not only in time. Every
  * input of the choice (the request, the rank and host counts, the most
@@ -22,6 +23,12 @@ const shoal_algo_ops_t *shoal_codec_algo_select(const shoal_team_t *team,
      * hop of the ring, as asked; unasked, across hosts with several ranks
      * on one, the host's sum quantised once to its owner (the hierarchy's
      * rails run the two-shot). */
+    /* Each shard encoded once, its wire forwarded round the ring. */
+    if (args->kind == SHOAL_COLL_ALLGATHER) {
+        shoal_info(ALGO, "compressed all-gather of %zu x %s on %d ranks: %s", args->count,
+                   c->ops->name, team->nranks, shoal_ring_codec_ag_ops.name);
+        return &shoal_ring_codec_ag_ops;
+    }
     if (args->kind == SHOAL_COLL_REDUCE_SCATTER) {
         if (args->codec_algo == SHOAL_COMPRESS_ALGO_RING)
             algo = &shoal_ring_codec_rs_ops;

@@ -123,3 +123,72 @@ const shoal_algo_ops_t shoal_ring_allgather_ops = {
     .plan = rsag_plan_ring,
     .run = ag_run,
 };
+
+/* The compressed all-gather (compressor_colls.c): the ring all-gather
+ * with the codec stage. Each piece of this rank's shard is encoded once
+ * into the send slot and decoded from there into its own block
+ * (copy_send), so its own block holds what every other rank decodes; the
+ * wire goes round unchanged (recv_copy_send, recv at the last hop), each
+ * rank decoding it as it passes, piece after piece, so encoding and
+ * decoding overlap the wire. The codec indexes a shard's values from its
+ * start (first: the offset in the owner's count values): the stochastic
+ * stream, the residual and the addend (count values, this rank's) are
+ * those of encoding the shard whole. A rank alone copies its shard
+ * exactly (the stage's alone). */
+static shoal_status_t ag_codec_plan(shoal_team_t *team, const shoal_coll_args_t *args,
+                                    shoal_plan_t *plan)
+{
+    if (!args->codec || args->dtype != SHOAL_FLOAT32)
+        return SHOAL_ERR_INTERNAL;
+    shoal_status_t s = rsag_plan_ring(team, args, plan);
+    return s == SHOAL_OK ? shoal_plan_stage(team, args, plan) : s;
+}
+
+static shoal_status_t ag_codec_run(shoal_plan_t *plan)
+{
+    const shoal_coll_args_t *a = &plan->args;
+    shoal_prims_t *p = &plan->prims;
+    const shoal_stage_ops_t *st = p->st;
+    const shoal_ring_t *ring = &plan->ring;
+    size_t es = plan->esize, count = a->count, pe = plan->stage_elems;
+    int n = ring->n, me = ring->me;
+    const char *own = a->sendbuf;
+    char *dst = a->recvbuf;
+    shoal_status_t s = SHOAL_OK;
+    p->deadline_ns = shoal_deadline_after(p->team->timeout_ns);
+    p->avg_n = 0;
+    if (n == 1) {
+        st->alone(p, own, dst + (size_t)ring->ranks[me] * count * es, 0, count);
+        return SHOAL_OK;
+    }
+    shoal_ring_bind(p, ring);
+    for (size_t off = 0; off < count && s == SHOAL_OK; off += pe) {
+        size_t len = count - off < pe ? count - off : pe;
+        for (int k = 0; k < n && s == SHOAL_OK; k++) {
+            /* Move k brings the block of position me - k. */
+            char *d = dst + ((size_t)ring->ranks[(me - k + n) % n] * count + off) * es;
+            if (k == 0)
+                s = st->copy_send(p, own + off * es, d, off, len);
+            else if (k < n - 1)
+                s = st->recv_copy_send(p, d, off, len);
+            else
+                s = st->recv(p, d, off, len);
+        }
+    }
+    return s == SHOAL_OK ? shoal_prim_flush(p) : s;
+}
+
+static double ag_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+{
+    double n = team->nranks;
+    double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
+    return (n - 1) * (shoal_algo_lat(team) + wire / shoal_algo_bw(team));
+}
+
+const shoal_algo_ops_t shoal_ring_codec_ag_ops = {
+    .size = sizeof(shoal_algo_ops_t),
+    .name = "ring-codec",
+    .cost = ag_codec_cost,
+    .plan = ag_codec_plan,
+    .run = ag_codec_run,
+};

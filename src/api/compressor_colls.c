@@ -2,11 +2,19 @@
  * vote's all-reduce: each is an encode, one inner collective of bytes on
  * the compressor's communicator, and a decode.
  *
- * All-gather: this rank's count values (plus the residual) encoded once
- * into tx, wire_bytes(count) bytes, and decoded from there into its own
- * block before the bytes move; an all-gather of those bytes into rx; every
- * rank decodes every other rank's wire, so all hold the same bits. The inner call carries SHOAL_SIG_COMP_ALLGATHER: a plain
- * all-gather on another rank is a mismatch, not a mix-up.
+ * All-gather: on one host, or with one rank on every host, the codec ring
+ * of ring_rsag.c, which encodes each piece of this rank's shard once and
+ * decodes every piece as it passes, overlapping both with the wire. Across
+ * hosts with several ranks on one, where the plain all-gather's hierarchy
+ * sends each shard across hosts once: this rank's count values (plus the
+ * residual) encoded once into tx, wire_bytes(count) bytes, and decoded
+ * from there into its own block before the bytes move; an all-gather of
+ * those bytes into rx (the hierarchy's, as the cost model picks); every
+ * rank decodes every other rank's wire. Both ways every rank decodes the
+ * same bytes, its own included, so all hold the same bits, those of
+ * encoding the shard whole. The inner call carries
+ * SHOAL_SIG_COMP_ALLGATHER: a plain all-gather on another rank is a
+ * mismatch, not a mix-up.
  *
  * All-to-all: block j of the input encoded for rank j into tx at its
  * displacement, an all-to-all-v of the bytes (counts per peer: a block's
@@ -86,6 +94,13 @@ shoal_status_t shoal_comp_run_allgather(struct shoal_comm *comm, const shoal_cal
     shoal_codec_t codec = shoal_comp_codec(c, comm->team.rank);
     size_t wire = codec.ops->wire_bytes(&codec, c->count);
     int me = comm->team.rank;
+    const shoal_team_t *team = &comm->team;
+    if (team->nranks > 1 && (team->nhosts == 1 || team->cluster.max_local == 1)) {
+        shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLGATHER, .sendbuf = x, .recvbuf = out,
+                                  .count = c->count, .dtype = SHOAL_FLOAT32, .op = SHOAL_SUM,
+                                  .codec = &codec, .residual = res, .residual_in = res_in};
+        return shoal_comp_inner(comm, call, &args, SHOAL_SIG_COMP_ALLGATHER);
+    }
     codec.ops->encode(&codec, c->tx, x, res_in, res, c->count, 0);
     /* This rank's own block from its own wire before the wire moves: in
      * place, x is that block, and it has been read. */

@@ -61,16 +61,18 @@ static shoal_status_t check_op(struct shoal_comm *comm, shoal_call_t *call)
     return SHOAL_OK;
 }
 
-/* A compressed all-reduce: fp32 SUM or AVG (before check_op turns a
- * pre-multiplied sum into SUM), a valid codec, a slot that holds at least
+/* A compressed all-reduce, reduce-scatter or all-gather: fp32 SUM or AVG
+ * (before check_op turns a pre-multiplied sum into SUM), a valid codec, a slot that holds at least
  * one codec block, a known schedule that exists for the codec. */
 static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *call)
 {
     const shoal_coll_args_t *a = &call->args;
     const shoal_codec_t *c = a->codec;
-    if (a->kind != SHOAL_COLL_ALLREDUCE && a->kind != SHOAL_COLL_REDUCE_SCATTER)
+    if (a->kind != SHOAL_COLL_ALLREDUCE && a->kind != SHOAL_COLL_REDUCE_SCATTER &&
+        a->kind != SHOAL_COLL_ALLGATHER)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
-                               "%s: only all-reduce and reduce-scatter run a codec", call->what);
+                               "%s: only all-reduce, reduce-scatter and all-gather run a codec",
+                               call->what);
     if (a->dtype != SHOAL_FLOAT32)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: compression takes float32 only, not %s", call->what,
@@ -110,6 +112,13 @@ static shoal_status_t check_codec(struct shoal_comm *comm, const shoal_call_t *c
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: the sign codec has only the two-shot schedule (auto)",
                                call->what);
+    /* The all-gather's ring forwards each shard's wire unchanged. */
+    if (a->kind == SHOAL_COLL_ALLGATHER &&
+        ((c->ops != &shoal_codec_int8 && c->ops != &shoal_codec_int4) ||
+         (a->codec_algo != SHOAL_COMPRESS_ALGO_AUTO && a->codec_algo != SHOAL_COMPRESS_ALGO_RING)))
+        return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
+                               "%s: the compressed all-gather takes int8 or int4 on its ring "
+                               "(auto)", call->what);
     if (a->kind == SHOAL_COLL_REDUCE_SCATTER && c->ops == &shoal_codec_ternary)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG,
                                "%s: the ternary codec's shared scales serve the all-reduce "
