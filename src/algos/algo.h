@@ -211,6 +211,10 @@ shoal_status_t shoal_twoshot_rs_step(shoal_prims_t *p, const shoal_ring_t *ring,
 shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
                                      size_t first, size_t base, size_t real, size_t bs,
                                      int shift);
+/* Hops [from, to) of it (1 <= from, to <= n), the endpoints as they are. */
+shoal_status_t shoal_ring_gather_hops(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                      size_t first, size_t base, size_t real, size_t bs,
+                                      int shift, int from, int to);
 
 /* The all-reduce's ring (shoal_ring_allreduce_step) over count elements in
  * one loop (count <= n * piece_elems): the element range of the block

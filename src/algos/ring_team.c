@@ -109,14 +109,21 @@ static shoal_status_t ring_gather_move(shoal_prims_t *p, const shoal_ring_t *rin
                      : p->st->recv(p, dst + at * es, first + at, len);
 }
 
+shoal_status_t shoal_ring_gather_hops(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
+                                      size_t first, size_t base, size_t real, size_t bs,
+                                      int shift, int from, int to)
+{
+    shoal_status_t s = SHOAL_OK;
+    for (int k = from; k < to && s == SHOAL_OK; k++)
+        s = ring_gather_move(p, ring, dst, first, base, real, bs, shift, k);
+    return s;
+}
+
 shoal_status_t shoal_ring_gather_run(shoal_prims_t *p, const shoal_ring_t *ring, char *dst,
                                      size_t first, size_t base, size_t real, size_t bs,
                                      int shift)
 {
-    shoal_status_t s = SHOAL_OK;
-    for (int k = 1; k < ring->n && s == SHOAL_OK; k++)
-        s = ring_gather_move(p, ring, dst, first, base, real, bs, shift, k);
-    return s;
+    return shoal_ring_gather_hops(p, ring, dst, first, base, real, bs, shift, 1, ring->n);
 }
 
 /* The end of a stepped schedule: its sends flushed, then done. */

@@ -19,7 +19,9 @@
  * its own exact values (recv_dec_reduce). Each step is a perfect matching,
  * so the sends never wait on a receive of the same step, and the owner
  * adds the n-1 contributions in a fixed order, r-1 first: the sum does
- * not depend on which piece arrived first.
+ * not depend on which piece arrived first. From the second loop on, the
+ * sends went out during the loop before (twoshot_run_loops), so that
+ * encoding them overlaps the wire.
  *
  * All-gather: the owner quantises its sum once into the send slot to its
  * ring successor and decodes that wire into its result (enc_copy_send; its
@@ -55,6 +57,38 @@ static shoal_status_t twoshot_flush(shoal_prims_t *p, const shoal_ring_t *ring)
     return s;
 }
 
+/* The loop at base: its real values and their block size. */
+static size_t twoshot_loop(const shoal_prims_t *p, const shoal_ring_t *ring, size_t base,
+                           size_t count, size_t piece_elems, size_t *bs_p)
+{
+    size_t loop = (size_t)ring->n * piece_elems;
+    size_t real = count - base < loop ? count - base : loop;
+    *bs_p = shoal_ring_loop_bs(real, ring->n, p->st->align(p, 1), piece_elems);
+    return real;
+}
+
+/* The loop at base's piece of position r + k, encoded (error feedback's
+ * addend with it) and sent there. */
+static shoal_status_t twoshot_send(shoal_prims_t *p, const shoal_ring_t *ring, const char *src,
+                                   size_t base, size_t count, size_t piece_elems, int k,
+                                   const float *addend)
+{
+    int n = ring->n, q = (ring->me + k) % n;
+    size_t bs, off, len, real = twoshot_loop(p, ring, base, count, piece_elems, &bs);
+    shoal_ring_loop_block(real, bs, q, &off, &len);
+    p->send_ep = shoal_team_ep(p->team, ring->ranks[q]);
+    p->addend = addend;
+    shoal_status_t s = p->st->send(p, src + (base + off) * p->esize, base + off, len);
+    p->addend = NULL;
+    return s;
+}
+
+/* The loops one after the other; each loop's pieces for the other ranks
+ * go out during the loop before it: to r+2 .. r+n-1 (whose links carry
+ * nothing else) once its sum has gone out, to r+1 after the gather's last
+ * forward on that link, so each link carries its pieces in the order its
+ * receiver takes them. Their encoding runs while the gather's wire is on
+ * its way, and their bytes follow it without a gap. */
 static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ring,
                                         const char *src, char *dst, size_t count,
                                         size_t piece_elems)
@@ -62,24 +96,22 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
     const shoal_stage_ops_t *st = p->st;
     const float *addend = p->addend;
     int n = ring->n, r = ring->me;
-    size_t es = p->esize, align = st->align(p, 1), loop = (size_t)n * piece_elems;
+    size_t es = p->esize, loop = (size_t)n * piece_elems;
     shoal_status_t s = SHOAL_OK;
     for (size_t base = 0; base < count && s == SHOAL_OK; base += loop) {
-        size_t real = count - base < loop ? count - base : loop;
-        size_t bs = shoal_ring_loop_bs(real, n, align, piece_elems);
-        size_t off, len, at;
+        size_t bs, off, len, at, next = base + loop;
+        size_t real = twoshot_loop(p, ring, base, count, piece_elems, &bs);
+        int more = next < count;
 #define PIECE(b) (shoal_ring_loop_block(real, bs, (b), &off, &len), base + off)
         for (int k = 1; k < n && s == SHOAL_OK; k++) {
-            p->send_ep = shoal_team_ep(p->team, ring->ranks[(r + k) % n]);
-            p->recv_ep = shoal_team_ep(p->team, ring->ranks[(r - k + n) % n]);
-            at = PIECE((r + k) % n);
-            p->addend = addend;
-            s = st->send(p, src + at * es, at, len);
+            if (base == 0)
+                s = twoshot_send(p, ring, src, base, count, piece_elems, k, addend);
             if (s != SHOAL_OK)
                 break;
             /* The first contribution joins this rank's input (and the
              * addend, error feedback's, with it); the others the partial
              * sum in dst, which holds them already. */
+            p->recv_ep = shoal_team_ep(p->team, ring->ranks[(r - k + n) % n]);
             at = PIECE(r);
             p->addend = k == 1 ? addend : NULL;
             s = st->recv_reduce(p, k == 1 ? src + at * es : dst + at * es, dst + at * es, at,
@@ -92,8 +124,16 @@ static shoal_status_t twoshot_run_loops(shoal_prims_t *p, const shoal_ring_t *ri
         at = PIECE(r);
 #undef PIECE
         s = st->copy_send(p, dst + at * es, dst + at * es, at, len);
+        for (int k = 2; more && k < n && s == SHOAL_OK; k++)
+            s = twoshot_send(p, ring, src, next, count, piece_elems, k, addend);
+        shoal_ring_bind(p, ring);
         if (s == SHOAL_OK)
-            s = shoal_ring_gather_run(p, ring, dst, 0, base, real, bs, 0);
+            s = shoal_ring_gather_hops(p, ring, dst, 0, base, real, bs, 0, 1, n - 1);
+        if (s == SHOAL_OK && more)
+            s = twoshot_send(p, ring, src, next, count, piece_elems, 1, addend);
+        shoal_ring_bind(p, ring);
+        if (s == SHOAL_OK)
+            s = shoal_ring_gather_hops(p, ring, dst, 0, base, real, bs, 0, n - 1, n);
     }
     p->addend = addend;
     return s;
