@@ -1,7 +1,8 @@
 /* The block drivers of the scale-and-payload codecs (blocks.h). */
 #include "blocks.h"
 
-int shoal_blocks_simd(size_t n)
+/* Whether a block of n values takes the AVX2 kernels (blocks.h). */
+static int blocks_simd(size_t n)
 {
 #ifdef SHOAL_BLOCKS_X86
     return n % 8 == 0 && shoal_codec_simd_enabled() && __builtin_cpu_supports("avx2");
@@ -24,13 +25,23 @@ SHOAL_BLOCKS_AVX2 static void blocks_add_avx2(float *dst, const float *a, const 
 static void blocks_add(float *dst, const float *a, const float *b, size_t n)
 {
 #ifdef SHOAL_BLOCKS_X86
-    if (shoal_blocks_simd(n)) {
+    if (blocks_simd(n)) {
         blocks_add_avx2(dst, a, b, n);
         return;
     }
 #endif
     for (size_t i = 0; i < n; i++)
         dst[i] = a[i] + b[i];
+}
+
+static shoal_blocks_block_fn blocks_block(const shoal_blocks_t *k, size_t n)
+{
+    return k->block_simd && blocks_simd(n) ? k->block_simd : k->block;
+}
+
+static shoal_blocks_decode_fn blocks_decode(const shoal_blocks_t *k, size_t n)
+{
+    return k->decode_simd && blocks_simd(n) ? k->decode_simd : k->decode;
 }
 
 static int blocks_valid(const shoal_codec_t *c)
@@ -68,7 +79,7 @@ void shoal_blocks_encode(const shoal_blocks_t *k, const shoal_codec_t *c, void *
             blocks_add(x, src + at, addend + at, n);
             xb = x;
         }
-        k->block(c, key, xb, n, first + at, scales + b * sizeof(float),
+        blocks_block(k, n)(c, key, xb, n, first + at, scales + b * sizeof(float),
                  payload + at * k->bits / 8, residual ? residual + at : NULL);
     }
 }
@@ -82,7 +93,7 @@ void shoal_blocks_decode(const shoal_blocks_t *k, const shoal_codec_t *c, float 
     const unsigned char *scales = wire, *payload = scales + nblocks * sizeof(float);
     for (size_t b = 0; b < nblocks; b++) {
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
-        k->decode(dst + at, scales + b * sizeof(float), payload + at * k->bits / 8, n);
+        blocks_decode(k, n)(dst + at, scales + b * sizeof(float), payload + at * k->bits / 8, n);
     }
 }
 
@@ -100,7 +111,7 @@ void shoal_blocks_add_encode(const shoal_blocks_t *k, const shoal_codec_t *c, vo
     for (size_t b = 0; b < nblocks; b++) {
         size_t at = b * c->block, n = count - at < c->block ? count - at : c->block;
         size_t pat = payload_at + at * k->bits / 8;
-        k->decode(s, in + b * sizeof(float), in + pat, n);
+        blocks_decode(k, n)(s, in + b * sizeof(float), in + pat, n);
         if (addend) {
             float t[SHOAL_BLOCKS_MAX];
             blocks_add(t, local + at, addend + at, n);
@@ -108,7 +119,7 @@ void shoal_blocks_add_encode(const shoal_blocks_t *k, const shoal_codec_t *c, vo
         } else {
             blocks_add(s, s, local + at, n);
         }
-        k->block(c, key, s, n, first + at, out + b * sizeof(float), out + pat,
+        blocks_block(k, n)(c, key, s, n, first + at, out + b * sizeof(float), out + pat,
                  residual ? residual + at : NULL);
     }
 }

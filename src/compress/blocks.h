@@ -23,20 +23,24 @@
 
 #define SHOAL_BLOCKS_MAX 128
 
+typedef void (*shoal_blocks_block_fn)(const shoal_codec_t *c, uint32_t key, const float *x,
+                                      size_t n, size_t first, unsigned char *scale,
+                                      unsigned char *payload, float *residual);
+typedef void (*shoal_blocks_decode_fn)(float *dst, const unsigned char *scale,
+                                       const unsigned char *payload, size_t n);
+
 typedef struct {
     unsigned bits; /* payload bits a value */
     /* Block x of n values (index first in the tensor, stream key key) into
      * scale (4 bytes) and payload; x - decode into residual (not NULL). */
-    void (*block)(const shoal_codec_t *c, uint32_t key, const float *x, size_t n, size_t first,
-                  unsigned char *scale, unsigned char *payload, float *residual);
-    void (*decode)(float *dst, const unsigned char *scale, const unsigned char *payload,
-                   size_t n);
+    shoal_blocks_block_fn block;
+    shoal_blocks_decode_fn decode;
+    /* The same with the scalar path's bits, built for AVX2 (NULL: none);
+     * the drivers take them for blocks of a whole number of 8-lane
+     * vectors, when SIMD is enabled (codec.h) and the CPU has AVX2. */
+    shoal_blocks_block_fn block_simd;
+    shoal_blocks_decode_fn decode_simd;
 } shoal_blocks_t;
-
-/* Whether a block of n values takes a codec's AVX2 kernels: a whole
- * number of 8-lane vectors, SIMD enabled (codec.h) and the CPU has AVX2.
- * Every kernel gives the bits of the codec's scalar path. */
-int shoal_blocks_simd(size_t n);
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>

@@ -249,32 +249,13 @@ SHOAL_BLOCKS_AVX2 static void int4_decode_block_avx2(float *dst, const unsigned 
     }
 }
 #else
-#define int4_block_avx2 int4_block
-#define int4_decode_block_avx2 int4_decode_block
+#define int4_block_avx2 NULL
+#define int4_decode_block_avx2 NULL
 #endif
 
-/* One block of either path. */
-static void int4_block_any(const shoal_codec_t *c, uint32_t key, const float *x, size_t n,
-                           size_t first, unsigned char *scale_p, unsigned char *codes,
-                           float *residual)
-{
-    if (shoal_blocks_simd(n))
-        int4_block_avx2(c, key, x, n, first, scale_p, codes, residual);
-    else
-        int4_block(c, key, x, n, first, scale_p, codes, residual);
-}
-
-static void int4_decode_any(float *dst, const unsigned char *scale_p, const unsigned char *codes,
-                            size_t n)
-{
-    if (shoal_blocks_simd(n))
-        int4_decode_block_avx2(dst, scale_p, codes, n);
-    else
-        int4_decode_block(dst, scale_p, codes, n);
-}
-
 static const shoal_blocks_t int4_blocks = {
-    .bits = 4, .block = int4_block_any, .decode = int4_decode_any,
+    .bits = 4, .block = int4_block, .decode = int4_decode_block,
+    .block_simd = int4_block_avx2, .decode_simd = int4_decode_block_avx2,
 };
 
 static size_t int4_wire_bytes(const shoal_codec_t *c, size_t count)

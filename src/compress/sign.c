@@ -198,32 +198,13 @@ SIGN_AVX2 static void sign_decode_block_avx2(float *dst, const unsigned char *sc
 }
 
 #else
-#define sign_block_avx2 sign_block
-#define sign_decode_block_avx2 sign_decode_block
+#define sign_block_avx2 NULL
+#define sign_decode_block_avx2 NULL
 #endif
 
-/* One block of either path. */
-static void sign_block_any(const shoal_codec_t *c, uint32_t key, const float *x, size_t n,
-                           size_t first, unsigned char *scale_p, unsigned char *bits,
-                           float *residual)
-{
-    if (shoal_blocks_simd(n))
-        sign_block_avx2(c, key, x, n, first, scale_p, bits, residual);
-    else
-        sign_block(c, key, x, n, first, scale_p, bits, residual);
-}
-
-static void sign_decode_any(float *dst, const unsigned char *scale_p, const unsigned char *bits,
-                            size_t n)
-{
-    if (shoal_blocks_simd(n))
-        sign_decode_block_avx2(dst, scale_p, bits, n);
-    else
-        sign_decode_block(dst, scale_p, bits, n);
-}
-
 static const shoal_blocks_t sign_blocks = {
-    .bits = 1, .block = sign_block_any, .decode = sign_decode_any,
+    .bits = 1, .block = sign_block, .decode = sign_decode_block,
+    .block_simd = sign_block_avx2, .decode_simd = sign_decode_block_avx2,
 };
 
 static size_t sign_wire_bytes(const shoal_codec_t *c, size_t count)
