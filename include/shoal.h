@@ -822,6 +822,18 @@ shoal_status_t shoal_ialltoall_compressed(shoal_compressor_t comp, const void *s
 shoal_status_t shoal_allreduce_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
                                                  void *recvbuf, shoal_op_t op,
                                                  shoal_compress_info_t *info, void *stream);
+/*
+ * The stream-ordered form of the compressed all-gather, for device
+ * tensors (INT8; the other kinds are SHOAL_ERR_UNSUPPORTED there), with
+ * the rules of shoal_allreduce_compressed_stream: the shard is encoded
+ * (and its residual kept) on the device, only the wire crosses to host
+ * memory, and every rank decodes every shard on its device, its own
+ * included, to the bits the host form gives. The stream forms of the
+ * compressed reduce-scatter and all-to-all do not exist yet.
+ */
+shoal_status_t shoal_allgather_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
+                                                 void *recvbuf, shoal_compress_info_t *info,
+                                                 void *stream);
 
 /*
  * Stateless int8 all-reduce: INT8 with the default block, nearest

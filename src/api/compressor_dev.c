@@ -630,6 +630,94 @@ out:
     return s;
 }
 
+/* The compressed all-gather of device tensors (INT8): the stream encodes
+ * this rank's shard (plus the residual, whose new value it writes on the
+ * device) into the payload, the host side all-gathers the wires, and the
+ * stream decodes every rank's, its own included, into the result, as the
+ * host form does (compressor_colls.c), so the bits are the same. Payload:
+ * this rank's wire, then every rank's. */
+static size_t ag_wire(const struct shoal_compressor *c)
+{
+    shoal_codec_t codec = codec_of(c, 0, 0);
+    return codec.ops->wire_bytes(&codec, c->count);
+}
+
+static size_t ag_need(const shoal_call_t *call)
+{
+    const struct shoal_compressor *c = call->comp;
+    return shoal_comp_up64(ag_wire(c)) + (size_t)c->nranks * ag_wire(c);
+}
+
+static shoal_status_t ag_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                             unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    const float *x = call->args.sendbuf;
+    shoal_status_t r = shoal_comp_dev_upload(ops, call);
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
+        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
+                         call->stream);
+        x = c->dev.x;
+    }
+    if (r != SHOAL_OK || c->count == 0)
+        return r;
+    shoal_dev_codec_args_t a = dev_codec_of(c, c->comm->team.rank, call->comp_step,
+                                            SHOAL_DEV_CODEC_ENCODE);
+    a.wire_out = pay;
+    a.src = x;
+    a.addend = call->args.residual_in;
+    a.residual = call->args.residual;
+    a.count = c->count;
+    return ops->codec(&a, call->stream);
+}
+
+static shoal_status_t ag_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
+                              unsigned char *pay)
+{
+    const struct shoal_compressor *c = call->comp;
+    size_t w = ag_wire(c), es = shoal_dtype_bytes(c->dtype);
+    const unsigned char *rx = pay + shoal_comp_up64(w);
+    shoal_status_t r = SHOAL_OK;
+    for (int j = 0; j < c->nranks && r == SHOAL_OK && c->count; j++) {
+        char *out = (char *)call->args.recvbuf + (size_t)j * c->count * es;
+        shoal_dev_codec_args_t a = dev_codec_of(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        a.wire_in = rx + (size_t)j * w;
+        a.dst = c->dtype == SHOAL_FLOAT32 ? (float *)(void *)out : c->dev.x;
+        a.count = c->count;
+        r = ops->codec(&a, call->stream);
+        if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
+            r = ops->convert(out, c->dtype, c->dev.x, SHOAL_FLOAT32, c->count, call->stream);
+    }
+    call->args.sendbuf = pay;
+    call->args.recvbuf = pay;
+    return r;
+}
+
+static const shoal_dev_stager_t ag_stager = {
+    .need = ag_need,
+    .pre = ag_pre,
+    .post = ag_post,
+};
+
+/* The host side: the wires gathered. */
+static shoal_status_t ag_run(struct shoal_comm *comm, const shoal_call_t *call)
+{
+    struct shoal_compressor *c = call->comp;
+    unsigned char *pay = call->args.recvbuf;
+    size_t w = ag_wire(c);
+    uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
+    shoal_status_t s = SHOAL_OK;
+    if (c->nranks == 1)
+        memcpy(pay + shoal_comp_up64(w), pay, w);
+    else
+        s = inner_bytes(comm, call, SHOAL_COLL_ALLGATHER, pay, pay + shoal_comp_up64(w), w);
+    if (s == SHOAL_OK)
+        shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
+    else
+        atomic_store(&c->dev.lost, 1);
+    return s;
+}
+
 /* Where p lives: its device, or -1 when the device cannot reach it as a
  * compressor's kernels need (host memory). */
 static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
@@ -721,6 +809,13 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
 /* Why c cannot take call on the device, or NULL. */
 static const char *dev_problem(const struct shoal_compressor *c)
 {
+    if (c->opt.coll == SHOAL_COMPRESS_COLL_ALLGATHER)
+        return c->opt.kind == SHOAL_COMPRESS_INT8
+                   ? NULL
+                   : "the compressed all-gather of device tensors takes INT8 (the device "
+                     "kernels there): other kinds take host memory";
+    if (c->opt.coll != SHOAL_COMPRESS_COLL_ALLREDUCE)
+        return "the compressed reduce-scatter and all-to-all take host memory";
     if (c->opt.kind != SHOAL_COMPRESS_INT8 && c->opt.kind != SHOAL_COMPRESS_TERNARY &&
         c->opt.kind != SHOAL_COMPRESS_POWERSGD)
         return "SIGN, MAJORITY, INT4 and ADAPTIVE compressors have no device kernels: their "
@@ -795,7 +890,10 @@ static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call
     }
     call->stager = &comp_stager;
     call->run = int8_run;
-    if (int8_goes_direct(comm, c, call)) {
+    if (c->opt.coll == SHOAL_COMPRESS_COLL_ALLGATHER) {
+        call->stager = &ag_stager;
+        call->run = ag_run;
+    } else if (int8_goes_direct(comm, c, call)) {
         dev_lay_t l;
         lay_of(c, &l);
         if (!c->dev.wire && ops->mem_alloc(sdev, l.need, (void **)&c->dev.wire) != SHOAL_OK)
