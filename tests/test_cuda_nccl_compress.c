@@ -9,7 +9,11 @@
  * - the codec ran as device kernels (the stand-in counts them);
  * - calls repeat on the communicator's compressor for that size, and a
  *   call behind a held stream still returns at once;
- * - smaller calls, integers and groups stay exact. */
+ * - smaller calls, integers and groups stay exact;
+ * - with SHOAL_COMPRESS_ALLGATHER=int8, float all-gathers of device
+ *   buffers go through the stream-ordered compressed all-gather: every
+ *   rank holds the same bits, each block within half an int8 step of its
+ *   owner's input and not all exact, float and bfloat16. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -110,6 +114,75 @@ fail:
     return 1;
 }
 
+/* The device all-gather of COUNT floats a rank (SHOAL_COMPRESS_ALLGATHER=
+ * int8), float then bfloat16: every rank the same bits (compared as
+ * int32, which is never compressed), block r within half an int8 step of
+ * rank r's input (its 64-value block's max |x| / 127 / 2, and bfloat16's
+ * rounding), and some value not exact on two ranks or more. */
+static int check_gather(ncclComm_t comm, void *stream, int rank, int n)
+{
+    size_t all = (size_t)COUNT * (size_t)n;
+    float *in = malloc(COUNT * 4), *out = malloc(all * 4), *peer = malloc(all * 4 * (size_t)n);
+    uint16_t *h = malloc(all * 2);
+    void *din = cu_user_alloc(COUNT * 4), *dout = cu_user_alloc(all * 4);
+    int inexact = 0;
+    RANK_CHECK(in && out && peer && h && din && dout, fail, "out of memory");
+    for (int bf = 0; bf < 2; bf++) {
+        size_t es = bf ? 2 : 4;
+        for (size_t i = 0; i < COUNT; i++) {
+            in[i] = input_of(rank, i);
+            if (bf) {
+                h[i] = shoal_f32_to_bf16(in[i]);
+                in[i] = shoal_bf16_to_f32(h[i]);
+            }
+        }
+        cu_user_htod(din, bf ? (void *)h : (void *)in, COUNT * es);
+        NCCL_CHECK(ncclAllGather(din, dout, COUNT, bf ? ncclBfloat16 : ncclFloat32, comm,
+                                 (cudaStream_t)stream), fail);
+        cu_user_sync(stream);
+        if (bf) {
+            cu_user_dtoh(h, dout, all * 2);
+            for (size_t i = 0; i < all; i++)
+                out[i] = shoal_bf16_to_f32(h[i]);
+        } else {
+            cu_user_dtoh(out, dout, all * 4);
+        }
+        NCCL_CHECK(ncclAllGather(out, peer, all, ncclInt32, comm, NULL), fail);
+        for (int r = 0; r < n; r++)
+            RANK_CHECK(!memcmp(peer + (size_t)r * all, out, all * 4), fail,
+                       "rank %d's all-gather differs from rank %d's", r, rank);
+        for (int r = 0; r < n; r++) {
+            for (size_t b = 0; b < COUNT; b += BLOCK) {
+                size_t end = b + BLOCK < COUNT ? b + BLOCK : COUNT;
+                double amax = 0;
+                for (size_t i = b; i < end; i++) {
+                    float x = input_of(r, i);
+                    if (bf)
+                        x = shoal_bf16_to_f32(shoal_f32_to_bf16(x));
+                    amax = fabs(x) > amax ? fabs(x) : amax;
+                }
+                for (size_t i = b; i < end; i++) {
+                    float x = input_of(r, i);
+                    if (bf)
+                        x = shoal_bf16_to_f32(shoal_f32_to_bf16(x));
+                    double got = out[(size_t)r * COUNT + i], d = fabs(got - x);
+                    double bound = amax / 127 / 2 * 1.0001 + (bf ? fabs(x) / 128 : 0) + 1e-30;
+                    RANK_CHECK(d <= bound, fail, "block of rank %d value %zu: %g for %g", r, i,
+                               got, (double)x);
+                    inexact |= d > 0;
+                }
+            }
+        }
+    }
+    RANK_CHECK(n == 1 || inexact, fail, "every gathered value exact: nothing was compressed");
+    cu_user_free(din);
+    cu_user_free(dout);
+    free(in), free(out), free(peer), free(h);
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
 {
     (void)sid;
@@ -127,7 +200,8 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
     for (int k = 0; k < 2; k++)
         RANK_CHECK(check_one(comm, stream, rank, n, ncclFloat32, got, &inexact) == 0, fail,
                    "float, call %d", k);
-    NCCL_CHECK(ncclAllGather(got, all, COUNT, ncclFloat32, comm, NULL), fail);
+    /* As int32: a float all-gather of this size would be compressed. */
+    NCCL_CHECK(ncclAllGather(got, all, COUNT, ncclInt32, comm, NULL), fail);
     for (int r = 0; r < n; r++)
         RANK_CHECK(memcmp(all + (size_t)r * COUNT, got, COUNT * sizeof(float)) == 0, fail,
                    "rank %d's result differs from rank %d's", r, rank);
@@ -138,6 +212,8 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
     if (cu_user_is_standin())
         RANK_CHECK(n == 1 || cu_user_launches("shoal_k_codec") > 0, fail,
                    "no codec kernel ran");
+
+    RANK_CHECK(check_gather(comm, stream, rank, n) == 0, fail, "all-gather");
 
     /* A held stream: the call returns, its work waits. */
     void *d = cu_user_alloc(COUNT * 4);
@@ -229,6 +305,7 @@ int main(void)
         return rc;
     /* Before the door reads its settings (once per process). */
     setenv("SHOAL_COMPRESS", "int8", 1);
+    setenv("SHOAL_COMPRESS_ALLGATHER", "int8", 1);
     setenv("SHOAL_COMPRESS_MIN", "4096", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_door_compress),

@@ -124,11 +124,13 @@ static ncclResult_t classify(struct ncclComm *comm, shoal_comm_t sc, door_call_t
  *
  * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER follow the
  * all-reduce's rules where they apply: not in groups (a group may hold two
- * calls of one shape, and a compressor takes one call at a time), and only
- * on host buffers outside stream order, since their calls are blocking and
- * have no device form. Their size is the buffer of nranks x count values
- * (the all-gather's output, the reduce-scatter's input), and on one rank,
- * where nothing travels, they stay plain. */
+ * calls of one shape, and a compressor takes one call at a time), on host
+ * buffers outside stream order (their host calls are blocking), and on
+ * device buffers only for SHOAL_COMPRESS_ALLGATHER=int8, whose device form
+ * is stream-ordered (the reduce-scatter and int4 have none). Their size is
+ * the buffer of nranks x count values (the all-gather's output, the
+ * reduce-scatter's input), and on one rank, where nothing travels, they
+ * stay plain. */
 static int device_memory(const void *p)
 {
     shoal_dev_mem_t kind = shoal_dev_kind(p);
@@ -156,7 +158,11 @@ static int door_compression(const door_call_t *c, int nranks)
         kind = c->kind == SHOAL_COLL_ALLGATHER ? cc->allgather : cc->reduce_scatter;
         if (c->kind == SHOAL_COLL_ALLGATHER)
             op = SHOAL_SUM; /* it moves values; the door passes ncclSum */
-        if (c->on_stream || nranks < 2 || c->count > SIZE_MAX / (size_t)nranks)
+        /* On device buffers, INT8's all-gather alone has device kernels. */
+        if (c->on_stream && (c->kind != SHOAL_COLL_ALLGATHER || kind != SHOAL_COMPRESS_INT8 ||
+                             !device_memory(c->sendbuf) || !device_memory(c->recvbuf)))
+            return 0;
+        if (nranks < 2 || c->count > SIZE_MAX / (size_t)nranks)
             return 0;
         elems = c->count * (size_t)nranks;
         break;
@@ -261,13 +267,22 @@ static shoal_status_t issue_stream(struct ncclComm *comm, shoal_comm_t sc, const
     case SHOAL_COLL_ALLREDUCE:
         if (c->compress) {
             int taken;
-            shoal_status_t s = shoal_nccl_compress_stream(comm, sc, sb, rb, n, dt, op, st, &taken);
+            shoal_status_t s = shoal_nccl_compress_stream(
+                comm, sc, SHOAL_COMPRESS_COLL_ALLREDUCE, sb, rb, n, dt, op, st, &taken);
             if (taken || s != SHOAL_OK)
                 return s;
         }
         return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
     case SHOAL_COLL_REDUCE_SCATTER: return shoal_reduce_scatter_stream(sb, rb, n, dt, op, sc, st);
-    case SHOAL_COLL_ALLGATHER: return shoal_allgather_stream(sb, rb, n, dt, sc, st);
+    case SHOAL_COLL_ALLGATHER:
+        if (c->compress) {
+            int taken;
+            shoal_status_t s = shoal_nccl_compress_stream(
+                comm, sc, SHOAL_COMPRESS_COLL_ALLGATHER, sb, rb, n, dt, op, st, &taken);
+            if (taken || s != SHOAL_OK)
+                return s;
+        }
+        return shoal_allgather_stream(sb, rb, n, dt, sc, st);
     case SHOAL_COLL_ALLTOALL: return shoal_alltoall_stream(sb, rb, n, dt, sc, st);
     case SHOAL_COLL_BROADCAST: return shoal_broadcast_stream(sb, rb, n, dt, root, sc, st);
     case SHOAL_COLL_REDUCE: return shoal_reduce_stream(sb, rb, n, dt, op, root, sc, st);

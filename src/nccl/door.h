@@ -125,15 +125,18 @@ int shoal_nccl_is_memory(const void *p, size_t len, int writable);
 /* Free comm's registrations and windows (destroy and abort). */
 void shoal_nccl_windows_free(struct ncclComm *comm);
 
-/* compress.c. SHOAL_COMPRESS=int8 on device buffers: queue the compressed
- * all-reduce on stream through the communicator's compressor for count
- * and dtype (made on first use). *taken = 0, queueing nothing, when the
- * communicator holds too many already: the call then goes the usual way
- * (every rank alike, as every rank makes the same calls). */
+/* compress.c. INT8 on device buffers (SHOAL_COMPRESS=int8 for the
+ * all-reduce, coll SHOAL_COMPRESS_COLL_ALLREDUCE; SHOAL_COMPRESS_ALLGATHER=
+ * int8 for the all-gather, SHOAL_COMPRESS_COLL_ALLGATHER, count per rank):
+ * queue the compressed call on stream through the communicator's
+ * compressor for (coll, count, dtype), made on first use. *taken = 0,
+ * queueing nothing, when the communicator holds too many already: the
+ * call then goes the usual way (every rank alike, as every rank makes the
+ * same calls). */
 shoal_status_t shoal_nccl_compress_stream(struct ncclComm *comm, shoal_comm_t sc,
-                                          const void *sendbuf, void *recvbuf, size_t count,
-                                          shoal_dtype_t dtype, shoal_op_t op, void *stream,
-                                          int *taken);
+                                          shoal_compress_coll_t coll, const void *sendbuf,
+                                          void *recvbuf, size_t count, shoal_dtype_t dtype,
+                                          shoal_op_t op, void *stream, int *taken);
 /* SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER on host
  * buffers: the compressed all-gather (coll SHOAL_COMPRESS_COLL_ALLGATHER)
  * or reduce-scatter (SHOAL_COMPRESS_COLL_REDUCE_SCATTER, op sum or avg) of

@@ -78,8 +78,10 @@ static const shoal_config_entry_t compress_entries[] = {
             "replaced by their decoded form). Error: each value within half its block's "
             "scale of its input, max|block|/254 for int8 and max|block|/14 for int4, the "
             "block being the 64 values of the sender's input that hold it (plus float16's "
-            "or bfloat16's rounding of the result). Device buffers, stream-ordered calls, "
-            "groups and other types take the plain all-gather",
+            "or bfloat16's rounding of the result). int8 on device buffers (both) of a "
+            "stream-ordered call goes through shoal_allgather_compressed_stream, with the "
+            "same error and the same bits; int4 there, groups and other types take the "
+            "plain all-gather",
      .parse = parse_compress_allgather, .offset = SHOAL_CONFIG_FIELD(compress.allgather)},
     {.name = "SHOAL_COMPRESS_REDUCESCATTER", .def = "off",
      .doc = "NCCL door: ncclReduceScatter sums and averages (ncclSum, ncclAvg) of float32, "
