@@ -330,6 +330,9 @@ shoal_status_t shoal_tree_schedule(shoal_plan_t *plan, const shoal_tree_layout_t
  * 2(n-1) steps of 1/n of the wire each; the ring's plan with the codec
  * stage (shoal_plan_stage). */
 double shoal_codec_flat_cost(const shoal_team_t *team, const shoal_coll_args_t *args);
+/* A compressed reduce-scatter's or all-gather's: n-1 steps of one block's
+ * wire (count values) over the slowest link (ring_rsag.c). */
+double shoal_codec_block_cost(const shoal_team_t *team, const shoal_coll_args_t *args);
 shoal_status_t shoal_codec_flat_plan(shoal_team_t *team, const shoal_coll_args_t *args,
                                      shoal_plan_t *plan);
 

@@ -41,8 +41,8 @@
  * (count elements) between buf (n blocks by rank) and the staging of this
  * host, whose blocks are ql elements: to_stage 1 packs buf into stage
  * (plus addend, indexed as buf, when it is set: fp32 sums through the
- * lane's reduce), 0 unpacks. Rail by rail, each rail's blocks in host order, at least
- * SHOAL_HIER_LOCAL_MOVE bytes a move (or all of them when the piece is the
+ * lane's reduce), 0 unpacks. Rail by rail, each rail's blocks in host
+ * order, at least SHOAL_HIER_LOCAL_MOVE bytes a move (or all of them when the piece is the
  * whole buffer), so that the rails are not kept waiting long; the lane's
  * stage_ fields are the cursor. Returns 1 once every block is copied. */
 static int hier_stage_move(shoal_team_t *team, shoal_hier_lane_t *ln, char *stage, char *buf,
@@ -202,8 +202,8 @@ static shoal_status_t rs_local_move(const shoal_hier_pipe_t *pp, shoal_hier_lane
 /* A compressed reduce-scatter's piece [qo, qo + ql) starts on the rails
  * (its staging has read the addend): zero the residuals of the values this
  * rank will not quantise, every block but those of the ranks of other
- * hosts on the rails it owns. Returns 1. */
-static int rs_codec_residual(const shoal_hier_pipe_t *pp, shoal_prims_t *p, size_t qo,
+ * hosts on the rails it owns. */
+static void rs_codec_residual(const shoal_hier_pipe_t *pp, shoal_prims_t *p, size_t qo,
                              size_t ql)
 {
     shoal_team_t *team = p->team;
@@ -211,13 +211,12 @@ static int rs_codec_residual(const shoal_hier_pipe_t *pp, shoal_prims_t *p, size
     const shoal_ring_t *lr = &pp->plan->ring;
     size_t count = pp->plan->args.count;
     if (!p->residual || !ql)
-        return 1;
+        return;
     for (int r = 0; r < team->nranks; r++) {
         if (c->host_of[r] != lr->host && c->local_of[r] % lr->n == lr->me)
             continue;
         team->kern->zero(team, p->residual + (size_t)r * count + qo, ql * sizeof(float));
     }
-    return 1;
 }
 
 /* Reduce-scatter, rail lane: piece k of each owned rail across hosts, once
@@ -239,8 +238,10 @@ static shoal_status_t rs_rail_move(const shoal_hier_pipe_t *pp, shoal_hier_lane_
     char *dst = j == plan->ring.me ? (char *)plan->args.recvbuf + qo * es : pp->spare;
     shoal_status_t s;
     if (plan->args.codec) {
-        if (!ln->begun)
-            ln->begun = rs_codec_residual(pp, &ln->p, qo, ql);
+        /* Once a piece, at its first rail. */
+        if (!ln->begun && ln->at % pp->nrails == 0)
+            rs_codec_residual(pp, &ln->p, qo, ql);
+        ln->begun = 1;
         s = shoal_twoshot_rs_step(&ln->p, &ln->ring, src, dst, plan->args.count, qo,
                                   plan->stage_elems, &ln->cur);
     } else {

@@ -93,7 +93,7 @@ static shoal_status_t rs_codec_run(shoal_plan_t *plan)
     return shoal_ring_rs_run(p, &plan->ring, a->sendbuf, a->recvbuf, plan->stage_elems);
 }
 
-static double rs_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
+double shoal_codec_block_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
 {
     double n = team->nranks;
     double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
@@ -103,7 +103,7 @@ static double rs_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *a
 const shoal_algo_ops_t shoal_ring_codec_rs_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "ring-codec",
-    .cost = rs_codec_cost,
+    .cost = shoal_codec_block_cost,
     .plan = rs_codec_plan,
     .run = rs_codec_run,
 };
@@ -178,17 +178,10 @@ static shoal_status_t ag_codec_run(shoal_plan_t *plan)
     return s == SHOAL_OK ? shoal_prim_flush(p) : s;
 }
 
-static double ag_codec_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
-{
-    double n = team->nranks;
-    double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
-    return (n - 1) * (shoal_algo_lat(team) + wire / shoal_algo_bw(team));
-}
-
 const shoal_algo_ops_t shoal_ring_codec_ag_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "ring-codec",
-    .cost = ag_codec_cost,
+    .cost = shoal_codec_block_cost,
     .plan = ag_codec_plan,
     .run = ag_codec_run,
 };

@@ -258,17 +258,10 @@ static shoal_status_t twoshot_rs_run(shoal_plan_t *plan)
     return s;
 }
 
-static double twoshot_rs_cost(const shoal_team_t *team, const shoal_coll_args_t *args)
-{
-    double n = team->nranks;
-    double wire = (double)args->codec->ops->wire_bytes(args->codec, args->count);
-    return (n - 1) * (shoal_algo_lat(team) + wire / shoal_algo_bw(team));
-}
-
 const shoal_algo_ops_t shoal_twoshot_codec_rs_ops = {
     .size = sizeof(shoal_algo_ops_t),
     .name = "twoshot-codec",
-    .cost = twoshot_rs_cost,
+    .cost = shoal_codec_block_cost,
     .plan = twoshot_plan,
     .run = twoshot_rs_run,
 };

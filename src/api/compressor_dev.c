@@ -134,16 +134,12 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
     const struct shoal_compressor *c = call->comp;
     const float *res_in = call->args.residual_in;
     float *res = call->args.residual;
-    const float *x = call->args.sendbuf;
+    const float *x;
     void *st = call->stream;
     dev_lay_t l;
     size_t lo, len;
-    shoal_status_t r = shoal_comp_dev_upload(ops, call);
+    shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
     lay_of(c, &l);
-    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
-        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count, st);
-        x = c->dev.x;
-    }
     for (int j = 0; j < l.n && r == SHOAL_OK; j++) {
         chunk_of(c, l.n, j, &lo, &len);
         if (j == l.me || len == 0)
@@ -316,12 +312,10 @@ static shoal_status_t tscales_pre(const shoal_dev_ops_t *ops, const shoal_call_t
                                   unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    shoal_status_t r = shoal_comp_dev_upload(ops, call);
-    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
-        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
-                         call->stream);
+    const float *x;
+    shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
     shoal_dev_codec_args_t a = ternary_args(c, call->comp_step, SHOAL_DEV_CODEC_ABSMAX);
-    a.src = input_of(c, call);
+    a.src = x;
     a.addend = call->args.residual_in;
     a.dst = (float *)(pay + tscales_off(c, T_AMAX));
     if (r == SHOAL_OK)
@@ -652,13 +646,8 @@ static shoal_status_t ag_pre(const shoal_dev_ops_t *ops, const shoal_call_t *cal
                              unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    const float *x = call->args.sendbuf;
-    shoal_status_t r = shoal_comp_dev_upload(ops, call);
-    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
-        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
-                         call->stream);
-        x = c->dev.x;
-    }
+    const float *x;
+    shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
     if (r != SHOAL_OK || c->count == 0)
         return r;
     shoal_dev_codec_args_t a = dev_codec_of(c, c->comm->team.rank, call->comp_step,
@@ -766,6 +755,20 @@ shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_cal
         r = ops->copy(d->upload_to, d->host, c->count * sizeof(float), call->stream);
     if (r == SHOAL_OK && c->psgd)
         r = shoal_comp_psgd_upload(ops, c, call->stream);
+    return r;
+}
+
+shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                    const float **x_p)
+{
+    const struct shoal_compressor *c = call->comp;
+    shoal_status_t r = shoal_comp_dev_upload(ops, call);
+    *x_p = call->args.sendbuf;
+    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
+        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
+                         call->stream);
+        *x_p = c->dev.x;
+    }
     return r;
 }
 

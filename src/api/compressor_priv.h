@@ -210,6 +210,10 @@ shoal_status_t shoal_comp_dev_inner(struct shoal_comm *comm, const shoal_call_t 
                                     shoal_coll_kind_t kind, const void *send, void *recv,
                                     size_t count, shoal_dtype_t dtype, shoal_op_t op);
 shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_call_t *call);
+/* A call's first stream work: the upload above, then its input as fp32
+ * (float16 and bfloat16 widened into dev.x); *x_p says where it is. */
+shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                    const float **x_p);
 
 /* compressor_psgd.c: PowerSGD on device tensors. Its device buffers (made
  * with the rest of the state, freed with it); Q and the constant 1 into

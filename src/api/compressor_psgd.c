@@ -134,13 +134,8 @@ static const float *x_of(const shoal_call_t *call)
 static shoal_status_t make_x(const shoal_dev_ops_t *ops, const shoal_call_t *call)
 {
     const struct shoal_compressor *c = call->comp;
-    const float *m = call->args.sendbuf;
-    shoal_status_t r = shoal_comp_dev_upload(ops, call);
-    if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
-        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
-                         call->stream);
-        m = c->dev.x;
-    }
+    const float *m;
+    shoal_status_t r = shoal_comp_dev_input(ops, call, &m);
     if (r == SHOAL_OK && call->args.residual_in)
         r = ops->reduce(c->dev.x, m, call->args.residual_in, c->count, SHOAL_FLOAT32, SHOAL_SUM,
                         call->stream);

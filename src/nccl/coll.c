@@ -263,26 +263,21 @@ static shoal_status_t issue_stream(struct ncclComm *comm, shoal_comm_t sc, const
     void *rb = c->recvbuf, *st = c->stream;
     size_t n = c->count;
     int root = c->root;
+    /* door_compression takes only all-reduces and all-gathers here. */
+    if (c->compress) {
+        int taken;
+        shoal_compress_coll_t coll = c->kind == SHOAL_COLL_ALLGATHER
+                                         ? SHOAL_COMPRESS_COLL_ALLGATHER
+                                         : SHOAL_COMPRESS_COLL_ALLREDUCE;
+        shoal_status_t s = shoal_nccl_compress_stream(comm, sc, coll, sb, rb, n, dt, op, st,
+                                                      &taken);
+        if (taken || s != SHOAL_OK)
+            return s;
+    }
     switch (c->kind) {
-    case SHOAL_COLL_ALLREDUCE:
-        if (c->compress) {
-            int taken;
-            shoal_status_t s = shoal_nccl_compress_stream(
-                comm, sc, SHOAL_COMPRESS_COLL_ALLREDUCE, sb, rb, n, dt, op, st, &taken);
-            if (taken || s != SHOAL_OK)
-                return s;
-        }
-        return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
+    case SHOAL_COLL_ALLREDUCE: return shoal_allreduce_stream(sb, rb, n, dt, op, sc, st);
     case SHOAL_COLL_REDUCE_SCATTER: return shoal_reduce_scatter_stream(sb, rb, n, dt, op, sc, st);
-    case SHOAL_COLL_ALLGATHER:
-        if (c->compress) {
-            int taken;
-            shoal_status_t s = shoal_nccl_compress_stream(
-                comm, sc, SHOAL_COMPRESS_COLL_ALLGATHER, sb, rb, n, dt, op, st, &taken);
-            if (taken || s != SHOAL_OK)
-                return s;
-        }
-        return shoal_allgather_stream(sb, rb, n, dt, sc, st);
+    case SHOAL_COLL_ALLGATHER: return shoal_allgather_stream(sb, rb, n, dt, sc, st);
     case SHOAL_COLL_ALLTOALL: return shoal_alltoall_stream(sb, rb, n, dt, sc, st);
     case SHOAL_COLL_BROADCAST: return shoal_broadcast_stream(sb, rb, n, dt, root, sc, st);
     case SHOAL_COLL_REDUCE: return shoal_reduce_stream(sb, rb, n, dt, op, root, sc, st);
