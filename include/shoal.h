@@ -828,12 +828,29 @@ shoal_status_t shoal_allreduce_compressed_stream(shoal_compressor_t comp, const 
  * the rules of shoal_allreduce_compressed_stream: the shard is encoded
  * (and its residual kept) on the device, only the wire crosses to host
  * memory, and every rank decodes every shard on its device, its own
- * included, to the bits the host form gives. The stream forms of the
- * compressed reduce-scatter and all-to-all do not exist yet.
+ * included, to the bits the host form gives.
  */
 shoal_status_t shoal_allgather_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
                                                  void *recvbuf, shoal_compress_info_t *info,
                                                  void *stream);
+/*
+ * The stream-ordered forms of the compressed reduce-scatter and
+ * all-to-all, for device tensors (INT8), with the same rules. The
+ * reduce-scatter is the two-shot one whatever the options' algo: each
+ * block encoded on the device for its owner (its residual kept there),
+ * the wires exchanged through host memory, the owner adding them,
+ * decoded, to its own exact block in fp32, in the order and to the bits
+ * of the host form's two-shot. The all-to-all encodes each block for its
+ * destination and decodes what arrives, on the device, to the host
+ * form's bits.
+ */
+shoal_status_t shoal_reduce_scatter_compressed_stream(shoal_compressor_t comp,
+                                                      const void *sendbuf, void *recvbuf,
+                                                      shoal_op_t op, shoal_compress_info_t *info,
+                                                      void *stream);
+shoal_status_t shoal_alltoall_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
+                                                void *recvbuf, shoal_compress_info_t *info,
+                                                void *stream);
 
 /*
  * Stateless int8 all-reduce: INT8 with the default block, nearest

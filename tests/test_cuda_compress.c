@@ -30,9 +30,8 @@
  *   the residual and the state agree with a host compressor's on the same
  *   inputs, to the products' rounding (the device's sums run in cuBLAS's
  *   order); the products and the orthonormalisation ran on the device;
- * - the compressed all-gather (INT8, shoal_allgather_compressed_stream):
- *   bitwise the host form's, call after call, and its checkpoint too;
- *   INT4 refused there;
+ * - (the compressed all-gather, reduce-scatter and all-to-all of device
+ *   tensors: test_cuda_compress_colls.c);
  * - refusals, with the communicator still usable: PowerSGD in a group,
  *   host memory in the stream form, a host call once the state is on a
  *   device. */
@@ -932,101 +931,6 @@ static void test_direct_fallback(void **state)
     assert_int_equal(rc, 0);
 }
 
-/* The compressed all-gather of device tensors (INT8): three calls on one
- * compressor, each bitwise the host form's on the same inputs (a host
- * compressor with the same options beside it), float32 and bfloat16,
- * error feedback on (nearest) and off (stochastic), counts 1, odd and
- * several blocks; the device compressor's checkpoint is the host one's,
- * byte for byte; another kind is refused with the reason. */
-static int rank_ag(int rank, int nranks, const shoal_unique_id_t *id, void *arg)
-{
-    (void)arg;
-    shoal_comm_t comm;
-    if (rank_open(rank, &comm, nranks, id))
-        return 1;
-    void *stream = cu_user_stream();
-    static const size_t counts[] = {1, 1001, 40000};
-    static const shoal_dtype_t dts[] = {SHOAL_FLOAT32, SHOAL_BFLOAT16};
-    for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++)
-        for (size_t d = 0; d < 2; d++)
-            for (int v = 0; v < 2; v++) {
-                size_t count = counts[k], es = shoal_dtype_bytes(dts[d]);
-                size_t in = count * es, out = in * (size_t)nranks;
-                shoal_compress_options_t o;
-                shoal_compress_options_init(&o, SHOAL_COMPRESS_INT8);
-                o.coll = SHOAL_COMPRESS_COLL_ALLGATHER;
-                o.error_feedback = v == 0;
-                o.stochastic = v == 1;
-                o.seed = 5;
-                shoal_compressor_t dev = NULL, host = NULL;
-                RANK_CHECK(shoal_compressor_create(comm, &o, count, dts[d], NULL, &dev) ==
-                                   SHOAL_OK &&
-                               shoal_compressor_create(comm, &o, count, dts[d], NULL, &host) ==
-                                   SHOAL_OK,
-                           fail, "create: %s", shoal_comm_last_error(comm));
-                unsigned char *hin = malloc(in), *hout = malloc(out), *hdev = malloc(out);
-                void *din = cu_user_alloc(in), *dout = cu_user_alloc(out);
-                RANK_CHECK(hin && hout && hdev && din && dout, fail, "out of memory");
-                for (int t = 0; t < CALLS; t++) {
-                    for (size_t i = 0; i < count; i++) {
-                        float f = input_of(rank, t, i);
-                        if (dts[d] == SHOAL_FLOAT32) {
-                            memcpy(hin + i * 4, &f, 4);
-                        } else {
-                            uint16_t h = narrow16(dts[d], f);
-                            memcpy(hin + i * 2, &h, 2);
-                        }
-                    }
-                    cu_user_htod(din, hin, in);
-                    RANK_CHECK(shoal_allgather_compressed_stream(dev, din, dout, NULL, stream) ==
-                                   SHOAL_OK, fail, "device call: %s",
-                               shoal_comm_last_error(comm));
-                    cu_user_sync(stream);
-                    cu_user_dtoh(hdev, dout, out);
-                    RANK_CHECK(shoal_allgather_compressed(host, hin, hout, NULL) == SHOAL_OK,
-                               fail, "host call: %s", shoal_comm_last_error(comm));
-                    RANK_CHECK(!memcmp(hdev, hout, out), fail,
-                               "count %zu dtype %d ef %d call %d: the device's all-gather "
-                               "differs from the host's", count, (int)dts[d], o.error_feedback,
-                               t);
-                }
-                size_t sb = 0, sb2 = 0;
-                RANK_CHECK(shoal_compressor_state_size(dev, &sb) == SHOAL_OK &&
-                               shoal_compressor_state_size(host, &sb2) == SHOAL_OK && sb == sb2,
-                           fail, "state sizes %zu and %zu", sb, sb2);
-                unsigned char *s1 = malloc(sb), *s2 = malloc(sb);
-                RANK_CHECK(s1 && s2 && shoal_compressor_get_state(dev, s1, sb) == SHOAL_OK &&
-                               shoal_compressor_get_state(host, s2, sb) == SHOAL_OK &&
-                               !memcmp(s1, s2, sb),
-                           fail, "the device's checkpoint differs from the host's");
-                free(s1), free(s2), free(hin), free(hout), free(hdev);
-                cu_user_free(din);
-                cu_user_free(dout);
-                RANK_CHECK(shoal_compressor_destroy(dev) == SHOAL_OK &&
-                               shoal_compressor_destroy(host) == SHOAL_OK, fail, "destroy");
-            }
-    /* INT4 has no device kernels: refused, with the reason. */
-    shoal_compress_options_t o;
-    shoal_compress_options_init(&o, SHOAL_COMPRESS_INT4);
-    o.coll = SHOAL_COMPRESS_COLL_ALLGATHER;
-    shoal_compressor_t c4;
-    void *b = cu_user_alloc(64 * 4 * (size_t)nranks);
-    RANK_CHECK(shoal_compressor_create(comm, &o, 64, SHOAL_FLOAT32, NULL, &c4) == SHOAL_OK,
-               fail, "create int4");
-    shoal_status_t s = shoal_allgather_compressed_stream(c4, b, b, NULL, stream);
-    RANK_CHECK(s == SHOAL_ERR_UNSUPPORTED && strstr(shoal_comm_last_error(comm), "INT8"), fail,
-               "int4 on the device: %s (%s)", shoal_status_string(s),
-               shoal_comm_last_error(comm));
-    RANK_CHECK(shoal_compressor_destroy(c4) == SHOAL_OK, fail, "destroy int4");
-    cu_user_free(b);
-    cu_user_stream_free(stream);
-    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "comm destroy");
-    return 0;
-fail:
-    return 1;
-}
-
-static void test_allgather(void **state) { (void)state; run_all(rank_ag, "shm", 5); }
 static void test_matrix_shm(void **state) { (void)state; run_all(rank_matrix, "shm", 8); }
 static void test_matrix_tcp(void **state) { (void)state; run_all(rank_matrix, "tcp", 3); }
 static void test_state(void **state) { (void)state; run_all(rank_state, "shm", 3); }
@@ -1041,7 +945,6 @@ int main(void)
         return rc;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_matrix_shm),
-        cmocka_unit_test(test_allgather),
         cmocka_unit_test(test_matrix_tcp),
         cmocka_unit_test(test_matrix_direct),
         cmocka_unit_test(test_direct_fallback),

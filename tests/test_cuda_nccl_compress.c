@@ -13,7 +13,11 @@
  * - with SHOAL_COMPRESS_ALLGATHER=int8, float all-gathers of device
  *   buffers go through the stream-ordered compressed all-gather: every
  *   rank holds the same bits, each block within half an int8 step of its
- *   owner's input and not all exact, float and bfloat16. */
+ *   owner's input and not all exact, float and bfloat16;
+ * - with SHOAL_COMPRESS_REDUCESCATTER=int8, float reduce-scatters of
+ *   device buffers go through the stream-ordered compressed
+ *   reduce-scatter: each rank's block within the two-shot's error of the
+ *   exact sum (or average), and not all exact. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -183,6 +187,75 @@ fail:
     return 1;
 }
 
+/* The device reduce-scatter of COUNT floats a rank (SHOAL_COMPRESS_
+ * REDUCESCATTER=int8), float sum then bfloat16 average: rank me's block
+ * within the two-shot's error of the exact sum (each other rank's
+ * contribution quantised once, to nearest: half an int8 step of its block,
+ * whose values start at me x COUNT; its own exact), plus bfloat16's
+ * rounding, and some value not exact on two ranks or more. */
+static int check_scatter(ncclComm_t comm, void *stream, int rank, int n)
+{
+    size_t all = (size_t)COUNT * (size_t)n, at = (size_t)rank * COUNT;
+    float *in = malloc(all * 4), *out = malloc(COUNT * 4);
+    uint16_t *h = malloc(all * 2);
+    void *din = cu_user_alloc(all * 4), *dout = cu_user_alloc(COUNT * 4);
+    int inexact = 0;
+    RANK_CHECK(in && out && h && din && dout, fail, "out of memory");
+    for (int bf = 0; bf < 2; bf++) {
+        size_t es = bf ? 2 : 4;
+        for (size_t i = 0; i < all; i++) {
+            in[i] = input_of(rank, i);
+            h[i] = shoal_f32_to_bf16(in[i]);
+        }
+        cu_user_htod(din, bf ? (void *)h : (void *)in, all * es);
+        NCCL_CHECK(ncclReduceScatter(din, dout, COUNT, bf ? ncclBfloat16 : ncclFloat32,
+                                     bf ? ncclAvg : ncclSum, comm, (cudaStream_t)stream), fail);
+        cu_user_sync(stream);
+        if (bf) {
+            cu_user_dtoh(h, dout, COUNT * 2);
+            for (size_t i = 0; i < COUNT; i++)
+                out[i] = shoal_bf16_to_f32(h[i]);
+        } else {
+            cu_user_dtoh(out, dout, COUNT * 4);
+        }
+        for (size_t b = 0; b < COUNT; b += BLOCK) {
+            size_t end = b + BLOCK < COUNT ? b + BLOCK : COUNT;
+            double err = 0;
+            for (int r = 0; r < n; r++) {
+                double amax = 0;
+                for (size_t i = b; i < end && r != rank; i++) {
+                    float x = input_of(r, at + i);
+                    x = bf ? shoal_bf16_to_f32(shoal_f32_to_bf16(x)) : x;
+                    amax = fabs(x) > amax ? fabs(x) : amax;
+                }
+                err += amax / 127 / 2 * 1.0001;
+            }
+            for (size_t i = b; i < end; i++) {
+                double exact = 0;
+                for (int r = 0; r < n; r++) {
+                    float x = input_of(r, at + i);
+                    exact += bf ? shoal_bf16_to_f32(shoal_f32_to_bf16(x)) : x;
+                }
+                if (bf)
+                    exact /= n;
+                double d = fabs(out[i] - exact);
+                double bound = (bf ? err / n + fabs(exact) / 128 : err) + 1e-6 * fabs(exact) +
+                               1e-30;
+                RANK_CHECK(d <= bound, fail, "%s value %zu: %g for %g (bound %g)",
+                           bf ? "bfloat16 avg" : "float sum", i, (double)out[i], exact, bound);
+                inexact |= d > 0;
+            }
+        }
+    }
+    RANK_CHECK(n == 1 || inexact, fail, "every value exact: nothing was compressed");
+    cu_user_free(din);
+    cu_user_free(dout);
+    free(in), free(out), free(h);
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
 {
     (void)sid;
@@ -214,6 +287,7 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
                    "no codec kernel ran");
 
     RANK_CHECK(check_gather(comm, stream, rank, n) == 0, fail, "all-gather");
+    RANK_CHECK(check_scatter(comm, stream, rank, n) == 0, fail, "reduce-scatter");
 
     /* A held stream: the call returns, its work waits. */
     void *d = cu_user_alloc(COUNT * 4);
@@ -306,6 +380,7 @@ int main(void)
     /* Before the door reads its settings (once per process). */
     setenv("SHOAL_COMPRESS", "int8", 1);
     setenv("SHOAL_COMPRESS_ALLGATHER", "int8", 1);
+    setenv("SHOAL_COMPRESS_REDUCESCATTER", "int8", 1);
     setenv("SHOAL_COMPRESS_MIN", "4096", 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_door_compress),

@@ -860,6 +860,24 @@ shoal_status_t shoal_allgather_compressed_stream(shoal_compressor_t comp, const 
                       sendbuf, recvbuf, SHOAL_SUM, info, 0, NULL, 1, stream);
 }
 
+shoal_status_t shoal_reduce_scatter_compressed_stream(shoal_compressor_t comp,
+                                                      const void *sendbuf, void *recvbuf,
+                                                      shoal_op_t op, shoal_compress_info_t *info,
+                                                      void *stream)
+{
+    return comp_issue("shoal_reduce_scatter_compressed_stream",
+                      SHOAL_COMPRESS_COLL_REDUCE_SCATTER, comp, sendbuf, recvbuf, op, info, 0,
+                      NULL, 1, stream);
+}
+
+shoal_status_t shoal_alltoall_compressed_stream(shoal_compressor_t comp, const void *sendbuf,
+                                                void *recvbuf, shoal_compress_info_t *info,
+                                                void *stream)
+{
+    return comp_issue("shoal_alltoall_compressed_stream", SHOAL_COMPRESS_COLL_ALLTOALL, comp,
+                      sendbuf, recvbuf, SHOAL_SUM, info, 0, NULL, 1, stream);
+}
+
 shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t count,
                                     shoal_dtype_t dtype, shoal_op_t op, shoal_comm_t comm,
                                     shoal_compress_info_t *info)

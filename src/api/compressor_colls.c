@@ -36,9 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What travels to rank j from this rank (and back): the codec's wire, or
- * fp32 values between ranks of one host of a job on several hosts. */
-static int a2a_plain(const struct shoal_comm *comm, int j)
+int shoal_comp_a2a_plain(const struct shoal_comm *comm, int j)
 {
     const shoal_cluster_t *cl = &comm->team.cluster;
     return comm->team.nhosts > 1 && cl->host_of[j] == cl->host_of[comm->team.rank];
@@ -127,7 +125,7 @@ shoal_status_t shoal_comp_run_alltoall(struct shoal_comm *comm, const shoal_call
     size_t *scount = c->moves, *sdispl = scount + n, *rcount = sdispl + n, *rdispl = rcount + n;
     size_t sat = 0, rat = 0;
     for (int j = 0; j < n; j++) {
-        size_t bytes = j == me ? 0 : a2a_plain(comm, j) ? plain : wire;
+        size_t bytes = j == me ? 0 : shoal_comp_a2a_plain(comm, j) ? plain : wire;
         scount[j] = rcount[j] = bytes;
         sdispl[j] = sat;
         rdispl[j] = rat;
@@ -138,7 +136,7 @@ shoal_status_t shoal_comp_run_alltoall(struct shoal_comm *comm, const shoal_call
         const float *blk = x + (size_t)j * count;
         if (j == me)
             continue;
-        if (a2a_plain(comm, j))
+        if (shoal_comp_a2a_plain(comm, j))
             memcpy(c->tx + sdispl[j], blk, plain);
         else
             codec.ops->encode(&codec, c->tx + sdispl[j], blk, NULL, NULL, count,
@@ -155,7 +153,7 @@ shoal_status_t shoal_comp_run_alltoall(struct shoal_comm *comm, const shoal_call
         float *blk = out + (size_t)j * count;
         if (j == me)
             continue;
-        if (a2a_plain(comm, j))
+        if (shoal_comp_a2a_plain(comm, j))
             memcpy(blk, c->rx + rdispl[j], plain);
         else
             codec.ops->decode(&codec, blk, c->rx + rdispl[j], count, (size_t)me * count);

@@ -117,8 +117,8 @@ static size_t stage_need(const shoal_call_t *call)
     return l.need;
 }
 
-static shoal_dev_codec_args_t dev_codec_of(const struct shoal_compressor *c, int rank,
-                                           uint64_t step, shoal_dev_codec_op_t op)
+shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, int rank,
+                                            uint64_t step, shoal_dev_codec_op_t op)
 {
     shoal_codec_t h = codec_of(c, rank, step);
     return (shoal_dev_codec_args_t){.op = op, .kind = SHOAL_DEV_CODEC_INT8, .block = h.block,
@@ -144,7 +144,7 @@ static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *
         chunk_of(c, l.n, j, &lo, &len);
         if (j == l.me || len == 0)
             continue;
-        shoal_dev_codec_args_t a = dev_codec_of(c, l.me, call->comp_step,
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, l.me, call->comp_step,
                                                 SHOAL_DEV_CODEC_ENCODE);
         a.wire_out = pay + l.w_in + (size_t)j * l.cw;
         a.src = x + lo;
@@ -182,7 +182,7 @@ static shoal_status_t decode_post(const shoal_dev_ops_t *ops, shoal_call_t *call
         chunk_of(c, l.n, j, &lo, &len);
         if (len == 0)
             continue;
-        shoal_dev_codec_args_t a = dev_codec_of(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
         a.wire_in = pay + l.w_out + (size_t)j * l.cw;
         a.dst = out + lo;
         a.count = len;
@@ -554,7 +554,7 @@ static shoal_status_t int8_direct_reduce(const shoal_call_t *call, char **peer, 
     shoal_status_t s = ops->copy(sum, w + l.mine, len * sizeof(float), st);
     for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
         int from = (l.me - k + l.n) % l.n;
-        shoal_dev_codec_args_t a = dev_codec_of(c, from, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, from, call->comp_step, SHOAL_DEV_CODEC_DECODE);
         a.wire_in = peer[from] + l.w_in + (size_t)l.me * l.cw;
         a.dst = tmp;
         a.count = len;
@@ -564,7 +564,7 @@ static shoal_status_t int8_direct_reduce(const shoal_call_t *call, char **peer, 
             s = ops->reduce(sum, sum, tmp, len, SHOAL_FLOAT32, SHOAL_SUM, st);
     }
     if (s == SHOAL_OK) {
-        shoal_dev_codec_args_t a = dev_codec_of(c, l.me, call->comp_step, SHOAL_DEV_CODEC_ENCODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, l.me, call->comp_step, SHOAL_DEV_CODEC_ENCODE);
         a.wire_out = w + l.w_own;
         a.src = sum;
         a.residual = (float *)(w + l.err);
@@ -624,89 +624,6 @@ out:
     return s;
 }
 
-/* The compressed all-gather of device tensors (INT8): the stream encodes
- * this rank's shard (plus the residual, whose new value it writes on the
- * device) into the payload, the host side all-gathers the wires, and the
- * stream decodes every rank's, its own included, into the result, as the
- * host form does (compressor_colls.c), so the bits are the same. Payload:
- * this rank's wire, then every rank's. */
-static size_t ag_wire(const struct shoal_compressor *c)
-{
-    shoal_codec_t codec = codec_of(c, 0, 0);
-    return codec.ops->wire_bytes(&codec, c->count);
-}
-
-static size_t ag_need(const shoal_call_t *call)
-{
-    const struct shoal_compressor *c = call->comp;
-    return shoal_comp_up64(ag_wire(c)) + (size_t)c->nranks * ag_wire(c);
-}
-
-static shoal_status_t ag_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
-                             unsigned char *pay)
-{
-    const struct shoal_compressor *c = call->comp;
-    const float *x;
-    shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
-    if (r != SHOAL_OK || c->count == 0)
-        return r;
-    shoal_dev_codec_args_t a = dev_codec_of(c, c->comm->team.rank, call->comp_step,
-                                            SHOAL_DEV_CODEC_ENCODE);
-    a.wire_out = pay;
-    a.src = x;
-    a.addend = call->args.residual_in;
-    a.residual = call->args.residual;
-    a.count = c->count;
-    return ops->codec(&a, call->stream);
-}
-
-static shoal_status_t ag_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
-                              unsigned char *pay)
-{
-    const struct shoal_compressor *c = call->comp;
-    size_t w = ag_wire(c), es = shoal_dtype_bytes(c->dtype);
-    const unsigned char *rx = pay + shoal_comp_up64(w);
-    shoal_status_t r = SHOAL_OK;
-    for (int j = 0; j < c->nranks && r == SHOAL_OK && c->count; j++) {
-        char *out = (char *)call->args.recvbuf + (size_t)j * c->count * es;
-        shoal_dev_codec_args_t a = dev_codec_of(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
-        a.wire_in = rx + (size_t)j * w;
-        a.dst = c->dtype == SHOAL_FLOAT32 ? (float *)(void *)out : c->dev.x;
-        a.count = c->count;
-        r = ops->codec(&a, call->stream);
-        if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32)
-            r = ops->convert(out, c->dtype, c->dev.x, SHOAL_FLOAT32, c->count, call->stream);
-    }
-    call->args.sendbuf = pay;
-    call->args.recvbuf = pay;
-    return r;
-}
-
-static const shoal_dev_stager_t ag_stager = {
-    .need = ag_need,
-    .pre = ag_pre,
-    .post = ag_post,
-};
-
-/* The host side: the wires gathered. */
-static shoal_status_t ag_run(struct shoal_comm *comm, const shoal_call_t *call)
-{
-    struct shoal_compressor *c = call->comp;
-    unsigned char *pay = call->args.recvbuf;
-    size_t w = ag_wire(c);
-    uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
-    shoal_status_t s = SHOAL_OK;
-    if (c->nranks == 1)
-        memcpy(pay + shoal_comp_up64(w), pay, w);
-    else
-        s = inner_bytes(comm, call, SHOAL_COLL_ALLGATHER, pay, pay + shoal_comp_up64(w), w);
-    if (s == SHOAL_OK)
-        shoal_comp_info(comm, call, tx0, rx0, call->comp_step);
-    else
-        atomic_store(&c->dev.lost, 1);
-    return s;
-}
-
 /* Where p lives: its device, or -1 when the device cannot reach it as a
  * compressor's kernels need (host memory). */
 static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
@@ -752,7 +669,7 @@ shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_cal
         return SHOAL_OK;
     d->upload = 0;
     if (c->res)
-        r = ops->copy(d->upload_to, d->host, c->count * sizeof(float), call->stream);
+        r = ops->copy(d->upload_to, d->host, c->nres * sizeof(float), call->stream);
     if (r == SHOAL_OK && c->psgd)
         r = shoal_comp_psgd_upload(ops, c, call->stream);
     return r;
@@ -765,7 +682,7 @@ shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call
     shoal_status_t r = shoal_comp_dev_upload(ops, call);
     *x_p = call->args.sendbuf;
     if (r == SHOAL_OK && c->dtype != SHOAL_FLOAT32) {
-        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->count,
+        r = ops->convert(c->dev.x, SHOAL_FLOAT32, call->args.sendbuf, c->dtype, c->nin,
                          call->stream);
         *x_p = c->dev.x;
     }
@@ -776,7 +693,10 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
                                       int device, void *stream)
 {
     shoal_comp_dev_t *d = &c->dev;
-    size_t bytes = (c->count ? c->count : 1) * sizeof(float);
+    /* The residual is the input's shape (nres), dev.x the larger of the
+     * input's and the output's (the all-gather's decodes one block). */
+    size_t nx = c->nin > c->nout ? c->nin : c->nout;
+    size_t bytes = (c->nres ? c->nres : 1) * sizeof(float);
     shoal_status_t r = SHOAL_OK;
     if (c->res) {
         r = ops->mem_alloc(device, bytes, (void **)&d->res);
@@ -786,7 +706,7 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
             r = ops->host_alloc(bytes, (void **)&d->host);
     }
     if (r == SHOAL_OK && (c->dtype != SHOAL_FLOAT32 || c->psgd))
-        r = ops->mem_alloc(device, bytes, (void **)&d->x);
+        r = ops->mem_alloc(device, (nx ? nx : 1) * sizeof(float), (void **)&d->x);
     if (r == SHOAL_OK && c->opt.kind == SHOAL_COMPRESS_TERNARY)
         r = ops->mem_alloc(device, (nblocks_of(c) + 1) * sizeof(float), (void **)&d->scales);
     if (r == SHOAL_OK && c->psgd)
@@ -798,7 +718,7 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
     /* The first call's stream work copies it in (shoal_comp_dev_upload):
      * inside a group, nothing is queued before the group's end. */
     if (c->res)
-        memcpy(d->host, c->res, c->count * sizeof(float));
+        memcpy(d->host, c->res, c->nres * sizeof(float));
     if (c->psgd)
         shoal_comp_psgd_stage_state(c);
     d->upload = 1;
@@ -812,13 +732,12 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
 /* Why c cannot take call on the device, or NULL. */
 static const char *dev_problem(const struct shoal_compressor *c)
 {
-    if (c->opt.coll == SHOAL_COMPRESS_COLL_ALLGATHER)
+    if (c->opt.coll != SHOAL_COMPRESS_COLL_ALLREDUCE)
         return c->opt.kind == SHOAL_COMPRESS_INT8
                    ? NULL
-                   : "the compressed all-gather of device tensors takes INT8 (the device "
-                     "kernels there): other kinds take host memory";
-    if (c->opt.coll != SHOAL_COMPRESS_COLL_ALLREDUCE)
-        return "the compressed reduce-scatter and all-to-all take host memory";
+                   : "the compressed all-gather, reduce-scatter and all-to-all of device "
+                     "tensors take INT8 (the device kernels there): other kinds take host "
+                     "memory";
     if (c->opt.kind != SHOAL_COMPRESS_INT8 && c->opt.kind != SHOAL_COMPRESS_TERNARY &&
         c->opt.kind != SHOAL_COMPRESS_POWERSGD)
         return "SIGN, MAJORITY, INT4 and ADAPTIVE compressors have no device kernels: their "
@@ -893,9 +812,8 @@ static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call
     }
     call->stager = &comp_stager;
     call->run = int8_run;
-    if (c->opt.coll == SHOAL_COMPRESS_COLL_ALLGATHER) {
-        call->stager = &ag_stager;
-        call->run = ag_run;
+    if (c->opt.coll != SHOAL_COMPRESS_COLL_ALLREDUCE) {
+        shoal_comp_dev_colls_pick(c, call);
     } else if (int8_goes_direct(comm, c, call)) {
         dev_lay_t l;
         lay_of(c, &l);
@@ -960,7 +878,7 @@ shoal_status_t shoal_comp_dev_issue(struct shoal_compressor *c, shoal_call_t *ca
 static shoal_status_t dev_move(struct shoal_compressor *c, int to_host)
 {
     shoal_comp_dev_t *d = &c->dev;
-    size_t bytes = c->count * sizeof(float);
+    size_t bytes = c->nres * sizeof(float);
     shoal_status_t r = SHOAL_OK;
     if (!d->ops)
         return SHOAL_OK;

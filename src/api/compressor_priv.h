@@ -185,6 +185,9 @@ shoal_status_t shoal_comp_run_alltoall(struct shoal_comm *comm, const shoal_call
                                        const float *x, float *out);
 shoal_status_t shoal_comp_run_vote(struct shoal_comm *comm, const shoal_call_t *call,
                                    const float *x, float *out);
+/* Whether the all-to-all's block to rank j travels as fp32 (between the
+ * ranks of one host of a job on several hosts), not as the codec's wire. */
+int shoal_comp_a2a_plain(const struct shoal_comm *comm, int j);
 /* One inner call on comm for call: kind's collective of count values of
  * dtype (with codec: the residuals as args.residual and residual_in),
  * under sig_kind (0: the call's own). */
@@ -214,6 +217,12 @@ shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_cal
  * (float16 and bfloat16 widened into dev.x); *x_p says where it is. */
 shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call_t *call,
                                     const float **x_p);
+/* The device codec's arguments of c's INT8 on rank at step, for op. */
+shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, int rank,
+                                            uint64_t step, shoal_dev_codec_op_t op);
+/* compressor_dev_colls.c: the stager and host side of c's all-gather,
+ * reduce-scatter or all-to-all on device tensors (INT8) into call. */
+void shoal_comp_dev_colls_pick(const struct shoal_compressor *c, shoal_call_t *call);
 
 /* compressor_psgd.c: PowerSGD on device tensors. Its device buffers (made
  * with the rest of the state, freed with it); Q and the constant 1 into

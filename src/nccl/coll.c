@@ -19,9 +19,9 @@
  * stream-ordered compressed all-reduce on device buffers (compress.c).
  * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER do the same
  * for the all-gathers of a sharded program's weights and the
- * reduce-scatters of its gradients (FSDP, ZeRO), on host buffers only:
- * the compressed all-gather and reduce-scatter have no stream-ordered
- * form, so on device buffers they stay plain.
+ * reduce-scatters of its gradients (FSDP, ZeRO): on host buffers any
+ * kind, on device buffers int8 (the kind with device kernels), through
+ * their stream-ordered forms.
  * Every rank reads the same settings and sees the same count, type, op
  * and kind of buffer, so all take the same path; a rank whose settings
  * differ meets a mismatch. */
@@ -126,8 +126,8 @@ static ncclResult_t classify(struct ncclComm *comm, shoal_comm_t sc, door_call_t
  * all-reduce's rules where they apply: not in groups (a group may hold two
  * calls of one shape, and a compressor takes one call at a time), on host
  * buffers outside stream order (their host calls are blocking), and on
- * device buffers only for SHOAL_COMPRESS_ALLGATHER=int8, whose device form
- * is stream-ordered (the reduce-scatter and int4 have none). Their size is
+ * device buffers for int8, whose device forms are stream-ordered (int4
+ * and sign have none). Their size is
  * the buffer of nranks x count values (the all-gather's output, the
  * reduce-scatter's input), and on one rank, where nothing travels, they
  * stay plain. */
@@ -158,9 +158,9 @@ static int door_compression(const door_call_t *c, int nranks)
         kind = c->kind == SHOAL_COLL_ALLGATHER ? cc->allgather : cc->reduce_scatter;
         if (c->kind == SHOAL_COLL_ALLGATHER)
             op = SHOAL_SUM; /* it moves values; the door passes ncclSum */
-        /* On device buffers, INT8's all-gather alone has device kernels. */
-        if (c->on_stream && (c->kind != SHOAL_COLL_ALLGATHER || kind != SHOAL_COMPRESS_INT8 ||
-                             !device_memory(c->sendbuf) || !device_memory(c->recvbuf)))
+        /* On device buffers, INT8 alone has device kernels. */
+        if (c->on_stream && (kind != SHOAL_COMPRESS_INT8 || !device_memory(c->sendbuf) ||
+                             !device_memory(c->recvbuf)))
             return 0;
         if (nranks < 2 || c->count > SIZE_MAX / (size_t)nranks)
             return 0;
@@ -263,11 +263,14 @@ static shoal_status_t issue_stream(struct ncclComm *comm, shoal_comm_t sc, const
     void *rb = c->recvbuf, *st = c->stream;
     size_t n = c->count;
     int root = c->root;
-    /* door_compression takes only all-reduces and all-gathers here. */
+    /* door_compression takes only all-reduces, all-gathers and
+     * reduce-scatters. */
     if (c->compress) {
         int taken;
         shoal_compress_coll_t coll = c->kind == SHOAL_COLL_ALLGATHER
                                          ? SHOAL_COMPRESS_COLL_ALLGATHER
+                                     : c->kind == SHOAL_COLL_REDUCE_SCATTER
+                                         ? SHOAL_COMPRESS_COLL_REDUCE_SCATTER
                                          : SHOAL_COMPRESS_COLL_ALLREDUCE;
         shoal_status_t s = shoal_nccl_compress_stream(comm, sc, coll, sb, rb, n, dt, op, st,
                                                       &taken);

@@ -7,8 +7,9 @@
  * - SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER on host
  *   buffers: the door's float all-gathers and reduce-scatters go through
  *   shoal_allgather_compressed and shoal_reduce_scatter_compressed, which
- *   take a compressor made for their collective; SHOAL_COMPRESS_ALLGATHER
- *   =int8 on device buffers: through shoal_allgather_compressed_stream.
+ *   take a compressor made for their collective; set to int8, on device
+ *   buffers: through shoal_allgather_compressed_stream and
+ *   shoal_reduce_scatter_compressed_stream.
  * All are stateless as shoal_allreduce_int8 is (no error feedback, nearest
  * rounding, the default block), one compressor per collective, kind,
  * count and type. Every rank makes the same ones, from the same calls,
@@ -113,22 +114,30 @@ shoal_status_t shoal_nccl_compress_stream(struct ncclComm *comm, shoal_comm_t sc
                                           void *recvbuf, size_t count, shoal_dtype_t dtype,
                                           shoal_op_t op, void *stream, int *taken)
 {
+    static const char *const names[] = {"ncclAllReduce", "ncclAllGather",
+                                        "ncclReduceScatter"};
+    const char *what = names[coll];
     shoal_status_t st = SHOAL_OK;
-    int ag = coll == SHOAL_COMPRESS_COLL_ALLGATHER;
-    shoal_compressor_t comp = comp_get(comm, sc, ag ? "ncclAllGather" : "ncclAllReduce", coll,
-                                       SHOAL_COMPRESS_INT8, count, dtype, &st);
+    shoal_compressor_t comp = comp_get(comm, sc, what, coll, SHOAL_COMPRESS_INT8, count, dtype,
+                                       &st);
     *taken = comp != NULL;
     if (!comp)
         return st;
-    if (ag) {
+    switch (coll) {
+    case SHOAL_COMPRESS_COLL_ALLGATHER:
         st = shoal_allgather_compressed_stream(comp, sendbuf, recvbuf, NULL, stream);
-        /* The line tests look for: the call went compressed. */
-        if (st == SHOAL_OK)
-            shoal_info(COMP, "ncclAllGather: %zu %s values a rank, int8 on the device", count,
-                       shoal_dtype_name(dtype));
-        return st;
+        break;
+    case SHOAL_COMPRESS_COLL_REDUCE_SCATTER:
+        st = shoal_reduce_scatter_compressed_stream(comp, sendbuf, recvbuf, op, NULL, stream);
+        break;
+    default:
+        return shoal_allreduce_compressed_stream(comp, sendbuf, recvbuf, op, NULL, stream);
     }
-    return shoal_allreduce_compressed_stream(comp, sendbuf, recvbuf, op, NULL, stream);
+    /* The line tests look for: the call went compressed. */
+    if (st == SHOAL_OK)
+        shoal_info(COMP, "%s: %zu %s values a rank, int8 on the device", what, count,
+                   shoal_dtype_name(dtype));
+    return st;
 }
 
 shoal_status_t shoal_nccl_compress_host(struct ncclComm *comm, shoal_comm_t sc,

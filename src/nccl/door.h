@@ -126,8 +126,9 @@ int shoal_nccl_is_memory(const void *p, size_t len, int writable);
 void shoal_nccl_windows_free(struct ncclComm *comm);
 
 /* compress.c. INT8 on device buffers (SHOAL_COMPRESS=int8 for the
- * all-reduce, coll SHOAL_COMPRESS_COLL_ALLREDUCE; SHOAL_COMPRESS_ALLGATHER=
- * int8 for the all-gather, SHOAL_COMPRESS_COLL_ALLGATHER, count per rank):
+ * all-reduce, coll SHOAL_COMPRESS_COLL_ALLREDUCE; SHOAL_COMPRESS_ALLGATHER
+ * and SHOAL_COMPRESS_REDUCESCATTER=int8 for the all-gather and
+ * reduce-scatter, count per rank):
  * queue the compressed call on stream through the communicator's
  * compressor for (coll, count, dtype), made on first use. *taken = 0,
  * queueing nothing, when the communicator holds too many already: the

@@ -97,8 +97,10 @@ static const shoal_config_entry_t compress_entries[] = {
             "fp32's, float16's or bfloat16's rounding). sign: each contribution becomes 1 "
             "bit a value times its block's mean magnitude, a 1-bit approximation meant for "
             "use with error feedback, which the stateless door does not keep, so its "
-            "results here are coarse. Device buffers, stream-ordered calls, groups, other "
-            "types and other ops take the plain reduce-scatter",
+            "results here are coarse. int8 on device buffers (both) of a stream-ordered "
+            "call goes through shoal_reduce_scatter_compressed_stream, with the same error "
+            "and the host form's bits; int4 and sign there, groups, other types and other "
+            "ops take the plain reduce-scatter",
      .parse = parse_compress_reducescatter,
      .offset = SHOAL_CONFIG_FIELD(compress.reduce_scatter)},
 };
