@@ -65,7 +65,8 @@ typedef struct {
     size_t need;
 } dev_lay_t;
 
-static shoal_codec_t codec_of(const struct shoal_compressor *c, int rank, uint64_t step)
+shoal_codec_t shoal_comp_dev_host_codec(const struct shoal_compressor *c, int rank,
+                                        uint64_t step)
 {
     return (shoal_codec_t){
         .ops = &shoal_codec_int8, .block = c->opt.block,
@@ -86,7 +87,7 @@ static void chunk_of(const struct shoal_compressor *c, int n, int j, size_t *lo,
 
 static void lay_of(const struct shoal_compressor *c, dev_lay_t *l)
 {
-    shoal_codec_t codec = codec_of(c, 0, 0);
+    shoal_codec_t codec = shoal_comp_dev_host_codec(c, 0, 0);
     memset(l, 0, sizeof(*l));
     l->n = c->nranks;
     l->me = c->comm->team.rank;
@@ -120,7 +121,7 @@ static size_t stage_need(const shoal_call_t *call)
 shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, int rank,
                                             uint64_t step, shoal_dev_codec_op_t op)
 {
-    shoal_codec_t h = codec_of(c, rank, step);
+    shoal_codec_t h = shoal_comp_dev_host_codec(c, rank, step);
     return (shoal_dev_codec_args_t){.op = op, .kind = SHOAL_DEV_CODEC_INT8, .block = h.block,
                                     .round = (int)h.round, .seed = h.seed, .step = h.step};
 }
@@ -473,13 +474,13 @@ static shoal_status_t int8_run(struct shoal_comm *comm, const shoal_call_t *call
         s = inner_bytes(comm, call, SHOAL_COLL_ALLTOALL, pay + l.w_in, pay + l.w_rx, l.cw);
         for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
             int from = (l.me - k + l.n) % l.n;
-            shoal_codec_t cd = codec_of(c, from, call->comp_step);
+            shoal_codec_t cd = shoal_comp_dev_host_codec(c, from, call->comp_step);
             cd.ops->decode(&cd, tmp, pay + l.w_rx + (size_t)from * l.cw, len, lo);
             for (size_t i = 0; i < len; i++)
                 sum[i] = sum[i] + tmp[i];
         }
         if (s == SHOAL_OK) {
-            shoal_codec_t own = codec_of(c, l.me, call->comp_step);
+            shoal_codec_t own = shoal_comp_dev_host_codec(c, l.me, call->comp_step);
             own.ops->encode(&own, pay + l.w_own, sum, NULL, err, len, lo);
             s = inner_bytes(comm, call, SHOAL_COLL_ALLGATHER, pay + l.w_own, pay + l.w_out,
                             l.cw);

@@ -37,7 +37,7 @@
 /* The wire of count values of c's codec. */
 static size_t wire_of(const struct shoal_compressor *c, size_t count)
 {
-    shoal_codec_t codec = shoal_comp_codec(c, 0);
+    shoal_codec_t codec = shoal_comp_dev_host_codec(c, 0, 0);
     return codec.ops->wire_bytes(&codec, count);
 }
 
@@ -252,7 +252,7 @@ static shoal_status_t rs_run(struct shoal_comm *comm, const shoal_call_t *call)
                                  l.cw, SHOAL_UINT8, SHOAL_SUM);
     for (int k = 1; k < n && s == SHOAL_OK; k++) {
         int from = (me - k + n) % n;
-        shoal_codec_t cd = shoal_comp_codec(c, from);
+        shoal_codec_t cd = shoal_comp_dev_host_codec(c, from, call->comp_step);
         cd.ops->decode(&cd, tmp, pay + l.w_rx + (size_t)from * l.cw, count,
                        (size_t)me * count);
         for (size_t i = 0; i < count; i++)

@@ -217,7 +217,11 @@ shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_cal
  * (float16 and bfloat16 widened into dev.x); *x_p says where it is. */
 shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call_t *call,
                                     const float **x_p);
-/* The device codec's arguments of c's INT8 on rank at step, for op. */
+/* The host codec of c's INT8 on rank at step (a device call's step, not
+ * c->step, which the issuing thread moves on), and the device codec's
+ * arguments of the same, for op. */
+shoal_codec_t shoal_comp_dev_host_codec(const struct shoal_compressor *c, int rank,
+                                        uint64_t step);
 shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, int rank,
                                             uint64_t step, shoal_dev_codec_op_t op);
 /* compressor_dev_colls.c: the stager and host side of c's all-gather,
