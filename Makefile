@@ -242,14 +242,15 @@ endif
 # The NCCL door's conformance program: built against the vendor's nccl.h and
 # libnccl.so.2 (never shoal's include/), run by tests/test_nccl_vendor.sh with
 # shoal's libnccl.so.2 preloaded; built only where the vendor's NCCL is. PIE,
-# since it checks the addresses that the dynamic linker bound.
+# since it checks the addresses that the dynamic linker bound; bound now, so
+# that a symbol the drop-in lacks stops it at load.
 VENDOR_SRC  := $(sort $(wildcard tests/nccl/*.c))
 VENDOR_TEST := $(if $(wildcard $(CUDA_HOME)/include/nccl.h),$(BUILD)/tests/nccl_vendor_test)
 all: $(VENDOR_TEST)
 $(BUILD)/tests/nccl_vendor_test: $(VENDOR_SRC) tests/nccl/vendor.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -D_GNU_SOURCE -fPIE $(WARN) $(CFLAGS) -I$(CUDA_HOME)/include \
-	    -DVENDOR_LIB='"$(CUDA_HOME)/lib64/libnccl.so.2"' $(VENDOR_SRC) -pie $(LDFLAGS) \
+	    -DVENDOR_LIB='"$(CUDA_HOME)/lib64/libnccl.so.2"' $(VENDOR_SRC) -pie -Wl,-z,now $(LDFLAGS) \
 	    -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lnccl -lcmocka -ldl -lm -lpthread -o $@
 
 include tests/fuzz/fuzz.mk

@@ -1,12 +1,15 @@
 #!/bin/bash
-# libnccl.so.2 exports what NVIDIA's does for the API of its nccl.h, and
-# nothing else: every function as a weak ncclX and a strong pncclX at the
-# same address (so a profiler can interpose ncclX and call on to pncclX),
-# no other defined dynamic symbol, soname libnccl.so.2. The list of
-# functions comes from the vendor header ($CUDA_HOME/include/nccl.h), read
-# as tests/nccl_abi_gen.sh reads it. BUILD names the build directory;
-# LIBNCCL may name another library to check (the vendor's fails: it exports
-# more). test_exports.sh checks the library against shoal's own
+# libnccl.so.2 exports what NVIDIA's does, and nothing else: every
+# function of its nccl.h and the host halves of its device API
+# (nccl_device/*.h's __host__ functions) as a weak ncclX and a strong
+# pncclX at the same address (so a profiler can interpose ncclX and call
+# on to pncclX), ncclResetDebugInitInternal strong and alone, no other
+# defined dynamic symbol, soname libnccl.so.2; and, where the toolkit has
+# NVIDIA's library ($CUDA_HOME/lib64/libnccl.so.2), the same names with the
+# same types as it exports. The list of nccl.h's functions comes from the
+# vendor header ($CUDA_HOME/include/nccl.h), read as tests/nccl_abi_gen.sh
+# reads it. BUILD names the build directory; LIBNCCL may name another
+# library to check. test_exports.sh checks the library against shoal's own
 # include/nccl.h.
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -14,7 +17,11 @@ BUILD=${BUILD:-build}
 CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 LIBNCCL=${LIBNCCL:-$BUILD/libnccl.so.2}
 HEADER=$CUDA_HOME/include/nccl.h
+VENDOR_LIB=$CUDA_HOME/lib64/libnccl.so.2
 NFUNCS=41 # functions of NCCL 2.28's nccl.h
+NDEVFUNCS=11 # host functions of its device API
+# Exported by NVIDIA's library without being declared, and without a twin.
+LONE=ncclResetDebugInitInternal
 
 if [ ! -r "$HEADER" ]; then
     echo "1..0 # SKIP no vendor header at $HEADER"
@@ -38,12 +45,33 @@ check() {
     fi
 }
 
-# The header's functions: ncclX, one a line.
+# The header's functions, then the device API's: ncclX, one a line.
 expected_functions() {
     bash tests/nccl_abi_gen.sh --functions "$HEADER" >"$TMP/funcs" || return 1
     local count
     count=$(wc -l <"$TMP/funcs")
     [ "$count" -eq "$NFUNCS" ] || { echo "$count functions, not $NFUNCS"; return 1; }
+    grep -h 'NCCL_EXTERN_C[[:space:]]\+__host__' "$CUDA_HOME"/include/nccl_device/*.h |
+        sed -n 's/^.*[[:space:]*]\([A-Za-z_][A-Za-z0-9_]*\)[[:space:]]*(.*$/\1/p' |
+        sort -u >"$TMP/devfuncs"
+    count=$(wc -l <"$TMP/devfuncs")
+    [ "$count" -eq "$NDEVFUNCS" ] || { echo "$count device API functions, not $NDEVFUNCS"; return 1; }
+    cat "$TMP/devfuncs" >>"$TMP/funcs"
+}
+
+lone_symbol() {
+    awk -v s="$LONE" '$3 == s { found = 1; if ($2 != "T") { print s " has type " $2; exit 1 } }
+                      END { if (!found) { print s " is not defined"; exit 1 } }' "$TMP/syms"
+}
+
+# The names and types of the defined dynamic symbols are the vendor
+# library's.
+same_as_vendor() {
+    dynamic_symbols "$VENDOR_LIB" | awk '{ print $3, $2 }' | sort >"$TMP/vendor" || return 1
+    awk '{ print $3, $2 }' "$TMP/syms" | sort >"$TMP/ours"
+    diff "$TMP/vendor" "$TMP/ours" >"$TMP/diff" && return 0
+    sed 's/^</vendor only:/; s/^>/door only:/' "$TMP/diff" | grep 'only:'
+    return 1
 }
 
 soname() {
@@ -79,7 +107,7 @@ same_address() {
 }
 
 nothing_else() {
-    sed 's/^/p/' "$TMP/funcs" | cat "$TMP/funcs" - | sort >"$TMP/wanted"
+    { sed 's/^/p/' "$TMP/funcs"; cat "$TMP/funcs"; echo "$LONE"; } | sort >"$TMP/wanted"
     cut -d' ' -f3 "$TMP/syms" | sort >"$TMP/have"
     local extra
     extra=$(comm -13 "$TMP/wanted" "$TMP/have")
@@ -87,7 +115,8 @@ nothing_else() {
 }
 
 REST=("soname libnccl.so.2" "every ncclX is weak (W)" "every pncclX is strong (T)"
-      "each ncclX has its pncclX's address" "no other defined dynamic symbol")
+      "each ncclX has its pncclX's address" "$LONE is strong (T)"
+      "no other defined dynamic symbol" "the same names and types as $VENDOR_LIB")
 fail_rest() {
     echo "# $1"
     for what in "${REST[@]}"; do
@@ -98,7 +127,8 @@ fail_rest() {
 }
 
 echo "1..$((1 + ${#REST[@]}))"
-check "the vendor header declares $NFUNCS functions, each with its pncclX" expected_functions
+check "the vendor headers declare $NFUNCS + $NDEVFUNCS functions, each with its pncclX" \
+    expected_functions
 [ -s "$TMP/funcs" ] || fail_rest "no list of functions from $HEADER"
 if [ ! -r "$LIBNCCL" ] || ! defined_symbols; then
     fail_rest "cannot read the dynamic symbols of $LIBNCCL"
@@ -107,4 +137,11 @@ check "${REST[0]}" soname
 check "${REST[1]}" all_of_type "" W
 check "${REST[2]}" all_of_type p T
 check "${REST[3]}" same_address
-check "${REST[4]}" nothing_else
+check "${REST[4]}" lone_symbol
+check "${REST[5]}" nothing_else
+if [ -r "$VENDOR_LIB" ]; then
+    check "${REST[6]}" same_as_vendor
+else
+    n=$((n + 1))
+    echo "ok $n - ${REST[6]} # SKIP no $VENDOR_LIB"
+fi

@@ -168,3 +168,13 @@ NCCL_API(void, ncclResetDebugInit, void)
     shoal_nccl_once();
     shoal_info(INIT, "ncclResetDebugInit: settings are read once per process; unchanged");
 }
+
+/* The same under the name NCCL's own tools call (exported, not an API
+ * function: no pncclX twin). */
+void ncclResetDebugInitInternal(void);
+void ncclResetDebugInitInternal(void)
+{
+    shoal_nccl_once();
+    shoal_info(INIT, "ncclResetDebugInitInternal: settings are read once per process; "
+               "unchanged");
+}

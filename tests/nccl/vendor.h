@@ -8,6 +8,7 @@
  * vendor_compress.c  all-reduces under the drop-in's SHOAL_COMPRESS setting
  * vendor_compress_colls.c  all-gathers and reduce-scatters under its
  *               SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER
+ * vendor_devapi.c  the device API's host functions
  * vendor_test.c symbol check, fork harness, single-process cases, main */
 #ifndef NCCL_VENDOR_TEST_H
 #define NCCL_VENDOR_TEST_H
@@ -98,6 +99,9 @@ void vt_set_who(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void vt_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int vt_failures(void);
 
+/* Whether addr lies in the file lib; says where it lies otherwise. */
+bool vt_lives_in(const char *name, void *addr, const char *lib);
+
 /* Check a return code; reports "<call>: got <code> expected <code>". */
 bool vt_rc(const char *what, ncclResult_t got, ncclResult_t want);
 /* Either of two acceptable codes (ncclSuccess or ncclInProgress). */
@@ -154,6 +158,17 @@ int vt_compress_rank(int rank, int nranks, const vt_ids_t *ids);
 /* vendor_compress_colls.c: all-gathers and reduce-scatters as
  * SHOAL_COMPRESS_ALLGATHER and SHOAL_COMPRESS_REDUCESCATTER say. */
 int vt_compress_colls_rank(int rank, int nranks, const vt_ids_t *ids);
+/* vendor_devapi.c: the device API's host functions, the ranks on one host
+ * or on two; the number of them (and ncclResetDebugInitInternal) that do
+ * not lie in lib. */
+int vt_devapi_rank(int rank, int nranks, const vt_ids_t *ids);
+int vt_devapi_hosts_rank(int rank, int nranks, const vt_ids_t *ids);
+/* The two-host rank runs in the program started afresh: argv[1] is this,
+ * then the rank and the rank count; main hands such a run to
+ * vt_devapi_exec_main. */
+#define VT_DEVAPI_EXEC "--devapi-hosts-rank"
+int vt_devapi_exec_main(int argc, char **argv);
+int vt_devapi_check_symbols(const char *lib);
 
 /* All-reduce a small int32 vector on comm and check it: the "comm still
  * works" probe after every error. tag makes the inputs distinct. */

@@ -246,8 +246,7 @@ static bool same_file(const char *a, const char *b)
            sa.st_ino == sb.st_ino;
 }
 
-/* Whether addr lies in the file lib; says where it lies otherwise. */
-static bool lives_in(const char *name, void *addr, const char *lib)
+bool vt_lives_in(const char *name, void *addr, const char *lib)
 {
     Dl_info info;
     if (!addr || !dladdr(addr, &info) || !info.dli_fname) {
@@ -291,7 +290,7 @@ static int check_symbols(const char *prefix)
         char name[64];
         snprintf(name, sizeof(name), "%s%s", prefix, vt_funcs[k].name);
         void *addr = *prefix ? dlsym(RTLD_DEFAULT, name) : fn_addr(vt_funcs[k].fn);
-        if (!lives_in(name, addr, lib))
+        if (!vt_lives_in(name, addr, lib))
             continue;
         void *defined = dlsym(handle, name);
         if (defined != addr)
@@ -312,6 +311,14 @@ static void test_profiling_symbols(void **state)
 {
     (void)state;
     assert_int_equal(check_symbols("p"), 0);
+}
+
+static void test_devapi_symbols(void **state)
+{
+    (void)state;
+    const char *lib = getenv("SHOAL_NCCL_LIB");
+    assert_non_null(lib);
+    assert_int_equal(vt_devapi_check_symbols(lib), 0);
 }
 
 /* ---- reference self-check ---------------------------------------------------- */
@@ -855,14 +862,25 @@ static void test_compress_colls(void **state)
     expect_ranks_ok(run_ranks(n, vt_compress_colls_rank, VT_ID_CONFIG + 1), n, "ranks");
 }
 
+static void test_devapi(void **state)
+{
+    int n = (int)(intptr_t)*state;
+    expect_ranks_ok(run_ranks(n, vt_devapi_rank, VT_ID_MAIN + 1), n, "ranks");
+    if (n > 1)
+        expect_ranks_ok(run_ranks(n, vt_devapi_hosts_rank, VT_ID_MAIN + 1), n,
+                        "ranks on two hosts");
+}
+
 static void test_single_process(void **state)
 {
     int n = (int)(intptr_t)*state;
     expect_ranks_ok(run_single(n, single_process), 1, "process");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], VT_DEVAPI_EXEC))
+        return vt_devapi_exec_main(argc, argv);
     /* backtrace loads its unwinder on first use: not in a signal handler. */
     void *frame;
     backtrace(&frame, 1);
@@ -875,15 +893,18 @@ int main(void)
         return 1;
     }
 
-    /* Four cases that need no ranks, then up to eight per rank count. */
-    enum { KINDS = 9 };
+    /* Five cases that need no ranks, then up to ten per rank count. */
+    enum { KINDS = 10 };
     static char names[KINDS][8][96];
-    struct CMUnitTest tests[4 + KINDS * 8];
+    struct CMUnitTest tests[5 + KINDS * 8];
     size_t nt = 0;
     tests[nt++] = (struct CMUnitTest){"symbols: all 41 nccl* functions are SHOAL_NCCL_LIB's",
                                       test_symbols, NULL, NULL, NULL};
     tests[nt++] = (struct CMUnitTest){"symbols: the pnccl* names are SHOAL_NCCL_LIB's too",
                                       test_profiling_symbols, NULL, NULL, NULL};
+    tests[nt++] = (struct CMUnitTest){"symbols: the device API's 11 host functions and "
+                                      "ncclResetDebugInitInternal are SHOAL_NCCL_LIB's",
+                                      test_devapi_symbols, NULL, NULL, NULL};
     tests[nt++] = (struct CMUnitTest){"reference: fp16, bf16, fp8 conversions and averages",
                                       test_reference, NULL, NULL, NULL};
     tests[nt++] = (struct CMUnitTest){"ncclGetVersion and ncclGetErrorString (vs the vendor's)",
@@ -904,6 +925,8 @@ int main(void)
          test_compress, 1, 4},
         {"SHOAL_COMPRESS_ALLGATHER and _REDUCESCATTER: compressed or exact as they say, %d rank%s",
          test_compress_colls, 1, 3},
+        {"device API host functions: teams on one host and two, refusals, %d rank%s",
+         test_devapi, 1, 5},
     };
     /* Short runs (SHOAL_TEST_QUICK=1, CI's sanitizer and clang variants)
      * take the rank counts of the test binaries' short matrices. */
