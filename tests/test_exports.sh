@@ -8,7 +8,10 @@
 # function added to a header and forgotten in src/shoal.map, or a symbol
 # that leaks through the version script, fails here. BUILD names the build
 # directory. test_nccl_symbols.sh checks libnccl.so.2 against NVIDIA's own
-# header (weak and strong twins, the vendor's list of functions).
+# headers and library (weak and strong twins, the vendor's list of
+# functions); what NVIDIA's library exports beyond nccl.h (the device API's
+# host halves, declared by the toolkit's C++ nccl_device headers, and
+# ncclResetDebugInitInternal) is NCCL_EXTRA here.
 set -u
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
@@ -23,6 +26,9 @@ trap 'rm -rf "$TMP"' EXIT INT TERM
 # The pairs checked: a header and the library that implements it.
 HEADERS=(include/shoal.h include/nccl.h)
 LIBS=("$BUILD/libshoal.so" "$BUILD/libnccl.so.2")
+NCCL_EXTRA=(ncclDevCommCreate ncclDevCommDestroy ncclTeamWorld ncclTeamLsa ncclTeamRail
+            ncclTeamRankToWorld ncclTeamRankToLsa ncclLsaBarrierCreateRequirement
+            ncclGinBarrierCreateRequirement ncclLLA2ACalcSlots ncclLLA2ACreateRequirement)
 
 # nm's letters for defined functions (text, weak, indirect) and objects
 # (data, bss, read-only, weak object, small data and bss, unique global).
@@ -62,6 +68,12 @@ for i in "${!HEADERS[@]}"; do
     else
         fail "$header declares functions (read through ${CC:-cc} -E)"
         show "$TMP/$tag.err"
+    fi
+    if [ "$tag" = nccl ]; then
+        for f in "${NCCL_EXTRA[@]}"; do
+            printf 'F %s\nF p%s\n' "$f" "$f"
+        done >>"$TMP/$tag.declared"
+        echo "F ncclResetDebugInitInternal" >>"$TMP/$tag.declared"
     fi
     if [ ! -r "$lib" ] || ! dynamic_symbols "$lib" >"$TMP/$tag.syms" 2>"$TMP/$tag.err"; then
         fail "the dynamic symbols of $lib can be read"
