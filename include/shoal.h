@@ -214,6 +214,29 @@ shoal_status_t shoal_comm_split(shoal_comm_t comm, int color, int key,
 shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexclude,
                                  int flags, shoal_comm_t *newcomm_p);
 
+/*
+ * Grow: the ranks of comm and nranks - size(comm) new ones form a new
+ * communicator of nranks ranks (*newcomm_p); comm's ranks keep their
+ * numbers, the new ones take size(comm) .. nranks - 1. comm stays as it
+ * was, usable, and nothing travels through it.
+ *
+ * shoal_comm_grow_id gives the id of comm's next grow. Every rank of comm
+ * derives the same one (rank 0's rendezvous address and a secret derived
+ * from comm's secret and the number of its grows), so any one of them may
+ * make it and hand it to the new ranks, as it would a unique id: it is a
+ * password. Each id serves one grow: once comm has grown (or tried to),
+ * its next id differs.
+ *
+ * shoal_comm_grow is called by all nranks ranks. A rank of comm passes
+ * comm, id NULL (or the id, which must be comm's next one) and rank -1; a
+ * new rank passes comm NULL, the id and the rank it takes. A new rank that
+ * never comes makes the others fail with SHOAL_ERR_TIMEOUT at the
+ * deadline (SHOAL_TIMEOUT), the new rank 0's log naming the missing ranks.
+ */
+shoal_status_t shoal_comm_grow_id(shoal_comm_t comm, shoal_unique_id_t *id_p);
+shoal_status_t shoal_comm_grow(shoal_comm_t comm, int nranks, const shoal_unique_id_t *id,
+                               int rank, shoal_comm_t *newcomm_p);
+
 /* Release a communicator after all its operations completed. Collective only
  * in the sense that peers may see this rank leave; it does not wait for them.
  * comm is invalid afterwards; passing it again returns SHOAL_ERR_INVALID_ARG. */

@@ -64,7 +64,10 @@ _Static_assert(SHOAL_BOOT_ID_SALT + SHOAL_SALT_BYTES <= SHOAL_UNIQUE_ID_BYTES,
 
 /* Hello after authentication: magic, version, rank, nranks, flags. */
 #define SHOAL_BOOT_HELLO_MAGIC 0x53484248u /* "SHBH" */
-#define SHOAL_BOOT_HELLO_VERSION 2u
+#define SHOAL_BOOT_HELLO_VERSION 3u
+/* Join verdict, rank 0's answer to a hello: the verdict, then (a timeout)
+ * the first missing rank and how many are missing, else zeros. */
+#define SHOAL_BOOT_VERDICT_BYTES 12
 #define SHOAL_BOOT_HELLO_BYTES 20
 #define SHOAL_BOOT_HELLO_MAC 1u /* flag: this rank tags its messages */
 
@@ -1082,8 +1085,19 @@ static void shoal_boot_send_verdict(shoal_bootstrap_t *bs, int fd, int mac, cons
                                     uint64_t *number, int to, shoal_boot_verdict_t verdict,
                                     uint64_t deadline_ns)
 {
-    uint8_t body[4];
+    uint8_t body[SHOAL_BOOT_VERDICT_BYTES] = {0};
     shoal_boot_put_u32(body, verdict);
+    if (verdict == SHOAL_BOOT_JOIN_TIMEOUT) {
+        uint32_t first = 0, count = 0;
+        for (int r = bs->nranks - 1; r >= 1; r--) {
+            if (bs->fds[r] < 0) {
+                first = (uint32_t)r;
+                count++;
+            }
+        }
+        shoal_boot_put_u32(body + 4, first);
+        shoal_boot_put_u32(body + 8, count);
+    }
     /* Best effort: the verdict only explains a refusal that closing the
      * connection enforces anyway. */
     if (mac && !bs->mac_ctx && shoal_boot_mac_open(bs) != SHOAL_OK)
@@ -1190,7 +1204,7 @@ static shoal_status_t shoal_boot_root_join(shoal_bootstrap_t *bs, const shoal_un
     close(lfd);
 
     for (int r = 1; r < bs->nranks; r++) {
-        uint8_t verdict[4];
+        uint8_t verdict[SHOAL_BOOT_VERDICT_BYTES] = {0};
         shoal_boot_put_u32(verdict, SHOAL_BOOT_JOIN_OK);
         s = shoal_boot_send(bs, r, SHOAL_BOOT_OP_JOIN, 0, verdict, sizeof(verdict),
                             deadline_ns);
@@ -1252,14 +1266,20 @@ static shoal_status_t shoal_boot_peer_join(shoal_bootstrap_t *bs, const shoal_so
         s = shoal_boot_io_fail(bs, s, 0, SHOAL_BOOT_OP_JOIN);
         goto err_clear_fd;
     }
-    uint8_t verdict[4];
-    s = shoal_boot_recv(bs, 0, SHOAL_BOOT_OP_JOIN, 0, verdict, sizeof(verdict), deadline_ns);
+    /* Rank 0's verdict: a rank that reached it before rank 0 started
+     * waiting gives it the time rank 0 takes to send it at its own
+     * deadline, so that a timeout names the missing ranks here too. */
+    uint8_t verdict[SHOAL_BOOT_VERDICT_BYTES];
+    s = shoal_boot_recv(bs, 0, SHOAL_BOOT_OP_JOIN, 0, verdict, sizeof(verdict),
+                        deadline_ns + SHOAL_BOOT_NOTIFY_NS);
     if (s != SHOAL_OK)
         goto err_clear_fd;
     uint32_t v = shoal_boot_get_u32(verdict);
     if (v == SHOAL_BOOT_JOIN_TIMEOUT) {
+        uint32_t first = shoal_boot_get_u32(verdict + 4), count = shoal_boot_get_u32(verdict + 8);
         shoal_error(BOOT, "bootstrap init on rank %d: rank 0 gave up: not all %d ranks "
-                    "joined in time (its log names the missing ones)", bs->rank, bs->nranks);
+                    "joined in time; missing: rank %u%s (rank 0's log names them all)",
+                    bs->rank, bs->nranks, first, count > 1 ? " and others" : "");
         s = SHOAL_ERR_TIMEOUT;
         goto err_clear_fd;
     }

@@ -66,6 +66,9 @@ struct shoal_comm {
     int rdv_fd;
     shoal_sockaddr_t *rdv_addrs;
     uint32_t nshrinks;
+    /* Grows of comm so far (grow.c), numbered alike on every rank: the
+     * next grow's id is derived from the parent's secret with it. */
+    uint32_t ngrows;
     /* Splits of comm so far (split.c), the same on every rank: each
      * child's secret is derived from the parent's with it. */
     uint32_t nsplits;
@@ -211,6 +214,18 @@ extern const shoal_team_hooks_t shoal_comm_team_hooks;
  * init exchange. Called once by shoal_comm_init. */
 shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
                                    uint8_t packed[SHOAL_BOOT_ADDR_BYTES]);
+/* The rendezvous of a new communicator that a shrink or grow forms
+ * (shrink.c): the secret HMAC-SHA256(comm's secret, msg) (failure recorded
+ * on comm, what naming the call); a big-endian 32-bit integer for msg;
+ * lead: listen on this rank's rendezvous socket and offer it to the
+ * bootstrap under id, so that this rank's shoal_comm_init as rank 0 of id
+ * accepts there; unlisten: after the init, close it and bind the port
+ * again (re-entering comm, unless it is gone since serial). */
+shoal_status_t shoal_rdv_secret(struct shoal_comm *comm, const char *what, const uint8_t *msg,
+                                size_t len, uint8_t secret[SHOAL_SECRET_BYTES]);
+void shoal_rdv_put_u32(uint8_t *p, uint32_t v);
+shoal_status_t shoal_rdv_lead(struct shoal_comm *comm, const shoal_unique_id_t *id);
+void shoal_rdv_unlisten(struct shoal_comm *comm, uint64_t serial);
 
 /* This process's host identity (SHOAL_HOST_ID, else hostname + boot id). */
 void shoal_host_id(char out[SHOAL_HOST_ID_MAX]);

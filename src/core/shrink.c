@@ -62,11 +62,11 @@ shoal_status_t shoal_shrink_listen(struct shoal_comm *comm,
     return SHOAL_OK;
 }
 
-/* After leading a shrink: a listening socket cannot stop listening, so the
- * leader closes it (strangers queued on it are reset) and binds the same
- * port again for a later shrink. If the port is gone, a later shrink led by
- * this rank fails with a clear message. */
-static void shrink_unlisten(struct shoal_comm *comm, uint64_t serial)
+/* After leading a shrink or a grow: a listening socket cannot stop
+ * listening, so the leader closes it (strangers queued on it are reset)
+ * and binds the same port again for a later one. If the port is gone, a
+ * later shrink or grow led by this rank fails with a clear message. */
+void shoal_rdv_unlisten(struct shoal_comm *comm, uint64_t serial)
 {
     if (!shoal_comm_reenter(comm, serial))
         return;
@@ -77,13 +77,35 @@ static void shrink_unlisten(struct shoal_comm *comm, uint64_t serial)
         if (shoal_sock_bind(&addr, &comm->rdv_fd) != SHOAL_OK) {
             comm->rdv_fd = -1;
             shoal_warn(INIT, "rank %d: cannot bind the rendezvous port again; a later shrink "
-                       "that this rank would lead will fail", comm->team.rank);
+                       "or grow that this rank would lead will fail", comm->team.rank);
         }
     }
     shoal_comm_leave(comm);
 }
 
-static void shrink_put_u32(uint8_t *p, uint32_t v)
+shoal_status_t shoal_rdv_lead(struct shoal_comm *comm, const shoal_unique_id_t *id)
+{
+    if (comm->rdv_fd < 0 || listen(comm->rdv_fd, SOMAXCONN) != 0) {
+        shoal_error(INIT, "rank %d: cannot listen on the rendezvous socket: %s",
+                    comm->team.rank, comm->rdv_fd < 0 ? "lost after an earlier shrink or grow"
+                                                 : strerror(errno));
+        return SHOAL_ERR_SYSTEM;
+    }
+    return shoal_bootstrap_listener_offer(id, comm->rdv_fd);
+}
+
+shoal_status_t shoal_rdv_secret(struct shoal_comm *comm, const char *what, const uint8_t *msg,
+                                size_t len, uint8_t secret[SHOAL_SECRET_BYTES])
+{
+    unsigned mac_len = 0;
+    if (!HMAC(EVP_sha256(), shoal_bootstrap_secret(comm->bootstrap), SHOAL_SECRET_BYTES, msg,
+              len, secret, &mac_len) || mac_len != SHOAL_SECRET_BYTES)
+        return shoal_comm_fail(comm, SHOAL_ERR_SYSTEM, "%s: HMAC-SHA256: %s", what,
+                               ERR_reason_error_string(ERR_get_error()));
+    return SHOAL_OK;
+}
+
+void shoal_rdv_put_u32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24);
     p[1] = (uint8_t)(v >> 16);
@@ -102,19 +124,14 @@ static shoal_status_t shrink_secret(struct shoal_comm *comm, const unsigned char
     if (!msg)
         return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "shoal_comm_shrink: out of memory");
     memcpy(msg, shoal_shrink_label, label_len);
-    shrink_put_u32(msg + label_len, comm->nshrinks);
-    shrink_put_u32(msg + label_len + 4, (uint32_t)comm->team.nranks);
+    shoal_rdv_put_u32(msg + label_len, comm->nshrinks);
+    shoal_rdv_put_u32(msg + label_len + 4, (uint32_t)comm->team.nranks);
     uint8_t *map = msg + label_len + 8;
     for (int r = 0; r < comm->team.nranks; r++) {
         if (excluded[r])
             map[r / 8] |= (uint8_t)(0x80u >> (r % 8));
     }
-    unsigned mac_len = 0;
-    shoal_status_t s = SHOAL_OK;
-    if (!HMAC(EVP_sha256(), shoal_bootstrap_secret(comm->bootstrap), SHOAL_SECRET_BYTES, msg,
-              len, secret, &mac_len) || mac_len != SHOAL_SECRET_BYTES)
-        s = shoal_comm_fail(comm, SHOAL_ERR_SYSTEM, "shoal_comm_shrink: HMAC-SHA256: %s",
-                            ERR_reason_error_string(ERR_get_error()));
+    shoal_status_t s = shoal_rdv_secret(comm, "shoal_comm_shrink", msg, len, secret);
     free(msg);
     return s;
 }
@@ -230,16 +247,8 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
         goto err_free_excluded;
     shoal_unique_id_t id;
     s = shoal_bootstrap_id_make(&comm->rdv_addrs[leader], secret, &id);
-    if (s == SHOAL_OK && leader == comm->team.rank) {
-        if (comm->rdv_fd < 0 || listen(comm->rdv_fd, SOMAXCONN) != 0) {
-            shoal_error(INIT, "rank %d: cannot listen on the rendezvous socket: %s",
-                        comm->team.rank, comm->rdv_fd < 0 ? "lost after an earlier shrink"
-                                                     : strerror(errno));
-            s = SHOAL_ERR_SYSTEM;
-        } else {
-            s = shoal_bootstrap_listener_offer(&id, comm->rdv_fd);
-        }
-    }
+    if (s == SHOAL_OK && leader == comm->team.rank)
+        s = shoal_rdv_lead(comm, &id);
     if (s != SHOAL_OK) {
         shoal_comm_fail(comm, s, "%s: cannot set up the rendezvous of the new communicator",
                         what);
@@ -257,7 +266,7 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
     if (leader == oldrank) {
         if (s != SHOAL_OK)
             shoal_bootstrap_listener_withdraw(&id);
-        shrink_unlisten(comm, serial);
+        shoal_rdv_unlisten(comm, serial);
     }
     if (s != SHOAL_OK) {
         if (shoal_comm_reenter(comm, serial)) {
