@@ -228,10 +228,14 @@ $(BUILD)/tests/bench_%: $(BUILD)/tests/bench_%.o $(TEST_LIB) $(BUILD)/libshoal.a
 # The training test reads the digits data set (python3-sklearn) through zlib.
 $(BUILD)/tests/test_train_digits: LIBS += -lz
 
-# test_nccl_abi checks include/nccl.h against a header generated from the
-# vendor's; where there is no vendor nccl.h it skips itself.
+# test_nccl_abi checks include/nccl.h, as it declares NCCL 2.28.9's API,
+# against a header generated from the vendor's (2.28.9); where there is no
+# vendor nccl.h it skips itself. test_nccl_230 checks its 2.30 API against
+# declarations of 2.30's (tests/nccl230/nccl_230.h).
 NCCL_VENDOR_H := $(wildcard $(CUDA_HOME)/include/nccl.h)
-$(BUILD)/tests/test_nccl_abi.o: ALL_CFLAGS += -I$(BUILD)/tests
+$(BUILD)/tests/test_nccl_abi.o: ALL_CFLAGS += -I$(BUILD)/tests -DSHOAL_NCCL_API_VERSION=22809
+$(BUILD)/tests/test_nccl_230: $(NCCL_LIB)
+$(BUILD)/tests/test_nccl_230: LIBS += -L$(BUILD) -l:libnccl.so.2 -Wl,-rpath,$(CURDIR)/$(BUILD)
 ifneq ($(NCCL_VENDOR_H),)
 $(BUILD)/tests/test_nccl_abi.o: $(BUILD)/tests/nccl_abi_gen.h
 $(BUILD)/tests/nccl_abi_gen.h: tests/nccl_abi_gen.sh $(NCCL_VENDOR_H)

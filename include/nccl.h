@@ -1,11 +1,17 @@
 /*
- * shoal's NCCL door: the NCCL 2.28 API, served by shoal.
+ * shoal's NCCL door: the NCCL 2.30 API, served by shoal.
  *
- * Names, values, struct layouts and prototypes are those of NCCL 2.28.9, so a
+ * Names, values, struct layouts and prototypes are those of NCCL 2.30.7, so a
  * program built against NCCL runs on shoal's libnccl.so.2 unchanged (through
  * LD_PRELOAD or LD_LIBRARY_PATH), and a program built against this header
  * runs on NCCL. Every function exists twice: ncclX (weak) and pncclX
  * (strong, same address), so that profilers may interpose ncclX and call on.
+ *
+ * SHOAL_NCCL_API_VERSION selects the API declared: 23007 (the default) or
+ * 22809, NCCL 2.28.9's header exactly (its ncclConfig_t, results and
+ * functions). The library serves both: it reads a config only as far as
+ * the caller's config->size reaches, so a program built against 2.28.9
+ * keeps working unchanged; ncclGetVersion answers 23007.
  *
  * What shoal adds: buffers may be host memory. With host buffers and a NULL
  * stream a call completes before it returns (inside a group: at
@@ -22,6 +28,15 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#ifndef SHOAL_NCCL_API_VERSION
+#define SHOAL_NCCL_API_VERSION 23007
+#endif
+#if SHOAL_NCCL_API_VERSION != 23007 && SHOAL_NCCL_API_VERSION != 22809
+#error "SHOAL_NCCL_API_VERSION is 23007 (NCCL 2.30.7) or 22809 (NCCL 2.28.9)"
+#endif
+#define SHOAL_NCCL_2_30 (SHOAL_NCCL_API_VERSION >= 23000)
 
 #if defined(__CUDACC__) || defined(SHOAL_NCCL_USE_CUDA)
 #include <cuda_runtime.h>
@@ -32,11 +47,16 @@ typedef struct CUstream_st *cudaStream_t;
 #endif
 
 #define NCCL_MAJOR 2
+#if SHOAL_NCCL_2_30
+#define NCCL_MINOR 30
+#define NCCL_PATCH 7
+#define NCCL_VERSION_CODE 23007
+#else
 #define NCCL_MINOR 28
 #define NCCL_PATCH 9
-#define NCCL_SUFFIX ""
-
 #define NCCL_VERSION_CODE 22809
+#endif
+#define NCCL_SUFFIX ""
 /* Versions up to 2.8 used two digits for the minor number, later ones three. */
 #define NCCL_VERSION(X, Y, Z) \
     (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z) : (X) * 10000 + (Y) * 100 + (Z))
@@ -66,7 +86,12 @@ typedef enum {
     ncclInvalidUsage = 5,
     ncclRemoteError = 6, /* a peer died, disconnected or missed the deadline */
     ncclInProgress = 7,  /* non-blocking communicator: poll ncclCommGetAsyncError */
+#if SHOAL_NCCL_2_30
+    ncclTimeout = 8,     /* ncclWaitSignal: the deadline passed */
+    ncclNumResults = 9
+#else
     ncclNumResults = 8
+#endif
 } ncclResult_t;
 
 #define NCCL_CONFIG_UNDEF_INT INT_MIN
@@ -74,9 +99,18 @@ typedef enum {
 #define NCCL_SPLIT_NOCOLOR -1
 #define NCCL_UNDEF_FLOAT -1.0f
 
+#if SHOAL_NCCL_2_30
+/* ncclConfig_t.magic (NCCL_CONFIG_INITIALIZER's). */
+#define NCCL_API_MAGIC 0xcafebeef
+#endif
+
 /* ncclCommWindowRegister flags and alignment. */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
+#if SHOAL_NCCL_2_30
+/* One-sided puts on the window land in the order they were issued. */
+#define NCCL_WIN_STRICT_ORDERING 0x02
+#endif
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096
 
 /* ncclConfig_t.CTAPolicy values (GPU scheduling; no effect on host memory). */
@@ -100,7 +134,11 @@ typedef enum {
  * `commName` (used in log lines); the GPU scheduling fields are accepted
  * and have no effect on host memory.
  */
+#if SHOAL_NCCL_2_30
+typedef struct ncclConfig_v23000 {
+#else
 typedef struct ncclConfig_v22800 {
+#endif
     size_t size;
     unsigned int magic;
     unsigned int version;
@@ -118,7 +156,24 @@ typedef struct ncclConfig_v22800 {
     int nvlsCTAs;
     int nChannelsPerNetPeer;
     int nvlinkCentricSched;
+#if SHOAL_NCCL_2_30
+    /* 2.30: CUDA graph and one-sided settings, accepted, no effect here. */
+    int graphUsageMode;
+    int numRmaCtx;
+    int maxP2pPeers;
+    int graphStreamOrdering;
+#endif
 } ncclConfig_t;
+
+#if SHOAL_NCCL_2_30
+#define SHOAL_NCCL_CONFIG_2_30_FIELDS                                                    \
+        NCCL_CONFIG_UNDEF_INT,                         /* graphUsageMode */              \
+        NCCL_CONFIG_UNDEF_INT,                         /* numRmaCtx */                   \
+        NCCL_CONFIG_UNDEF_INT,                         /* maxP2pPeers */                 \
+        NCCL_CONFIG_UNDEF_INT,                         /* graphStreamOrdering */
+#else
+#define SHOAL_NCCL_CONFIG_2_30_FIELDS
+#endif
 
 #define NCCL_CONFIG_INITIALIZER                                                          \
     {                                                                                    \
@@ -139,6 +194,7 @@ typedef struct ncclConfig_v22800 {
         NCCL_CONFIG_UNDEF_INT,                         /* nvlsCTAs */                    \
         NCCL_CONFIG_UNDEF_INT,                         /* nChannelsPerNetPeer */         \
         NCCL_CONFIG_UNDEF_INT,                         /* nvlinkCentricSched */          \
+        SHOAL_NCCL_CONFIG_2_30_FIELDS                                                    \
     }
 
 /* ncclGroupSimulateEnd's answer: the cost model's estimate in seconds. */
@@ -164,7 +220,8 @@ ncclResult_t pncclMemAlloc(void **ptr, size_t size);
 ncclResult_t ncclMemFree(void *ptr);
 ncclResult_t pncclMemFree(void *ptr);
 
-/* NCCL_VERSION_CODE of the API served (22809); shoal's own version is logged. */
+/* The version of the API served, 23007 (whichever SHOAL_NCCL_API_VERSION
+ * the program was built with); shoal's own version is logged. */
 ncclResult_t ncclGetVersion(int *version);
 ncclResult_t pncclGetVersion(int *version);
 
@@ -219,6 +276,26 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeR
 ncclResult_t pncclCommShrink(ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
                              ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags);
 
+#if SHOAL_NCCL_2_30
+/* Grow (2.30). The id of comm's next grow: every rank of comm gets the
+ * same one (derived from comm's secret), so any of them may hand it to the
+ * new ranks; it is a password. Once comm has grown (or tried to), the
+ * next id differs. */
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+/* comm's ranks and nRanks - size(comm) new ones form *newcomm; comm's
+ * ranks keep their numbers, the new ones take the rest. Collective over
+ * all nRanks: comm's ranks pass comm, rank -1 and the id or NULL; a new
+ * rank passes comm NULL, the id and its rank. comm stays usable. A new
+ * rank that never comes fails the others at the deadline (SHOAL_TIMEOUT),
+ * naming it. Blocking. config NULL: comm's settings (a new rank's
+ * defaults). */
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                          ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                           ncclComm_t *newcomm, ncclConfig_t *config);
+#endif
+
 /* Like ncclCommInitRankConfig with nId ids made by different ranks; shoal
  * rendezvouses on commIds[0], which rank 0's process must have made. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank, int nId,
@@ -270,6 +347,11 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                      ncclWindow_t *win, int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+#if SHOAL_NCCL_2_30
+/* The buffer win was registered with (2.30). */
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+#endif
 
 /* Reduction operations; values from ncclNumOps up are made by
  * ncclRedOpCreatePreMulSum. */

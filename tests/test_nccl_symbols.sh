@@ -1,12 +1,14 @@
 #!/bin/bash
-# libnccl.so.2 exports what NVIDIA's does, and nothing else: every
-# function of its nccl.h and the host halves of its device API
-# (nccl_device/*.h's __host__ functions) as a weak ncclX and a strong
+# libnccl.so.2 exports what NVIDIA's 2.28.9 does plus NCCL 2.30's functions
+# that shoal's include/nccl.h declares, and nothing else: every function of
+# its nccl.h, the host halves of its device API (nccl_device/*.h's __host__
+# functions) and the 2.30 ones, each as a weak ncclX and a strong
 # pncclX at the same address (so a profiler can interpose ncclX and call
 # on to pncclX), ncclResetDebugInitInternal strong and alone, no other
 # defined dynamic symbol, soname libnccl.so.2; and, where the toolkit has
 # NVIDIA's library ($CUDA_HOME/lib64/libnccl.so.2), the same names with the
-# same types as it exports. The list of nccl.h's functions comes from the
+# same types as it exports, with 2.30's beside them. The list of nccl.h's
+# functions comes from the
 # vendor header ($CUDA_HOME/include/nccl.h), read as tests/nccl_abi_gen.sh
 # reads it. BUILD names the build directory; LIBNCCL may name another
 # library to check. test_exports.sh checks the library against shoal's own
@@ -57,6 +59,13 @@ expected_functions() {
     count=$(wc -l <"$TMP/devfuncs")
     [ "$count" -eq "$NDEVFUNCS" ] || { echo "$count device API functions, not $NDEVFUNCS"; return 1; }
     cat "$TMP/devfuncs" >>"$TMP/funcs"
+    # 2.30's: what shoal's header declares beyond the vendor's.
+    declared_names include/nccl.h | awk '$1 == "F" && $2 !~ /^p/ { print $2 }' | sort \
+        >"$TMP/ours" || return 1
+    sort "$TMP/funcs" | comm -23 "$TMP/ours" - >"$TMP/funcs230"
+    [ -s "$TMP/funcs230" ] || { echo "include/nccl.h declares no 2.30 function"; return 1; }
+    echo "2.30's:" $(cat "$TMP/funcs230")
+    cat "$TMP/funcs230" >>"$TMP/funcs"
 }
 
 lone_symbol() {
@@ -67,7 +76,9 @@ lone_symbol() {
 # The names and types of the defined dynamic symbols are the vendor
 # library's.
 same_as_vendor() {
-    dynamic_symbols "$VENDOR_LIB" | awk '{ print $3, $2 }' | sort >"$TMP/vendor" || return 1
+    { dynamic_symbols "$VENDOR_LIB" | awk '{ print $3, $2 }' &&
+        awk '{ print $1, "W"; print "p" $1, "T" }' "$TMP/funcs230"; } | sort >"$TMP/vendor" ||
+        return 1
     awk '{ print $3, $2 }' "$TMP/syms" | sort >"$TMP/ours"
     diff "$TMP/vendor" "$TMP/ours" >"$TMP/diff" && return 0
     sed 's/^</vendor only:/; s/^>/door only:/' "$TMP/diff" | grep 'only:'
@@ -116,7 +127,8 @@ nothing_else() {
 
 REST=("soname libnccl.so.2" "every ncclX is weak (W)" "every pncclX is strong (T)"
       "each ncclX has its pncclX's address" "$LONE is strong (T)"
-      "no other defined dynamic symbol" "the same names and types as $VENDOR_LIB")
+      "no other defined dynamic symbol"
+      "the same names and types as $VENDOR_LIB, and 2.30's functions")
 fail_rest() {
     echo "# $1"
     for what in "${REST[@]}"; do
@@ -127,7 +139,7 @@ fail_rest() {
 }
 
 echo "1..$((1 + ${#REST[@]}))"
-check "the vendor headers declare $NFUNCS + $NDEVFUNCS functions, each with its pncclX" \
+check "the vendor headers declare $NFUNCS + $NDEVFUNCS functions, shoal's nccl.h 2.30's more" \
     expected_functions
 [ -s "$TMP/funcs" ] || fail_rest "no list of functions from $HEADER"
 if [ ! -r "$LIBNCCL" ] || ! defined_symbols; then

@@ -506,6 +506,56 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
     return ncclSuccess;
 }
 
+/* ---- grow (2.30) ----------------------------------------------------------- */
+
+NCCL_API(ncclResult_t, ncclCommGetUniqueId, ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    static const char what[] = "ncclCommGetUniqueId";
+    shoal_comm_t sc;
+    ncclResult_t res = shoal_nccl_enter(comm, what, &sc);
+    if (res != ncclSuccess)
+        return res;
+    if (!uniqueId)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: uniqueId is NULL", what);
+    shoal_unique_id_t id;
+    shoal_status_t s = shoal_comm_grow_id(sc, &id);
+    if (s != SHOAL_OK)
+        return shoal_nccl_result(s);
+    memcpy(uniqueId->internal, id.bytes, sizeof(uniqueId->internal));
+    return ncclSuccess;
+}
+
+NCCL_API(ncclResult_t, ncclCommGrow, ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId,
+         int rank, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    static const char what[] = "ncclCommGrow";
+    shoal_comm_t sc = NULL;
+    shoal_nccl_once();
+    if (comm) {
+        ncclResult_t res = shoal_nccl_enter(comm, what, &sc);
+        if (res != ncclSuccess)
+            return res;
+    }
+    if (!newcomm)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", what);
+    struct ncclComm *nc;
+    ncclResult_t res = shoal_nccl_comm_new(config, comm, what, &nc);
+    if (res != ncclSuccess)
+        return res;
+    shoal_unique_id_t id;
+    if (uniqueId)
+        memcpy(id.bytes, uniqueId->internal, sizeof(id.bytes));
+    shoal_status_t s = shoal_comm_grow(sc, nRanks, uniqueId ? &id : NULL, rank, &nc->sc);
+    if (s != SHOAL_OK) {
+        shoal_nccl_comm_free(nc);
+        return shoal_nccl_fail(comm, shoal_nccl_result(s), "%s: %s", what,
+                               shoal_comm_last_error(sc));
+    }
+    shoal_nccl_comm_add(nc);
+    *newcomm = nc;
+    return ncclSuccess;
+}
+
 /* ---- teardown ----------------------------------------------------------- */
 
 NCCL_API(ncclResult_t, ncclCommFinalize, ncclComm_t comm)

@@ -16,9 +16,10 @@ static pthread_once_t door_once = PTHREAD_ONCE_INIT;
 static void door_setup(void)
 {
     shoal_config_use_nccl_env();
-    shoal_info(INIT, "NCCL version %d.%d.%d API served by shoal %d.%d.%d (host memory)",
-               NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, SHOAL_VERSION_MAJOR, SHOAL_VERSION_MINOR,
-               SHOAL_VERSION_PATCH);
+    shoal_info(INIT, "NCCL version %d.%d.%d API served by shoal %d.%d.%d (host and device "
+               "memory; ncclGetVersion answers %d; programs built against 2.28.9 run "
+               "unchanged)", NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH, SHOAL_VERSION_MAJOR,
+               SHOAL_VERSION_MINOR, SHOAL_VERSION_PATCH, NCCL_VERSION_CODE);
     const shoal_compress_config_t *cc = &shoal_config_get()->compress;
     if (cc->kind == SHOAL_COMPRESS_INT8)
         shoal_info(INIT, "SHOAL_COMPRESS=int8: float sum and average all-reduces of %zu bytes "
@@ -143,6 +144,8 @@ NCCL_API(const char *, ncclGetErrorString, ncclResult_t result)
         return "remote process exited or there was a network error";
     case ncclInProgress:
         return "NCCL operation in progress";
+    case ncclTimeout:
+        return "timeout";
     default:
         return "unknown result code";
     }

@@ -103,6 +103,7 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
 struct ncclWindow_vidmem {
     struct ncclWindow_vidmem *next;
     void *reg;
+    void *buff; /* the caller's, for ncclWinGetUserPtr */
     int flags;
 };
 
@@ -143,7 +144,7 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
     free(all);
     if (!win)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: win is NULL", what);
-    if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC))
+    if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: unknown winFlags 0x%x", what,
                                winFlags);
     if (flags_mismatch >= 0)
@@ -167,11 +168,43 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
         return shoal_nccl_result(s);
     }
     w->flags = winFlags;
+    w->buff = buff;
     pthread_mutex_lock(&comm->lock);
     w->next = comm->windows;
     comm->windows = w;
     pthread_mutex_unlock(&comm->lock);
     *win = w;
+    return ncclSuccess;
+}
+
+/* comm's window win, or NULL; under comm->lock. */
+static struct ncclWindow_vidmem *window_of(struct ncclComm *comm, ncclWindow_t win)
+{
+    for (struct ncclWindow_vidmem *w = comm->windows; w; w = w->next) {
+        if (w == win)
+            return w;
+    }
+    return NULL;
+}
+
+NCCL_API(ncclResult_t, ncclWinGetUserPtr, ncclComm_t comm, ncclWindow_t win, void **outUserPtr)
+{
+    static const char what[] = "ncclWinGetUserPtr";
+    shoal_comm_t sc;
+    ncclResult_t res = shoal_nccl_enter(comm, what, &sc);
+    if (res != ncclSuccess)
+        return res;
+    if (!outUserPtr)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: outUserPtr is NULL", what);
+    pthread_mutex_lock(&comm->lock);
+    struct ncclWindow_vidmem *w = window_of(comm, win);
+    if (w)
+        *outUserPtr = w->buff;
+    pthread_mutex_unlock(&comm->lock);
+    if (!w)
+        return shoal_nccl_fail(comm, ncclInvalidArgument,
+                               "%s: window %p is not a live window of this communicator", what,
+                               (void *)win);
     return ncclSuccess;
 }
 

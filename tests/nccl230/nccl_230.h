@@ -1,0 +1,41 @@
+/* NCCL 2.30's additions to nccl.h, written down from its public header
+ * for test_nccl_230.c (the toolkit here ships 2.28.9): the prototypes,
+ * redeclared after shoal's nccl.h so that any difference is a
+ * "conflicting types" error, and the values and layouts, checked by
+ * static assertions. Only what the door serves so far is listed; each
+ * 2.30 function joins when it lands. */
+#ifndef SHOAL_TEST_NCCL_230_H
+#define SHOAL_TEST_NCCL_230_H
+
+#include <stddef.h>
+
+ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
+ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                          ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId, int rank,
+                           ncclComm_t *newcomm, ncclConfig_t *config);
+ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+_Static_assert(NCCL_MAJOR == 2 && NCCL_MINOR == 30 && NCCL_PATCH == 7, "NCCL 2.30.7");
+_Static_assert(NCCL_VERSION_CODE == 23007, "NCCL_VERSION_CODE");
+_Static_assert(NCCL_VERSION(2, 30, 7) == 23007, "NCCL_VERSION");
+_Static_assert(ncclTimeout == 8 && ncclNumResults == 9, "ncclTimeout, ncclNumResults");
+_Static_assert(NCCL_WIN_STRICT_ORDERING == 0x02, "NCCL_WIN_STRICT_ORDERING");
+_Static_assert(NCCL_API_MAGIC == 0xcafebeef, "NCCL_API_MAGIC");
+
+/* ncclConfig_v23000: 2.28's fields, then four ints. */
+_Static_assert(__builtin_types_compatible_p(ncclConfig_t, struct ncclConfig_v23000),
+               "ncclConfig_t is struct ncclConfig_v23000");
+_Static_assert(sizeof(ncclConfig_t) == 96, "sizeof(ncclConfig_t)");
+_Static_assert(offsetof(ncclConfig_t, nvlinkCentricSched) == 76, "nvlinkCentricSched");
+_Static_assert(offsetof(ncclConfig_t, graphUsageMode) == 80, "graphUsageMode");
+_Static_assert(offsetof(ncclConfig_t, numRmaCtx) == 84, "numRmaCtx");
+_Static_assert(offsetof(ncclConfig_t, maxP2pPeers) == 88, "maxP2pPeers");
+_Static_assert(offsetof(ncclConfig_t, graphStreamOrdering) == 92, "graphStreamOrdering");
+
+/* 2.28.9's config ends where 2.30's new fields start. */
+#define NCCL_228_CONFIG_SIZE 80
+
+#endif

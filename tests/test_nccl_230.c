@@ -1,0 +1,251 @@
+/* The NCCL door's 2.30 API, as a program written against NCCL 2.30's
+ * header sees it: shoal's nccl.h (its default, 2.30 declarations) with
+ * nccl230/nccl_230.h's declarations of 2.30 after it, so that a
+ * prototype, value or layout of shoal's that differs from 2.30's fails the
+ * build; then, over forked ranks on shared memory, calling
+ * shoal's libnccl.so.2:
+ * - ncclGetVersion answers 23007, and ncclGetErrorString knows
+ *   ncclTimeout;
+ * - a 2.30 config (its new fields set) is taken, and so is a 2.28.9 one
+ *   (size 80) that ends at an unreadable page: nothing past its size is
+ *   read;
+ * - ncclCommGetUniqueId and ncclCommGrow: 1..4 ranks growing by 1..2
+ *   (new ranks appended, an all-reduce on the grown communicator and on
+ *   the parent after it), every rank of the parent getting the same id,
+ *   and the id refused by a communicator it is not for;
+ * - ncclWinGetUserPtr gives each window's buffer, and refuses a window
+ *   that is not the communicator's. */
+#include "nccl.h"
+#include "nccl230/nccl_230.h"
+
+#include "harness.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define RUN_TIMEOUT_S 120
+#define COUNT 1001
+
+#define NCCL_OK(call, label)                                                           \
+    do {                                                                               \
+        ncclResult_t r_ = (call);                                                      \
+        RANK_CHECK(r_ == ncclSuccess, label, "%s: %s (%s)", #call,                    \
+                   ncclGetErrorString(r_), ncclGetLastError(NULL));                    \
+    } while (0)
+
+typedef struct {
+    int old, add;
+    ncclUniqueId parent_id;
+    int pipe_fd[2];
+} grow_arg_t;
+
+/* An exact int32 sum on comm, of n ranks, this one being rank. */
+static int check_sum(ncclComm_t comm, int rank, int n, const char *what)
+{
+    int32_t buf[COUNT];
+    for (int i = 0; i < COUNT; i++)
+        buf[i] = rank * 1000 + i;
+    NCCL_OK(ncclAllReduce(buf, buf, COUNT, ncclInt32, ncclSum, comm, NULL), fail);
+    for (int i = 0; i < COUNT; i++) {
+        int32_t want = 1000 * n * (n - 1) / 2 + n * i;
+        RANK_CHECK(buf[i] == want, fail, "%s: value %d is %d, expected %d", what, i, buf[i],
+                   want);
+    }
+    return 0;
+fail:
+    return 1;
+}
+
+static int check_shape(ncclComm_t comm, int rank, int n, const char *what)
+{
+    int r = -1, c = -1;
+    NCCL_OK(ncclCommUserRank(comm, &r), fail);
+    NCCL_OK(ncclCommCount(comm, &c), fail);
+    RANK_CHECK(r == rank && c == n, fail, "%s: rank %d of %d, expected %d of %d", what, r, c,
+               rank, n);
+    return 0;
+fail:
+    return 1;
+}
+
+/* A config whose last byte ends a readable page, the next page unreadable:
+ * a library that reads past config->size faults. */
+static ncclConfig_t *config_at_page_end(size_t size, void **map_p)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    char *map = mmap(NULL, 2 * (size_t)page, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED || mprotect(map + page, (size_t)page, PROT_NONE) != 0)
+        return NULL;
+    ncclConfig_t full = NCCL_CONFIG_INITIALIZER;
+    full.size = size;
+    full.commName = "old-config";
+    ncclConfig_t *c = (ncclConfig_t *)(void *)(map + page - size);
+    memcpy(c, &full, size);
+    *map_p = map;
+    return c;
+}
+
+static int rank_grow(int rank, int nprocs, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused, (void)nprocs;
+    grow_arg_t *a = varg;
+    int n = a->old + a->add;
+    ncclComm_t parent = NULL, grown = NULL;
+    ncclUniqueId id;
+    if (rank >= a->old) {
+        close(a->pipe_fd[1]);
+        RANK_CHECK(read(a->pipe_fd[0], &id, sizeof(id)) == (ssize_t)sizeof(id), fail,
+                   "new rank %d: no id", rank);
+        /* A new rank with a 2.30 config, its new fields set. */
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.graphUsageMode = 1;
+        cfg.numRmaCtx = 2;
+        cfg.maxP2pPeers = 8;
+        cfg.graphStreamOrdering = 0;
+        NCCL_OK(ncclCommGrow(NULL, n, &id, rank, &grown, &cfg), fail);
+    } else {
+        close(a->pipe_fd[0]);
+        void *map = NULL;
+        ncclConfig_t *old = config_at_page_end(NCCL_228_CONFIG_SIZE, &map);
+        RANK_CHECK(old, fail, "mmap");
+        NCCL_OK(ncclCommInitRankConfig(&parent, a->old, a->parent_id, rank, old), fail);
+        munmap(map, 2 * (size_t)sysconf(_SC_PAGESIZE));
+        NCCL_OK(ncclCommGetUniqueId(parent, &id), fail);
+        /* Every rank of the parent gets the same id: compare them. */
+        ncclUniqueId *all = malloc(sizeof(id) * (size_t)a->old);
+        RANK_CHECK(all, fail, "out of memory");
+        NCCL_OK(ncclAllGather(&id, all, sizeof(id), ncclUint8, parent, NULL), fail);
+        for (int r = 0; r < a->old; r++)
+            RANK_CHECK(!memcmp(&all[r], &id, sizeof(id)), fail, "rank %d's grow id differs", r);
+        free(all);
+        if (rank == 0) {
+            for (int k = 0; k < a->add; k++)
+                RANK_CHECK(write(a->pipe_fd[1], &id, sizeof(id)) == (ssize_t)sizeof(id), fail,
+                           "pipe");
+        }
+        close(a->pipe_fd[1]);
+        NCCL_OK(ncclCommGrow(parent, n, rank == 0 ? &id : NULL, -1, &grown, NULL), fail);
+    }
+    if (check_shape(grown, rank, n, "grown") || check_sum(grown, rank, n, "grown"))
+        return 1;
+    if (parent) {
+        if (check_sum(parent, rank, a->old, "parent after the grow"))
+            return 1;
+        /* The id was for that grow: the parent's next one differs, and the
+         * grown communicator refuses it. */
+        ncclUniqueId next;
+        NCCL_OK(ncclCommGetUniqueId(parent, &next), fail);
+        RANK_CHECK(memcmp(&next, &id, sizeof(id)), fail, "the next grow id is the used one");
+        NCCL_OK(ncclCommDestroy(parent), fail);
+    }
+    ncclComm_t again = NULL;
+    ncclResult_t r = ncclCommGrow(grown, n + 1, &id, -1, &again, NULL);
+    RANK_CHECK(r == ncclInvalidArgument && again == NULL, fail,
+               "another communicator's id: %s", ncclGetErrorString(r));
+    NCCL_OK(ncclCommDestroy(grown), fail);
+    return 0;
+fail:
+    return 1;
+}
+
+/* The door reads its settings once a process, and this one has (its
+ * ncclGetUniqueId), so every case runs on one transport: shared memory.
+ * test_grow.c runs the core's grow on tcp too. */
+static void run_grow(const char *transport)
+{
+    harness_use_transport(transport, 4096);
+    for (int old = 1; old <= 4; old++) {
+        for (int add = 1; add <= 2; add++) {
+            if (harness_quick() && old != 2)
+                continue;
+            grow_arg_t a = {.old = old, .add = add};
+            assert_int_equal(pipe(a.pipe_fd), 0);
+            assert_int_equal(ncclGetUniqueId(&a.parent_id), ncclSuccess);
+            int rc = harness_run_ranks(old + add, rank_grow, &a, RUN_TIMEOUT_S);
+            close(a.pipe_fd[0]);
+            close(a.pipe_fd[1]);
+            assert_int_equal(rc, 0);
+        }
+    }
+}
+
+static void test_grow_shm(void **state)
+{
+    (void)state;
+    run_grow("shm");
+}
+
+static void test_version(void **state)
+{
+    (void)state;
+    int v = 0;
+    assert_int_equal(ncclGetVersion(&v), ncclSuccess);
+    assert_int_equal(v, 23007);
+    assert_string_not_equal(ncclGetErrorString(ncclTimeout),
+                            ncclGetErrorString((ncclResult_t)99));
+}
+
+static int rank_win(int rank, int n, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused;
+    ncclUniqueId id = *(const ncclUniqueId *)varg;
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, n, id, rank), fail);
+    size_t bytes = 2 * 4096;
+    void *buf[2];
+    ncclWindow_t win[2];
+    for (int k = 0; k < 2; k++) {
+        NCCL_OK(ncclMemAlloc(&buf[k], bytes), fail);
+        NCCL_OK(ncclCommWindowRegister(comm, buf[k], bytes, &win[k],
+                                       k ? NCCL_WIN_STRICT_ORDERING : NCCL_WIN_DEFAULT),
+                fail);
+    }
+    for (int k = 0; k < 2; k++) {
+        void *p = NULL;
+        NCCL_OK(ncclWinGetUserPtr(comm, win[k], &p), fail);
+        RANK_CHECK(p == buf[k], fail, "window %d: user pointer %p, registered %p", k, p,
+                   buf[k]);
+    }
+    void *p = NULL;
+    ncclResult_t r = ncclWinGetUserPtr(comm, (ncclWindow_t)(void *)&p, &p);
+    RANK_CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(comm), "window"), fail,
+               "a foreign window: %s", ncclGetErrorString(r));
+    r = ncclWinGetUserPtr(comm, win[0], NULL);
+    RANK_CHECK(r == ncclInvalidArgument, fail, "NULL outUserPtr: %s", ncclGetErrorString(r));
+    for (int k = 0; k < 2; k++) {
+        NCCL_OK(ncclCommWindowDeregister(comm, win[k]), fail);
+        NCCL_OK(ncclMemFree(buf[k]), fail);
+    }
+    r = ncclWinGetUserPtr(comm, win[0], &p);
+    RANK_CHECK(r == ncclInvalidArgument, fail, "a deregistered window: %s",
+               ncclGetErrorString(r));
+    NCCL_OK(ncclCommDestroy(comm), fail);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_win_user_ptr(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", 4096);
+    ncclUniqueId id;
+    assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+    assert_int_equal(harness_run_ranks(2, rank_win, &id, RUN_TIMEOUT_S), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_grow_shm),
+        cmocka_unit_test(test_win_user_ptr),
+    };
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
