@@ -20,6 +20,12 @@
  * every rank and in place, within one quantisation per host of a double
  * reference, residuals that add up to the error, AVG as SUM / n).
  *
+ * Grow (shoal_comm_grow) across namespaces: the first ranks of a layout
+ * form a communicator, rank 0 hands its grow id through a pipe to the
+ * others, which join from their namespaces (one of them a host the parent
+ * does not span); the grown communicator sees the layout's hosts and
+ * transports and passes the reductions, and the parent still works.
+ *
  * Needs root (namespaces); each case is one cmocka test. */
 #include "harness.h"
 
@@ -120,7 +126,17 @@ typedef struct {
     const layout_t *layout;
     const setting_t *setting;
     int codec; /* the compressed all-reduces instead of the collectives */
+    int grow_old; /* a grow from the first grow_old ranks to all (0: none) */
+    int pipe_fd[2];
 } case_t;
+
+/* The grow cases: {2,2} from 3 ranks (the new one beside rank 2), {4,1}
+ * from 4 (the new one alone on a new host), {3,1,2} from 2. */
+static const struct {
+    int layout;
+    int old;
+} grow_cases[] = {{1, 3}, {3, 4}, {4, 2}};
+#define NGROW_CASES (sizeof(grow_cases) / sizeof(grow_cases[0]))
 
 static int topo_ready;
 
@@ -534,6 +550,58 @@ static int layout_hosts(const layout_t *l)
     return nns;
 }
 
+/* A grow case's rank: of the parent (it passes the id on) or new. */
+static int grow_main(rank_t *r, const shoal_unique_id_t *id, const case_t *tc)
+{
+    const layout_t *l = tc->layout;
+    shoal_comm_t parent = NULL;
+    shoal_unique_id_t gid;
+    shoal_status_t s;
+    if (r->rank < tc->grow_old) {
+        close(tc->pipe_fd[0]);
+        s = shoal_comm_init(tc->grow_old, id, r->rank, &parent);
+        RANK_CHECK(s == SHOAL_OK, fail, "rank %d: parent init: %s", r->rank,
+                   shoal_comm_last_error(NULL));
+        RANK_CHECK(shoal_comm_grow_id(parent, &gid) == SHOAL_OK, fail, "grow id");
+        for (int k = tc->grow_old; r->rank == 0 && k < l->nranks; k++)
+            RANK_CHECK(write(tc->pipe_fd[1], &gid, sizeof(gid)) == (ssize_t)sizeof(gid), fail,
+                       "pipe");
+        close(tc->pipe_fd[1]);
+        s = shoal_comm_grow(parent, l->nranks, NULL, -1, &r->comm);
+    } else {
+        close(tc->pipe_fd[1]);
+        RANK_CHECK(read(tc->pipe_fd[0], &gid, sizeof(gid)) == (ssize_t)sizeof(gid), fail,
+                   "rank %d: no grow id", r->rank);
+        s = shoal_comm_grow(NULL, l->nranks, &gid, r->rank, &r->comm);
+    }
+    RANK_CHECK(s == SHOAL_OK, fail, "rank %d: grow: %s", r->rank,
+               shoal_comm_last_error(parent));
+    if (check_hosts(r, l, layout_hosts(l)))
+        return 1;
+    r->cap = (size_t)l->nranks * BIG * 8 + GUARD;
+    r->send = malloc(r->cap);
+    r->recv = malloc(r->cap);
+    r->want = malloc(r->cap);
+    r->tmp = malloc(r->cap);
+    RANK_CHECK(r->send && r->recv && r->want && r->tmp, fail, "out of memory");
+    for (size_t j = 0; j < NREDUCTIONS; j++)
+        if (run_reductions(r, BIG, reductions[j].dt, reductions[j].op))
+            return 1;
+    if (parent) {
+        rank_t p = *r;
+        p.comm = parent;
+        p.n = tc->grow_old;
+        if (run_reductions(&p, 1001, SHOAL_FLOAT32, SHOAL_SUM))
+            return 1;
+        RANK_CHECK(shoal_comm_destroy(parent) == SHOAL_OK, fail, "destroy parent");
+    }
+    free(r->send), free(r->recv), free(r->want), free(r->tmp);
+    RANK_CHECK(shoal_comm_destroy(r->comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
 {
     const layout_t *l = tc->layout;
@@ -546,6 +614,8 @@ static int rank_main(int rank, const shoal_unique_id_t *id, const case_t *tc)
     harness_setenv("SHOAL_CHUNK_SIZE", CHUNK_TEXT);
 
     rank_t r = {.rank = rank, .n = l->nranks};
+    if (tc->grow_old)
+        return grow_main(&r, id, tc);
     shoal_status_t s = shoal_comm_init(l->nranks, id, rank, &r.comm);
     RANK_CHECK(s == SHOAL_OK, fail, "rank %d: init: %s (%s)", rank, shoal_status_string(s),
                shoal_comm_last_error(NULL));
@@ -592,6 +662,8 @@ static int run_case_ranks(const case_t *tc)
 {
     const layout_t *l = tc->layout;
     int n = l->nranks, pids[MAX_RANKS];
+    if (tc->grow_old && pipe(((case_t *)tc)->pipe_fd) != 0)
+        return -1;
     char ns0[48];
     ns_name(ns0, l->ns_of[0]);
     int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -624,6 +696,10 @@ static int run_case_ranks(const case_t *tc)
         failed = 1;
     }
     close(home);
+    if (tc->grow_old) {
+        close(tc->pipe_fd[0]);
+        close(tc->pipe_fd[1]);
+    }
     time_t deadline = time(NULL) + CASE_TIMEOUT_S;
     for (int i = 0; i < forked; i++) {
         if (pids[i] <= 0)
@@ -647,7 +723,8 @@ static void test_case(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int rc = run_case_ranks(tc);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    printf("# %s%s SHOAL_ALGO=%s: %.1f s\n", tc->codec ? "compressed " : "", tc->layout->name,
+    printf("# %s%s SHOAL_ALGO=%s: %.1f s\n",
+           tc->codec ? "compressed " : tc->grow_old ? "grown " : "", tc->layout->name,
            tc->setting->algo,
            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9);
     assert_int_equal(rc, 0);
@@ -672,7 +749,7 @@ static int group_teardown(void **state)
 
 int main(void)
 {
-#define NCASES (NSETTINGS * NLAYOUTS + NCODEC_LAYOUTS)
+#define NCASES (NSETTINGS * NLAYOUTS + NCODEC_LAYOUTS + NGROW_CASES)
     static case_t cases[NCASES];
     static char names[NCASES][160];
     struct CMUnitTest tests[NCASES];
@@ -698,5 +775,15 @@ int main(void)
         tests[k] = (struct CMUnitTest){.name = names[k], .test_func = test_case,
                                        .initial_state = &cases[k]};
     }
+    for (size_t i = 0; i < NGROW_CASES; i++, k++) {
+        const layout_t *l = &layouts[grow_cases[i].layout];
+        cases[k] = (case_t){.layout = l, .setting = &settings[0], .grow_old = grow_cases[i].old};
+        snprintf(names[k], sizeof(names[k]), "grow %s from its first %d ranks", l->name,
+                 grow_cases[i].old);
+        tests[k] = (struct CMUnitTest){.name = names[k], .test_func = test_case,
+                                       .initial_state = &cases[k]};
+    }
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return _cmocka_run_group_tests("netns_hosts", tests, k, group_setup, group_teardown);
 }
