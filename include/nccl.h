@@ -502,6 +502,48 @@ ncclResult_t pncclGroupEnd(void);
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
+#if SHOAL_NCCL_2_30
+/*
+ * Parameters (2.30): shoal's settings, named by their SHOAL_ name or their
+ * NCCL alias (NCCL_DEBUG...), with the values the library holds (from the
+ * variable, the alias or the default). Typed reads give the number shoal
+ * uses (a size in bytes, a time in nanoseconds, y/n as 1 or 0); a value
+ * that does not fit, or a setting that is not a number, is
+ * ncclInvalidArgument. ncclParamGet copies that number's bytes, or the
+ * text with its NUL. Strings stay valid until the same call on the same
+ * thread. ncclParamDumpAll logs every setting at INFO.
+ */
+typedef struct ncclParamHandle *ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

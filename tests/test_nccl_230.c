@@ -14,7 +14,14 @@
  *   the parent after it), every rank of the parent getting the same id,
  *   and the id refused by a communicator it is not for;
  * - ncclWinGetUserPtr gives each window's buffer, and refuses a window
- *   that is not the communicator's. */
+ *   that is not the communicator's;
+ * - the parameter API over shoal's settings, set in this process's
+ *   environment before the library reads it: a setting by its SHOAL_ name
+ *   and by its NCCL alias is one handle and one value; a size, a time and
+ *   a log level read as the numbers shoal uses, values that do not fit a
+ *   narrower type and text that is no number refused with the reason;
+ *   the raw read's bytes and length; every key listed; unknown keys and
+ *   handles refused. */
 #include "nccl.h"
 #include "nccl230/nccl_230.h"
 
@@ -238,12 +245,93 @@ static void test_win_user_ptr(void **state)
     assert_int_equal(harness_run_ranks(2, rank_win, &id, RUN_TIMEOUT_S), 0);
 }
 
+static void test_params(void **state)
+{
+    (void)state;
+    ncclParamHandle_t h, h2;
+    const char *text;
+    int32_t i32;
+    uint64_t u64;
+    uint16_t u16;
+    int8_t i8;
+    assert_int_equal(ncclParamBind(&h, "SHOAL_CHUNK_SIZE"), ncclSuccess);
+    assert_int_equal(ncclParamGetU64(h, &u64), ncclSuccess);
+    assert_int_equal(u64, 4 << 20);
+    assert_int_equal(ncclParamGetI32(h, &i32), ncclSuccess);
+    assert_int_equal(i32, 4 << 20);
+    assert_int_equal(ncclParamGetU16(h, &u16), ncclInvalidArgument);
+    assert_non_null(strstr(ncclGetLastError(NULL), "does not fit"));
+    assert_int_equal(ncclParamGetStr(h, &text), ncclSuccess);
+    assert_string_equal(text, "4M");
+    char raw[16];
+    int len = 0;
+    assert_int_equal(ncclParamGet(h, raw, sizeof(raw), &len), ncclSuccess);
+    assert_int_equal(len, sizeof(size_t));
+    size_t z;
+    memcpy(&z, raw, sizeof(z));
+    assert_int_equal(z, 4 << 20);
+    assert_int_equal(ncclParamGet(h, raw, 4, &len), ncclInvalidArgument);
+    assert_int_equal(len, sizeof(size_t));
+
+    /* A time: nanoseconds. */
+    assert_int_equal(ncclParamBind(&h, "SHOAL_TIMEOUT"), ncclSuccess);
+    assert_int_equal(ncclParamGetU64(h, &u64), ncclSuccess);
+    assert_true(u64 == 90ull * 1000000000ull);
+    assert_int_equal(ncclParamGetI32(h, &i32), ncclInvalidArgument);
+
+    /* A setting and its NCCL alias: one handle, one value. */
+    assert_int_equal(ncclParamBind(&h, "SHOAL_DEBUG"), ncclSuccess);
+    assert_int_equal(ncclParamBind(&h2, "NCCL_DEBUG"), ncclSuccess);
+    assert_ptr_equal(h, h2);
+    assert_int_equal(ncclParamGetStr(h, &text), ncclSuccess);
+    const char *value;
+    int vlen = 0;
+    assert_int_equal(ncclParamGetParameter("NCCL_DEBUG", &value, &vlen), ncclSuccess);
+    assert_string_equal(value, text);
+    assert_int_equal(vlen, (int)strlen(text));
+    assert_int_equal(ncclParamGetI8(h, &i8), ncclSuccess);
+    assert_true(i8 > 0);
+
+    /* Text that is no number: refused, readable as a string. */
+    assert_int_equal(ncclParamBind(&h, "NCCL_ALGO"), ncclSuccess);
+    assert_int_equal(ncclParamGetI32(h, &i32), ncclInvalidArgument);
+    assert_non_null(strstr(ncclGetLastError(NULL), "not a number"));
+    assert_int_equal(ncclParamGetStr(h, &text), ncclSuccess);
+    assert_string_equal(text, "auto");
+    assert_int_equal(ncclParamGet(h, raw, sizeof(raw), &len), ncclSuccess);
+    assert_int_equal(len, 5);
+    assert_string_equal(raw, "auto");
+
+    const char **keys;
+    int nkeys = 0, found = 0;
+    assert_int_equal(ncclParamGetAllParameterKeys(&keys, &nkeys), ncclSuccess);
+    assert_true(nkeys > 20);
+    for (int k = 0; k < nkeys; k++)
+        found += !strcmp(keys[k], "SHOAL_TIMEOUT") + !strcmp(keys[k], "NCCL_DEBUG");
+    assert_int_equal(found, 2);
+    assert_null(keys[nkeys]);
+    ncclParamDumpAll();
+
+    assert_int_equal(ncclParamBind(&h, "NCCL_NO_SUCH_THING"), ncclInvalidArgument);
+    assert_non_null(strstr(ncclGetLastError(NULL), "NCCL_NO_SUCH_THING"));
+    assert_int_equal(ncclParamGetI32((ncclParamHandle_t)(void *)&h, &i32), ncclInvalidArgument);
+    assert_int_equal(ncclParamGetParameter("SHOAL_NOPE", &value, &vlen), ncclInvalidArgument);
+}
+
 int main(void)
 {
+    /* Before the library reads its settings (once a process). */
+    setenv("SHOAL_CHUNK_SIZE", "4M", 1);
+    setenv("SHOAL_TIMEOUT", "90s", 1);
+    setenv("NCCL_DEBUG", "WARN", 1);
+    unsetenv("SHOAL_DEBUG");
+    unsetenv("SHOAL_ALGO");
+    unsetenv("NCCL_ALGO");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_grow_shm),
         cmocka_unit_test(test_win_user_ptr),
+        cmocka_unit_test(test_params),
     };
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));

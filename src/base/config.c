@@ -300,6 +300,10 @@ typedef struct {
 
 #define CONFIG_MAX_ENTRIES 128
 
+/* The text each entry took at the last load, in print order: for
+ * shoal_config_text. */
+static char loaded_text[CONFIG_MAX_ENTRIES][SHOAL_CONFIG_STR_MAX];
+
 /* Logging is configured by the table itself, so the load reports what it
  * did (bad values, aliases taken) only once the log settings apply. */
 static void config_report(const config_report_t *r)
@@ -355,6 +359,11 @@ static void config_load(void)
             r->parsed = e->parse(text, field) == 0;
             if (!r->parsed)
                 e->parse(e->def, field);
+            if (nreports <= CONFIG_MAX_ENTRIES)
+                snprintf(loaded_text[nreports - 1], SHOAL_CONFIG_STR_MAX, "%s",
+                         e->parse == shoal_config_field_secret
+                             ? (r->source == SOURCE_DEFAULT ? e->def : "(set, not shown)")
+                             : r->parsed ? text : e->def);
         }
     }
     shoal_log_setup(c.core.log_level, c.core.log_subsys, c.core.log_file);
@@ -420,6 +429,50 @@ void shoal_config_print(FILE *out)
             fputc('\n', out);
         }
     }
+}
+
+size_t shoal_config_count(void)
+{
+    shoal_config_get();
+    size_t n = 0;
+    for (size_t t = 0; t < ntables; t++)
+        n += tables[t]->count;
+    return n;
+}
+
+const shoal_config_entry_t *shoal_config_at(size_t i)
+{
+    shoal_config_get();
+    for (size_t t = 0; t < ntables; t++) {
+        if (i < tables[t]->count)
+            return &tables[t]->entries[i];
+        i -= tables[t]->count;
+    }
+    return NULL;
+}
+
+const shoal_config_entry_t *shoal_config_find(const char *name)
+{
+    int aliases = atomic_load_explicit(&config_nccl_env, memory_order_acquire);
+    const shoal_config_entry_t *e;
+    for (size_t i = 0; name && (e = shoal_config_at(i)) != NULL; i++) {
+        if (!strcmp(e->name, name) || (aliases && e->nccl_name && !strcmp(e->nccl_name, name)))
+            return e;
+    }
+    return NULL;
+}
+
+const char *shoal_config_text(const shoal_config_entry_t *e, char *buf)
+{
+    const shoal_config_entry_t *x;
+    buf[0] = '\0';
+    for (size_t i = 0; i < CONFIG_MAX_ENTRIES && (x = shoal_config_at(i)) != NULL; i++) {
+        if (x == e) {
+            snprintf(buf, SHOAL_CONFIG_STR_MAX, "%s", loaded_text[i]);
+            break;
+        }
+    }
+    return buf;
 }
 
 size_t shoal_config_chunk(const shoal_config_t *c, int networked)

@@ -286,6 +286,21 @@ const char *shoal_config_env(const char *name);
 /* Print every setting: name, default, current value, documentation. */
 void shoal_config_print(FILE *out);
 
+/* The settings one by one, in print order (i < shoal_config_count()), and
+ * by name: a SHOAL_ name, or, once the NCCL aliases are on, an NCCL
+ * alias's (NULL: none). For the NCCL door's parameter API. */
+size_t shoal_config_count(void);
+const shoal_config_entry_t *shoal_config_at(size_t i);
+const shoal_config_entry_t *shoal_config_find(const char *name);
+/* The text e took at the settings' last load, into buf
+ * (SHOAL_CONFIG_STR_MAX bytes): its variable's, its alias's as translated,
+ * or the default where neither was set or the text did not parse; a
+ * secret's is "(set, not shown)" or its default. A component's check
+ * after the parse may still correct the value (SHOAL_CHUNK_SIZE to 0 when
+ * not a power of two): the field holds that, the text is as given.
+ * Returns buf. */
+const char *shoal_config_text(const shoal_config_entry_t *e, char *buf);
+
 /* Pipeline piece of a communicator: SHOAL_CHUNK_SIZE when set, else
  * SHOAL_CHUNK_LOCAL when shared memory joins every rank and
  * SHOAL_CHUNK_NET when some piece crosses a network (networked: the

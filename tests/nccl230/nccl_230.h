@@ -8,6 +8,7 @@
 #define SHOAL_TEST_NCCL_230_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
 ncclResult_t pncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId);
@@ -17,6 +18,36 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniq
                            ncclComm_t *newcomm, ncclConfig_t *config);
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
+
+typedef struct ncclParamHandle *ncclParamHandle_t;
+ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
+ncclResult_t ncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t pncclParamGetI8(ncclParamHandle_t h, int8_t *out);
+ncclResult_t ncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t pncclParamGetI16(ncclParamHandle_t h, int16_t *out);
+ncclResult_t ncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t pncclParamGetI32(ncclParamHandle_t h, int32_t *out);
+ncclResult_t ncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t pncclParamGetI64(ncclParamHandle_t h, int64_t *out);
+ncclResult_t ncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t pncclParamGetU8(ncclParamHandle_t h, uint8_t *out);
+ncclResult_t ncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t pncclParamGetU16(ncclParamHandle_t h, uint16_t *out);
+ncclResult_t ncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t pncclParamGetU32(ncclParamHandle_t h, uint32_t *out);
+ncclResult_t ncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t pncclParamGetU64(ncclParamHandle_t h, uint64_t *out);
+ncclResult_t ncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t pncclParamGetStr(ncclParamHandle_t h, const char **out);
+ncclResult_t ncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t pncclParamGet(ncclParamHandle_t h, void *out, int maxLen, int *len);
+ncclResult_t ncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t pncclParamGetParameter(const char *key, const char **value, int *valueLen);
+ncclResult_t ncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+ncclResult_t pncclParamGetAllParameterKeys(const char ***table, int *tableLen);
+void ncclParamDumpAll(void);
+void pncclParamDumpAll(void);
 
 _Static_assert(NCCL_MAJOR == 2 && NCCL_MINOR == 30 && NCCL_PATCH == 7, "NCCL 2.30.7");
 _Static_assert(NCCL_VERSION_CODE == 23007, "NCCL_VERSION_CODE");
