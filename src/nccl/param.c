@@ -120,40 +120,29 @@ static ncclResult_t get_int(ncclParamHandle_t h, const char *what, int is_signed
     return ncclSuccess;
 }
 
-#define PARAM_GET_SIGNED(name, type, lo, hi)                                          \
+/* ncclParamGet<type>: signed types take the signed value within [lo, hi],
+ * unsigned ones the unsigned value up to uhi. */
+#define PARAM_GET(name, type, is_signed, lo, hi, uhi)                                 \
     NCCL_API(ncclResult_t, name, ncclParamHandle_t h, type *out)                      \
     {                                                                                 \
         int64_t i;                                                                    \
         uint64_t u;                                                                   \
         if (!out)                                                                     \
             return shoal_nccl_fail(NULL, ncclInvalidArgument, #name ": out is NULL"); \
-        ncclResult_t res = get_int(h, #name, 1, lo, hi, 0, &i, &u);                    \
+        ncclResult_t res = get_int(h, #name, is_signed, lo, hi, uhi, &i, &u);          \
         if (res == ncclSuccess)                                                       \
-            *out = (type)i;                                                           \
+            *out = is_signed ? (type)i : (type)u;                                     \
         return res;                                                                   \
     }
 
-#define PARAM_GET_UNSIGNED(name, type, hi)                                            \
-    NCCL_API(ncclResult_t, name, ncclParamHandle_t h, type *out)                      \
-    {                                                                                 \
-        int64_t i;                                                                    \
-        uint64_t u;                                                                   \
-        if (!out)                                                                     \
-            return shoal_nccl_fail(NULL, ncclInvalidArgument, #name ": out is NULL"); \
-        ncclResult_t res = get_int(h, #name, 0, 0, 0, hi, &i, &u);                     \
-        if (res == ncclSuccess)                                                       \
-            *out = (type)u;                                                           \
-        return res;                                                                   \
-    }
-
-PARAM_GET_SIGNED(ncclParamGetI8, int8_t, INT8_MIN, INT8_MAX)
-PARAM_GET_SIGNED(ncclParamGetI16, int16_t, INT16_MIN, INT16_MAX)
-PARAM_GET_SIGNED(ncclParamGetI32, int32_t, INT32_MIN, INT32_MAX)
-PARAM_GET_SIGNED(ncclParamGetI64, int64_t, INT64_MIN, INT64_MAX)
-PARAM_GET_UNSIGNED(ncclParamGetU8, uint8_t, UINT8_MAX)
-PARAM_GET_UNSIGNED(ncclParamGetU16, uint16_t, UINT16_MAX)
-PARAM_GET_UNSIGNED(ncclParamGetU32, uint32_t, UINT32_MAX)
-PARAM_GET_UNSIGNED(ncclParamGetU64, uint64_t, UINT64_MAX)
+PARAM_GET(ncclParamGetI8, int8_t, 1, INT8_MIN, INT8_MAX, 0)
+PARAM_GET(ncclParamGetI16, int16_t, 1, INT16_MIN, INT16_MAX, 0)
+PARAM_GET(ncclParamGetI32, int32_t, 1, INT32_MIN, INT32_MAX, 0)
+PARAM_GET(ncclParamGetI64, int64_t, 1, INT64_MIN, INT64_MAX, 0)
+PARAM_GET(ncclParamGetU8, uint8_t, 0, 0, 0, UINT8_MAX)
+PARAM_GET(ncclParamGetU16, uint16_t, 0, 0, 0, UINT16_MAX)
+PARAM_GET(ncclParamGetU32, uint32_t, 0, 0, 0, UINT32_MAX)
+PARAM_GET(ncclParamGetU64, uint64_t, 0, 0, 0, UINT64_MAX)
 
 NCCL_API(ncclResult_t, ncclParamBind, ncclParamHandle_t *out, const char *key)
 {
