@@ -348,6 +348,29 @@ ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
 #if SHOAL_NCCL_2_30
+/* Suspend (2.30): the calls made so far finish, then every call but
+ * resume, the statistics, destroy and abort is refused until
+ * ncclCommResume. NCCL_SUSPEND_MEM also gives back the staging of
+ * stream-ordered calls (its device scratch included), made again on
+ * demand; a stream that has not reached a staged call of the
+ * communicator yet makes it ncclInvalidUsage, suspending nothing. The
+ * door's compressors (SHOAL_COMPRESS) keep their device memory. */
+#define NCCL_SUSPEND_MEM 0x01
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+/* Device memory of the communicator, in bytes: what suspend releases (the
+ * staging's), whether it is suspended (0 or 1), what it keeps (the door's
+ * compressors'), and the total. Host memory is not counted. */
+typedef enum {
+    ncclStatGpuMemSuspend = 0,
+    ncclStatGpuMemSuspended = 1,
+    ncclStatGpuMemPersist = 2,
+    ncclStatGpuMemTotal = 3
+} ncclCommMemStat_t;
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
 /* The buffer win was registered with (2.30). */
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);

@@ -17,7 +17,11 @@
  * - with SHOAL_COMPRESS_REDUCESCATTER=int8, float reduce-scatters of
  *   device buffers go through the stream-ordered compressed
  *   reduce-scatter: each rank's block within the two-shot's error of the
- *   exact sum (or average), and not all exact. */
+ *   exact sum (or average), and not all exact;
+ * - ncclCommSuspend with NCCL_SUSPEND_MEM: ncclCommMemStats counts the
+ *   compressors' device memory as kept, the suspend fails while a stream
+ *   has not reached a staged call yet, leaves nothing releasable, and the
+ *   compressed all-reduce works again after ncclCommResume. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -256,6 +260,56 @@ fail:
     return 1;
 }
 
+/* ncclCommSuspend with NCCL_SUSPEND_MEM on device work (2.30): the
+ * compressors' device memory shows in the statistics as kept (bfloat16's
+ * compressor widens on the device), the total as the sum; a stream held
+ * before a staged call of the communicator makes the suspend fail and
+ * suspends nothing (on two ranks or more: one rank's calls are copies on
+ * the stream, which stage nothing); after the suspend nothing releasable
+ * is left, and after resume the compressed all-reduce works again. */
+static int check_suspend(ncclComm_t comm, void *stream, int rank, int n)
+{
+    uint64_t freeable = 1, total = 0, kept = 0, suspended = 0;
+    float got[COUNT];
+    int inexact = 0;
+    NCCL_CHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &freeable), fail);
+    NCCL_CHECK(ncclCommMemStats(comm, ncclStatGpuMemTotal, &total), fail);
+    NCCL_CHECK(ncclCommMemStats(comm, ncclStatGpuMemPersist, &kept), fail);
+    RANK_CHECK((n == 1 || kept > 0) && total == freeable + kept, fail,
+               "device memory: releasable %llu, kept %llu, total %llu",
+               (unsigned long long)freeable, (unsigned long long)kept,
+               (unsigned long long)total);
+    if (n > 1) {
+        void *d = cu_user_alloc(COUNT * 4);
+        _Atomic uint32_t *gate = cu_user_alloc_pinned(64);
+        atomic_store(gate, 0);
+        cu_user_gate(stream, (uint32_t *)gate, 1);
+        /* Integers: never compressed, always staged. */
+        NCCL_CHECK(ncclAllReduce(d, d, COUNT, ncclInt32, ncclSum, comm, (cudaStream_t)stream),
+                   fail);
+        ncclResult_t r = ncclCommSuspend(comm, NCCL_SUSPEND_MEM);
+        atomic_store(gate, 1);
+        cu_user_sync(stream);
+        RANK_CHECK(r == ncclInvalidUsage && strstr(ncclGetLastError(comm), "synchronise"),
+                   fail, "suspend behind a held stream: %s (%s)", ncclGetErrorString(r),
+                   ncclGetLastError(comm));
+        cu_user_free(d);
+        cu_user_free_pinned((void *)gate);
+    }
+    NCCL_CHECK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), fail);
+    NCCL_CHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspend, &freeable), fail);
+    NCCL_CHECK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &suspended), fail);
+    RANK_CHECK(freeable == 0 && suspended == 1, fail,
+               "after the suspend: %llu releasable bytes, suspended %llu",
+               (unsigned long long)freeable, (unsigned long long)suspended);
+    NCCL_CHECK(ncclCommResume(comm), fail);
+    RANK_CHECK(check_one(comm, stream, rank, n, ncclBfloat16, got, &inexact) == 0, fail,
+               "bfloat16 after the resume");
+    return 0;
+fail:
+    return 1;
+}
+
 static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
 {
     (void)sid;
@@ -288,6 +342,7 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
 
     RANK_CHECK(check_gather(comm, stream, rank, n) == 0, fail, "all-gather");
     RANK_CHECK(check_scatter(comm, stream, rank, n) == 0, fail, "reduce-scatter");
+    RANK_CHECK(check_suspend(comm, stream, rank, n) == 0, fail, "suspend");
 
     /* A held stream: the call returns, its work waits. */
     void *d = cu_user_alloc(COUNT * 4);

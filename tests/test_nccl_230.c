@@ -15,6 +15,10 @@
  *   and the id refused by a communicator it is not for;
  * - ncclWinGetUserPtr gives each window's buffer, and refuses a window
  *   that is not the communicator's;
+ * - suspend and resume on host buffers: calls refused while suspended,
+ *   working again after; the statistics (no device memory here, the
+ *   suspended flag); bad flags, and a resume of what is not suspended,
+ *   refused (the device side is test_cuda_nccl_compress.c's);
  * - the parameter API over shoal's settings, set in this process's
  *   environment before the library reads it: a setting by its SHOAL_ name
  *   and by its NCCL alias is one handle and one value; a size, a time and
@@ -236,6 +240,59 @@ fail:
     return 1;
 }
 
+static int rank_suspend(int rank, int n, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused;
+    ncclUniqueId id = *(const ncclUniqueId *)varg;
+    ncclComm_t comm;
+    uint64_t v = 99;
+    NCCL_OK(ncclCommInitRank(&comm, n, id, rank), fail);
+    for (int mem = 0; mem < 2; mem++) {
+        if (check_sum(comm, rank, n, "before the suspend"))
+            return 1;
+        NCCL_OK(ncclCommSuspend(comm, mem ? NCCL_SUSPEND_MEM : 0), fail);
+        NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v), fail);
+        RANK_CHECK(v == 1, fail, "suspended: %llu", (unsigned long long)v);
+        int32_t x = 1;
+        ncclResult_t r = ncclAllReduce(&x, &x, 1, ncclInt32, ncclSum, comm, NULL);
+        RANK_CHECK(r == ncclInvalidUsage && strstr(ncclGetLastError(comm), "suspended"), fail,
+                   "a call while suspended: %s", ncclGetErrorString(r));
+        NCCL_OK(ncclCommResume(comm), fail);
+        NCCL_OK(ncclCommMemStats(comm, ncclStatGpuMemSuspended, &v), fail);
+        RANK_CHECK(v == 0, fail, "resumed: %llu", (unsigned long long)v);
+        if (check_sum(comm, rank, n, "after the resume"))
+            return 1;
+    }
+    static const ncclCommMemStat_t stats[] = {ncclStatGpuMemSuspend, ncclStatGpuMemPersist,
+                                              ncclStatGpuMemTotal};
+    for (int k = 0; k < 3; k++) {
+        NCCL_OK(ncclCommMemStats(comm, stats[k], &v), fail);
+        RANK_CHECK(v == 0, fail, "stat %d: %llu bytes of device memory on a host comm",
+                   (int)stats[k], (unsigned long long)v);
+    }
+    RANK_CHECK(ncclCommResume(comm) == ncclInvalidUsage, fail, "resume, not suspended");
+    RANK_CHECK(ncclCommSuspend(comm, 4) == ncclInvalidArgument, fail, "flags 4");
+    RANK_CHECK(ncclCommMemStats(comm, (ncclCommMemStat_t)9, &v) == ncclInvalidArgument, fail,
+               "stat 9");
+    RANK_CHECK(ncclCommMemStats(comm, ncclStatGpuMemTotal, NULL) == ncclInvalidArgument, fail,
+               "NULL value");
+    /* Destroy works while suspended. */
+    NCCL_OK(ncclCommSuspend(comm, NCCL_SUSPEND_MEM), fail);
+    NCCL_OK(ncclCommDestroy(comm), fail);
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_suspend(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", 4096);
+    ncclUniqueId id;
+    assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+    assert_int_equal(harness_run_ranks(3, rank_suspend, &id, RUN_TIMEOUT_S), 0);
+}
+
 static void test_win_user_ptr(void **state)
 {
     (void)state;
@@ -331,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_grow_shm),
         cmocka_unit_test(test_win_user_ptr),
+        cmocka_unit_test(test_suspend),
         cmocka_unit_test(test_params),
     };
     if (getenv("TEST_FILTER"))

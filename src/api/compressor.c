@@ -909,6 +909,11 @@ shoal_status_t shoal_allreduce_int8(const void *sendbuf, void *recvbuf, size_t c
     return s;
 }
 
+size_t shoal_compressor_device_bytes(shoal_compressor_t comp)
+{
+    return comp_valid(comp) ? comp->dev.bytes : 0;
+}
+
 shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p)
 {
     if (!comp_valid(comp) || !res_p)

@@ -33,6 +33,10 @@ shoal_status_t shoal_compressor_local(struct shoal_comm *comm,
                                       const shoal_compress_options_t *options, size_t count,
                                       shoal_dtype_t dtype, shoal_compressor_t *comp_p);
 
+/* Device memory comp's state holds on its device (0 while on the host):
+ * for the NCCL door's ncclCommMemStats. */
+size_t shoal_compressor_device_bytes(shoal_compressor_t comp);
+
 /* This rank's error-feedback residual (count floats; NULL without error
  * feedback), as of the last successful call: for tests. */
 shoal_status_t shoal_compressor_residual(shoal_compressor_t comp, const float **res_p);

@@ -636,6 +636,15 @@ static int buffer_device(const shoal_dev_ops_t *ops, const void *p)
     return kind == SHOAL_DEV_MEM_DEVICE || kind == SHOAL_DEV_MEM_MANAGED ? device : -1;
 }
 
+shoal_status_t shoal_comp_dev_alloc(const shoal_dev_ops_t *ops, struct shoal_compressor *c,
+                                    int device, size_t bytes, void **p)
+{
+    shoal_status_t r = ops->mem_alloc(device, bytes, p);
+    if (r == SHOAL_OK)
+        c->dev.bytes += bytes;
+    return r;
+}
+
 static void free_buffers(const shoal_dev_ops_t *ops, struct shoal_compressor *c)
 {
     shoal_comp_dev_t *d = &c->dev;
@@ -655,6 +664,7 @@ static void free_buffers(const shoal_dev_ops_t *ops, struct shoal_compressor *c)
         ops->mem_free(d->wire);
     d->res = d->res_next = d->x = d->host = d->scales = NULL;
     d->wire = NULL;
+    d->bytes = 0;
 }
 
 /* The state moves to device on the first call: the residual as the host
@@ -700,16 +710,17 @@ static shoal_status_t state_to_device(struct shoal_compressor *c, const shoal_de
     size_t bytes = (c->nres ? c->nres : 1) * sizeof(float);
     shoal_status_t r = SHOAL_OK;
     if (c->res) {
-        r = ops->mem_alloc(device, bytes, (void **)&d->res);
+        r = shoal_comp_dev_alloc(ops, c, device, bytes, (void **)&d->res);
         if (r == SHOAL_OK)
-            r = ops->mem_alloc(device, bytes, (void **)&d->res_next);
+            r = shoal_comp_dev_alloc(ops, c, device, bytes, (void **)&d->res_next);
         if (r == SHOAL_OK)
             r = ops->host_alloc(bytes, (void **)&d->host);
     }
     if (r == SHOAL_OK && (c->dtype != SHOAL_FLOAT32 || c->psgd))
-        r = ops->mem_alloc(device, (nx ? nx : 1) * sizeof(float), (void **)&d->x);
+        r = shoal_comp_dev_alloc(ops, c, device, (nx ? nx : 1) * sizeof(float), (void **)&d->x);
     if (r == SHOAL_OK && c->opt.kind == SHOAL_COMPRESS_TERNARY)
-        r = ops->mem_alloc(device, (nblocks_of(c) + 1) * sizeof(float), (void **)&d->scales);
+        r = shoal_comp_dev_alloc(ops, c, device, (nblocks_of(c) + 1) * sizeof(float),
+                                 (void **)&d->scales);
     if (r == SHOAL_OK && c->psgd)
         r = shoal_comp_psgd_alloc(ops, c, device);
     if (r != SHOAL_OK) {
@@ -818,7 +829,8 @@ static shoal_status_t dev_prepare(struct shoal_compressor *c, shoal_call_t *call
     } else if (int8_goes_direct(comm, c, call)) {
         dev_lay_t l;
         lay_of(c, &l);
-        if (!c->dev.wire && ops->mem_alloc(sdev, l.need, (void **)&c->dev.wire) != SHOAL_OK)
+        if (!c->dev.wire &&
+            shoal_comp_dev_alloc(ops, c, sdev, l.need, (void **)&c->dev.wire) != SHOAL_OK)
             return shoal_comm_fail(comm, SHOAL_ERR_NO_MEMORY, "%s: no device memory for the "
                                    "direct path's %zu bytes of scratch: %s", what, l.need,
                                    ops->why());

@@ -40,6 +40,7 @@ typedef struct {
     double *col;
     size_t ndesc;
     void *stream;               /* the last stream-ordered call's */
+    size_t bytes;               /* device memory allocated (shoal_comp_dev_alloc) */
     /* A call failed after its stream side was queued: the residual the
      * stream wrote is not the call's. Cleared by set_state and reset. */
     atomic_int lost;
@@ -217,6 +218,9 @@ shoal_status_t shoal_comp_dev_upload(const shoal_dev_ops_t *ops, const shoal_cal
  * (float16 and bfloat16 widened into dev.x); *x_p says where it is. */
 shoal_status_t shoal_comp_dev_input(const shoal_dev_ops_t *ops, const shoal_call_t *call,
                                     const float **x_p);
+/* Device memory for c's state on device, counted in c->dev.bytes. */
+shoal_status_t shoal_comp_dev_alloc(const shoal_dev_ops_t *ops, struct shoal_compressor *c,
+                                    int device, size_t bytes, void **p);
 /* The host codec of c's INT8 on rank at step (a device call's step, not
  * c->step, which the issuing thread moves on), and the device codec's
  * arguments of the same, for op. */

@@ -62,21 +62,21 @@ shoal_status_t shoal_comp_psgd_alloc(const shoal_dev_ops_t *ops, struct shoal_co
     size_t b1 = (len1_of(c) + 1) * sizeof(float), b2 = (len2_of(c) + 1) * sizeof(float);
     size_t cols, n = describe(c, NULL, &cols);
     size_t bd = (n ? n : 1) * sizeof(shoal_dev_psgd_desc_t);
-    shoal_status_t r = ops->mem_alloc(device, b2, (void **)&d->q);
+    shoal_status_t r = shoal_comp_dev_alloc(ops, c, device, b2, (void **)&d->q);
     if (r == SHOAL_OK)
-        r = ops->mem_alloc(device, b1, (void **)&d->buf1);
+        r = shoal_comp_dev_alloc(ops, c, device, b1, (void **)&d->buf1);
     if (r == SHOAL_OK)
-        r = ops->mem_alloc(device, b2, (void **)&d->buf2);
+        r = shoal_comp_dev_alloc(ops, c, device, b2, (void **)&d->buf2);
     if (r == SHOAL_OK)
-        r = ops->mem_alloc(device, sizeof(float), (void **)&d->one);
+        r = shoal_comp_dev_alloc(ops, c, device, sizeof(float), (void **)&d->one);
     if (r == SHOAL_OK)
         r = ops->host_alloc(b2, (void **)&d->qhost);
     if (r == SHOAL_OK)
-        r = ops->mem_alloc(device, bd, (void **)&d->desc);
+        r = shoal_comp_dev_alloc(ops, c, device, bd, (void **)&d->desc);
     if (r == SHOAL_OK)
         r = ops->host_alloc(bd, (void **)&d->deschost);
     if (r == SHOAL_OK)
-        r = ops->mem_alloc(device, (cols ? cols : 1) * sizeof(double), (void **)&d->col);
+        r = shoal_comp_dev_alloc(ops, c, device, (cols ? cols : 1) * sizeof(double), (void **)&d->col);
     if (r == SHOAL_OK)
         d->ndesc = describe(c, d->deschost, &cols);
     return r;

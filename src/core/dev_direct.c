@@ -191,6 +191,7 @@ static void *direct_scratch(struct shoal_dev_comm *d, int dev, size_t bytes)
             return NULL;
         m->peer = host ? -2 : -1;
         m->mapped = *p;
+        m->size = *have;
         m->next = d->peer_stale;
         d->peer_stale = m;
         *p = NULL;

@@ -340,6 +340,40 @@ void shoal_dev_task_end(const shoal_call_t *calls, size_t ncalls)
     }
 }
 
+int shoal_dev_comm_pending(struct shoal_comm *comm)
+{
+    struct shoal_dev_comm *d = comm->dev;
+    int pending = 0;
+    if (!d)
+        return 0;
+    pthread_mutex_lock(&d->lock);
+    for (struct shoal_dev_slot *s = d->slots; s; s = s->next)
+        pending |= s->busy && !flag_reached(flag_load(s, FLAG_FREE), s->seq);
+    pthread_mutex_unlock(&d->lock);
+    return pending;
+}
+
+shoal_status_t shoal_dev_comm_release(struct shoal_comm *comm)
+{
+    if (shoal_dev_comm_pending(comm))
+        return SHOAL_INPROGRESS;
+    shoal_dev_comm_destroy(comm);
+    return SHOAL_OK;
+}
+
+size_t shoal_dev_comm_device_bytes(struct shoal_comm *comm)
+{
+    struct shoal_dev_comm *d = comm->dev;
+    if (!d)
+        return 0;
+    pthread_mutex_lock(&d->lock);
+    size_t bytes = d->scratch ? d->scratch_bytes : 0;
+    for (shoal_dev_peer_mem_t *m = d->peer_stale; m; m = m->next)
+        bytes += m->peer == -1 ? (size_t)m->size : 0;
+    pthread_mutex_unlock(&d->lock);
+    return bytes;
+}
+
 void shoal_dev_comm_destroy(struct shoal_comm *comm)
 {
     struct shoal_dev_comm *d = comm->dev;

@@ -48,5 +48,14 @@ void shoal_dev_task_end(const shoal_call_t *calls, size_t ncalls);
  * has passed it (waiting up to comm's timeout); one a stream has not
  * passed by then is left allocated, since the device may still write it. */
 void shoal_dev_comm_destroy(struct shoal_comm *comm);
+/* Free comm's staging (pinned slots, the direct path's scratch and
+ * stream) now, on an idle comm, to be made again by the next
+ * stream-ordered call: SHOAL_INPROGRESS, freeing nothing, while a stream
+ * has not passed a staged call yet. */
+shoal_status_t shoal_dev_comm_release(struct shoal_comm *comm);
+/* Whether a stream has yet to pass a staged call of comm. */
+int shoal_dev_comm_pending(struct shoal_comm *comm);
+/* Device memory comm's staging holds (the direct path's scratch). */
+size_t shoal_dev_comm_device_bytes(struct shoal_comm *comm);
 
 #endif

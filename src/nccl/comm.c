@@ -135,6 +135,9 @@ ncclResult_t shoal_nccl_enter(struct ncclComm *comm, const char *what, shoal_com
         return shoal_nccl_fail(comm, ncclInvalidUsage,
                                "%s: communicator was revoked; only shrink, destroy and abort "
                                "remain", what);
+    if (atomic_load_explicit(&comm->suspended, memory_order_acquire))
+        return shoal_nccl_fail(comm, ncclInvalidUsage,
+                               "%s: communicator is suspended (ncclCommResume first)", what);
     *sc_p = comm->sc;
     return ncclSuccess;
 }

@@ -164,6 +164,16 @@ shoal_status_t shoal_nccl_compress_host(struct ncclComm *comm, shoal_comm_t sc,
     return st;
 }
 
+size_t shoal_nccl_compress_device_bytes(struct ncclComm *comm)
+{
+    size_t bytes = 0;
+    pthread_mutex_lock(&comm->lock);
+    for (struct shoal_nccl_comp *e = comm->comps; e; e = e->next)
+        bytes += shoal_compressor_device_bytes(e->comp);
+    pthread_mutex_unlock(&comm->lock);
+    return bytes;
+}
+
 void shoal_nccl_compress_free(struct ncclComm *comm)
 {
     while (comm->comps) {

@@ -35,6 +35,7 @@ struct ncclComm {
     char name[64];                /* config.commName, for messages */
     int cudev;                    /* CUDA device at creation, -1 without CUDA */
     atomic_int revoked;
+    atomic_int suspended;         /* ncclCommSuspend until ncclCommResume (suspend.c) */
     int transient;                /* only carries a deferred job; never returned */
 
     /* A deferred init (group or non-blocking), see shoal_nccl_job_*. */
@@ -121,6 +122,9 @@ int shoal_nccl_is_host(const void *p, size_t len, int writable);
  * memory the CUDA driver knows (device, managed, pinned), in a process
  * that uses the driver. */
 int shoal_nccl_is_memory(const void *p, size_t len, int writable);
+
+/* compress.c: the device memory comm's compressors hold (ncclCommMemStats). */
+size_t shoal_nccl_compress_device_bytes(struct ncclComm *comm);
 
 /* Free comm's registrations and windows (destroy and abort). */
 void shoal_nccl_windows_free(struct ncclComm *comm);

@@ -19,6 +19,17 @@ ncclResult_t pncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniq
 ncclResult_t ncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 ncclResult_t pncclWinGetUserPtr(ncclComm_t comm, ncclWindow_t win, void **outUserPtr);
 
+ncclResult_t ncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t pncclCommSuspend(ncclComm_t comm, int flags);
+ncclResult_t ncclCommResume(ncclComm_t comm);
+ncclResult_t pncclCommResume(ncclComm_t comm);
+ncclResult_t ncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+ncclResult_t pncclCommMemStats(ncclComm_t comm, ncclCommMemStat_t stat, uint64_t *value);
+_Static_assert(NCCL_SUSPEND_MEM == 0x01, "NCCL_SUSPEND_MEM");
+_Static_assert(ncclStatGpuMemSuspend == 0 && ncclStatGpuMemSuspended == 1 &&
+                   ncclStatGpuMemPersist == 2 && ncclStatGpuMemTotal == 3,
+               "ncclCommMemStat_t");
+
 typedef struct ncclParamHandle *ncclParamHandle_t;
 ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
 ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);
