@@ -231,7 +231,8 @@ shoal_status_t shoal_comm_shrink(shoal_comm_t comm, const int *exclude, int nexc
  * comm, id NULL (or the id, which must be comm's next one) and rank -1; a
  * new rank passes comm NULL, the id and the rank it takes. A new rank that
  * never comes makes the others fail with SHOAL_ERR_TIMEOUT at the
- * deadline (SHOAL_TIMEOUT), the new rank 0's log naming the missing ranks.
+ * deadline (SHOAL_TIMEOUT), each naming the first missing rank in its
+ * last error (rank 0 lists them all).
  */
 shoal_status_t shoal_comm_grow_id(shoal_comm_t comm, shoal_unique_id_t *id_p);
 shoal_status_t shoal_comm_grow(shoal_comm_t comm, int nranks, const shoal_unique_id_t *id,
