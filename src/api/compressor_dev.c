@@ -127,40 +127,65 @@ shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, in
 }
 
 
+shoal_status_t shoal_comp_dev_encode_part(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                          const float *x, size_t lo, size_t len, void *wire)
+{
+    const float *res_in = call->args.residual_in;
+    float *res = call->args.residual;
+    shoal_dev_codec_args_t a = shoal_comp_dev_codec(call->comp, call->comp->comm->team.rank,
+                                                    call->comp_step, SHOAL_DEV_CODEC_ENCODE);
+    a.wire_out = wire;
+    a.src = x + lo;
+    a.addend = res_in ? res_in + lo : NULL;
+    a.residual = res ? res + lo : NULL;
+    a.count = len;
+    a.first = lo;
+    return ops->codec(&a, call->stream);
+}
+
+shoal_status_t shoal_comp_dev_exact_part(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                         const float *x, size_t lo, size_t len, void *dst)
+{
+    const float *res_in = call->args.residual_in;
+    return res_in ? ops->reduce(dst, x + lo, res_in + lo, len, SHOAL_FLOAT32, SHOAL_SUM,
+                                call->stream)
+                  : ops->copy(dst, x + lo, len * sizeof(float), call->stream);
+}
+
+void shoal_comp_dev_owner_sum(const shoal_call_t *call, float *sum, float *tmp,
+                              const unsigned char *wires, size_t cw, size_t len, size_t first)
+{
+    const struct shoal_compressor *c = call->comp;
+    int n = c->nranks, me = c->comm->team.rank;
+    for (int k = 1; k < n; k++) {
+        int from = (me - k + n) % n;
+        shoal_codec_t cd = shoal_comp_dev_host_codec(c, from, call->comp_step);
+        cd.ops->decode(&cd, tmp, wires + (size_t)from * cw, len, first);
+        for (size_t i = 0; i < len; i++)
+            sum[i] = sum[i] + tmp[i];
+    }
+}
+
 /* Before the host side: the contributions to the others' chunks encoded
  * into w_in, this rank's own chunk exact into mine. */
 static shoal_status_t stage_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
                                 unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    const float *res_in = call->args.residual_in;
-    float *res = call->args.residual;
     const float *x;
-    void *st = call->stream;
     dev_lay_t l;
     size_t lo, len;
     shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
     lay_of(c, &l);
     for (int j = 0; j < l.n && r == SHOAL_OK; j++) {
         chunk_of(c, l.n, j, &lo, &len);
-        if (j == l.me || len == 0)
-            continue;
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, l.me, call->comp_step,
-                                                SHOAL_DEV_CODEC_ENCODE);
-        a.wire_out = pay + l.w_in + (size_t)j * l.cw;
-        a.src = x + lo;
-        a.addend = res_in ? res_in + lo : NULL;
-        a.residual = res ? res + lo : NULL;
-        a.count = len;
-        a.first = lo;
-        r = ops->codec(&a, st);
+        if (j != l.me && len > 0)
+            r = shoal_comp_dev_encode_part(ops, call, x, lo, len,
+                                           pay + l.w_in + (size_t)j * l.cw);
     }
     chunk_of(c, l.n, l.me, &lo, &len);
-    if (r == SHOAL_OK && len > 0) {
-        r = res_in ? ops->reduce(pay + l.mine, x + lo, res_in + lo, len, SHOAL_FLOAT32,
-                                 SHOAL_SUM, st)
-                   : ops->copy(pay + l.mine, x + lo, len * sizeof(float), st);
-    }
+    if (r == SHOAL_OK && len > 0)
+        r = shoal_comp_dev_exact_part(ops, call, x, lo, len, pay + l.mine);
     return r;
 }
 
@@ -183,7 +208,8 @@ static shoal_status_t decode_post(const shoal_dev_ops_t *ops, shoal_call_t *call
         chunk_of(c, l.n, j, &lo, &len);
         if (len == 0)
             continue;
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, j, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, j, call->comp_step,
+                                                        SHOAL_DEV_CODEC_DECODE);
         a.wire_in = pay + l.w_out + (size_t)j * l.cw;
         a.dst = out + lo;
         a.count = len;
@@ -472,14 +498,8 @@ static shoal_status_t int8_run(struct shoal_comm *comm, const shoal_call_t *call
         memset(err, 0, len * sizeof(float));
     } else {
         s = inner_bytes(comm, call, SHOAL_COLL_ALLTOALL, pay + l.w_in, pay + l.w_rx, l.cw);
-        for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
-            int from = (l.me - k + l.n) % l.n;
-            shoal_codec_t cd = shoal_comp_dev_host_codec(c, from, call->comp_step);
-            cd.ops->decode(&cd, tmp, pay + l.w_rx + (size_t)from * l.cw, len, lo);
-            for (size_t i = 0; i < len; i++)
-                sum[i] = sum[i] + tmp[i];
-        }
         if (s == SHOAL_OK) {
+            shoal_comp_dev_owner_sum(call, sum, tmp, pay + l.w_rx, l.cw, len, lo);
             shoal_codec_t own = shoal_comp_dev_host_codec(c, l.me, call->comp_step);
             own.ops->encode(&own, pay + l.w_own, sum, NULL, err, len, lo);
             s = inner_bytes(comm, call, SHOAL_COLL_ALLGATHER, pay + l.w_own, pay + l.w_out,
@@ -555,7 +575,8 @@ static shoal_status_t int8_direct_reduce(const shoal_call_t *call, char **peer, 
     shoal_status_t s = ops->copy(sum, w + l.mine, len * sizeof(float), st);
     for (int k = 1; k < l.n && s == SHOAL_OK; k++) {
         int from = (l.me - k + l.n) % l.n;
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, from, call->comp_step, SHOAL_DEV_CODEC_DECODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, from, call->comp_step,
+                                                        SHOAL_DEV_CODEC_DECODE);
         a.wire_in = peer[from] + l.w_in + (size_t)l.me * l.cw;
         a.dst = tmp;
         a.count = len;
@@ -565,7 +586,8 @@ static shoal_status_t int8_direct_reduce(const shoal_call_t *call, char **peer, 
             s = ops->reduce(sum, sum, tmp, len, SHOAL_FLOAT32, SHOAL_SUM, st);
     }
     if (s == SHOAL_OK) {
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, l.me, call->comp_step, SHOAL_DEV_CODEC_ENCODE);
+        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, l.me, call->comp_step,
+                                                        SHOAL_DEV_CODEC_ENCODE);
         a.wire_out = w + l.w_own;
         a.src = sum;
         a.residual = (float *)(w + l.err);

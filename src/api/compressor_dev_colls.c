@@ -179,32 +179,18 @@ static shoal_status_t rs_pre(const shoal_dev_ops_t *ops, const shoal_call_t *cal
                              unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    const float *res_in = call->args.residual_in;
-    float *res = call->args.residual;
     int me = c->comm->team.rank;
     size_t count = c->count;
     rs_lay_t l = rs_lay(c);
     const float *x;
     shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
     for (int j = 0; j < c->nranks && r == SHOAL_OK && count; j++) {
-        if (j == me)
-            continue;
-        size_t lo = (size_t)j * count;
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, me, call->comp_step,
-                                                        SHOAL_DEV_CODEC_ENCODE);
-        a.wire_out = pay + l.w_tx + (size_t)j * l.cw;
-        a.src = x + lo;
-        a.addend = res_in ? res_in + lo : NULL;
-        a.residual = res ? res + lo : NULL;
-        a.count = count;
-        a.first = lo;
-        r = ops->codec(&a, call->stream);
+        if (j != me)
+            r = shoal_comp_dev_encode_part(ops, call, x, (size_t)j * count, count,
+                                           pay + l.w_tx + (size_t)j * l.cw);
     }
-    size_t own = (size_t)me * count;
     if (r == SHOAL_OK && count)
-        r = res_in ? ops->reduce(pay + l.mine, x + own, res_in + own, count, SHOAL_FLOAT32,
-                                 SHOAL_SUM, call->stream)
-                   : ops->copy(pay + l.mine, x + own, count * sizeof(float), call->stream);
+        r = shoal_comp_dev_exact_part(ops, call, x, (size_t)me * count, count, pay + l.mine);
     return r;
 }
 
@@ -250,14 +236,9 @@ static shoal_status_t rs_run(struct shoal_comm *comm, const shoal_call_t *call)
     if (n > 1)
         s = shoal_comp_dev_inner(comm, call, SHOAL_COLL_ALLTOALL, pay + l.w_tx, pay + l.w_rx,
                                  l.cw, SHOAL_UINT8, SHOAL_SUM);
-    for (int k = 1; k < n && s == SHOAL_OK; k++) {
-        int from = (me - k + n) % n;
-        shoal_codec_t cd = shoal_comp_dev_host_codec(c, from, call->comp_step);
-        cd.ops->decode(&cd, tmp, pay + l.w_rx + (size_t)from * l.cw, count,
-                       (size_t)me * count);
-        for (size_t i = 0; i < count; i++)
-            sum[i] = sum[i] + tmp[i];
-    }
+    if (s == SHOAL_OK)
+        shoal_comp_dev_owner_sum(call, sum, tmp, pay + l.w_rx, l.cw, count,
+                                 (size_t)me * count);
     return run_end(comm, call, tx0, rx0, s);
 }
 
@@ -271,52 +252,35 @@ static size_t a2a_bytes(const struct shoal_compressor *c, int j)
     return shoal_comp_a2a_plain(c->comm, j) ? c->count * sizeof(float) : wire_of(c, c->count);
 }
 
-/* Where rank j's bytes lie in either half of the payload; *total_p: the
- * half's length. */
-static size_t a2a_displ(const struct shoal_compressor *c, int j, size_t *total_p)
+/* Bytes of either half of the payload: every rank's, in rank order. */
+static size_t a2a_total(const struct shoal_compressor *c)
 {
-    size_t at = 0, displ = 0;
-    for (int k = 0; k < c->nranks; k++) {
-        if (k == j)
-            displ = at;
+    size_t at = 0;
+    for (int k = 0; k < c->nranks; k++)
         at += a2a_bytes(c, k);
-    }
-    if (total_p)
-        *total_p = at;
-    return displ;
+    return at;
 }
 
 static size_t a2a_need(const shoal_call_t *call)
 {
-    size_t total;
-    a2a_displ(call->comp, 0, &total);
-    return 2 * shoal_comp_up64(total);
+    return 2 * shoal_comp_up64(a2a_total(call->comp));
 }
 
 static shoal_status_t a2a_pre(const shoal_dev_ops_t *ops, const shoal_call_t *call,
                               unsigned char *pay)
 {
     const struct shoal_compressor *c = call->comp;
-    int me = c->comm->team.rank;
-    size_t count = c->count;
+    size_t count = c->count, at = 0;
     const float *x;
     shoal_status_t r = shoal_comp_dev_input(ops, call, &x);
-    for (int j = 0; j < c->nranks && r == SHOAL_OK && count; j++) {
+    for (int j = 0; j < c->nranks && r == SHOAL_OK && count; at += a2a_bytes(c, j), j++) {
         size_t lo = (size_t)j * count;
-        unsigned char *to = pay + a2a_displ(c, j, NULL);
-        if (j == me)
+        if (j == c->comm->team.rank)
             continue;
-        if (shoal_comp_a2a_plain(c->comm, j)) {
-            r = ops->copy(to, x + lo, count * sizeof(float), call->stream);
-            continue;
-        }
-        shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, me, call->comp_step,
-                                                        SHOAL_DEV_CODEC_ENCODE);
-        a.wire_out = to;
-        a.src = x + lo;
-        a.count = count;
-        a.first = lo;
-        r = ops->codec(&a, call->stream);
+        /* No residual: the all-to-all keeps none. */
+        r = shoal_comp_a2a_plain(c->comm, j)
+                ? ops->copy(pay + at, x + lo, count * sizeof(float), call->stream)
+                : shoal_comp_dev_encode_part(ops, call, x, lo, count, pay + at);
     }
     return r;
 }
@@ -326,14 +290,12 @@ static shoal_status_t a2a_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
 {
     const struct shoal_compressor *c = call->comp;
     int me = c->comm->team.rank;
-    size_t count = c->count, total;
-    a2a_displ(c, 0, &total);
-    const unsigned char *rx = pay + shoal_comp_up64(total);
+    size_t count = c->count, at = 0;
+    const unsigned char *rx = pay + shoal_comp_up64(a2a_total(c));
     float *out = result_of(c, call);
     shoal_status_t r = SHOAL_OK;
-    for (int j = 0; j < c->nranks && r == SHOAL_OK && count; j++) {
+    for (int j = 0; j < c->nranks && r == SHOAL_OK && count; at += a2a_bytes(c, j), j++) {
         float *blk = out + (size_t)j * count;
-        const unsigned char *from = rx + a2a_displ(c, j, NULL);
         if (j == me) {
             /* float16 and bfloat16: dev.x holds it widened already. */
             const float *own = call->args.sendbuf;
@@ -341,11 +303,11 @@ static shoal_status_t a2a_post(const shoal_dev_ops_t *ops, shoal_call_t *call,
                 r = ops->copy(blk, own + (size_t)me * count, count * sizeof(float),
                               call->stream);
         } else if (shoal_comp_a2a_plain(c->comm, j)) {
-            r = ops->copy(blk, from, count * sizeof(float), call->stream);
+            r = ops->copy(blk, rx + at, count * sizeof(float), call->stream);
         } else {
             shoal_dev_codec_args_t a = shoal_comp_dev_codec(c, j, call->comp_step,
                                                             SHOAL_DEV_CODEC_DECODE);
-            a.wire_in = from;
+            a.wire_in = rx + at;
             a.dst = blk;
             a.count = count;
             a.first = (size_t)me * count;
@@ -369,12 +331,13 @@ static shoal_status_t a2a_run(struct shoal_comm *comm, const shoal_call_t *call)
     unsigned char *pay = call->args.recvbuf;
     int n = c->nranks;
     size_t *scount = c->moves, *sdispl = scount + n, *rcount = sdispl + n, *rdispl = rcount + n;
-    size_t total;
+    size_t total = 0;
     uint64_t tx0 = comm->team.tx_bytes, rx0 = comm->team.rx_bytes;
     shoal_status_t s = SHOAL_OK;
     for (int j = 0; j < n; j++) {
         scount[j] = rcount[j] = a2a_bytes(c, j);
-        sdispl[j] = rdispl[j] = a2a_displ(c, j, &total);
+        sdispl[j] = rdispl[j] = total;
+        total += scount[j];
     }
     if (n > 1) {
         shoal_coll_args_t args = {.kind = SHOAL_COLL_ALLTOALLV, .sendbuf = pay,

@@ -228,6 +228,19 @@ shoal_codec_t shoal_comp_dev_host_codec(const struct shoal_compressor *c, int ra
                                         uint64_t step);
 shoal_dev_codec_args_t shoal_comp_dev_codec(const struct shoal_compressor *c, int rank,
                                             uint64_t step, shoal_dev_codec_op_t op);
+/* The two-shot's parts on the device and host, for a stager (INT8):
+ * encode_part queues x[lo, lo + len) plus the call's last residual
+ * encoded with this rank's stream into wire, writing the new residual;
+ * exact_part queues the same values exactly (fp32) into dst; owner_sum
+ * adds to sum (len values from first) every other rank's wire among
+ * wires (cw bytes apart, by rank), decoded through tmp, rank me-1 first,
+ * as the host two-shot does. */
+shoal_status_t shoal_comp_dev_encode_part(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                          const float *x, size_t lo, size_t len, void *wire);
+shoal_status_t shoal_comp_dev_exact_part(const shoal_dev_ops_t *ops, const shoal_call_t *call,
+                                         const float *x, size_t lo, size_t len, void *dst);
+void shoal_comp_dev_owner_sum(const shoal_call_t *call, float *sum, float *tmp,
+                              const unsigned char *wires, size_t cw, size_t len, size_t first);
 /* compressor_dev_colls.c: the stager and host side of c's all-gather,
  * reduce-scatter or all-to-all on device tensors (INT8) into call. */
 void shoal_comp_dev_colls_pick(const struct shoal_compressor *c, shoal_call_t *call);

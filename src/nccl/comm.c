@@ -114,6 +114,18 @@ void shoal_nccl_comm_free(struct ncclComm *comm)
     comm_shell_free(comm);
 }
 
+ncclResult_t shoal_nccl_formed(struct ncclComm *comm, const char *what)
+{
+    shoal_nccl_once();
+    if (!shoal_nccl_comm_valid(comm))
+        return shoal_nccl_fail(NULL, ncclInvalidArgument, "%s: communicator %p is not valid",
+                               what, (void *)comm);
+    if (shoal_nccl_job_join(comm) != ncclSuccess)
+        return shoal_nccl_fail(NULL, ncclInvalidUsage, "%s: the communicator's init failed",
+                               what);
+    return ncclSuccess;
+}
+
 ncclResult_t shoal_nccl_enter(struct ncclComm *comm, const char *what, shoal_comm_t *sc_p)
 {
     shoal_nccl_once();
@@ -478,15 +490,10 @@ NCCL_API(ncclResult_t, ncclCommShrink, ncclComm_t comm, int *excludeRanksList,
          int excludeRanksCount, ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags)
 {
     static const char what[] = "ncclCommShrink";
-    shoal_nccl_once();
-    if (!shoal_nccl_comm_valid(comm))
-        return shoal_nccl_fail(NULL, ncclInvalidArgument, "%s: communicator %p is not valid",
-                               what, (void *)comm);
     /* A revoked or broken parent is what shrink is for: no enter check. */
-    ncclResult_t res = shoal_nccl_job_join(comm);
+    ncclResult_t res = shoal_nccl_formed(comm, what);
     if (res != ncclSuccess)
-        return shoal_nccl_fail(NULL, ncclInvalidUsage, "%s: the communicator's init failed",
-                               what);
+        return res;
     if (!newcomm)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: newcomm is NULL", what);
     if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)

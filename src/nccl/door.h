@@ -85,6 +85,11 @@ ncclResult_t shoal_nccl_comm_new(const ncclConfig_t *config, const struct ncclCo
                                  const char *what, struct ncclComm **comm_p);
 void shoal_nccl_comm_free(struct ncclComm *comm);
 
+/* Entry check of the calls that take comm in any state (shrink, resume,
+ * memory statistics): valid, its init finished (waiting for a deferred
+ * one) and successful; revoked or suspended is fine. */
+ncclResult_t shoal_nccl_formed(struct ncclComm *comm, const char *what);
+
 /* Entry check of every call that uses comm: valid, its init finished
  * (waiting for a deferred one), not revoked. On ncclSuccess *sc_p is the
  * shoal communicator. */

@@ -58,28 +58,29 @@ static ncclResult_t number_of(const shoal_config_entry_t *e, const char *what, i
     size_t bytes = number_bytes(e);
     *neg_p = 0;
     if (bytes == sizeof(int) && e->parse != shoal_config_field_subsys) {
-        int v;
-        memcpy(&v, field, sizeof(v));
-        *i_p = v;
-        *neg_p = v < 0;
-        *u_p = (uint64_t)(int64_t)v;
+        int x;
+        memcpy(&x, field, sizeof(x));
+        *i_p = x;
+        *u_p = (uint64_t)(int64_t)x;
+        *neg_p = x < 0;
         return ncclSuccess;
     }
     if (bytes) {
-        uint64_t v = 0;
-        if (bytes == sizeof(unsigned)) {
-            unsigned x;
-            memcpy(&x, field, sizeof(x));
-            v = x;
-        } else if (bytes == sizeof(size_t) && e->parse == shoal_config_field_size) {
-            size_t x;
-            memcpy(&x, field, sizeof(x));
-            v = x;
+        /* unsigned (a mask), size_t or uint64_t, as number_bytes says. */
+        uint64_t u = 0;
+        unsigned mask;
+        size_t z;
+        if (bytes == sizeof(mask)) {
+            memcpy(&mask, field, sizeof(mask));
+            u = mask;
+        } else if (e->parse == shoal_config_field_size) {
+            memcpy(&z, field, sizeof(z));
+            u = z;
         } else {
-            memcpy(&v, field, sizeof(v));
+            memcpy(&u, field, sizeof(u));
         }
-        *u_p = v;
-        *i_p = (int64_t)v;
+        *u_p = u;
+        *i_p = (int64_t)u;
         return ncclSuccess;
     }
     char buf[SHOAL_CONFIG_STR_MAX], *end;
@@ -106,8 +107,6 @@ static ncclResult_t get_int(ncclParamHandle_t h, const char *what, int is_signed
     if (!e)
         return shoal_nccl_fail(NULL, ncclInvalidArgument,
                                "%s: %p is not a handle of ncclParamBind", what, (void *)h);
-    if (!i_p && !u_p)
-        return ncclSuccess;
     int neg;
     ncclResult_t res = number_of(e, what, i_p, u_p, &neg);
     if (res != ncclSuccess)

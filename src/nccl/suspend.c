@@ -57,23 +57,10 @@ NCCL_API(ncclResult_t, ncclCommSuspend, ncclComm_t comm, int flags)
     return ncclSuccess;
 }
 
-/* Valid and formed, suspended or not. */
-static ncclResult_t check(ncclComm_t comm, const char *what)
-{
-    shoal_nccl_once();
-    if (!shoal_nccl_comm_valid(comm))
-        return shoal_nccl_fail(NULL, ncclInvalidArgument, "%s: communicator %p is not valid",
-                               what, (void *)comm);
-    if (shoal_nccl_job_join(comm) != ncclSuccess)
-        return shoal_nccl_fail(NULL, ncclInvalidUsage, "%s: the communicator's init failed",
-                               what);
-    return ncclSuccess;
-}
-
 NCCL_API(ncclResult_t, ncclCommResume, ncclComm_t comm)
 {
     static const char what[] = "ncclCommResume";
-    ncclResult_t res = check(comm, what);
+    ncclResult_t res = shoal_nccl_formed(comm, what);
     if (res != ncclSuccess)
         return res;
     int was = 1;
@@ -87,7 +74,7 @@ NCCL_API(ncclResult_t, ncclCommMemStats, ncclComm_t comm, ncclCommMemStat_t stat
          uint64_t *value)
 {
     static const char what[] = "ncclCommMemStats";
-    ncclResult_t res = check(comm, what);
+    ncclResult_t res = shoal_nccl_formed(comm, what);
     if (res != ncclSuccess)
         return res;
     if (!value)
