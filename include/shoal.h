@@ -495,6 +495,60 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
                            shoal_comm_t comm, shoal_request_t *req_p);
 
 /*
+ * One-sided communication. A window is host memory that every rank of comm
+ * offers together (size may differ by rank, and be 0): shoal_win_create is
+ * collective, and fails on every rank, naming the rank, when one rank's
+ * arguments are bad. Then any rank writes into any rank's part without that
+ * rank's call:
+ * - shoal_put_signal writes size bytes from src at byte offset of peer's
+ *   part of win, then counts one signal at peer from this rank. With shm
+ *   (and ib, where the window's memory is registered) the bytes go
+ *   straight into the peer's memory; otherwise through the transport's
+ *   slots, copied by the peer as it takes the signal.
+ * - shoal_signal counts one signal at peer, moving no data.
+ * - shoal_wait_signal returns once, for each entry, count signals from
+ *   peer have arrived beyond those earlier waits consumed, and consumes
+ *   them. Ordering: the signals from one rank arrive in the order it issued
+ *   its puts and signals, each behind its put's bytes, so when the wait
+ *   returns, the bytes of every put whose signal it (or an earlier wait)
+ *   consumed are in place, and so are those of every put the same rank
+ *   issued before them. Puts of one rank to the same bytes land in issue
+ *   order. A wait that is not satisfied by the deadline (SHOAL_TIMEOUT)
+ *   fails with SHOAL_ERR_TIMEOUT naming the peer and how many signals came,
+ *   and breaks comm as any deadline does.
+ * The calls are ordered with every other call on comm (one at a time, in
+ * issue order), may be recorded in groups, and return SHOAL_OK once the
+ * source may be reused; peer may be the caller's own rank. A put needs a
+ * free slot to its peer for its signal: it waits (until the deadline) while
+ * the peer has not taken the ones before, which the peer does inside any
+ * call on comm. Argument errors (unknown window, a range past the peer's
+ * part, a NULL pointer with bytes, a peer outside the communicator, a
+ * count of 0) are SHOAL_ERR_INVALID_ARG with comm usable. shoal_win_free
+ * is local; call it after the calls that use the window completed. Data
+ * other ranks put into a freed part is dropped, with a warning.
+ */
+typedef struct shoal_win *shoal_win_t;
+typedef struct {
+    int peer;
+    uint32_t count;
+} shoal_signal_wait_t;
+
+shoal_status_t shoal_win_create(void *buf, size_t size, shoal_comm_t comm, shoal_win_t *win_p);
+shoal_status_t shoal_win_free(shoal_win_t win, shoal_comm_t comm);
+shoal_status_t shoal_put_signal(const void *src, size_t size, int peer, shoal_win_t win,
+                                size_t offset, shoal_comm_t comm);
+shoal_status_t shoal_signal(int peer, shoal_comm_t comm);
+shoal_status_t shoal_wait_signal(const shoal_signal_wait_t *waits, size_t nwaits,
+                                 shoal_comm_t comm);
+/* Non-blocking forms; waits is copied, src belongs to the put until the
+ * request completes. */
+shoal_status_t shoal_iput_signal(const void *src, size_t size, int peer, shoal_win_t win,
+                                 size_t offset, shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_isignal(int peer, shoal_comm_t comm, shoal_request_t *req_p);
+shoal_status_t shoal_iwait_signal(const shoal_signal_wait_t *waits, size_t nwaits,
+                                  shoal_comm_t comm, shoal_request_t *req_p);
+
+/*
  * Stream-ordered forms, for buffers in GPU memory (CUDA). Each takes the
  * arguments of its blocking form and a CUDA stream (a cudaStream_t or
  * CUstream, passed as void *; NULL is the legacy default stream) and

@@ -1280,8 +1280,8 @@ static void test_host_mem_reg(void **state)
     assert_int_equal(shoal_tl_host_mem_dereg(NULL, mem), SHOAL_OK);
     assert_int_equal(shoal_tl_host_mem_reg(NULL, NULL, 8, SHOAL_MEM_HOST, &mem),
                      SHOAL_ERR_INVALID_ARG);
-    assert_int_equal(shoal_shm_ops.put_signal(NULL, NULL, 0, 0, 0, 0), SHOAL_ERR_UNSUPPORTED);
-    assert_int_equal(shoal_tcp_ops.put_signal(NULL, NULL, 0, 0, 0, 0), SHOAL_ERR_UNSUPPORTED);
+    assert_int_equal(shoal_shm_ops.put_signal(NULL, NULL, 0, 0, 0, 0, NULL), SHOAL_ERR_UNSUPPORTED);
+    assert_int_equal(shoal_tcp_ops.put_signal(NULL, NULL, 0, 0, 0, 0, NULL), SHOAL_ERR_UNSUPPORTED);
     assert_int_equal(shoal_shm_ops.size, sizeof(shoal_transport_ops_t));
     assert_int_equal(shoal_tcp_ops.size, sizeof(shoal_transport_ops_t));
     assert_int_equal(shoal_shm_ops.flush(NULL), SHOAL_OK);

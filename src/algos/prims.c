@@ -20,6 +20,8 @@
 shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_idle_t *w)
 {
     shoal_status_t s = shoal_team_progress(team);
+    if (s == SHOAL_OK)
+        s = shoal_team_rma_drain(team);
     if (s != SHOAL_OK)
         return s;
     if (atomic_load_explicit(&team->aborted, memory_order_relaxed))
@@ -120,7 +122,7 @@ shoal_status_t shoal_prims_wait_recv(shoal_prims_t *p, size_t bytes, const void 
     for (;;) {
         size_t len;
         unsigned char hdr[SHOAL_TL_HDR_BYTES];
-        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, &len, hdr);
+        shoal_status_t s = shoal_team_recv_slot(p->team, ep, buf_p, &len, hdr);
         if (s == SHOAL_OK) {
             if (wait.since_ns)
                 shoal_team_waited(p->team, ep->peer, 0, wait.since_ns, shoal_now_ns());

@@ -124,7 +124,7 @@ static shoal_status_t put_take(shoal_team_t *team, shoal_put_peer_t *p, uint32_t
     const void *in;
     size_t len;
     unsigned char hdr[SHOAL_TL_HDR_BYTES];
-    shoal_status_t s = p->ep->ops->recv_slot(p->ep, &in, &len, hdr);
+    shoal_status_t s = shoal_team_recv_slot(team, p->ep, &in, &len, hdr);
     if (s != SHOAL_OK)
         return s;
     if (len == 0) {
@@ -157,7 +157,7 @@ static shoal_status_t put_send_step(shoal_team_t *team, shoal_put_peer_t *p, int
     case SHOAL_PUT_ST_IDLE:
         if (p->rmem) {
             s = p->ep->ops->put_signal(p->ep, p->src, put_sole_mem(team, p->src, p->bytes),
-                                       p->rmem, p->off, p->bytes);
+                                       p->rmem, p->off, p->bytes, NULL);
             if (s == SHOAL_OK) {
                 p->send_state = SHOAL_PUT_ST_DONE;
                 *moved_p = 1;

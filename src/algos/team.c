@@ -13,6 +13,47 @@ void shoal_cost_flat(shoal_cost_ctx_t *cost, int nhosts)
     cost->link_bw_Bps = multi && out->bw_Bps < in->bw_Bps ? out->bw_Bps : in->bw_Bps;
 }
 
+static int team_is_rma(const unsigned char *hdr)
+{
+    return hdr[SHOAL_HDR_KIND_AT] == SHOAL_HDR_KIND_RMA;
+}
+
+shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
+                                    size_t *len_p, void *hdr_p)
+{
+    unsigned char own[SHOAL_TL_HDR_BYTES];
+    unsigned char *hdr = hdr_p ? hdr_p : own;
+    for (;;) {
+        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p, hdr);
+        if (s != SHOAL_OK || !team_is_rma(hdr) || !team->hooks->rma)
+            return s;
+        s = team->hooks->rma(team, ep->peer, hdr, *buf_p, *len_p);
+        if (s == SHOAL_OK)
+            s = ep->ops->recv_release(ep);
+        if (s != SHOAL_OK)
+            return s;
+    }
+}
+
+shoal_status_t shoal_team_rma_drain(shoal_team_t *team)
+{
+    if (!atomic_load_explicit(&team->rma_on, memory_order_relaxed))
+        return SHOAL_OK;
+    for (int q = 0; q < team->nranks; q++) {
+        shoal_ep_t *ep = team->eps[q];
+        const void *buf;
+        size_t len;
+        if (!ep)
+            continue;
+        /* What stays at the head is an operation's piece, which its
+         * operation takes; a failed peer is that operation's to report. */
+        shoal_status_t s = shoal_team_recv_slot(team, ep, &buf, &len, NULL);
+        if (s == SHOAL_ERR_MISMATCH || s == SHOAL_ERR_INVALID_ARG)
+            return s;
+    }
+    return SHOAL_OK;
+}
+
 shoal_status_t shoal_team_progress(shoal_team_t *team)
 {
     for (int t = 0; t < team->ntl; t++) {

@@ -26,6 +26,14 @@
 struct shoal_team;
 struct shoal_plan;
 
+/* One-sided messages (core/rma.h) travel in the endpoints' FIFOs between
+ * the operations' pieces, at any time. Their header's byte
+ * SHOAL_HDR_KIND_AT (a signature's kind, core/sig.h) is
+ * SHOAL_HDR_KIND_RMA, which no operation's signature has: every receive
+ * (shoal_team_recv_slot) hands them to the owner and looks further. */
+#define SHOAL_HDR_KIND_AT 16
+#define SHOAL_HDR_KIND_RMA 0xf7u
+
 /* The cost model's last choice for one collective and the arguments it
  * was made for (select.c). */
 typedef struct {
@@ -51,6 +59,11 @@ typedef struct shoal_team_hooks {
      * holds [buf, buf + len), registering a shareable block on first use;
      * NULL when there is none. */
     shoal_mem_t *(*mem_of)(struct shoal_team *team, int tl, const void *buf, size_t len);
+    /* A one-sided message of len bytes at buf came from peer with header
+     * hdr: apply it (the caller releases it after). NULL: the owner has
+     * none, and such a message is a mismatch. */
+    shoal_status_t (*rma)(struct shoal_team *team, int peer, const void *hdr, const void *buf,
+                          size_t len);
 } shoal_team_hooks_t;
 
 /* What selection's cost model reads besides the team's shape: the link
@@ -112,6 +125,10 @@ typedef struct shoal_team {
     _Atomic uint64_t *waited_ns;
     /* Set by an abort from any thread; every wait polls it. */
     atomic_int aborted;
+    /* Set once the owner takes part in one-sided traffic (core/rma.h):
+     * waits then take one-sided messages from every peer's FIFO, so that a
+     * peer's puts never wait for this rank to read that peer. */
+    atomic_int rma_on;
 
     shoal_algo_memo_t memo[SHOAL_ALGO_MEMO_KINDS]; /* select.c, per collective kind */
     struct shoal_plan *plans[SHOAL_ALGO_MEMO_KINDS]; /* plan.c, per collective kind */
@@ -139,6 +156,17 @@ static inline void shoal_team_waited(shoal_team_t *team, int peer, int dir, uint
     atomic_store_explicit(&w[n], atomic_load_explicit(&w[n], memory_order_relaxed) + 1,
                           memory_order_relaxed);
 }
+
+/* The oldest arrived message of ep (its transport's recv_slot) that is not
+ * a one-sided message: those before it are handed to the owner
+ * (hooks->rma) and released on the way. */
+shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
+                                    size_t *len_p, void *hdr_p);
+/* Where team->rma_on: take the one-sided messages at the head of every
+ * peer's FIFO (as far as the first one that is not), so that a wait for
+ * anything lets peers' puts go on. A peer that fails here is left for the
+ * operation that needs it to find. */
+shoal_status_t shoal_team_rma_drain(shoal_team_t *team);
 
 /* Progress every open transport of team. */
 shoal_status_t shoal_team_progress(shoal_team_t *team);

@@ -97,7 +97,7 @@ static shoal_status_t xfer_recv_some(shoal_team_t *team, shoal_xfer_t *x, int *m
         const void *in;
         size_t len;
         unsigned char hdr[SHOAL_TL_HDR_BYTES];
-        shoal_status_t s = ep->ops->recv_slot(ep, &in, &len, hdr);
+        shoal_status_t s = shoal_team_recv_slot(team, ep, &in, &len, hdr);
         if (s == SHOAL_INPROGRESS)
             return SHOAL_OK;
         if (s != SHOAL_OK)

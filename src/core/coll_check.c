@@ -2,6 +2,7 @@
  * gets SHOAL_ERR_INVALID_ARG with its reason, touches no buffer and leaves
  * the communicator usable. */
 #include "exec.h"
+#include "rma.h"
 #include "base/dev.h"
 
 #include "base/dtype.h"
@@ -191,6 +192,11 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
     int n = comm->team.nranks, r = comm->team.rank;
     if (call->barrier)
         return SHOAL_OK;
+    if (call->rma.kind) {
+        /* Checked where it was made (rma.c), against the window. */
+        call->in_bytes = call->rma.kind == SHOAL_RMA_PUT ? a->count : 0;
+        return SHOAL_OK;
+    }
     size_t es = shoal_dtype_bytes(a->dtype);
     if (es == 0)
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: unknown dtype %d", what,
@@ -302,6 +308,8 @@ shoal_status_t shoal_call_check(struct shoal_comm *comm, shoal_call_t *call, int
 int shoal_call_is_empty(const struct shoal_comm *comm, const shoal_call_t *call)
 {
     const shoal_coll_args_t *a = &call->args;
+    if (call->rma.kind)
+        return 0; /* even a put of no bytes brings its signal */
     if (call->barrier)
         return comm->team.nranks == 1;
     if (shoal_call_is_p2p(call))

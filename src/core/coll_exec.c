@@ -170,8 +170,8 @@ static size_t alltoall_extent(const struct shoal_comm *comm, const shoal_coll_ar
 
 double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *call)
 {
-    if (shoal_call_is_empty(comm, call))
-        return 0;
+    if (shoal_call_is_empty(comm, call) || call->rma.kind)
+        return 0; /* one-sided calls: not modelled */
     uint8_t byte = 0;
     shoal_coll_args_t barrier = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &byte,
                                  .recvbuf = &byte, .count = 1, .dtype = SHOAL_UINT8,

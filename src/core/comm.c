@@ -11,6 +11,7 @@
 #include "handle.h"
 #include "link_probe.h"
 #include "reg.h"
+#include "rma.h"
 #include "wireup.h"
 
 #include "bootstrap.h"
@@ -399,6 +400,7 @@ static void comm_free(struct shoal_comm *comm)
     comm->flight = NULL;
     shoal_transport_teardown(comm);
     free(comm->premul);
+    shoal_rma_destroy(comm);
     shoal_reg_release_all(comm);
     if (comm->rdv_fd >= 0)
         close(comm->rdv_fd);
@@ -488,7 +490,9 @@ shoal_status_t shoal_comm_init(int nranks, const shoal_unique_id_t *id, int rank
         s = SHOAL_ERR_ABORTED;
     if (s != SHOAL_OK)
         goto err_free;
-    s = shoal_exec_create(comm);
+    s = shoal_rma_create(comm);
+    if (s == SHOAL_OK)
+        s = shoal_exec_create(comm);
     if (s != SHOAL_OK)
         goto err_free;
     comm_publish(comm);

@@ -75,6 +75,8 @@ struct shoal_comm {
 
     /* Memory registrations (reg.h), newest first. */
     struct shoal_reg *regs;
+    /* One-sided communication (rma.h): windows and signal counts. */
+    struct shoal_rma *rma;
 
     /* Failure detection (fault.h). sig is the running operation's
      * signature (team.hdr carries its bytes on every piece) and nseq

@@ -32,6 +32,21 @@ typedef struct shoal_dev_stager {
                            unsigned char *payload);
 } shoal_dev_stager_t;
 
+/* What a one-sided call (core/rma.h) carries beside args (the put's
+ * source, size and peer: sendbuf, count bytes of UINT8, root): its kind
+ * (SHOAL_RMA_*; 0 for every other call), the put's window and offset, and
+ * the wait's peers with the signals each must bring (distinct peers; a
+ * wait for more is issued as several calls, which wait alike). */
+#define SHOAL_RMA_WAIT_INLINE 8
+typedef struct {
+    int kind;
+    struct shoal_win *win;
+    size_t off;
+    int nwaits;
+    int wait_peer[SHOAL_RMA_WAIT_INLINE];
+    uint64_t wait_count[SHOAL_RMA_WAIT_INLINE];
+} shoal_rma_call_t;
+
 /* One recorded call. */
 typedef struct shoal_call {
     shoal_coll_args_t args;
@@ -72,6 +87,7 @@ typedef struct shoal_call {
      * call never ran. */
     void (*end)(const struct shoal_call *call);
     uint64_t comp_ticket;
+    shoal_rma_call_t rma;
 } shoal_call_t;
 
 /* Every call's end, for calls[0..n) that are over (exec.c). */

@@ -79,7 +79,8 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
         sig_put(&t, "barrier #%llu", (unsigned long long)sig->seq);
         return buf;
     }
-    int p2p = kind == SHOAL_SIG_P2P || kind == SHOAL_COLL_SEND || kind == SHOAL_COLL_RECV;
+    int p2p = kind == SHOAL_SIG_P2P || kind == SHOAL_COLL_SEND || kind == SHOAL_COLL_RECV ||
+              kind == SHOAL_SIG_RMA;
     if (kind == SHOAL_SIG_P2P)
         sig_put(&t, "send/recv");
     else if (kind == SHOAL_SIG_ALLREDUCE_CODEC)
@@ -92,6 +93,8 @@ const char *shoal_sig_format(const shoal_sig_t *sig, char *buf, size_t cap)
         sig_put(&t, "compressed allgather");
     else if (kind == SHOAL_SIG_COMP_ALLTOALL)
         sig_put(&t, "compressed alltoall");
+    else if (kind == SHOAL_SIG_RMA)
+        sig_put(&t, "one-sided");
     else if (kind < SHOAL_COLL_KIND_COUNT)
         sig_put(&t, "%s", shoal_coll_kind_name((shoal_coll_kind_t)kind));
     else

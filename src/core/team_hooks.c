@@ -5,6 +5,7 @@
 
 #include "fault.h"
 #include "reg.h"
+#include "rma.h"
 
 #include <string.h>
 
@@ -39,4 +40,5 @@ const shoal_team_hooks_t shoal_comm_team_hooks = {
     .cause = hook_cause,
     .mismatch = hook_mismatch,
     .mem_of = hook_mem_of,
+    .rma = shoal_rma_message,
 };

@@ -332,7 +332,7 @@ static shoal_status_t shoal_ib_rkey_attach(shoal_ep_t *base, const void *blob, s
 
 static shoal_status_t shoal_ib_put_signal(shoal_ep_t *base, const void *src,
                                           const shoal_mem_t *local, const shoal_rmem_t *remote,
-                                          size_t remote_off, size_t len)
+                                          size_t remote_off, size_t len, const void *hdr)
 {
     shoal_ib_ep_t *ep = (shoal_ib_ep_t *)base;
     struct ibv_mr *mr = local ? shoal_ib_mem_mr(local) : NULL;
@@ -356,7 +356,7 @@ static shoal_status_t shoal_ib_put_signal(shoal_ep_t *base, const void *src,
         return ep_result(ep, s, q);
     s = shoal_ib_fifo_put(f, src, mr->lkey, r->raddr + remote_off, r->rkey, len);
     if (s == SHOAL_OK)
-        s = shoal_ib_fifo_send_post(f, 0, NULL);
+        s = shoal_ib_fifo_send_post(f, 0, hdr);
     s = ep_result(ep, s, q);
     if (s == SHOAL_OK) {
         ep->tx_msgs++;

@@ -914,7 +914,7 @@ static shoal_status_t shoal_shm_rkey_pack_ctx(shoal_tl_ctx_t *base, const shoal_
  * nothing half done. */
 static shoal_status_t shoal_shm_put_signal(shoal_ep_t *base, const void *src,
                                            const shoal_mem_t *local, const shoal_rmem_t *remote,
-                                           size_t remote_off, size_t len)
+                                           size_t remote_off, size_t len, const void *hdr)
 {
     (void)local; /* a plain load reads our own memory */
     if (!base || !remote || (!src && len > 0))
@@ -937,7 +937,7 @@ static shoal_status_t shoal_shm_put_signal(shoal_ep_t *base, const void *src,
     } else if (len) {
         memcpy((char *)remote->addr + remote_off, src, len);
     }
-    s = shoal_shm_send_post(base, 0, NULL);
+    s = shoal_shm_send_post(base, 0, hdr);
     if (s != SHOAL_OK)
         return s;
     atomic_store_explicit(&base->puts, base->puts + 1, memory_order_relaxed);

@@ -39,7 +39,7 @@ shoal_status_t shoal_tl_stub_rkey_attach(shoal_ep_t *ep, const void *blob, size_
 
 shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
                                         const shoal_mem_t *local, const shoal_rmem_t *remote,
-                                        size_t remote_off, size_t len)
+                                        size_t remote_off, size_t len, const void *hdr)
 {
     return SHOAL_ERR_UNSUPPORTED;
 }

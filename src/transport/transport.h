@@ -235,15 +235,17 @@ struct shoal_transport_ops {
                                   const shoal_rmem_t **rmem_p);
     /* Write len bytes from src (inside local, when the transport needs the
      * source registered; NULL otherwise) into the peer's attached memory at
-     * remote_off, then post a signal: an empty message with an all-zero
-     * header behind everything posted before, which the peer receives as
-     * any other (its arrival means the bytes are in place).
+     * remote_off, then post a signal: an empty message with header hdr
+     * (SHOAL_TL_HDR_BYTES; NULL: all zero) behind everything posted
+     * before, which the peer receives as any other (its arrival means the
+     * bytes are in place).
      * SHOAL_INPROGRESS, having done nothing, while no slot is free for the
      * signal; SHOAL_ERR_UNSUPPORTED, having done nothing, when this
      * endpoint cannot put (no endpoint, nothing attached, a copy
      * transport). */
     shoal_status_t (*put_signal)(shoal_ep_t *ep, const void *src, const shoal_mem_t *local,
-                                 const shoal_rmem_t *remote, size_t remote_off, size_t len);
+                                 const shoal_rmem_t *remote, size_t remote_off, size_t len,
+                                 const void *hdr);
     /* Read len bytes at remote_off of the peer's attached memory into dst,
      * before returning; no signal (the caller tells the peer it is done,
      * as the peer must keep the memory until then). SHOAL_ERR_UNSUPPORTED,
@@ -268,7 +270,7 @@ shoal_status_t shoal_tl_stub_rkey_attach(shoal_ep_t *ep, const void *blob, size_
                                          const shoal_rmem_t **rmem_p);
 shoal_status_t shoal_tl_stub_put_signal(shoal_ep_t *ep, const void *src,
                                         const shoal_mem_t *local, const shoal_rmem_t *remote,
-                                        size_t remote_off, size_t len);
+                                        size_t remote_off, size_t len, const void *hdr);
 shoal_status_t shoal_tl_stub_get(shoal_ep_t *ep, void *dst, const shoal_rmem_t *remote,
                                  size_t remote_off, size_t len);
 shoal_status_t shoal_tl_stub_progress(shoal_tl_ctx_t *ctx);
