@@ -527,6 +527,43 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 #if SHOAL_NCCL_2_30
 /*
+ * One-sided (2.30), on windows of host memory. ncclPutSignal writes count
+ * elements from localbuff, which lies in a window this rank registered
+ * with NCCL_WIN_COLL_SYMMETRIC, at byte peerWinOffset of peer's part of
+ * peerWin, then counts one signal at peer; ncclSignal counts one signal
+ * alone; ncclWaitSignal returns once each descriptor's opCnt signals from
+ * its peer came (beyond those earlier waits consumed) and consumes them.
+ * The signals of one rank arrive in the order it issued them, each behind
+ * its put's bytes, so the bytes of every put whose signal a wait consumed
+ * are in place when it returns. sigIdx, ctx and flags are 0 (NCCL's only
+ * values). A wait not satisfied within SHOAL_TIMEOUT is ncclTimeout, naming
+ * the peer. With a stream in a process that uses CUDA, the stream is
+ * synchronised first and the call completes before it returns.
+ */
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype,
+                           int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                           int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype,
+                            int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                            int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                         cudaStream_t stream);
+typedef struct {
+    int opCnt;  /* signals to wait for */
+    int peer;   /* from this rank */
+    int sigIdx; /* 0 */
+    int ctx;    /* 0 */
+} ncclWaitSignalDesc_t;
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                             cudaStream_t stream);
+#endif
+
+#if SHOAL_NCCL_2_30
+/*
  * Parameters (2.30): shoal's settings, named by their SHOAL_ name or their
  * NCCL alias (NCCL_DEBUG...), with the values the library holds (from the
  * variable, the alias or the default). Typed reads give the number shoal

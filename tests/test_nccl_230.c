@@ -25,7 +25,12 @@
  *   a log level read as the numbers shoal uses, values that do not fit a
  *   narrower type and text that is no number refused with the reason;
  *   the raw read's bytes and length; every key listed; unknown keys and
- *   handles refused. */
+ *   handles refused;
+ * - one-sided calls (1 and 3 ranks on shm, 2 on tcp): every rank puts a
+ *   block into every rank's window from its symmetric source window and
+ *   waits for all, signals alone, a put and a wait in a group around a
+ *   ring, NCCL's argument checks with their reasons, and a wait never
+ *   satisfied ending in ncclTimeout that names the peer. */
 #include "nccl.h"
 #include "nccl230/nccl_230.h"
 
@@ -302,6 +307,197 @@ static void test_win_user_ptr(void **state)
     assert_int_equal(harness_run_ranks(2, rank_win, &id, RUN_TIMEOUT_S), 0);
 }
 
+#define RMA_COUNT 1001
+#define RMA_BYTES (RMA_COUNT * sizeof(float))
+
+static float rma_value(int src, int dst, size_t i)
+{
+    return (float)(src * 100000 + dst * 10000) + (float)i;
+}
+
+/* Every rank puts a block of floats into every rank's window (its own
+ * included) from its symmetric source window, waits for every rank's
+ * signal, and finds each block; then signals alone, a put and wait in a
+ * group around a ring, and NCCL's argument checks. */
+static int rank_rma(int rank, int n, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused;
+    ncclUniqueId id = *(const ncclUniqueId *)varg;
+    ncclComm_t comm;
+    float *dst = NULL, *src = malloc((size_t)n * RMA_BYTES), *plain = malloc(RMA_BYTES);
+    ncclWindow_t dwin, swin;
+    ncclWaitSignalDesc_t d[8];
+    RANK_CHECK(src && plain, fail, "out of memory");
+    NCCL_OK(ncclCommInitRank(&comm, n, id, rank), fail);
+    NCCL_OK(ncclMemAlloc((void **)&dst, (size_t)n * RMA_BYTES), fail);
+    NCCL_OK(ncclCommWindowRegister(comm, dst, (size_t)n * RMA_BYTES, &dwin,
+                                   NCCL_WIN_COLL_SYMMETRIC), fail);
+    NCCL_OK(ncclCommWindowRegister(comm, src, (size_t)n * RMA_BYTES, &swin,
+                                   NCCL_WIN_COLL_SYMMETRIC), fail);
+    for (int q = 0; q < n; q++) {
+        for (size_t i = 0; i < RMA_COUNT; i++)
+            src[(size_t)q * RMA_COUNT + i] = rma_value(rank, q, i);
+        NCCL_OK(ncclPutSignal(src + (size_t)q * RMA_COUNT, RMA_COUNT, ncclFloat32, q, dwin,
+                              (size_t)rank * RMA_BYTES, 0, 0, 0, comm, NULL), fail);
+        d[q] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = q};
+    }
+    NCCL_OK(ncclWaitSignal(n, d, comm, NULL), fail);
+    for (int q = 0; q < n; q++) {
+        for (size_t i = 0; i < RMA_COUNT; i++)
+            RANK_CHECK(dst[(size_t)q * RMA_COUNT + i] == rma_value(q, rank, i), fail,
+                       "rank %d's value %zu is %g", q, i, dst[(size_t)q * RMA_COUNT + i]);
+    }
+    /* Two signals alone from every rank, waited for as one count each. */
+    for (int q = 0; q < n; q++) {
+        NCCL_OK(ncclSignal(q, 0, 0, 0, comm, NULL), fail);
+        NCCL_OK(ncclSignal(q, 0, 0, 0, comm, NULL), fail);
+        d[q].opCnt = 2;
+    }
+    NCCL_OK(ncclWaitSignal(n, d, comm, NULL), fail);
+    /* A ring in a group: put to the next, wait for the previous. */
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    ncclWaitSignalDesc_t w = {.opCnt = 1, .peer = prev};
+    src[0] = (float)(7 * rank);
+    NCCL_OK(ncclGroupStart(), fail);
+    NCCL_OK(ncclPutSignal(src, 1, ncclFloat32, next, dwin, 0, 0, 0, 0, comm, NULL), fail);
+    NCCL_OK(ncclWaitSignal(1, &w, comm, NULL), fail);
+    NCCL_OK(ncclGroupEnd(), fail);
+    RANK_CHECK(dst[0] == (float)(7 * prev), fail, "the ring's value is %g", dst[0]);
+
+    /* NCCL's checks, each with its reason; the communicator stays usable. */
+    static const char *const words[] = {
+        "signal index", "context", "flags", "peerWin", "localbuff", "NCCL_WIN_COLL_SYMMETRIC",
+        "pass the end", "outside", "signal index", "invalid arguments", "invalid arguments",
+        "opCnt", "context"};
+    for (size_t k = 0; k < sizeof(words) / sizeof(words[0]); k++) {
+        ncclWaitSignalDesc_t bad = {.opCnt = k == 11 ? 0 : 1, .peer = prev, .ctx = k == 12};
+        size_t end = (size_t)n * RMA_BYTES - 4;
+        ncclResult_t r =
+            k < 3   ? ncclPutSignal(src, 1, ncclFloat32, next, dwin, 0, k == 0, k == 1,
+                                    k == 2, comm, NULL)
+            : k == 3 ? ncclPutSignal(src, 1, ncclFloat32, next, NULL, 0, 0, 0, 0, comm, NULL)
+            : k == 4 ? ncclPutSignal(NULL, 1, ncclFloat32, next, dwin, 0, 0, 0, 0, comm, NULL)
+            : k == 5 ? ncclPutSignal(plain, 1, ncclFloat32, next, dwin, 0, 0, 0, 0, comm, NULL)
+            : k == 6 ? ncclPutSignal(src, 2, ncclFloat32, next, dwin, end, 0, 0, 0, comm, NULL)
+            : k == 7 ? ncclPutSignal(src, 1, ncclFloat32, n, dwin, 0, 0, 0, 0, comm, NULL)
+            : k == 8 ? ncclSignal(next, 1, 0, 0, comm, NULL)
+            : k == 9 ? ncclWaitSignal(0, d, comm, NULL)
+            : k == 10 ? ncclWaitSignal(1, NULL, comm, NULL)
+                      : ncclWaitSignal(1, &bad, comm, NULL);
+        RANK_CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(comm), words[k]), fail,
+                   "bad call %zu: %s: %s", k, ncclGetErrorString(r), ncclGetLastError(comm));
+    }
+    if (check_sum(comm, rank, n, "after the one-sided calls"))
+        return 1;
+    NCCL_OK(ncclCommWindowDeregister(comm, dwin), fail);
+    NCCL_OK(ncclCommWindowDeregister(comm, swin), fail);
+    NCCL_OK(ncclMemFree(dst), fail);
+    free(src);
+    free(plain);
+    NCCL_OK(ncclCommDestroy(comm), fail);
+    return 0;
+fail:
+    return 1;
+}
+
+/* Rank 1 waits for a signal rank 0 never sends: ncclTimeout at the
+ * deadline, naming rank 0. */
+static int rank_rma_timeout(int rank, int n, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused;
+    ncclUniqueId id = *(const ncclUniqueId *)varg;
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, n, id, rank), fail);
+    if (rank == 1) {
+        ncclWaitSignalDesc_t w = {.opCnt = 1, .peer = 0};
+        ncclResult_t r = ncclWaitSignal(1, &w, comm, NULL);
+        RANK_CHECK(r == ncclTimeout, fail, "an unsatisfied wait: %s", ncclGetErrorString(r));
+        RANK_CHECK(strstr(ncclGetLastError(comm), "from rank 0"), fail,
+                   "the error does not name rank 0: %s", ncclGetLastError(comm));
+    } else {
+        sleep(4);
+    }
+    ncclCommAbort(comm);
+    return 0;
+fail:
+    return 1;
+}
+
+/* The door reads its settings once a process, and this one has: a case
+ * that needs others (tcp only, a short deadline) runs each rank in a fresh
+ * image of this program, told its part by SHOAL_TEST_RMA ("<case> <rank>
+ * <n> <file>"; main runs it). Rank 0 makes the id there (the bootstrap's
+ * listener is its own) and hands it over through the file. */
+typedef struct {
+    int timeout; /* rank_rma_timeout, else rank_rma */
+    const char *shm;
+    char file[64];
+} rma_exec_t;
+
+static int rank_exec(int rank, int n, const shoal_unique_id_t *unused, void *varg)
+{
+    (void)unused;
+    const rma_exec_t *a = varg;
+    char text[128];
+    snprintf(text, sizeof(text), "%d %d %d %s", a->timeout, rank, n, a->file);
+    setenv("SHOAL_TEST_RMA", text, 1);
+    setenv("SHOAL_SHM_ENABLE", a->shm, 1);
+    setenv("SHOAL_TIMEOUT", a->timeout ? "2s" : "20s", 1);
+    char self[4096];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    RANK_CHECK(k > 0, fail, "readlink /proc/self/exe");
+    self[k] = '\0';
+    execl(self, self, (char *)NULL);
+    RANK_CHECK(0, fail, "exec %s", self);
+fail:
+    return 1;
+}
+
+/* main's side of rank_exec: the rank's exit status. */
+static int run_exec_rank(const char *text)
+{
+    int timeout, rank, n;
+    char file[64], tmp[80];
+    ncclUniqueId id;
+    if (sscanf(text, "%d %d %d %63s", &timeout, &rank, &n, file) != 4)
+        return 2;
+    if (rank == 0) {
+        snprintf(tmp, sizeof(tmp), "%s.tmp", file);
+        FILE *f = fopen(tmp, "w");
+        if (ncclGetUniqueId(&id) != ncclSuccess || !f || fwrite(&id, sizeof(id), 1, f) != 1 ||
+            fclose(f) != 0 || rename(tmp, file) != 0)
+            return 2;
+    } else {
+        FILE *f = NULL;
+        for (int t = 0; t < 3000 && !(f = fopen(file, "r")); t++)
+            usleep(10000);
+        if (!f || fread(&id, sizeof(id), 1, f) != 1)
+            return 2;
+        fclose(f);
+    }
+    int rc = timeout ? rank_rma_timeout(rank, n, NULL, &id) : rank_rma(rank, n, NULL, &id);
+    if (rank == 0)
+        unlink(file);
+    return rc;
+}
+
+static void test_one_sided(void **state)
+{
+    (void)state;
+    for (int n = 1; n <= 3; n += 2) {
+        harness_use_transport("shm", 4096);
+        ncclUniqueId id;
+        assert_int_equal(ncclGetUniqueId(&id), ncclSuccess);
+        assert_int_equal(harness_run_ranks(n, rank_rma, &id, RUN_TIMEOUT_S), 0);
+    }
+    for (int timeout = 0; timeout < 2; timeout++) {
+        rma_exec_t a = {.timeout = timeout, .shm = timeout ? "y" : "n"};
+        snprintf(a.file, sizeof(a.file), "/tmp/shoal_test_rma.%d.%d", (int)getpid(), timeout);
+        unlink(a.file);
+        assert_int_equal(harness_run_ranks(2, rank_exec, &a, RUN_TIMEOUT_S), 0);
+    }
+}
+
 static void test_params(void **state)
 {
     (void)state;
@@ -377,6 +573,8 @@ static void test_params(void **state)
 
 int main(void)
 {
+    if (getenv("SHOAL_TEST_RMA"))
+        return run_exec_rank(getenv("SHOAL_TEST_RMA"));
     /* Before the library reads its settings (once a process). */
     setenv("SHOAL_CHUNK_SIZE", "4M", 1);
     setenv("SHOAL_TIMEOUT", "90s", 1);
@@ -390,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_win_user_ptr),
         cmocka_unit_test(test_suspend),
         cmocka_unit_test(test_params),
+        cmocka_unit_test(test_one_sided),
     };
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -30,6 +30,27 @@ _Static_assert(ncclStatGpuMemSuspend == 0 && ncclStatGpuMemSuspended == 1 &&
                    ncclStatGpuMemPersist == 2 && ncclStatGpuMemTotal == 3,
                "ncclCommMemStat_t");
 
+ncclResult_t ncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype,
+                           int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                           int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t pncclPutSignal(const void *localbuff, size_t count, ncclDataType_t datatype,
+                            int peer, ncclWindow_t peerWin, size_t peerWinOffset, int sigIdx,
+                            int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                        cudaStream_t stream);
+ncclResult_t pncclSignal(int peer, int sigIdx, int ctx, unsigned int flags, ncclComm_t comm,
+                         cudaStream_t stream);
+ncclResult_t ncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                            cudaStream_t stream);
+ncclResult_t pncclWaitSignal(int nDesc, ncclWaitSignalDesc_t *signalDescs, ncclComm_t comm,
+                             cudaStream_t stream);
+_Static_assert(sizeof(ncclWaitSignalDesc_t) == 4 * sizeof(int) &&
+                   offsetof(ncclWaitSignalDesc_t, opCnt) == 0 &&
+                   offsetof(ncclWaitSignalDesc_t, peer) == sizeof(int) &&
+                   offsetof(ncclWaitSignalDesc_t, sigIdx) == 2 * sizeof(int) &&
+                   offsetof(ncclWaitSignalDesc_t, ctx) == 3 * sizeof(int),
+               "ncclWaitSignalDesc_t");
+
 typedef struct ncclParamHandle *ncclParamHandle_t;
 ncclResult_t ncclParamBind(ncclParamHandle_t *out, const char *key);
 ncclResult_t pncclParamBind(ncclParamHandle_t *out, const char *key);

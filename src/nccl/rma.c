@@ -1,0 +1,122 @@
+/* NCCL 2.30's one-sided calls through the door: ncclPutSignal, ncclSignal
+ * and ncclWaitSignal on shoal's windows (core/rma.h), with NCCL's checks
+ * (sigIdx, ctx and flags 0; the source inside a symmetric window; opCnt
+ * above 0). They run as shoal's blocking forms, which inside a group only
+ * record the call: a non-blocking communicator allows a call to complete
+ * before it returns. A stream in a process that uses CUDA is synchronised
+ * first, so the call comes after the stream's earlier work and before its
+ * later work. The deadline's error of a wait is ncclTimeout. */
+#include "door.h"
+
+#include "base/dev.h"
+#include "base/dtype.h"
+
+#include <stdlib.h>
+
+/* Enter comm, check NCCL's reserved arguments, wait for the stream. */
+static ncclResult_t rma_enter(ncclComm_t comm, const char *what, int sigIdx, int ctx,
+                              unsigned int flags, cudaStream_t stream, shoal_comm_t *sc_p)
+{
+    ncclResult_t res = shoal_nccl_enter(comm, what, sc_p);
+    if (res != ncclSuccess)
+        return res;
+    if (sigIdx != 0)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: signal index %d is invalid (must "
+                               "be 0)", what, sigIdx);
+    if (ctx != 0)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: context %d is invalid (must be "
+                               "0)", what, ctx);
+    if (flags != 0)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: flags %u are invalid (must be "
+                               "0)", what, flags);
+    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
+    if (dev && stream && dev->stream_sync(stream) != SHOAL_OK)
+        return shoal_nccl_fail(comm, ncclUnhandledCudaError, "%s: synchronising the stream: %s",
+                               what, dev->why());
+    return ncclSuccess;
+}
+
+static ncclResult_t rma_result(shoal_status_t s)
+{
+    return s == SHOAL_ERR_TIMEOUT ? ncclTimeout : shoal_nccl_result(s);
+}
+
+NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
+         ncclDataType_t datatype, int peer, ncclWindow_t peerWin, size_t peerWinOffset,
+         int sigIdx, int ctx, unsigned int flags, ncclComm_t comm, cudaStream_t stream)
+{
+    static const char what[] = "ncclPutSignal";
+    shoal_comm_t sc;
+    ncclResult_t res = rma_enter(comm, what, sigIdx, ctx, flags, stream, &sc);
+    if (res != ncclSuccess)
+        return res;
+    size_t es;
+    if (shoal_dtype_size((shoal_dtype_t)datatype, &es) != SHOAL_OK)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: unknown datatype %d", what,
+                               (int)datatype);
+    if (count > SIZE_MAX / es)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: count %zu overflows", what,
+                               count);
+    if (!peerWin)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin is NULL", what);
+    if (!localbuff)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff is NULL", what);
+    shoal_win_t target, source;
+    size_t off;
+    res = shoal_nccl_window_find(comm, peerWin, NULL, 0, &target, &off);
+    if (res != ncclSuccess)
+        return shoal_nccl_fail(comm, res, "%s: peerWin %p is %s", what, (void *)peerWin,
+                               res == ncclInvalidUsage ? "a window of device memory, which "
+                               "one-sided calls do not reach here" : "not a live window of this "
+                               "communicator");
+    res = shoal_nccl_window_find(comm, NULL, localbuff, count * es, &source, &off);
+    if (res != ncclSuccess)
+        return shoal_nccl_fail(comm, res, "%s: localbuff %p (%zu bytes) is %s", what, localbuff,
+                               count * es, res == ncclInvalidUsage ? "device memory, which "
+                               "one-sided calls do not reach here" : "not in a window this rank "
+                               "registered with NCCL_WIN_COLL_SYMMETRIC");
+    return rma_result(shoal_put_signal(localbuff, count * es, peer, target, peerWinOffset, sc));
+}
+
+NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags,
+         ncclComm_t comm, cudaStream_t stream)
+{
+    shoal_comm_t sc;
+    ncclResult_t res = rma_enter(comm, "ncclSignal", sigIdx, ctx, flags, stream, &sc);
+    if (res != ncclSuccess)
+        return res;
+    return rma_result(shoal_signal(peer, sc));
+}
+
+NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDescs,
+         ncclComm_t comm, cudaStream_t stream)
+{
+    static const char what[] = "ncclWaitSignal";
+    shoal_comm_t sc;
+    ncclResult_t res = rma_enter(comm, what, 0, 0, 0, stream, &sc);
+    if (res != ncclSuccess)
+        return res;
+    if (!signalDescs || nDesc <= 0)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: invalid arguments (%d "
+                               "descriptors at %p)", what, nDesc, (void *)signalDescs);
+    shoal_signal_wait_t *waits = calloc((size_t)nDesc, sizeof(*waits));
+    if (!waits)
+        return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
+    for (int i = 0; i < nDesc && res == ncclSuccess; i++) {
+        const ncclWaitSignalDesc_t *d = &signalDescs[i];
+        if (d->opCnt <= 0)
+            res = shoal_nccl_fail(comm, ncclInvalidArgument, "%s: descriptor %d has invalid "
+                                  "opCnt %d", what, i, d->opCnt);
+        else if (d->sigIdx != 0)
+            res = shoal_nccl_fail(comm, ncclInvalidArgument, "%s: descriptor %d has invalid "
+                                  "sigIdx %d (must be 0)", what, i, d->sigIdx);
+        else if (d->ctx != 0)
+            res = shoal_nccl_fail(comm, ncclInvalidArgument, "%s: descriptor %d has invalid "
+                                  "context %d (must be 0)", what, i, d->ctx);
+        waits[i] = (shoal_signal_wait_t){.peer = d->peer, .count = (uint32_t)d->opCnt};
+    }
+    if (res == ncclSuccess)
+        res = rma_result(shoal_wait_signal(waits, (size_t)nDesc, sc));
+    free(waits);
+    return res;
+}
