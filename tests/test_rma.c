@@ -5,6 +5,9 @@
  *   1, 2, 3, 5 and 8 ranks, with sizes 0, 1, odd and several slots, into
  *   windows of private memory and of shoal_mem_alloc (which shm writes
  *   straight into: its puts are counted as such, and tcp's are not);
+ *   on two faked hosts too, which the RDMA guest runs over ib between its
+ *   Soft-RoCE devices (tests/rdma/verbs_check.sh), where puts go straight
+ *   into the other host's windows;
  * - ordering: after a wait for k signals from a rank, its first k puts are
  *   in place, and puts to the same bytes land in issue order; a put then a
  *   signal; a put in a group with the wait for the peer's;
@@ -35,6 +38,7 @@ static const size_t sizes[] = {0, 1, 1001, 3 * TEST_CHUNK + 5};
 typedef struct {
     int shared; /* windows from shoal_mem_alloc */
     int tcp;
+    int hosts;  /* ranks on two faked hosts (harness_split_hosts) */
 } rma_case_t;
 
 /* Byte i of what rank src puts to rank dst in round k. */
@@ -67,9 +71,12 @@ static int run_pattern(shoal_comm_t comm, int rank, int n, int shared, const cha
 {
     size_t wsize = (size_t)n * SLOT;
     unsigned char *win_buf = win_alloc(shared, wsize), *src = win_alloc(shared, SLOT);
-    shoal_win_t win = NULL;
+    shoal_win_t win = NULL, src_win = NULL;
     RANK_CHECK(win_buf && src, fail, "out of memory");
     RANK_CHECK(shoal_win_create(win_buf, wsize, comm, &win) == SHOAL_OK, fail,
+               "%s: shoal_win_create: %s", name, shoal_comm_last_error(comm));
+    /* The source in a window too, registered as ib's puts need it. */
+    RANK_CHECK(shoal_win_create(src, SLOT, comm, &src_win) == SHOAL_OK, fail,
                "%s: shoal_win_create: %s", name, shoal_comm_last_error(comm));
     for (size_t z = 0; z < NSIZES; z++) {
         size_t sz = sizes[z];
@@ -101,6 +108,7 @@ static int run_pattern(shoal_comm_t comm, int rank, int n, int shared, const cha
     }
     RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier");
     RANK_CHECK(shoal_win_free(win, comm) == SHOAL_OK, fail, "shoal_win_free");
+    RANK_CHECK(shoal_win_free(src_win, comm) == SHOAL_OK, fail, "shoal_win_free");
     win_release(shared, win_buf);
     win_release(shared, src);
     return 0;
@@ -123,6 +131,8 @@ static int patterns_rank(int rank, int n, const shoal_unique_id_t *id, void *arg
 {
     const rma_case_t *c = arg;
     shoal_comm_t comm = NULL;
+    if (c->hosts)
+        harness_split_hosts(rank, n, 2);
     RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
     int all[8], ring_to = (rank + 1) % n, ring_from = (rank + n - 1) % n, zero = 0;
     for (int q = 0; q < n; q++)
@@ -134,10 +144,19 @@ static int patterns_rank(int rank, int n, const shoal_unique_id_t *id, void *arg
         run_pattern(comm, rank, n, c->shared, "self", &rank, 1, &rank, 1))
         goto fail;
     /* Where peers map the memory, shm writes into it; tcp never does. */
-    if (n > 1 && c->shared && !c->tcp)
+    if (n > (c->hosts ? 2 : 1) && c->shared && !c->tcp)
         RANK_CHECK(direct_puts(comm) > 0, fail, "no put went straight into a peer's window");
     if (c->tcp)
         RANK_CHECK(direct_puts(comm) == 0, fail, "tcp wrote into a peer's memory");
+    /* Between hosts on Soft-RoCE, the other host's ranks are written too. */
+    if (c->hosts && getenv("SHOAL_TEST_RXE") && !strcmp(getenv("SHOAL_TEST_RXE"), "1")) {
+        unsigned long long puts = 0;
+        for (int q = 0; q < n; q++) {
+            if (comm->team.eps[q] && q * 2 / n != rank * 2 / n)
+                puts += comm->team.eps[q]->puts;
+        }
+        RANK_CHECK(puts > 0, fail, "no put went over ib into another host's window");
+    }
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;
 fail:
@@ -168,6 +187,22 @@ static void test_patterns_shm_shared(void **state)
 {
     (void)state;
     run_patterns(0, 1);
+}
+
+/* Two hosts: shm inside each, tcp between them, or ib between rxe0 and
+ * rxe1 in the RDMA guest (SHOAL_TEST_RXE=1, tests/rdma/verbs_check.sh). */
+static void test_patterns_hosts(void **state)
+{
+    (void)state;
+    harness_use_transport("shm", TEST_CHUNK);
+    for (int shared = 0; shared < 2; shared++) {
+        for (int n = 2; n <= 4; n += 2) {
+            rma_case_t c = {.shared = shared, .hosts = 1};
+            print_message("two hosts, %s windows, %d ranks\n", shared ? "shareable" : "private",
+                          n);
+            assert_int_equal(harness_run_ranks(n, patterns_rank, &c, RUN_TIMEOUT_S), 0);
+        }
+    }
 }
 
 static void test_patterns_tcp(void **state)
@@ -495,10 +530,14 @@ int main(void)
         cmocka_unit_test(test_patterns_shm_private),
         cmocka_unit_test(test_patterns_shm_shared),
         cmocka_unit_test(test_patterns_tcp),
+        cmocka_unit_test(test_patterns_hosts),
         cmocka_unit_test(test_ordering),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_wide_wait),
     };
+    const char *filter = getenv("TEST_FILTER");
+    if (filter && *filter)
+        cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,7 +11,7 @@ n=0
 failed=0
 ok() { n=$((n + 1)); echo "ok $n - $1"; }
 notok() { n=$((n + 1)); failed=1; echo "not ok $n - $1"; }
-echo "1..11"
+echo "1..12"
 # shellcheck source=tests/rdma/rxe_setup.sh
 if . "$here/rxe_setup.sh"; then
     ok "rxe0 and rxe1 on a veth pair, RoCE v2 GIDs $RXE_GID0 and $RXE_GID1"
@@ -71,10 +71,14 @@ else
     grep -v '^ok' "$GUEST_OUT/ib_coll" | tail -40 | sed 's/^/# /'
 fi
 # Which transport joins the hosts, and ib's memory: registrations sharing
-# regions, zero-copy puts of registered buffers.
-for t in ib_select ib_mem; do
+# regions, zero-copy puts of registered buffers; one-sided puts into
+# windows of the other host.
+for t in ib_select ib_mem rma; do
     bin=${BUILD:-build}/tests/test_$t
-    if SHOAL_TEST_RXE=1 CMOCKA_MESSAGE_OUTPUT=TAP "$bin" >"$GUEST_OUT/$t" 2>&1; then
+    filter=
+    [ "$t" = rma ] && filter=test_patterns_hosts
+    if SHOAL_TEST_RXE=1 CMOCKA_MESSAGE_OUTPUT=TAP TEST_FILTER=$filter "$bin" \
+        >"$GUEST_OUT/$t" 2>&1; then
         ok "$bin: $(grep -c '^ok' "$GUEST_OUT/$t") cases"
         grep '^# rank' "$GUEST_OUT/$t"
     else
