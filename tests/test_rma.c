@@ -18,7 +18,8 @@
  *   deadline, naming the peer; a window freed by its target drops the
  *   bytes but still counts the signal;
  * - bad arguments: SHOAL_ERR_INVALID_ARG with the reason, the communicator
- *   still usable; a bad window on one rank fails the creation on all. */
+ *   still usable; a bad window on one rank fails the creation on all; a
+ *   put whose window was freed while it waited in the queue is refused. */
 #include "harness.h"
 
 #include "core/comm.h"
@@ -436,6 +437,9 @@ static int bad_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
     shoal_win_t win = NULL, other = NULL;
     shoal_request_t req;
     RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    /* Queued calls run only when waited for (below). */
+    RANK_CHECK(shoal_comm_set_progress(comm, SHOAL_PROGRESS_CALLER) == SHOAL_OK, fail,
+               "set_progress");
     RANK_CHECK(shoal_win_create(wbuf, sizeof(wbuf) - (size_t)rank, comm, &win) == SHOAL_OK,
                fail, "create");
     if (expect_bad(comm, shoal_put_signal(&byte, 1, n, win, 0, comm), "outside", "peer n") ||
@@ -478,7 +482,13 @@ static int bad_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
         w[q] = (shoal_signal_wait_t){.peer = q, .count = 1};
     RANK_CHECK(shoal_iwait_signal(w, (size_t)n, comm, &req) == SHOAL_OK, fail, "iwait");
     RANK_CHECK(shoal_wait(&req) == SHOAL_OK, fail, "wait: %s", shoal_comm_last_error(comm));
+    /* A put queued, then its window freed before it ran: refused when it
+     * runs, and a new window in the freed one's memory is not written. */
+    RANK_CHECK(shoal_iput_signal(&byte, 1, rank, win, 0, comm, &req) == SHOAL_OK, fail,
+               "iput");
     RANK_CHECK(shoal_win_free(win, comm) == SHOAL_OK, fail, "free");
+    RANK_CHECK(expect_bad(comm, shoal_wait(&req), "freed before the put ran", "stale put") == 0,
+               fail, "stale put");
     RANK_CHECK(shoal_win_free(win, comm) == SHOAL_ERR_INVALID_ARG, fail, "freed twice");
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
     return 0;

@@ -41,6 +41,7 @@ typedef struct shoal_dev_stager {
 typedef struct {
     int kind;
     struct shoal_win *win;
+    uint32_t win_id; /* the window's id, in case win's memory holds another by then */
     size_t off;
     int nwaits;
     int wait_peer[SHOAL_RMA_WAIT_INLINE];

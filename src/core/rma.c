@@ -402,9 +402,13 @@ static shoal_status_t rma_put(struct shoal_comm *comm, const shoal_call_t *call,
     size_t len = a->count, off = call->rma.off;
     shoal_rma_t *r = comm->rma;
     struct shoal_win *w = NULL;
-    if (call->rma.kind == SHOAL_RMA_PUT && !(w = win_get(r, call->rma.win)))
+    if (call->rma.kind == SHOAL_RMA_PUT &&
+        (!(w = win_get(r, call->rma.win)) || w->id != call->rma.win_id)) {
+        if (w)
+            win_unref(w);
         return shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: the window was freed before "
                                "the put ran", call->what);
+    }
     shoal_status_t s = SHOAL_OK;
     if (peer == team->rank) {
         if (len)
@@ -556,13 +560,15 @@ static shoal_status_t put_issue(const char *what, const void *src, size_t size, 
         s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %zu bytes at offset %zu pass the "
                             "end of rank %d's part of the window (%llu bytes)", what, size,
                             offset, peer, (unsigned long long)w->peers[peer].size);
+    uint32_t id = w ? w->id : 0;
     if (w)
         win_unref(w);
     if (s == SHOAL_OK) {
         shoal_call_t c = {.what = what, .run = shoal_rma_run,
                           .args = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = src, .count = size,
                                    .dtype = SHOAL_UINT8, .root = peer},
-                          .rma = {.kind = SHOAL_RMA_PUT, .win = win, .off = offset}};
+                          .rma = {.kind = SHOAL_RMA_PUT, .win = win, .win_id = id,
+                                  .off = offset}};
         s = rma_issue(comm, &c, 1, nb, req_p);
     }
     shoal_comm_leave(comm);
