@@ -483,7 +483,7 @@ static int bad_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
     RANK_CHECK(shoal_iwait_signal(w, (size_t)n, comm, &req) == SHOAL_OK, fail, "iwait");
     RANK_CHECK(shoal_wait(&req) == SHOAL_OK, fail, "wait: %s", shoal_comm_last_error(comm));
     /* A put queued, then its window freed before it ran: refused when it
-     * runs, and a new window in the freed one's memory is not written. */
+     * runs, the communicator still usable. */
     RANK_CHECK(shoal_iput_signal(&byte, 1, rank, win, 0, comm, &req) == SHOAL_OK, fail,
                "iput");
     RANK_CHECK(shoal_win_free(win, comm) == SHOAL_OK, fail, "free");
