@@ -220,7 +220,7 @@ $(BUILD)/tests/test_sim: $(SIM_LIB)
 
 # Benchmarks that need the internal headers, as tests do; built, never run
 # by make test.
-BENCHES  := $(BUILD)/tests/bench_bootstrap
+BENCHES  := $(BUILD)/tests/bench_bootstrap $(BUILD)/tests/bench_rma
 all: $(BENCHES)
 $(BUILD)/tests/bench_%: $(BUILD)/tests/bench_%.o $(TEST_LIB) $(BUILD)/libshoal.a
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_LIB) $(BUILD)/libshoal.a $(LIBS) -lcmocka
