@@ -527,7 +527,8 @@ ncclResult_t pncclGroupSimulateEnd(ncclSimInfo_t *simInfo);
 
 #if SHOAL_NCCL_2_30
 /*
- * One-sided (2.30), on windows of host memory. ncclPutSignal writes count
+ * One-sided (2.30), on windows of host or device memory (device memory is
+ * copied through the host, by a stream of shoal's own). ncclPutSignal writes count
  * elements from localbuff, which lies in a window this rank registered
  * with NCCL_WIN_COLL_SYMMETRIC, at byte peerWinOffset of peer's part of
  * peerWin, then counts one signal at peer; ncclSignal counts one signal

@@ -495,8 +495,9 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
                            shoal_comm_t comm, shoal_request_t *req_p);
 
 /*
- * One-sided communication. A window is host memory that every rank of comm
- * offers together (size may differ by rank, and be 0): shoal_win_create is
+ * One-sided communication. A window is memory that every rank of comm
+ * offers together (size may differ by rank, and be 0; host memory, or
+ * device memory in a process that uses CUDA): shoal_win_create is
  * collective, and fails on every rank, naming the rank, when one rank's
  * arguments are bad. Then any rank writes into any rank's part without that
  * rank's call:
@@ -504,7 +505,9 @@ shoal_status_t shoal_irecv(void *recvbuf, size_t count, shoal_dtype_t dtype, int
  *   part of win, then counts one signal at peer from this rank. With shm
  *   (and ib, where the window's memory is registered) the bytes go
  *   straight into the peer's memory; otherwise through the transport's
- *   slots, copied by the peer as it takes the signal.
+ *   slots, copied by the peer as it takes the signal. Device memory, on
+ *   either side, is copied through the host (the slots) by a stream of
+ *   shoal's own, waited for.
  * - shoal_signal counts one signal at peer, moving no data.
  * - shoal_wait_signal returns once, for each entry, count signals from
  *   peer have arrived beyond those earlier waits consumed, and consumes

@@ -9,6 +9,7 @@
 #include "reg.h"
 #include "algos/prims.h"
 #include "base/clock.h"
+#include "base/dev.h"
 #include "base/log.h"
 
 #include <stdint.h>
@@ -52,6 +53,7 @@ struct shoal_win {
     void *buf;
     size_t size;
     void *reg;              /* its registration; NULL for an empty part */
+    int device;             /* the device whose memory buf is; -1: host memory */
     atomic_int refs;        /* the list's, and one per one-sided call running on it */
     win_info_t *peers;      /* every rank's part */
 };
@@ -62,6 +64,10 @@ typedef struct shoal_rma {
     uint32_t nwins;         /* windows made so far: the next one's id */
     uint64_t *arrived;      /* signals that came from each rank (executor only) */
     uint64_t *taken;        /* of those, the ones waits consumed (executor only) */
+    /* Copies to and from device memory go on a stream of their own, made
+     * on the first (executor only). */
+    void *stream;
+    int stream_dev;
 } shoal_rma_t;
 
 shoal_status_t shoal_rma_create(struct shoal_comm *comm)
@@ -105,6 +111,9 @@ void shoal_rma_destroy(struct shoal_comm *comm)
         r->wins = w->next;
         win_unref(w);
     }
+    const shoal_dev_ops_t *ops = shoal_dev_loaded();
+    if (r->stream && ops)
+        ops->stream_destroy(r->stream);
     pthread_mutex_destroy(&r->lock);
     free(r->arrived);
     free(r->taken);
@@ -128,6 +137,51 @@ static struct shoal_win *win_get(shoal_rma_t *r, const struct shoal_win *w)
     return found;
 }
 
+/* ---- device memory ------------------------------------------------------ */
+
+/* The device whose memory [p, ...) is, or -1 for memory the host reaches
+ * (host, pinned, managed). Only a process that uses the CUDA driver can
+ * hold device memory: a window's creation loads the module where it does
+ * (load), and the puts after it ask the module loaded then. */
+static int rma_device_of(const void *p, int load)
+{
+    const shoal_dev_ops_t *ops = !p ? NULL : load ? shoal_dev_if_driver() : shoal_dev_loaded();
+    shoal_dev_mem_t kind;
+    int dev = -1;
+    if (!ops || ops->classify(p, &kind, &dev) != SHOAL_OK || kind != SHOAL_DEV_MEM_DEVICE)
+        return -1;
+    return dev;
+}
+
+/* n bytes from src to dst, either of which may be memory of device dev
+ * (-1: both are the host's): a device's through the communicator's
+ * one-sided stream, waited for. Executor only. */
+static shoal_status_t rma_copy(struct shoal_comm *comm, void *dst, const void *src, size_t n,
+                               int dev)
+{
+    if (dev < 0) {
+        memmove(dst, src, n);
+        return SHOAL_OK;
+    }
+    shoal_rma_t *r = comm->rma;
+    const shoal_dev_ops_t *ops = shoal_dev_loaded();
+    shoal_status_t s = ops ? SHOAL_OK : SHOAL_ERR_UNSUPPORTED;
+    if (s == SHOAL_OK && (!r->stream || r->stream_dev != dev)) {
+        if (r->stream)
+            ops->stream_destroy(r->stream);
+        r->stream = NULL;
+        if ((s = ops->stream_create(dev, &r->stream)) == SHOAL_OK)
+            r->stream_dev = dev;
+    }
+    if (s == SHOAL_OK && (s = ops->copy(dst, src, n, r->stream)) == SHOAL_OK)
+        s = ops->stream_sync(r->stream);
+    if (s != SHOAL_OK)
+        shoal_fault_cause(comm, "rank %d: a one-sided copy of %zu B with device %d's memory "
+                          "failed: %s", comm->team.rank, n, dev,
+                          ops ? ops->why() : shoal_dev_why());
+    return s;
+}
+
 /* ---- windows ------------------------------------------------------------- */
 
 /* This rank's part: registered, and a key for each open transport that lets
@@ -138,6 +192,10 @@ static int win_offer(struct shoal_comm *comm, struct shoal_win *w, win_info_t *m
         return 1;
     if (shoal_comm_register(comm, w->buf, w->size, &w->reg) != SHOAL_OK)
         return 0;
+    /* No transport reaches device memory: peers send through the slots,
+     * and this rank copies what comes onto its device. */
+    if (w->device >= 0)
+        return 1;
     const shoal_reg_t *reg = w->reg;
     for (int t = 0; t < comm->team.ntl && me->nkeys < SHOAL_MAX_TRANSPORTS; t++) {
         shoal_tl_ctx_t *ctx = comm->team.tl_ctx[t];
@@ -181,6 +239,7 @@ shoal_status_t shoal_win_create(void *buf, size_t size, shoal_comm_t comm, shoal
     w->buf = buf;
     w->size = size;
     w->comm = comm;
+    w->device = size ? rma_device_of(buf, 1) : -1;
     if (!bad && !win_offer(comm, w, &mine))
         bad = "its registration failed";
     mine.ok = !bad;
@@ -257,13 +316,14 @@ shoal_status_t shoal_rma_message(shoal_team_t *team, int peer, const void *hdr, 
     shoal_rma_t *r = comm->rma;
     shoal_sig_t h;
     memcpy(&h, hdr, sizeof(h));
+    shoal_status_t s = SHOAL_OK;
     if (h.dtype == RMA_DATA && len > 0) {
         pthread_mutex_lock(&r->lock);
         struct shoal_win *w = r->wins;
         while (w && w->id != (uint32_t)h.root)
             w = w->next;
         if (w && h.seq <= w->size && len <= w->size - h.seq)
-            memcpy((char *)w->buf + h.seq, buf, len);
+            s = rma_copy(comm, (char *)w->buf + h.seq, buf, len, w->device);
         pthread_mutex_unlock(&r->lock);
         if (!w)
             shoal_warn(MEM, "rank %d dropped %zu B that rank %d put into window %d, which this "
@@ -273,9 +333,9 @@ shoal_status_t shoal_rma_message(shoal_team_t *team, int peer, const void *hdr, 
                        "%d, past its %zu B", team->rank, len, peer,
                        (unsigned long long)h.seq, (int)h.root, w->size);
     }
-    if (h.op)
+    if (s == SHOAL_OK && h.op)
         r->arrived[peer]++;
-    return SHOAL_OK;
+    return s;
 }
 
 /* ---- the executor's side ------------------------------------------------- */
@@ -352,7 +412,8 @@ static shoal_status_t rma_put_direct(struct shoal_comm *comm, shoal_ep_t *ep,
 /* Through ep's slots: pieces of data for the peer to copy, the last one
  * counting (a lone signal where there are no bytes). */
 static shoal_status_t rma_put_slots(struct shoal_comm *comm, shoal_ep_t *ep, uint32_t win,
-                                    const char *src, size_t len, size_t off, uint64_t deadline)
+                                    const char *src, int src_dev, size_t len, size_t off,
+                                    uint64_t deadline)
 {
     size_t at = 0;
     shoal_idle_t idle = {0, 0};
@@ -368,8 +429,8 @@ static shoal_status_t rma_put_slots(struct shoal_comm *comm, shoal_ep_t *ep, uin
         if (s != SHOAL_OK)
             return s;
         size_t n = len - at < cap ? len - at : cap;
-        if (n)
-            memcpy(slot, src + at, n);
+        if (n && (s = rma_copy(comm, slot, src + at, n, src_dev)) != SHOAL_OK)
+            return s;
         shoal_sig_t h = rma_hdr(len ? RMA_DATA : RMA_SIGNAL, at + n == len, win, off + at, n);
         if ((s = ep->ops->send_post(ep, n, &h)) != SHOAL_OK)
             return s;
@@ -410,17 +471,21 @@ static shoal_status_t rma_put(struct shoal_comm *comm, const shoal_call_t *call,
                                "the put ran", call->what);
     }
     shoal_status_t s = SHOAL_OK;
+    /* A source in device memory is copied to the host piece by piece. */
+    int src_dev = len ? rma_device_of(src, 0) : -1;
     if (peer == team->rank) {
         if (len)
-            memmove((char *)w->buf + off, src, len);
-        r->arrived[peer]++;
+            s = rma_copy(comm, (char *)w->buf + off, src, len,
+                         src_dev >= 0 ? src_dev : w->device);
+        if (s == SHOAL_OK)
+            r->arrived[peer]++;
     } else {
         shoal_ep_t *ep = team->eps[peer];
-        const shoal_rmem_t *rmem = w && len ? rma_attach(w, peer, ep) : NULL;
+        const shoal_rmem_t *rmem = w && len && src_dev < 0 ? rma_attach(w, peer, ep) : NULL;
         s = rmem ? rma_put_direct(comm, ep, rmem, w, src, len, off, deadline)
                  : SHOAL_ERR_UNSUPPORTED;
         if (s == SHOAL_ERR_UNSUPPORTED)
-            s = rma_put_slots(comm, ep, w ? w->id : 0, src, len, off, deadline);
+            s = rma_put_slots(comm, ep, w ? w->id : 0, src, src_dev, len, off, deadline);
         if (s == SHOAL_OK)
             s = rma_flush(comm, ep, deadline);
         if (s == SHOAL_ERR_TIMEOUT)

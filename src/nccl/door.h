@@ -134,8 +134,7 @@ size_t shoal_nccl_compress_device_bytes(struct ncclComm *comm);
 /* mem.c, for the one-sided calls: comm's live window win (ptr NULL), or
  * the symmetric window of comm whose buffer holds [ptr, ptr + len) (win
  * NULL). ncclSuccess with its shoal window and ptr's offset into it;
- * ncclInvalidUsage when it is a window of device memory, which one-sided
- * calls do not reach; ncclInvalidArgument when there is none. */
+ * ncclInvalidArgument when there is none. */
 ncclResult_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, const void *ptr,
                                     size_t len, shoal_win_t *win_p, size_t *off_p);
 

@@ -102,11 +102,9 @@ NCCL_API(ncclResult_t, ncclCommDeregister, const ncclComm_t comm, void *handle)
  * windows on the communicator so that destroy frees those left. */
 struct ncclWindow_vidmem {
     struct ncclWindow_vidmem *next;
-    /* A window of host memory on every rank is a shoal window (shoal.h),
-     * which one-sided calls write into (rma.c); one where any rank's part
-     * is device memory is only a registration, for the collectives. */
+    /* A shoal window (shoal.h): registered for the collectives, and what
+     * one-sided calls write into (rma.c). */
     shoal_win_t win;
-    void *reg;
     void *buff; /* the caller's, for ncclWinGetUserPtr */
     size_t size;
     int flags;
@@ -116,7 +114,7 @@ struct ncclWindow_vidmem {
 typedef struct {
     uint64_t size;
     int32_t flags;
-    int32_t host; /* 1: its part is host memory of this process */
+    int32_t ok; /* its buffer is memory of its process, and win not NULL */
 } win_info_t;
 
 NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size_t size,
@@ -133,16 +131,17 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
     win_info_t *all = calloc((size_t)n, sizeof(*all));
     if (!all)
         return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
-    int host = !size || (buff && shoal_nccl_is_host(buff, size, 1));
-    all[sc->team.rank] = (win_info_t){.size = size, .flags = winFlags, .host = host};
+    int ok = win && (!size || (buff && shoal_nccl_is_memory(buff, size, 1)));
+    all[sc->team.rank] = (win_info_t){.size = size, .flags = winFlags, .ok = ok};
     shoal_status_t s = shoal_allgather(&all[sc->team.rank], all, sizeof(*all), SHOAL_UINT8, sc);
     if (s != SHOAL_OK) {
         free(all);
         return shoal_nccl_result(s);
     }
-    int symmetric_mismatch = -1, flags_mismatch = -1, all_host = 1;
+    int symmetric_mismatch = -1, flags_mismatch = -1, bad = -1;
     for (int r = 0; r < n; r++) {
-        all_host &= all[r].host;
+        if (!all[r].ok && bad < 0)
+            bad = r;
         if (all[r].flags != winFlags)
             flags_mismatch = r;
         else if ((winFlags & NCCL_WIN_COLL_SYMMETRIC) && all[r].size != size)
@@ -152,6 +151,11 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
     free(all);
     if (!win)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: win is NULL", what);
+    if (!ok)
+        return shoal_nccl_fail(comm, ncclInvalidArgument,
+                               "%s: buff %p (%zu bytes) is neither host memory of this process "
+                               "nor memory the CUDA driver knows (%s)", what, buff, size,
+                               shoal_dev_why());
     if (winFlags & ~(NCCL_WIN_DEFAULT | NCCL_WIN_COLL_SYMMETRIC | NCCL_WIN_STRICT_ORDERING))
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: unknown winFlags 0x%x", what,
                                winFlags);
@@ -162,31 +166,21 @@ NCCL_API(ncclResult_t, ncclCommWindowRegister, ncclComm_t comm, void *buff, size
         return shoal_nccl_fail(comm, ncclInvalidUsage,
                                "%s: symmetric window of %zu bytes here but %llu on rank %d",
                                what, size, (unsigned long long)other_size, symmetric_mismatch);
-    /* Every rank reaches this point alike: the shoal window, made
-     * together, tells a rank's own failure to the others. */
-    if (!all_host && buff && size && !shoal_nccl_is_memory(buff, size, 1))
-        return shoal_nccl_fail(comm, ncclInvalidArgument,
-                               "%s: buff %p (%zu bytes) is neither host memory of this process "
-                               "nor memory the CUDA driver knows (%s)", what, buff, size,
-                               shoal_dev_why());
+    if (bad >= 0)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: rank %d passed a bad buffer or "
+                               "win (its own error says which)", what, bad);
+    /* Every rank is here: the shoal window, made together, tells a rank's
+     * own failure (memory for w, the registration) to the others. */
     struct ncclWindow_vidmem *w = calloc(1, sizeof(*w));
-    if (!w && !all_host)
+    shoal_win_t sw = NULL;
+    s = shoal_win_create(w ? buff : NULL, w ? size : 1, sc, &sw);
+    if (!w)
         return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
-    if (all_host) {
-        shoal_win_t sw = NULL;
-        s = shoal_win_create(w ? buff : NULL, w ? size : 1, sc, &sw);
-        if (s == SHOAL_OK && !w)
-            shoal_win_free(sw, sc);
-        if (!w)
-            return shoal_nccl_fail(comm, ncclSystemError, "%s: out of memory", what);
-        w->win = sw;
-    } else {
-        s = shoal_comm_register(sc, buff, size, &w->reg);
-    }
     if (s != SHOAL_OK) {
         free(w);
         return shoal_nccl_result(s);
     }
+    w->win = sw;
     w->flags = winFlags;
     w->buff = buff;
     w->size = size;
@@ -251,8 +245,7 @@ NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t w
         return shoal_nccl_fail(comm, ncclInvalidArgument,
                                "%s: window %p is not a live window of this communicator", what,
                                (void *)win);
-    shoal_status_t s = found->win ? shoal_win_free(found->win, sc)
-                                  : shoal_comm_deregister(sc, found->reg);
+    shoal_status_t s = shoal_win_free(found->win, sc);
     free(found);
     return shoal_nccl_result(s);
 }
@@ -269,7 +262,7 @@ ncclResult_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, con
                               (w->flags & NCCL_WIN_COLL_SYMMETRIC);
         if (!holds)
             continue;
-        res = w->win ? ncclSuccess : ncclInvalidUsage;
+        res = ncclSuccess;
         *win_p = w->win;
         *off_p = ptr ? (size_t)((const char *)ptr - b) : 0;
         break;

@@ -1,5 +1,6 @@
 /* NCCL 2.30's one-sided calls through the door: ncclPutSignal, ncclSignal
- * and ncclWaitSignal on shoal's windows (core/rma.h), with NCCL's checks
+ * and ncclWaitSignal on shoal's windows (core/rma.h; device memory staged
+ * through the host there), with NCCL's checks
  * (sigIdx, ctx and flags 0; the source inside a symmetric window; opCnt
  * above 0). They run as shoal's blocking forms, which inside a group only
  * record the call: a non-blocking communicator allows a call to complete
@@ -63,18 +64,13 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff is NULL", what);
     shoal_win_t target, source;
     size_t off;
-    res = shoal_nccl_window_find(comm, peerWin, NULL, 0, &target, &off);
-    if (res != ncclSuccess)
-        return shoal_nccl_fail(comm, res, "%s: peerWin %p is %s", what, (void *)peerWin,
-                               res == ncclInvalidUsage ? "a window of device memory, which "
-                               "one-sided calls do not reach here" : "not a live window of this "
-                               "communicator");
-    res = shoal_nccl_window_find(comm, NULL, localbuff, count * es, &source, &off);
-    if (res != ncclSuccess)
-        return shoal_nccl_fail(comm, res, "%s: localbuff %p (%zu bytes) is %s", what, localbuff,
-                               count * es, res == ncclInvalidUsage ? "device memory, which "
-                               "one-sided calls do not reach here" : "not in a window this rank "
-                               "registered with NCCL_WIN_COLL_SYMMETRIC");
+    if (shoal_nccl_window_find(comm, peerWin, NULL, 0, &target, &off) != ncclSuccess)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin %p is not a live window "
+                               "of this communicator", what, (void *)peerWin);
+    if (shoal_nccl_window_find(comm, NULL, localbuff, count * es, &source, &off) != ncclSuccess)
+        return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff %p (%zu bytes) is not "
+                               "in a window this rank registered with NCCL_WIN_COLL_SYMMETRIC",
+                               what, localbuff, count * es);
     return rma_result(shoal_put_signal(localbuff, count * es, peer, target, peerWinOffset, sc));
 }
 
