@@ -97,7 +97,7 @@ PLAIN_ONLY := tests/test_bench.sh tests/test_compare.sh tests/test_mpi_rule.sh t
 # test_mpi_threads.sh.
 TSAN_RUN := $(addprefix $(BUILD)/tests/,test_bad_input test_bootstrap test_bounds test_comm \
               test_compressor test_fault test_flight test_group_nb test_handles test_ib_coll \
-              test_grow test_shrink test_soak) \
+              test_grow test_rma test_shrink test_soak) \
             $(filter $(BUILD)/tests/test_cuda_%,$(TESTS)) tests/test_nccl_compress.sh
 TEST_RUN := $(if $(filter thread,$(SANITIZE)),$(TSAN_RUN),\
               $(filter-out $(if $(filter 1,$(SHOAL_TEST_QUICK)),$(PLAIN_ONLY)),\
