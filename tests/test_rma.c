@@ -13,7 +13,8 @@
  *   signal; a put in a group with the wait for the peer's;
  * - many outstanding puts: a thousand non-blocking puts to one rank, two
  *   ranks putting hundreds into each other before either waits, and puts
- *   followed by a barrier before the target waits;
+ *   followed by a barrier before the target waits; a hundred signals
+ *   into a FIFO that holds fewer, sent while the target is away;
  * - a wait that is never satisfied fails with SHOAL_ERR_TIMEOUT at the
  *   deadline, naming the peer; a window freed by its target drops the
  *   bytes but still counts the signal;
@@ -363,6 +364,40 @@ static void test_ordering(void **state)
     }
 }
 
+/* Rank 0 signals rank 1 more times than its FIFO holds while rank 1 is
+ * away: every signal beyond the FIFO's depth waits for room, none is lost. */
+static int full_fifo_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm = NULL;
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier");
+    if (rank == 0) {
+        for (int k = 0; k < 100; k++)
+            RANK_CHECK(shoal_signal(1, comm) == SHOAL_OK, fail, "signal %d: %s", k,
+                       shoal_comm_last_error(comm));
+    } else {
+        usleep(300000);
+        shoal_signal_wait_t w = {.peer = 0, .count = 100};
+        RANK_CHECK(shoal_wait_signal(&w, 1, comm) == SHOAL_OK, fail, "wait for 100: %s",
+                   shoal_comm_last_error(comm));
+    }
+    RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier");
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_full_fifo(void **state)
+{
+    (void)state;
+    for (int t = 0; t < 2; t++) {
+        harness_use_transport(t ? "tcp" : "shm", TEST_CHUNK);
+        assert_int_equal(harness_run_ranks(2, full_fifo_rank, NULL, RUN_TIMEOUT_S), 0);
+    }
+}
+
 /* ---- deadlines and freed windows ----------------------------------------- */
 
 static int timeout_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
@@ -517,7 +552,7 @@ static int wide_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
     }
     shoal_signal_wait_t w[16];
     for (int q = 0; q < 2 * n; q++)
-        w[q] = (shoal_signal_wait_t){.peer = (q * 5) % n, .count = 1};
+        w[q] = (shoal_signal_wait_t){.peer = (q * 3 + 1) % n, .count = 1};
     RANK_CHECK(shoal_wait_signal(w, (size_t)(2 * n), comm) == SHOAL_OK, fail, "wait: %s",
                shoal_comm_last_error(comm));
     RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
@@ -542,6 +577,7 @@ int main(void)
         cmocka_unit_test(test_patterns_tcp),
         cmocka_unit_test(test_patterns_hosts),
         cmocka_unit_test(test_ordering),
+        cmocka_unit_test(test_full_fifo),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_wide_wait),

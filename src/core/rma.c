@@ -417,7 +417,7 @@ static shoal_status_t rma_put_slots(struct shoal_comm *comm, shoal_ep_t *ep, uin
 {
     size_t at = 0;
     shoal_idle_t idle = {0, 0};
-    do {
+    for (;;) {
         void *slot;
         size_t cap;
         shoal_status_t s = ep->ops->send_slot(ep, &slot, &cap);
@@ -435,9 +435,10 @@ static shoal_status_t rma_put_slots(struct shoal_comm *comm, shoal_ep_t *ep, uin
         if ((s = ep->ops->send_post(ep, n, &h)) != SHOAL_OK)
             return s;
         at += n;
+        if (at == len)
+            return SHOAL_OK; /* the last piece, or the lone signal, is posted */
         idle = (shoal_idle_t){0, 0};
-    } while (at < len);
-    return SHOAL_OK;
+    }
 }
 
 /* Until everything posted to ep has left this process. */
@@ -521,8 +522,9 @@ static shoal_status_t rma_wait(struct shoal_comm *comm, const shoal_call_t *call
     shoal_idle_t idle = {0, 0};
     for (;;) {
         int short_peer = -1;
-        shoal_sig_t head = {.kind = 0xff};
+        shoal_sig_t head;
         for (int i = 0; i < c->nwaits && short_peer < 0; i++) {
+            head.kind = 0xff;
             if (rma_pending(comm, c->wait_peer[i], &head) < c->wait_count[i])
                 short_peer = i;
         }
