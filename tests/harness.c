@@ -4,6 +4,7 @@
 #include "base/auth.h"
 #include "base/sock.h"
 #include "core/bootstrap.h"
+#include "core/comm.h"
 #include "base/config.h"
 #include "base/dtype.h"
 #include "topo/cluster.h"
@@ -504,4 +505,14 @@ int harness_threads(const char *name)
     }
     closedir(d);
     return n;
+}
+
+unsigned long long harness_direct_puts(shoal_comm_t comm)
+{
+    unsigned long long puts = 0;
+    for (int q = 0; q < comm->team.nranks; q++) {
+        if (comm->team.eps[q])
+            puts += comm->team.eps[q]->puts;
+    }
+    return puts;
 }

@@ -122,6 +122,10 @@ void harness_assert_guard(const void *buf, size_t bytes, const char *what);
 /* A well-mixed 32-bit hash. */
 uint32_t harness_mix(uint32_t x);
 
+/* Inside a rank: the writes straight into peers' memory (put_signal) this
+ * rank's endpoints of comm made so far. */
+unsigned long long harness_direct_puts(shoal_comm_t comm);
+
 /* Inside a rank, collective: 1 when buf[0..len) holds the same bytes on
  * every rank of comm (a hash compared by a max and a min all-reduce). */
 int harness_same_bytes(shoal_comm_t comm, const void *buf, size_t len);

@@ -10,8 +10,6 @@
 
 #include "cuda_user.h"
 
-#include "core/comm.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,17 +24,6 @@ static const size_t sizes[] = {0, 1, 1001, 3 * TEST_CHUNK + 5};
 static unsigned char put_byte(int src, int dst, int k, size_t i)
 {
     return (unsigned char)harness_mix((uint32_t)(src * 7919 + dst * 131 + k * 17) ^ (uint32_t)i);
-}
-
-/* Puts this rank made straight into peers' memory so far. */
-static unsigned long long direct_puts(shoal_comm_t comm)
-{
-    unsigned long long puts = 0;
-    for (int q = 0; q < comm->team.nranks; q++) {
-        if (comm->team.eps[q])
-            puts += comm->team.eps[q]->puts;
-    }
-    return puts;
 }
 
 /* kind bit 0: the window is device memory; bit 1: the source is. */
@@ -55,7 +42,7 @@ static int rma_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
         int dev_win = kind & 1, dev_src = kind & 2;
         void *wbuf = dev_win ? dwin : hwin, *src = dev_src ? dsrc : hsrc;
         shoal_win_t win = NULL;
-        unsigned long long puts0 = direct_puts(comm);
+        unsigned long long puts0 = harness_direct_puts(comm);
         RANK_CHECK(shoal_win_create(wbuf, wsize, comm, &win) == SHOAL_OK, fail,
                    "win_create: %s", shoal_comm_last_error(comm));
         for (size_t z = 0; z < NSIZES; z++) {
@@ -96,8 +83,8 @@ static int rma_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
         }
         /* No transport writes device memory, nor reads it as a source. */
         if (dev_win || dev_src)
-            RANK_CHECK(direct_puts(comm) == puts0, fail, "kind %d: a put went straight into "
-                       "a peer's memory", kind);
+            RANK_CHECK(harness_direct_puts(comm) == puts0, fail,
+                       "kind %d: a put went straight into a peer's memory", kind);
         RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier");
         RANK_CHECK(shoal_win_free(win, comm) == SHOAL_OK, fail, "win_free");
     }

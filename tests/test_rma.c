@@ -118,17 +118,6 @@ fail:
     return 1;
 }
 
-/* Puts this rank made straight into peers' memory so far. */
-static unsigned long long direct_puts(shoal_comm_t comm)
-{
-    unsigned long long puts = 0;
-    for (int q = 0; q < comm->team.nranks; q++) {
-        if (comm->team.eps[q])
-            puts += comm->team.eps[q]->puts;
-    }
-    return puts;
-}
-
 static int patterns_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
 {
     const rma_case_t *c = arg;
@@ -147,9 +136,10 @@ static int patterns_rank(int rank, int n, const shoal_unique_id_t *id, void *arg
         goto fail;
     /* Where peers map the memory, shm writes into it; tcp never does. */
     if (n > (c->hosts ? 2 : 1) && c->shared && !c->tcp)
-        RANK_CHECK(direct_puts(comm) > 0, fail, "no put went straight into a peer's window");
+        RANK_CHECK(harness_direct_puts(comm) > 0, fail,
+                   "no put went straight into a peer's window");
     if (c->tcp)
-        RANK_CHECK(direct_puts(comm) == 0, fail, "tcp wrote into a peer's memory");
+        RANK_CHECK(harness_direct_puts(comm) == 0, fail, "tcp wrote into a peer's memory");
     /* Between hosts on Soft-RoCE, the other host's ranks are written too. */
     if (c->hosts && getenv("SHOAL_TEST_RXE") && !strcmp(getenv("SHOAL_TEST_RXE"), "1")) {
         unsigned long long puts = 0;
