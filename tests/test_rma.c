@@ -15,6 +15,9 @@
  *   ranks putting hundreds into each other before either waits, and puts
  *   followed by a barrier before the target waits; a hundred signals
  *   into a FIFO that holds fewer, sent while the target is away;
+ * - lazy tcp: waits take one-sided messages from connected peers only, so
+ *   a peer that sleeps past the deadline is not dialed (and failed) by
+ *   them;
  * - a wait that is never satisfied fails with SHOAL_ERR_TIMEOUT at the
  *   deadline, naming the peer; a window freed by its target drops the
  *   bytes but still counts the signal;
@@ -388,6 +391,56 @@ static void test_full_fifo(void **state)
     }
 }
 
+/* Lazy tcp: rank 0 waits, twice, for signals rank 1 sends late, while
+ * rank 2, never connected to it, sleeps past the deadline. Rank 0's waits
+ * must not dial rank 2 (a dial nobody serves fails at the deadline and
+ * sticks to the endpoint): its put to rank 2 afterwards connects and
+ * lands. */
+static int lazy_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
+{
+    (void)arg;
+    shoal_comm_t comm = NULL;
+    unsigned char wbuf[8] = {0}, byte = 42;
+    shoal_win_t win = NULL;
+    RANK_CHECK(shoal_comm_init(n, id, rank, &comm) == SHOAL_OK, fail, "init");
+    /* A ring all-gather: rank 0 and rank 2 stay unconnected. */
+    RANK_CHECK(shoal_win_create(wbuf, sizeof(wbuf), comm, &win) == SHOAL_OK, fail, "create");
+    shoal_signal_wait_t w = {.peer = rank == 2 ? 0 : 1, .count = 1};
+    if (rank == 0) {
+        for (int k = 0; k < 2; k++)
+            RANK_CHECK(shoal_wait_signal(&w, 1, comm) == SHOAL_OK, fail, "wait %d: %s", k,
+                       shoal_comm_last_error(comm));
+        RANK_CHECK(shoal_put_signal(&byte, 1, 2, win, 0, comm) == SHOAL_OK, fail,
+                   "put to rank 2: %s", shoal_comm_last_error(comm));
+    } else if (rank == 1) {
+        for (int k = 0; k < 2; k++) {
+            usleep(3000000);
+            RANK_CHECK(shoal_signal(0, comm) == SHOAL_OK, fail, "signal");
+        }
+    } else if (rank == 2) {
+        usleep(8000000);
+        RANK_CHECK(shoal_wait_signal(&w, 1, comm) == SHOAL_OK, fail, "wait: %s",
+                   shoal_comm_last_error(comm));
+        RANK_CHECK(wbuf[0] == 42, fail, "rank 0's byte is %d", wbuf[0]);
+    } else {
+        usleep(7000000); /* into the barrier with the others, within its deadline */
+    }
+    RANK_CHECK(shoal_barrier(comm) == SHOAL_OK, fail, "barrier: %s",
+               shoal_comm_last_error(comm));
+    RANK_CHECK(shoal_comm_destroy(comm) == SHOAL_OK, fail, "destroy");
+    return 0;
+fail:
+    return 1;
+}
+
+static void test_lazy_tcp(void **state)
+{
+    (void)state;
+    harness_use_transport("tcp", TEST_CHUNK);
+    harness_setenv("SHOAL_TIMEOUT", "4s");
+    assert_int_equal(harness_run_ranks(4, lazy_rank, NULL, RUN_TIMEOUT_S), 0);
+}
+
 /* ---- deadlines and freed windows ----------------------------------------- */
 
 static int timeout_rank(int rank, int n, const shoal_unique_id_t *id, void *arg)
@@ -568,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_patterns_hosts),
         cmocka_unit_test(test_ordering),
         cmocka_unit_test(test_full_fifo),
+        cmocka_unit_test(test_lazy_tcp),
         cmocka_unit_test(test_timeout),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_wide_wait),

@@ -43,7 +43,9 @@ shoal_status_t shoal_team_rma_drain(shoal_team_t *team)
         shoal_ep_t *ep = team->eps[q];
         const void *buf;
         size_t len;
-        if (!ep)
+        /* No connection, nothing to take: a look would dial the peer,
+         * which may not call in for longer than the dial may wait. */
+        if (!ep || ep->offline)
             continue;
         /* What stays at the head is an operation's piece, which its
          * operation takes; a failed peer is that operation's to report. */

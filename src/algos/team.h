@@ -163,9 +163,10 @@ static inline void shoal_team_waited(shoal_team_t *team, int peer, int dir, uint
 shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
                                     size_t *len_p, void *hdr_p);
 /* Where team->rma_on: take the one-sided messages at the head of every
- * peer's FIFO (as far as the first one that is not), so that a wait for
- * anything lets peers' puts go on. A peer that fails here is left for the
- * operation that needs it to find. */
+ * connected peer's FIFO (as far as the first one that is not), so that a
+ * wait for anything lets peers' puts go on. A peer that fails here is left
+ * for the operation that needs it to find; a peer with no connection yet
+ * (ep->offline) is skipped, as a peer that puts connects first. */
 shoal_status_t shoal_team_rma_drain(shoal_team_t *team);
 
 /* Progress every open transport of team. */

@@ -668,6 +668,7 @@ static shoal_status_t shoal_tcp_ep_alloc(shoal_tcp_ctx_t *ctx, int peer, shoal_t
     ep->nsocks = ctx->nsocks;
     ep->chunk = ctx->chunk;
     ep->state = SHOAL_TCP_IDLE;
+    ep->base.offline = 1;
     for (int i = 0; i < SHOAL_TCP_NSOCKS_MAX; i++)
         ep->fds[i] = ep->dfds[i] = -1;
     *ep_p = ep;
@@ -714,6 +715,7 @@ static shoal_status_t shoal_tcp_up(shoal_tcp_ctx_t *ctx, shoal_tcp_ep_t *ep, con
         ep->fds[i] = fds[i];
     ep->watched = 1;
     ep->state = SHOAL_TCP_UP;
+    ep->base.offline = 0;
     ep->list_idx = ctx->neps;
     ctx->list[ctx->neps++] = ep;
     ctx->nup++;

@@ -135,6 +135,11 @@ typedef struct shoal_ep {
     /* Reads from the peer's memory (get) and their bytes. */
     atomic_ullong gets;
     atomic_ullong get_bytes;
+    /* Set by the transport while the endpoint has no connection (lazy tcp
+     * before either end first used it): nothing can have arrived on it,
+     * and a look for messages would make one. Only the operations'
+     * executor reads it. */
+    int offline;
 } shoal_ep_t;
 
 /* A registered memory region; transports may embed it first. */
