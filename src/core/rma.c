@@ -378,9 +378,9 @@ static const shoal_rmem_t *rma_attach(const struct shoal_win *w, int peer, shoal
     return NULL;
 }
 
-/* Straight into the peer's memory, in pieces the transport takes, each
- * but the last without a count. SHOAL_ERR_UNSUPPORTED before the first
- * piece: the caller sends through slots instead. */
+/* Straight into the peer's memory (len > 0), in pieces the transport
+ * takes, each but the last without a count. SHOAL_ERR_UNSUPPORTED before
+ * the first piece: the caller sends through slots instead. */
 static shoal_status_t rma_put_direct(struct shoal_comm *comm, shoal_ep_t *ep,
                                      const shoal_rmem_t *rmem, const struct shoal_win *w,
                                      const char *src, size_t len, size_t off,
@@ -391,7 +391,7 @@ static shoal_status_t rma_put_direct(struct shoal_comm *comm, shoal_ep_t *ep,
     shoal_mem_t *local = t >= 0 && len ? team->hooks->mem_of(team, t, src, len) : NULL;
     size_t at = 0;
     shoal_idle_t idle = {0, 0};
-    do {
+    while (at < len) {
         size_t n = len - at < RMA_PUT_PIECE ? len - at : RMA_PUT_PIECE;
         int last = at + n == len;
         shoal_sig_t h = rma_hdr(RMA_PLACED, last, w->id, off + at, n);
@@ -405,7 +405,7 @@ static shoal_status_t rma_put_direct(struct shoal_comm *comm, shoal_ep_t *ep,
             return s;
         if (s != SHOAL_INPROGRESS || (s = rma_idle(comm, deadline, &idle)) != SHOAL_OK)
             return s;
-    } while (at < len);
+    }
     return SHOAL_OK;
 }
 
