@@ -20,8 +20,6 @@
 shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_idle_t *w)
 {
     shoal_status_t s = shoal_team_progress(team);
-    if (s == SHOAL_OK)
-        s = shoal_team_rma_drain(team);
     if (s != SHOAL_OK)
         return s;
     if (atomic_load_explicit(&team->aborted, memory_order_relaxed))
@@ -29,6 +27,11 @@ shoal_status_t shoal_prims_idle(shoal_team_t *team, uint64_t deadline_ns, shoal_
     if (++w->spins < PRIMS_SPINS)
         return SHOAL_OK;
     w->spins = 0;
+    /* Peers' one-sided messages, off the busy polls: a wait this long may
+     * be for a peer whose put waits for room in this rank's FIFO. */
+    s = shoal_team_rma_drain(team);
+    if (s != SHOAL_OK)
+        return s;
     if (shoal_deadline_passed(deadline_ns))
         return SHOAL_ERR_TIMEOUT;
     /* A long wait may be for a rank that died or failed elsewhere. */

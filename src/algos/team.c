@@ -13,26 +13,20 @@ void shoal_cost_flat(shoal_cost_ctx_t *cost, int nhosts)
     cost->link_bw_Bps = multi && out->bw_Bps < in->bw_Bps ? out->bw_Bps : in->bw_Bps;
 }
 
-static int team_is_rma(const unsigned char *hdr)
+shoal_status_t shoal_team_rma_take(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
+                                   size_t *len_p, unsigned char *hdr)
 {
-    return hdr[SHOAL_HDR_KIND_AT] == SHOAL_HDR_KIND_RMA;
-}
-
-shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
-                                    size_t *len_p, void *hdr_p)
-{
-    unsigned char own[SHOAL_TL_HDR_BYTES];
-    unsigned char *hdr = hdr_p ? hdr_p : own;
-    for (;;) {
-        shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p, hdr);
-        if (s != SHOAL_OK || !team_is_rma(hdr) || !team->hooks->rma)
-            return s;
+    shoal_status_t s = SHOAL_OK;
+    while (s == SHOAL_OK && hdr[SHOAL_HDR_KIND_AT] == SHOAL_HDR_KIND_RMA) {
+        if (!team->hooks->rma)
+            return SHOAL_OK; /* the caller's header check finds the mismatch */
         s = team->hooks->rma(team, ep->peer, hdr, *buf_p, *len_p);
         if (s == SHOAL_OK)
             s = ep->ops->recv_release(ep);
-        if (s != SHOAL_OK)
-            return s;
+        if (s == SHOAL_OK)
+            s = ep->ops->recv_slot(ep, buf_p, len_p, hdr);
     }
+    return s;
 }
 
 shoal_status_t shoal_team_rma_drain(shoal_team_t *team)
@@ -43,13 +37,14 @@ shoal_status_t shoal_team_rma_drain(shoal_team_t *team)
         shoal_ep_t *ep = team->eps[q];
         const void *buf;
         size_t len;
+        unsigned char hdr[SHOAL_TL_HDR_BYTES];
         /* No connection, nothing to take: a look would dial the peer,
          * which may not call in for longer than the dial may wait. */
         if (!ep || ep->offline)
             continue;
         /* What stays at the head is an operation's piece, which its
          * operation takes; a failed peer is that operation's to report. */
-        shoal_status_t s = shoal_team_recv_slot(team, ep, &buf, &len, NULL);
+        shoal_status_t s = shoal_team_recv_slot(team, ep, &buf, &len, hdr);
         if (s == SHOAL_ERR_MISMATCH || s == SHOAL_ERR_INVALID_ARG)
             return s;
     }

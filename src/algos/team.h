@@ -157,11 +157,25 @@ static inline void shoal_team_waited(shoal_team_t *team, int peer, int dir, uint
                           memory_order_relaxed);
 }
 
-/* The oldest arrived message of ep (its transport's recv_slot) that is not
- * a one-sided message: those before it are handed to the owner
- * (hooks->rma) and released on the way. */
-shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
-                                    size_t *len_p, void *hdr_p);
+/* shoal_team_recv_slot's slow path: the message at *buf_p with header hdr
+ * is one-sided; hand it and the one-sided messages after it to the owner
+ * (hooks->rma), releasing each, and leave the next one in their place. */
+shoal_status_t shoal_team_rma_take(shoal_team_t *team, shoal_ep_t *ep, const void **buf_p,
+                                   size_t *len_p, unsigned char *hdr);
+
+/* The oldest arrived message of ep (its transport's recv_slot, with its
+ * header into hdr_p, SHOAL_TL_HDR_BYTES) that is not a one-sided message:
+ * those before it are handed to the owner and released on the way. */
+static inline shoal_status_t shoal_team_recv_slot(shoal_team_t *team, shoal_ep_t *ep,
+                                                  const void **buf_p, size_t *len_p,
+                                                  void *hdr_p)
+{
+    unsigned char *hdr = hdr_p;
+    shoal_status_t s = ep->ops->recv_slot(ep, buf_p, len_p, hdr);
+    if (s != SHOAL_OK || hdr[SHOAL_HDR_KIND_AT] != SHOAL_HDR_KIND_RMA)
+        return s;
+    return shoal_team_rma_take(team, ep, buf_p, len_p, hdr);
+}
 /* Where team->rma_on: take the one-sided messages at the head of every
  * connected peer's FIFO (as far as the first one that is not), so that a
  * wait for anything lets peers' puts go on. A peer that fails here is left

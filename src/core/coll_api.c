@@ -1,38 +1,58 @@
 /* The public collective and point-to-point calls, blocking and not: each
  * builds a call record and hands it to shoal_call_issue(), which checks it, then
- * records it in the thread's group, queues it, or runs it and waits. */
+ * records it in the thread's group, queues it, or runs it and waits
+ * (shoal_calls_issue: the same for several calls that make one task). */
 #include "dev_stage.h"
 #include "exec.h"
 
-shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
-                                shoal_request_t *req_p)
+/* Whether every one of calls[0..n) moves nothing. */
+static int calls_empty(struct shoal_comm *comm, const shoal_call_t *calls, size_t n)
 {
-    shoal_status_t s = shoal_comm_enter(comm, call->what);
+    for (size_t i = 0; i < n; i++) {
+        if (!shoal_call_is_empty(comm, &calls[i]))
+            return 0;
+    }
+    return 1;
+}
+
+shoal_status_t shoal_calls_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n, int nb,
+                                 shoal_request_t *req_p)
+{
+    const char *what = calls[0].what;
+    shoal_status_t s = shoal_comm_enter(comm, what);
     if (s != SHOAL_OK)
         return s;
     int in_group = shoal_group_active();
     if (nb && !req_p)
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", call->what);
-    if (s == SHOAL_OK)
-        s = shoal_call_check(comm, call, in_group);
+        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", what);
+    for (size_t i = 0; i < n && s == SHOAL_OK; i++)
+        s = shoal_call_check(comm, &calls[i], in_group);
     if (s != SHOAL_OK) {
         /* nothing */
     } else if (in_group) {
-        s = shoal_group_record(comm, call, nb ? req_p : NULL);
-    } else if (call->on_stream) {
-        s = shoal_call_enqueue(comm, call);
+        /* The request completes with the last of them, at the group's end. */
+        for (size_t i = 0; i < n && s == SHOAL_OK; i++)
+            s = shoal_group_record(comm, &calls[i], nb && i == n - 1 ? req_p : NULL);
+    } else if (calls[0].on_stream) {
+        s = shoal_call_enqueue(comm, &calls[0]); /* stream-ordered calls come alone */
     } else if (!nb) {
-        s = shoal_call_is_empty(comm, call) ? SHOAL_OK : shoal_exec_run(comm, call, 1);
+        s = calls_empty(comm, calls, n) ? SHOAL_OK : shoal_exec_run(comm, calls, n);
     } else if ((s = shoal_request_new(req_p)) != SHOAL_OK) {
-        s = shoal_comm_fail(comm, s, "%s: no memory for a request", call->what);
-    } else if (shoal_call_is_empty(comm, call)) {
+        s = shoal_comm_fail(comm, s, "%s: no memory for a request", what);
+    } else if (calls_empty(comm, calls, n)) {
         shoal_request_complete(*req_p, SHOAL_OK);
-    } else if ((s = shoal_exec_submit(comm, call, 1, req_p, 1, NULL)) != SHOAL_OK) {
+    } else if ((s = shoal_exec_submit(comm, calls, n, req_p, 1, NULL)) != SHOAL_OK) {
         shoal_request_complete(*req_p, s);
         shoal_wait(req_p);
     }
     shoal_comm_leave(comm);
     return s;
+}
+
+shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
+                                shoal_request_t *req_p)
+{
+    return shoal_calls_issue(comm, call, 1, nb, req_p);
 }
 
 static shoal_call_t call_of(const char *what, shoal_coll_kind_t kind, const void *sendbuf,

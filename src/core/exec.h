@@ -147,6 +147,11 @@ void shoal_request_complete(shoal_request_t req, shoal_status_t status);
  * The path of every public collective and point-to-point call. */
 shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
                                 shoal_request_t *req_p);
+/* The same for calls[0..n) as one task (one request, completed with the
+ * last; in a group, each recorded): a one-sided wait over more peers than
+ * a call holds. Only a lone call may be stream-ordered. */
+shoal_status_t shoal_calls_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n, int nb,
+                                 shoal_request_t *req_p);
 
 /* Run one call on comm now (the executor's side): pre-multiplied sums and
  * staged in-place inputs, algorithm selection, plan and run, the sticky

@@ -43,12 +43,8 @@ typedef struct {
     } keys[SHOAL_MAX_TRANSPORTS];
 } win_info_t;
 
-#define WIN_LIVE 0x73686f616c77696eull /* "shoalwin" */
-
 struct shoal_win {
-    uint64_t magic;
     struct shoal_win *next; /* the communicator's live windows */
-    struct shoal_comm *comm;
     uint32_t id;            /* the same on every rank: windows are made together */
     void *buf;
     size_t size;
@@ -73,28 +69,19 @@ typedef struct shoal_rma {
 shoal_status_t shoal_rma_create(struct shoal_comm *comm)
 {
     shoal_rma_t *r = calloc(1, sizeof(*r));
-    size_t n = (size_t)comm->team.nranks;
-    if (r) {
-        r->arrived = calloc(n, sizeof(*r->arrived));
-        r->taken = calloc(n, sizeof(*r->taken));
-    }
-    if (!r || !r->arrived || !r->taken) {
-        if (r) {
-            free(r->arrived);
-            free(r->taken);
-        }
-        free(r);
+    if (!r)
         return SHOAL_ERR_NO_MEMORY;
-    }
     pthread_mutex_init(&r->lock, NULL);
-    comm->rma = r;
-    return SHOAL_OK;
+    comm->rma = r; /* shoal_rma_destroy frees what there is */
+    size_t n = (size_t)comm->team.nranks;
+    r->arrived = calloc(n, sizeof(*r->arrived));
+    r->taken = calloc(n, sizeof(*r->taken));
+    return r->arrived && r->taken ? SHOAL_OK : SHOAL_ERR_NO_MEMORY;
 }
 
 static void win_unref(struct shoal_win *w)
 {
     if (atomic_fetch_sub(&w->refs, 1) == 1) {
-        w->magic = 0;
         free(w->peers);
         free(w);
     }
@@ -238,7 +225,6 @@ shoal_status_t shoal_win_create(void *buf, size_t size, shoal_comm_t comm, shoal
     win_info_t mine = {.size = size};
     w->buf = buf;
     w->size = size;
-    w->comm = comm;
     w->device = size ? rma_device_of(buf, 1) : -1;
     if (!bad && !win_offer(comm, w, &mine))
         bad = "its registration failed";
@@ -263,7 +249,6 @@ shoal_status_t shoal_win_create(void *buf, size_t size, shoal_comm_t comm, shoal
         return s;
     }
     shoal_rma_t *r = comm->rma;
-    w->magic = WIN_LIVE;
     w->peers = all;
     atomic_init(&w->refs, 1);
     pthread_mutex_lock(&r->lock);
@@ -569,32 +554,13 @@ shoal_status_t shoal_rma_run(struct shoal_comm *comm, const shoal_call_t *call)
 
 /* ---- issuing ------------------------------------------------------------ */
 
-/* Check, then record in the thread's group, run and wait, or queue (nb)
- * calls[0..n) as one task: shoal_call_issue for one-sided calls, which a
- * long wait makes several. */
+/* Calls of this rank's one-sided traffic, issued as any other
+ * (shoal_calls_issue); from now on its waits take one-sided messages. */
 static shoal_status_t rma_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n, int nb,
                                 shoal_request_t *req_p)
 {
-    shoal_status_t s = SHOAL_OK;
-    for (size_t i = 0; i < n && s == SHOAL_OK; i++)
-        s = shoal_call_check(comm, &calls[i], shoal_group_active());
-    if (s != SHOAL_OK)
-        return s;
     atomic_store_explicit(&comm->team.rma_on, 1, memory_order_relaxed);
-    if (shoal_group_active()) {
-        for (size_t i = 0; i < n && s == SHOAL_OK; i++)
-            s = shoal_group_record(comm, &calls[i], nb && i == n - 1 ? req_p : NULL);
-        return s;
-    }
-    if (!nb)
-        return shoal_exec_run(comm, calls, n);
-    if ((s = shoal_request_new(req_p)) != SHOAL_OK)
-        return shoal_comm_fail(comm, s, "%s: no memory for a request", calls[0].what);
-    if ((s = shoal_exec_submit(comm, calls, n, req_p, 1, NULL)) != SHOAL_OK) {
-        shoal_request_complete(*req_p, s);
-        shoal_wait(req_p);
-    }
-    return s;
+    return shoal_calls_issue(comm, calls, n, nb, req_p);
 }
 
 static shoal_status_t rma_peer_ok(shoal_comm_t comm, const char *what, int peer)
@@ -613,9 +579,7 @@ static shoal_status_t put_issue(const char *what, const void *src, size_t size, 
     if (s != SHOAL_OK)
         return s;
     struct shoal_win *w = NULL;
-    if (nb && !req_p)
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", what);
-    else if ((s = rma_peer_ok(comm, what, peer)) != SHOAL_OK)
+    if ((s = rma_peer_ok(comm, what, peer)) != SHOAL_OK)
         ;
     else if (!(w = win_get(comm->rma, win)))
         s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: %p is not a live window of this "
@@ -648,11 +612,7 @@ static shoal_status_t signal_issue(const char *what, int peer, shoal_comm_t comm
     shoal_status_t s = shoal_comm_enter(comm, what);
     if (s != SHOAL_OK)
         return s;
-    if (nb && !req_p)
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", what);
-    else
-        s = rma_peer_ok(comm, what, peer);
-    if (s == SHOAL_OK) {
+    if ((s = rma_peer_ok(comm, what, peer)) == SHOAL_OK) {
         shoal_call_t c = {.what = what, .run = shoal_rma_run,
                           .args = {.kind = SHOAL_COLL_ALLREDUCE, .dtype = SHOAL_UINT8,
                                    .root = peer},
@@ -721,10 +681,7 @@ static shoal_status_t wait_issue(const char *what, const shoal_signal_wait_t *wa
         return s;
     shoal_call_t *calls = NULL;
     size_t n = 0;
-    if (nb && !req_p)
-        s = shoal_comm_fail(comm, SHOAL_ERR_INVALID_ARG, "%s: req_p is NULL", what);
-    else
-        s = wait_calls(comm, what, waits, nwaits, &calls, &n);
+    s = wait_calls(comm, what, waits, nwaits, &calls, &n);
     /* The calls are copied when queued or recorded, and a blocking run
      * uses them before it returns. */
     if (s == SHOAL_OK)

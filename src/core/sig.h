@@ -6,8 +6,6 @@
 #ifndef SHOAL_SIG_H
 #define SHOAL_SIG_H
 
-#include "algos/team.h"
-
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,8 +19,8 @@
 #define SHOAL_SIG_COMP_ALLGATHER 0xf5u /* a compressor's all-gather of wire bytes */
 #define SHOAL_SIG_COMP_ALLTOALL 0xf6u  /* a compressor's all-to-all of wire bytes */
 /* A one-sided message (core/rma.h), not part of any operation: its kind
- * is the one every receive recognises (algos/team.h) */
-#define SHOAL_SIG_RMA SHOAL_HDR_KIND_RMA
+ * is the one every receive recognises (algos/team.h: SHOAL_HDR_KIND_RMA) */
+#define SHOAL_SIG_RMA 0xf7u
 /* count of a call whose per-peer counts differ (all-to-all-v): not compared */
 #define SHOAL_SIG_COUNT_ANY UINT64_MAX
 
@@ -40,8 +38,6 @@ typedef struct {
 } shoal_sig_t;
 
 _Static_assert(sizeof(shoal_sig_t) == 24, "signatures travel in 24 bytes");
-_Static_assert(offsetof(shoal_sig_t, kind) == SHOAL_HDR_KIND_AT,
-               "the kind sits where receives look for one-sided messages");
 
 static inline int shoal_sig_equal(const shoal_sig_t *a, const shoal_sig_t *b)
 {

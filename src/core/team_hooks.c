@@ -33,6 +33,9 @@ static shoal_mem_t *hook_mem_of(shoal_team_t *team, int tl, const void *buf, siz
 }
 
 _Static_assert(sizeof(shoal_sig_t) == SHOAL_TL_HDR_BYTES, "a signature fills the header");
+_Static_assert(offsetof(shoal_sig_t, kind) == SHOAL_HDR_KIND_AT &&
+                   SHOAL_SIG_RMA == SHOAL_HDR_KIND_RMA,
+               "a one-sided message's kind sits where receives look for it");
 
 const shoal_team_hooks_t shoal_comm_team_hooks = {
     .size = sizeof(shoal_team_hooks_t),

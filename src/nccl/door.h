@@ -131,12 +131,11 @@ int shoal_nccl_is_memory(const void *p, size_t len, int writable);
 /* compress.c: the device memory comm's compressors hold (ncclCommMemStats). */
 size_t shoal_nccl_compress_device_bytes(struct ncclComm *comm);
 
-/* mem.c, for the one-sided calls: comm's live window win (ptr NULL), or
- * the symmetric window of comm whose buffer holds [ptr, ptr + len) (win
- * NULL). ncclSuccess with its shoal window and ptr's offset into it;
- * ncclInvalidArgument when there is none. */
-ncclResult_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, const void *ptr,
-                                    size_t len, shoal_win_t *win_p, size_t *off_p);
+/* mem.c, for the one-sided calls: the shoal window of comm's live window
+ * win (ptr NULL), or of comm's symmetric window whose buffer holds [ptr,
+ * ptr + len) (win NULL); NULL when there is none. */
+shoal_win_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, const void *ptr,
+                                   size_t len);
 
 /* Free comm's registrations and windows (destroy and abort). */
 void shoal_nccl_windows_free(struct ncclComm *comm);

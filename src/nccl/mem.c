@@ -250,25 +250,21 @@ NCCL_API(ncclResult_t, ncclCommWindowDeregister, ncclComm_t comm, ncclWindow_t w
     return shoal_nccl_result(s);
 }
 
-ncclResult_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, const void *ptr,
-                                    size_t len, shoal_win_t *win_p, size_t *off_p)
+shoal_win_t shoal_nccl_window_find(struct ncclComm *comm, ncclWindow_t win, const void *ptr,
+                                   size_t len)
 {
-    ncclResult_t res = ncclInvalidArgument;
+    shoal_win_t found = NULL;
     pthread_mutex_lock(&comm->lock);
-    for (struct ncclWindow_vidmem *w = comm->windows; w; w = w->next) {
+    for (struct ncclWindow_vidmem *w = comm->windows; w && !found; w = w->next) {
         const char *b = w->buff, *p = ptr;
         int holds = win ? w == win
                         : b && p >= b && p <= b + w->size && len <= w->size - (size_t)(p - b) &&
                               (w->flags & NCCL_WIN_COLL_SYMMETRIC);
-        if (!holds)
-            continue;
-        res = ncclSuccess;
-        *win_p = w->win;
-        *off_p = ptr ? (size_t)((const char *)ptr - b) : 0;
-        break;
+        if (holds)
+            found = w->win;
     }
     pthread_mutex_unlock(&comm->lock);
-    return res;
+    return found;
 }
 
 void shoal_nccl_windows_free(struct ncclComm *comm)

@@ -62,12 +62,11 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin is NULL", what);
     if (!localbuff)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff is NULL", what);
-    shoal_win_t target, source;
-    size_t off;
-    if (shoal_nccl_window_find(comm, peerWin, NULL, 0, &target, &off) != ncclSuccess)
+    shoal_win_t target = shoal_nccl_window_find(comm, peerWin, NULL, 0);
+    if (!target)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin %p is not a live window "
                                "of this communicator", what, (void *)peerWin);
-    if (shoal_nccl_window_find(comm, NULL, localbuff, count * es, &source, &off) != ncclSuccess)
+    if (!shoal_nccl_window_find(comm, NULL, localbuff, count * es))
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff %p (%zu bytes) is not "
                                "in a window this rank registered with NCCL_WIN_COLL_SYMMETRIC",
                                what, localbuff, count * es);
