@@ -668,11 +668,14 @@ void shoal_comp_info(struct shoal_comm *comm, const shoal_call_t *call, uint64_t
 }
 
 /* The call is over: its ticket, if still the compressor's, frees it for
- * the next call (a later call's ticket stays). */
+ * the next call (a later call's ticket stays). A stream-ordered call holds
+ * none, and touches nothing: its host may free the compressor as soon as
+ * the stream has passed the call. */
 static void comp_release(const shoal_call_t *call)
 {
     uint_least64_t mine = call->comp_ticket;
-    atomic_compare_exchange_strong(&call->comp->busy, &mine, 0);
+    if (mine)
+        atomic_compare_exchange_strong(&call->comp->busy, &mine, 0);
 }
 
 shoal_status_t shoal_compressor_run(struct shoal_comm *comm, const shoal_call_t *call)

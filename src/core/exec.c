@@ -205,11 +205,12 @@ void shoal_calls_end(const shoal_call_t *calls, size_t n)
     }
 }
 
-/* Lock held. */
+/* Lock held. The calls' ends come first: a stream that passes the done
+ * flags lets its host free what the ends touch (a compressor). */
 static void task_complete(shoal_task_t *t, shoal_status_t status)
 {
-    shoal_dev_task_end(t->calls, t->ncalls);
     shoal_calls_end(t->calls, t->ncalls);
+    shoal_dev_task_end(t->calls, t->ncalls);
     shoal_flight_finish(t->comm->flight, t->flight, status);
     t->status = status;
     atomic_store_explicit(&t->done, 1, memory_order_release);
