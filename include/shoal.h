@@ -603,6 +603,16 @@ shoal_status_t shoal_send_stream(const void *sendbuf, size_t count, shoal_dtype_
                                  int peer, shoal_comm_t comm, void *stream);
 shoal_status_t shoal_recv_stream(void *recvbuf, size_t count, shoal_dtype_t dtype, int peer,
                                  shoal_comm_t comm, void *stream);
+/* One-sided calls, stream-ordered: a put reads src once the stream
+ * reaches it (a device src is copied out by the stream there), and a wait
+ * holds the stream's later work until its signals came, with the bytes of
+ * their puts in place. A wait that is not satisfied by the deadline fails
+ * comm (shoal_comm_get_async_error), and the stream goes on. */
+shoal_status_t shoal_put_signal_stream(const void *src, size_t size, int peer, shoal_win_t win,
+                                       size_t offset, shoal_comm_t comm, void *stream);
+shoal_status_t shoal_signal_stream(int peer, shoal_comm_t comm, void *stream);
+shoal_status_t shoal_wait_signal_stream(const shoal_signal_wait_t *waits, size_t nwaits,
+                                        shoal_comm_t comm, void *stream);
 
 /*
  * Compression (issue: compressed collectives). A compressor is a handle per

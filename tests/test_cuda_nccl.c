@@ -10,7 +10,10 @@
  * - a group of calls (collectives and send/receive) is launched at
  *   ncclGroupEnd: the stream is idle before it;
  * - host buffers with the NULL stream still complete before the call
- *   returns. */
+ *   returns;
+ * - ncclPutSignal and ncclWaitSignal on a held stream return at once; the
+ *   put sends what the stream wrote before it, and the stream's work after
+ *   the wait finds every peer's bytes in the window. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -30,6 +33,66 @@
         RANK_CHECK(r_ == ncclSuccess, label, "%s: %s (%s)", #call,                    \
                    ncclGetErrorString(r_), ncclGetLastError(NULL));                    \
     } while (0)
+
+#define SEG 3001 /* bytes each rank puts to each */
+
+static unsigned char seg_byte(int from, int to, size_t i)
+{
+    return (unsigned char)harness_mix((uint32_t)(from * 31 + to * 7) ^ (uint32_t)i);
+}
+
+/* One-sided calls on a stream, through a symmetric window of device
+ * memory: the sources at [0, n SEG), the targets at [n SEG, 2 n SEG). */
+static int one_sided(ncclComm_t comm, int rank, int n, void *stream, _Atomic uint32_t *gate)
+{
+    size_t half = (size_t)n * SEG;
+    unsigned char *sym = NULL, *fresh = cu_user_alloc_pinned(half);
+    unsigned char *out = cu_user_alloc_pinned(half), *init = malloc(2 * half);
+    ncclWindow_t win = NULL;
+    RANK_CHECK(init, fail, "out of memory");
+    NCCL_CHECK(ncclMemAlloc((void **)&sym, 2 * half), fail);
+    NCCL_CHECK(ncclCommWindowRegister(comm, sym, 2 * half, &win, NCCL_WIN_COLL_SYMMETRIC), fail);
+    for (size_t i = 0; i < half; i++) {
+        fresh[i] = seg_byte(rank, (int)(i / SEG), i % SEG);
+        init[i] = (unsigned char)~fresh[i];
+        init[half + i] = 0xee;
+    }
+    cu_user_htod(sym, init, 2 * half);
+    /* Every rank's window is ready before any put: a host all-reduce. */
+    NCCL_CHECK(ncclAllReduce(out, out, 1, ncclUint8, ncclSum, comm, NULL), fail);
+    atomic_store(gate, 0);
+    cu_user_gate(stream, (uint32_t *)gate, 1);
+    cu_user_copy_async(sym, fresh, half, stream);
+    ncclWaitSignalDesc_t d[8];
+    for (int q = 0; q < n; q++) {
+        NCCL_CHECK(ncclPutSignal(sym + (size_t)q * SEG, SEG, ncclUint8, q, win,
+                                 half + (size_t)rank * SEG, 0, 0, 0, comm, (cudaStream_t)stream),
+                   fail);
+        d[q] = (ncclWaitSignalDesc_t){.opCnt = 1, .peer = q};
+    }
+    NCCL_CHECK(ncclWaitSignal(n, d, comm, (cudaStream_t)stream), fail);
+    cu_user_copy_async(out, sym + half, half, stream);
+    RANK_CHECK(!cu_user_idle(stream), fail, "the stream passed its gate");
+    if (cu_user_is_standin()) {
+        cu_user_dtoh(init, sym + half + (size_t)rank * SEG, SEG);
+        RANK_CHECK(init[0] == 0xee && init[SEG - 1] == 0xee, fail, "rank %d: the put to itself "
+                   "landed before its stream reached it", rank);
+    }
+    atomic_store(gate, 1);
+    cu_user_sync(stream);
+    for (size_t i = 0; i < half; i++)
+        RANK_CHECK(out[i] == seg_byte((int)(i / SEG), rank, i % SEG), fail, "rank %d: byte %zu "
+                   "from rank %zu is %#x", rank, i % SEG, i / SEG, out[i]);
+    NCCL_CHECK(ncclAllReduce(out, out, 1, ncclUint8, ncclSum, comm, NULL), fail);
+    NCCL_CHECK(ncclCommWindowDeregister(comm, win), fail);
+    NCCL_CHECK(ncclMemFree(sym), fail);
+    cu_user_free_pinned(fresh);
+    cu_user_free_pinned(out);
+    free(init);
+    return 0;
+fail:
+    return 1;
+}
 
 /* arg: the job's ncclUniqueId, made by the door in the parent (whose
  * listener rank 0 inherits); the harness's own id is not the door's. */
@@ -121,6 +184,7 @@ static int rank_door(int rank, int n, const shoal_unique_id_t *sid, void *arg)
     NCCL_CHECK(ncclAllReduce(got, got, COUNT, ncclFloat32, ncclSum, comm, NULL), fail);
     RANK_CHECK(memcmp(got, want, bytes) == 0, fail, "rank %d: host all-reduce", rank);
 
+    RANK_CHECK(one_sided(comm, rank, n, stream, gate) == 0, fail, "rank %d: one-sided", rank);
     NCCL_CHECK(ncclCommWindowDeregister(comm, win), fail);
     NCCL_CHECK(ncclCommDeregister(comm, reg), fail);
     ncclResult_t async = ncclSuccess;

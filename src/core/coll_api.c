@@ -34,7 +34,9 @@ shoal_status_t shoal_calls_issue(shoal_comm_t comm, shoal_call_t *calls, size_t 
         for (size_t i = 0; i < n && s == SHOAL_OK; i++)
             s = shoal_group_record(comm, &calls[i], nb && i == n - 1 ? req_p : NULL);
     } else if (calls[0].on_stream) {
-        s = shoal_call_enqueue(comm, &calls[0]); /* stream-ordered calls come alone */
+        /* Stream-ordered calls queue one by one, in order on their stream. */
+        for (size_t i = 0; i < n && s == SHOAL_OK; i++)
+            s = shoal_call_enqueue(comm, &calls[i]);
     } else if (!nb) {
         s = calls_empty(comm, calls, n) ? SHOAL_OK : shoal_exec_run(comm, calls, n);
     } else if ((s = shoal_request_new(req_p)) != SHOAL_OK) {

@@ -62,7 +62,9 @@ int shoal_dev_direct_takes(const struct shoal_comm *comm, const shoal_call_t *ca
     if (!strcmp(path, "staged") || comm->team.nhosts != 1 || comm->team.nranks < 2)
         return 0;
     const shoal_coll_args_t *a = &call->args;
-    if (call->premul || a->codec || call->comp || (unsigned)a->op >= SHOAL_OP_COUNT)
+    /* A call with a run of its own (one-sided) is no schedule to run. */
+    if (call->premul || a->codec || call->comp || call->run ||
+        (unsigned)a->op >= SHOAL_OP_COUNT)
         return 0;
     return shoal_dev_direct_takes_kind(a->kind);
 }

@@ -249,7 +249,7 @@ static int one_rank_takes(const struct shoal_comm *comm, const shoal_call_t *cal
 {
     const shoal_coll_args_t *a = &call->args;
     if (comm->team.nranks != 1 || !call->on_stream || call->barrier || call->stager ||
-        call->comp || call->premul || a->codec || call->in_bytes != call->out_bytes ||
+        call->comp || call->run || call->premul || a->codec || call->in_bytes != call->out_bytes ||
         !shoal_dev_direct_takes_kind(a->kind))
         return 0;
     return shoal_dev_kind(a->sendbuf) != SHOAL_DEV_MEM_HOST &&

@@ -554,13 +554,29 @@ shoal_status_t shoal_rma_run(struct shoal_comm *comm, const shoal_call_t *call)
 
 /* ---- issuing ------------------------------------------------------------ */
 
+/* How a one-sided call is issued: blocking, non-blocking (nb, into
+ * *req_p) or stream-ordered (on_stream, on stream). */
+typedef struct {
+    int nb;
+    shoal_request_t *req_p;
+    int on_stream;
+    void *stream;
+} rma_how_t;
+
 /* Calls of this rank's one-sided traffic, issued as any other
- * (shoal_calls_issue); from now on its waits take one-sided messages. */
-static shoal_status_t rma_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n, int nb,
-                                shoal_request_t *req_p)
+ * (shoal_calls_issue); from now on its waits take one-sided messages. A
+ * stream-ordered put's device source is staged by its stream, as any
+ * stream-ordered call's input (dev_stage.c): the put reads the pinned copy
+ * the stream made once it reached the call. */
+static shoal_status_t rma_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n,
+                                const rma_how_t *how)
 {
+    for (size_t i = 0; i < n; i++) {
+        calls[i].on_stream = how->on_stream;
+        calls[i].stream = how->stream;
+    }
     atomic_store_explicit(&comm->team.rma_on, 1, memory_order_relaxed);
-    return shoal_calls_issue(comm, calls, n, nb, req_p);
+    return shoal_calls_issue(comm, calls, n, how->nb, how->req_p);
 }
 
 static shoal_status_t rma_peer_ok(shoal_comm_t comm, const char *what, int peer)
@@ -572,8 +588,8 @@ static shoal_status_t rma_peer_ok(shoal_comm_t comm, const char *what, int peer)
 }
 
 static shoal_status_t put_issue(const char *what, const void *src, size_t size, int peer,
-                                shoal_win_t win, size_t offset, shoal_comm_t comm, int nb,
-                                shoal_request_t *req_p)
+                                shoal_win_t win, size_t offset, shoal_comm_t comm,
+                                const rma_how_t *how)
 {
     shoal_status_t s = shoal_comm_enter(comm, what);
     if (s != SHOAL_OK)
@@ -600,14 +616,14 @@ static shoal_status_t put_issue(const char *what, const void *src, size_t size, 
                                    .dtype = SHOAL_UINT8, .root = peer},
                           .rma = {.kind = SHOAL_RMA_PUT, .win = win, .win_id = id,
                                   .off = offset}};
-        s = rma_issue(comm, &c, 1, nb, req_p);
+        s = rma_issue(comm, &c, 1, how);
     }
     shoal_comm_leave(comm);
     return s;
 }
 
-static shoal_status_t signal_issue(const char *what, int peer, shoal_comm_t comm, int nb,
-                                   shoal_request_t *req_p)
+static shoal_status_t signal_issue(const char *what, int peer, shoal_comm_t comm,
+                                   const rma_how_t *how)
 {
     shoal_status_t s = shoal_comm_enter(comm, what);
     if (s != SHOAL_OK)
@@ -617,7 +633,7 @@ static shoal_status_t signal_issue(const char *what, int peer, shoal_comm_t comm
                           .args = {.kind = SHOAL_COLL_ALLREDUCE, .dtype = SHOAL_UINT8,
                                    .root = peer},
                           .rma = {.kind = SHOAL_RMA_SIGNAL}};
-        s = rma_issue(comm, &c, 1, nb, req_p);
+        s = rma_issue(comm, &c, 1, how);
     }
     shoal_comm_leave(comm);
     return s;
@@ -673,8 +689,7 @@ static shoal_status_t wait_calls(shoal_comm_t comm, const char *what,
 }
 
 static shoal_status_t wait_issue(const char *what, const shoal_signal_wait_t *waits,
-                                 size_t nwaits, shoal_comm_t comm, int nb,
-                                 shoal_request_t *req_p)
+                                 size_t nwaits, shoal_comm_t comm, const rma_how_t *how)
 {
     shoal_status_t s = shoal_comm_enter(comm, what);
     if (s != SHOAL_OK)
@@ -685,7 +700,7 @@ static shoal_status_t wait_issue(const char *what, const shoal_signal_wait_t *wa
     /* The calls are copied when queued or recorded, and a blocking run
      * uses them before it returns. */
     if (s == SHOAL_OK)
-        s = rma_issue(comm, calls, n, nb, req_p);
+        s = rma_issue(comm, calls, n, how);
     free(calls);
     shoal_comm_leave(comm);
     return s;
@@ -694,33 +709,55 @@ static shoal_status_t wait_issue(const char *what, const shoal_signal_wait_t *wa
 shoal_status_t shoal_put_signal(const void *src, size_t size, int peer, shoal_win_t win,
                                 size_t offset, shoal_comm_t comm)
 {
-    return put_issue("shoal_put_signal", src, size, peer, win, offset, comm, 0, NULL);
+    return put_issue("shoal_put_signal", src, size, peer, win, offset, comm, &(rma_how_t){0});
 }
 
 shoal_status_t shoal_iput_signal(const void *src, size_t size, int peer, shoal_win_t win,
                                  size_t offset, shoal_comm_t comm, shoal_request_t *req_p)
 {
-    return put_issue("shoal_iput_signal", src, size, peer, win, offset, comm, 1, req_p);
+    return put_issue("shoal_iput_signal", src, size, peer, win, offset, comm,
+                     &(rma_how_t){.nb = 1, .req_p = req_p});
+}
+
+shoal_status_t shoal_put_signal_stream(const void *src, size_t size, int peer, shoal_win_t win,
+                                       size_t offset, shoal_comm_t comm, void *stream)
+{
+    return put_issue("shoal_put_signal_stream", src, size, peer, win, offset, comm,
+                     &(rma_how_t){.on_stream = 1, .stream = stream});
 }
 
 shoal_status_t shoal_signal(int peer, shoal_comm_t comm)
 {
-    return signal_issue("shoal_signal", peer, comm, 0, NULL);
+    return signal_issue("shoal_signal", peer, comm, &(rma_how_t){0});
 }
 
 shoal_status_t shoal_isignal(int peer, shoal_comm_t comm, shoal_request_t *req_p)
 {
-    return signal_issue("shoal_isignal", peer, comm, 1, req_p);
+    return signal_issue("shoal_isignal", peer, comm, &(rma_how_t){.nb = 1, .req_p = req_p});
+}
+
+shoal_status_t shoal_signal_stream(int peer, shoal_comm_t comm, void *stream)
+{
+    return signal_issue("shoal_signal_stream", peer, comm,
+                        &(rma_how_t){.on_stream = 1, .stream = stream});
 }
 
 shoal_status_t shoal_wait_signal(const shoal_signal_wait_t *waits, size_t nwaits,
                                  shoal_comm_t comm)
 {
-    return wait_issue("shoal_wait_signal", waits, nwaits, comm, 0, NULL);
+    return wait_issue("shoal_wait_signal", waits, nwaits, comm, &(rma_how_t){0});
 }
 
 shoal_status_t shoal_iwait_signal(const shoal_signal_wait_t *waits, size_t nwaits,
                                   shoal_comm_t comm, shoal_request_t *req_p)
 {
-    return wait_issue("shoal_iwait_signal", waits, nwaits, comm, 1, req_p);
+    return wait_issue("shoal_iwait_signal", waits, nwaits, comm,
+                      &(rma_how_t){.nb = 1, .req_p = req_p});
+}
+
+shoal_status_t shoal_wait_signal_stream(const shoal_signal_wait_t *waits, size_t nwaits,
+                                        shoal_comm_t comm, void *stream)
+{
+    return wait_issue("shoal_wait_signal_stream", waits, nwaits, comm,
+                      &(rma_how_t){.on_stream = 1, .stream = stream});
 }

@@ -2,11 +2,12 @@
  * and ncclWaitSignal on shoal's windows (core/rma.h; device memory staged
  * through the host there), with NCCL's checks
  * (sigIdx, ctx and flags 0; the source inside a symmetric window; opCnt
- * above 0). They run as shoal's blocking forms, which inside a group only
- * record the call: a non-blocking communicator allows a call to complete
- * before it returns. A stream in a process that uses CUDA is synchronised
- * first, so the call comes after the stream's earlier work and before its
- * later work. The deadline's error of a wait is ncclTimeout. */
+ * above 0). In a process that uses CUDA, a call with a stream (or a put
+ * from device memory) is shoal's stream-ordered form, as the door's
+ * collectives are (coll.c); otherwise the blocking form, which inside a
+ * group only records the call (a non-blocking communicator allows a call
+ * to complete before it returns). The deadline's error of a blocking wait
+ * is ncclTimeout. */
 #include "door.h"
 
 #include "base/dev.h"
@@ -14,9 +15,9 @@
 
 #include <stdlib.h>
 
-/* Enter comm, check NCCL's reserved arguments, wait for the stream. */
+/* Enter comm, check NCCL's reserved arguments. */
 static ncclResult_t rma_enter(ncclComm_t comm, const char *what, int sigIdx, int ctx,
-                              unsigned int flags, cudaStream_t stream, shoal_comm_t *sc_p)
+                              unsigned int flags, shoal_comm_t *sc_p)
 {
     ncclResult_t res = shoal_nccl_enter(comm, what, sc_p);
     if (res != ncclSuccess)
@@ -30,11 +31,16 @@ static ncclResult_t rma_enter(ncclComm_t comm, const char *what, int sigIdx, int
     if (flags != 0)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: flags %u are invalid (must be "
                                "0)", what, flags);
-    const shoal_dev_ops_t *dev = shoal_dev_if_driver();
-    if (dev && stream && dev->stream_sync(stream) != SHOAL_OK)
-        return shoal_nccl_fail(comm, ncclUnhandledCudaError, "%s: synchronising the stream: %s",
-                               what, dev->why());
     return ncclSuccess;
+}
+
+/* Whether the call is stream-ordered: only a process that loaded the
+ * driver has streams or device memory (buf: a put's source, else NULL). */
+static int rma_on_stream(cudaStream_t stream, const void *buf)
+{
+    if (!shoal_dev_if_driver())
+        return 0;
+    return stream || (buf && shoal_dev_kind(buf) != SHOAL_DEV_MEM_HOST);
 }
 
 static ncclResult_t rma_result(shoal_status_t s)
@@ -48,7 +54,7 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
 {
     static const char what[] = "ncclPutSignal";
     shoal_comm_t sc;
-    ncclResult_t res = rma_enter(comm, what, sigIdx, ctx, flags, stream, &sc);
+    ncclResult_t res = rma_enter(comm, what, sigIdx, ctx, flags, &sc);
     if (res != ncclSuccess)
         return res;
     size_t es;
@@ -70,16 +76,22 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff %p (%zu bytes) is not "
                                "in a window this rank registered with NCCL_WIN_COLL_SYMMETRIC",
                                what, localbuff, count * es);
-    return rma_result(shoal_put_signal(localbuff, count * es, peer, target, peerWinOffset, sc));
+    size_t bytes = count * es;
+    if (rma_on_stream(stream, localbuff))
+        return rma_result(shoal_put_signal_stream(localbuff, bytes, peer, target, peerWinOffset,
+                                                  sc, stream));
+    return rma_result(shoal_put_signal(localbuff, bytes, peer, target, peerWinOffset, sc));
 }
 
 NCCL_API(ncclResult_t, ncclSignal, int peer, int sigIdx, int ctx, unsigned int flags,
          ncclComm_t comm, cudaStream_t stream)
 {
     shoal_comm_t sc;
-    ncclResult_t res = rma_enter(comm, "ncclSignal", sigIdx, ctx, flags, stream, &sc);
+    ncclResult_t res = rma_enter(comm, "ncclSignal", sigIdx, ctx, flags, &sc);
     if (res != ncclSuccess)
         return res;
+    if (rma_on_stream(stream, NULL))
+        return rma_result(shoal_signal_stream(peer, sc, stream));
     return rma_result(shoal_signal(peer, sc));
 }
 
@@ -88,7 +100,7 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
 {
     static const char what[] = "ncclWaitSignal";
     shoal_comm_t sc;
-    ncclResult_t res = rma_enter(comm, what, 0, 0, 0, stream, &sc);
+    ncclResult_t res = rma_enter(comm, what, 0, 0, 0, &sc);
     if (res != ncclSuccess)
         return res;
     if (!signalDescs || nDesc <= 0)
@@ -110,7 +122,9 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
                                   "context %d (must be 0)", what, i, d->ctx);
         waits[i] = (shoal_signal_wait_t){.peer = d->peer, .count = (uint32_t)d->opCnt};
     }
-    if (res == ncclSuccess)
+    if (res == ncclSuccess && rma_on_stream(stream, NULL))
+        res = rma_result(shoal_wait_signal_stream(waits, (size_t)nDesc, sc, stream));
+    else if (res == ncclSuccess)
         res = rma_result(shoal_wait_signal(waits, (size_t)nDesc, sc));
     free(waits);
     return res;
