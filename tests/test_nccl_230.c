@@ -318,7 +318,8 @@ static float rma_value(int src, int dst, size_t i)
 /* Every rank puts a block of floats into every rank's window (its own
  * included) from its symmetric source window, waits for every rank's
  * signal, and finds each block; then signals alone, a put and wait in a
- * group around a ring, and NCCL's argument checks. */
+ * group around a ring (then simulated: estimated, not run), and NCCL's
+ * argument checks. */
 static int rank_rma(int rank, int n, const shoal_unique_id_t *unused, void *varg)
 {
     (void)unused;
@@ -363,6 +364,24 @@ static int rank_rma(int rank, int n, const shoal_unique_id_t *unused, void *varg
     NCCL_OK(ncclWaitSignal(1, &w, comm, NULL), fail);
     NCCL_OK(ncclGroupEnd(), fail);
     RANK_CHECK(dst[0] == (float)(7 * prev), fail, "the ring's value is %g", dst[0]);
+    /* The same group simulated: an estimate that grows with the put's
+     * bytes, and nothing moves. */
+    double est[2];
+    src[0] = -1.0f;
+    for (int k = 0; k < 2; k++) {
+        ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+        NCCL_OK(ncclGroupStart(), fail);
+        NCCL_OK(ncclPutSignal(src, k ? RMA_COUNT : 1, ncclFloat32, next, dwin, 0, 0, 0, 0, comm,
+                              NULL), fail);
+        NCCL_OK(ncclWaitSignal(1, &w, comm, NULL), fail);
+        NCCL_OK(ncclGroupSimulateEnd(&sim), fail);
+        est[k] = sim.estimatedTime;
+    }
+    RANK_CHECK(est[0] > 0 && est[1] > est[0], fail, "simulated puts of 4 and %zu bytes: %g s "
+               "and %g s", RMA_BYTES, est[0], est[1]);
+    if (check_sum(comm, rank, n, "after the simulated one-sided calls"))
+        return 1;
+    RANK_CHECK(dst[0] == (float)(7 * prev), fail, "a simulated put landed: %g", dst[0]);
 
     /* NCCL's checks, each with its reason; the communicator stays usable. */
     static const char *const words[] = {

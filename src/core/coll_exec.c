@@ -8,6 +8,7 @@
 #include "base/dtype.h"
 #include "fault.h"
 #include "flight.h"
+#include "rma.h"
 #include "base/log.h"
 
 #include <stdarg.h>
@@ -170,8 +171,16 @@ static size_t alltoall_extent(const struct shoal_comm *comm, const shoal_coll_ar
 
 double shoal_call_estimate(const struct shoal_comm *comm, const shoal_call_t *call)
 {
-    if (shoal_call_is_empty(comm, call) || call->rma.kind)
-        return 0; /* one-sided calls: not modelled */
+    if (call->rma.kind) {
+        /* A put or a signal as a message to its peer; a wait's time is
+         * its peers' puts. */
+        if (call->rma.kind == SHOAL_RMA_WAIT)
+            return 0;
+        return shoal_algo_lat(&comm->team) + (double)call->args.count /
+                                                 shoal_algo_bw(&comm->team);
+    }
+    if (shoal_call_is_empty(comm, call))
+        return 0;
     uint8_t byte = 0;
     shoal_coll_args_t barrier = {.kind = SHOAL_COLL_ALLREDUCE, .sendbuf = &byte,
                                  .recvbuf = &byte, .count = 1, .dtype = SHOAL_UINT8,
