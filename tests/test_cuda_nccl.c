@@ -13,7 +13,8 @@
  *   returns;
  * - ncclPutSignal and ncclWaitSignal on a held stream return at once; the
  *   put sends what the stream wrote before it, and the stream's work after
- *   the wait finds every peer's bytes in the window. */
+ *   the wait finds every peer's bytes in the window; in a group they are
+ *   queued at ncclGroupEnd. */
 #include "cuda_user.h"
 #include "harness.h"
 
@@ -83,6 +84,23 @@ static int one_sided(ncclComm_t comm, int rank, int n, void *stream, _Atomic uin
     for (size_t i = 0; i < half; i++)
         RANK_CHECK(out[i] == seg_byte((int)(i / SEG), rank, i % SEG), fail, "rank %d: byte %zu "
                    "from rank %zu is %#x", rank, i % SEG, i / SEG, out[i]);
+    /* A ring in a group on the stream: put this rank's first segment to
+     * the next rank's first target segment, wait for the previous rank's. */
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    ncclWaitSignalDesc_t w = {.opCnt = 1, .peer = prev};
+    NCCL_CHECK(ncclAllReduce(out, out, 1, ncclUint8, ncclSum, comm, NULL), fail);
+    NCCL_CHECK(ncclGroupStart(), fail);
+    NCCL_CHECK(ncclPutSignal(sym, SEG, ncclUint8, next, win, half, 0, 0, 0, comm,
+                             (cudaStream_t)stream), fail);
+    NCCL_CHECK(ncclWaitSignal(1, &w, comm, (cudaStream_t)stream), fail);
+    RANK_CHECK(cu_user_idle(stream), fail, "a grouped one-sided call queued work before "
+               "ncclGroupEnd");
+    NCCL_CHECK(ncclGroupEnd(), fail);
+    cu_user_copy_async(out, sym + half, SEG, stream);
+    cu_user_sync(stream);
+    for (size_t i = 0; i < SEG; i++)
+        RANK_CHECK(out[i] == seg_byte(prev, 0, i), fail, "rank %d: ring byte %zu is %#x", rank,
+                   i, out[i]);
     NCCL_CHECK(ncclAllReduce(out, out, 1, ncclUint8, ncclSum, comm, NULL), fail);
     NCCL_CHECK(ncclCommWindowDeregister(comm, win), fail);
     NCCL_CHECK(ncclMemFree(sym), fail);
