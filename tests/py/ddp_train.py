@@ -244,6 +244,9 @@ def check_errors(group, rank, data, batches):
 
     run = Run(make_model(SEED), group, hook, st.int8_state, {})
     run.steps(data, batches, 0, 2)  # past DDP's rebuild: the buckets' compressors made
+    # Every rank past those steps before rank 0 aborts: its collectives may
+    # complete on rank 0 while a peer still takes rank 0's last pieces.
+    dist.barrier(group=group)
     abort.append(True)
     out = {}
     if rank == 0:
