@@ -10,7 +10,9 @@
 #include "log.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -89,30 +91,62 @@ void shoal_copier_init(shoal_copier_t *c, shoal_copy_kind_t kind, const char *wh
     c->way[1].kind = kind;
 }
 
-/* The kinds in turn; once both have SHOAL_COPY_LEARN_N copies, or
- * SHOAL_COPY_LEARN_EARLY where one takes more than twice as long per
- * byte, the one with less time per byte (libc's on a tie). */
+/* Page faults of the calling thread so far. */
+static long thread_faults(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0)
+        return 0;
+    return ru.ru_minflt + ru.ru_majflt;
+}
+
+static int float_cmp(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n), n > 0 (v is reordered). */
+static double median(float *v, uint32_t n)
+{
+    qsort(v, n, sizeof(*v), float_cmp);
+    return n % 2 ? v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
+}
+
+/* The kinds in pairs, each copy's time per KiB kept; then the decision
+ * copy.h describes. Which kind starts pair p is the parity of p's set bits
+ * (libc's in pair 0, then the vector's, the vector's, libc's, ...: the
+ * Thue-Morse order), so that no periodic pattern of the copies (a peer
+ * reading every other slot while this rank fills the next) always falls
+ * on the same kind. */
 void shoal_copier_learn(shoal_copier_t *c, shoal_copy_way_t *w, void *dst, const void *src,
                         size_t bytes)
 {
-    int k = w->n[0] > w->n[1];
+    int k = w->n[0] == w->n[1] ? __builtin_popcount(w->n[0]) & 1 : w->n[0] > w->n[1];
+    long faults = thread_faults();
     uint64_t t0 = shoal_now_ns();
     shoal_copy(k ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC, dst, src, bytes);
-    w->ns[k] += shoal_now_ns() - t0;
-    w->bytes[k] += bytes;
-    if (++w->n[k] != w->n[!k]) /* libc's just ran: the vector's turn */
+    uint64_t ns = shoal_now_ns() - t0;
+    if (thread_faults() != faults && w->faulted < SHOAL_COPY_LEARN_N) {
+        w->faulted++; /* the same kind again next time */
+        return;
+    }
+    w->ns_per_kib[k][w->n[k]] = (float)((double)ns * 1024.0 / (double)bytes);
+    if (++w->n[k] != w->n[!k]) /* the pair's first: the other's turn */
         return;
     uint32_t n = w->n[k];
-    /* ns / bytes compared without division. */
-    double libc = (double)w->ns[0] * (double)w->bytes[1];
-    double vec = (double)w->ns[1] * (double)w->bytes[0];
-    int lopsided = libc > 2 * vec || vec > 2 * libc;
+    float v[2][SHOAL_COPY_LEARN_N];
+    memcpy(v, w->ns_per_kib, sizeof(v));
+    double libc = median(v[0], n), vec = median(v[1], n);
+    int lopsided = libc > SHOAL_COPY_LOPSIDED * vec || vec > SHOAL_COPY_LOPSIDED * libc;
     if (n < SHOAL_COPY_LEARN_N && !(n >= SHOAL_COPY_LEARN_EARLY && lopsided))
         return;
-    w->kind = vec < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
-    shoal_info(ALGO, "rank %d: %s, %s: libc %.2f GB/s, vector %.2f GB/s over %u copies each: %s",
+    w->kind = vec * SHOAL_COPY_MARGIN < libc ? SHOAL_COPY_VECTOR : SHOAL_COPY_LIBC;
+    /* ns per KiB to GB/s: 1024 / ns. */
+    shoal_info(ALGO, "rank %d: %s, %s: libc %.2f GB/s, vector %.2f GB/s (medians of %u copies "
+               "each; %u with page faults left out): %s",
                c->rank, c->what ? c->what : "copies",
                w == &c->way[1] ? "1 to 63 B past the source modulo 4 KiB" : "other offsets",
-               (double)w->bytes[0] / (double)w->ns[0], (double)w->bytes[1] / (double)w->ns[1],
-               n, shoal_copy_name(w->kind));
+               libc > 0 ? 1024.0 / libc : 0.0, vec > 0 ? 1024.0 / vec : 0.0, n, w->faulted,
+               shoal_copy_name(w->kind));
 }

@@ -41,14 +41,25 @@ static inline void shoal_copy(shoal_copy_kind_t kind, void *dst, const void *src
 }
 
 /* Copies of at least SHOAL_COPY_LEARN_MIN bytes teach a learning copier
- * (two clock reads cost a few tens of nanoseconds beside them); it decides
- * after SHOAL_COPY_LEARN_N of each kind, on the time per byte, or after
- * SHOAL_COPY_LEARN_EARLY of each where one kind took more than twice as
- * long per byte (the slow offsets cost ten to twenty times as much, and
- * every slow copy while learning costs the collective that makes it). */
+ * (two clock reads and two fault counts cost well under a microsecond
+ * beside them). It compares the kinds' median times per byte: after
+ * SHOAL_COPY_LEARN_N copies of each, or after SHOAL_COPY_LEARN_EARLY of
+ * each where one kind's median is more than SHOAL_COPY_LOPSIDED times the
+ * other's (the slow offsets cost ten to twenty times as much, and every
+ * slow copy while learning costs the collective that makes it). The
+ * vector copy is taken only where its median is below
+ * 1 / SHOAL_COPY_MARGIN of libc's: a communicator's first copies are
+ * noisy (lines still in the peer's cache, preemption), and libc's memcpy
+ * is the one tuned to the machine. A copy that took page faults (memory
+ * touched for the first time: the first copies out of a new buffer, into
+ * new slots) is not counted at all, up to SHOAL_COPY_LEARN_N such
+ * copies: it times the kernel, and the kind that copies first would pay
+ * for it. */
 #define SHOAL_COPY_LEARN_MIN (4u * 1024)
 #define SHOAL_COPY_LEARN_N 32u
 #define SHOAL_COPY_LEARN_EARLY 4u
+#define SHOAL_COPY_LOPSIDED 4.0
+#define SHOAL_COPY_MARGIN 1.5
 
 /* Whether dst lies 1 to 63 bytes past src, modulo 4 KiB. */
 static inline int shoal_copy_near(const void *dst, const void *src)
@@ -61,8 +72,8 @@ static inline int shoal_copy_near(const void *dst, const void *src)
 typedef struct {
     shoal_copy_kind_t kind; /* SHOAL_COPY_AUTO while it learns */
     uint32_t n[2];          /* copies timed: libc's, the vector's */
-    uint64_t ns[2];
-    uint64_t bytes[2];
+    float ns_per_kib[2][SHOAL_COPY_LEARN_N]; /* each copy's time per KiB */
+    uint32_t faulted;       /* copies not counted for their page faults */
 } shoal_copy_way_t;
 
 /* One stream of copies of one kind (a team's copies into its slots, or
