@@ -149,7 +149,8 @@ shoal_status_t shoal_call_issue(shoal_comm_t comm, shoal_call_t *call, int nb,
                                 shoal_request_t *req_p);
 /* The same for calls[0..n) as one task (one request, completed with the
  * last; in a group, each recorded): a one-sided wait over more peers than
- * a call holds. Only a lone call may be stream-ordered. */
+ * a call holds. Stream-ordered calls are queued one by one instead, in
+ * order on their stream. */
 shoal_status_t shoal_calls_issue(shoal_comm_t comm, shoal_call_t *calls, size_t n, int nb,
                                  shoal_request_t *req_p);
 

@@ -68,15 +68,15 @@ NCCL_API(ncclResult_t, ncclPutSignal, const void *localbuff, size_t count,
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin is NULL", what);
     if (!localbuff)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff is NULL", what);
+    size_t bytes = count * es;
     shoal_win_t target = shoal_nccl_window_find(comm, peerWin, NULL, 0);
     if (!target)
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: peerWin %p is not a live window "
                                "of this communicator", what, (void *)peerWin);
-    if (!shoal_nccl_window_find(comm, NULL, localbuff, count * es))
+    if (!shoal_nccl_window_find(comm, NULL, localbuff, bytes))
         return shoal_nccl_fail(comm, ncclInvalidArgument, "%s: localbuff %p (%zu bytes) is not "
                                "in a window this rank registered with NCCL_WIN_COLL_SYMMETRIC",
-                               what, localbuff, count * es);
-    size_t bytes = count * es;
+                               what, localbuff, bytes);
     if (rma_on_stream(stream, localbuff))
         return rma_result(shoal_put_signal_stream(localbuff, bytes, peer, target, peerWinOffset,
                                                   sc, stream));
@@ -122,10 +122,10 @@ NCCL_API(ncclResult_t, ncclWaitSignal, int nDesc, ncclWaitSignalDesc_t *signalDe
                                   "context %d (must be 0)", what, i, d->ctx);
         waits[i] = (shoal_signal_wait_t){.peer = d->peer, .count = (uint32_t)d->opCnt};
     }
-    if (res == ncclSuccess && rma_on_stream(stream, NULL))
-        res = rma_result(shoal_wait_signal_stream(waits, (size_t)nDesc, sc, stream));
-    else if (res == ncclSuccess)
-        res = rma_result(shoal_wait_signal(waits, (size_t)nDesc, sc));
+    if (res == ncclSuccess)
+        res = rma_result(rma_on_stream(stream, NULL)
+                             ? shoal_wait_signal_stream(waits, (size_t)nDesc, sc, stream)
+                             : shoal_wait_signal(waits, (size_t)nDesc, sc));
     free(waits);
     return res;
 }
